@@ -1,0 +1,23 @@
+"""Django admin for users: operators set `is_staff` here (who may abort or delete any run)."""
+from django.contrib import admin
+from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
+
+from .models import User
+
+
+@admin.register(User)
+class UserAdmin(BaseUserAdmin):
+    list_display = ("email", "user_id", "is_staff", "is_active", "created_at")
+    list_filter = ("is_staff", "is_active")
+    search_fields = ("email", "user_id")
+    ordering = ("email",)
+    readonly_fields = ("user_id", "created_at", "last_login")
+    fieldsets = (
+        (None, {"fields": ("user_id", "email", "password")}),
+        ("Permissions", {"fields": ("is_active", "is_staff", "is_superuser", "groups",
+                                    "user_permissions")}),
+        ("Dates", {"fields": ("created_at", "last_login")}),
+    )
+    add_fieldsets = ((None, {"classes": ("wide",),
+                             "fields": ("user_id", "email", "password1", "password2")}),)
+    filter_horizontal = ("groups", "user_permissions")

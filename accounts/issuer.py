@@ -1,0 +1,113 @@
+"""The embedded local token issuer: RS256 JWTs signed with the server's own key.
+
+The local mode stands in for Cloudflare Access (architecture page, "Embedded defaults"): the
+server signs tokens shaped like Cloudflare's (seed 000, 3.4.1: `aud` list, `iss`, `sub`, `email`,
+`iat`, `exp`, `type`) and publishes its JWKS, and the same verifier checks them.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import jwt
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from django.conf import settings
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def load_or_create_key(path: Path) -> rsa.RSAPrivateKey:
+    """Load the PEM private key at `path`, creating a 2048-bit RSA key there on first use.
+
+    Creation is atomic (written to a temporary file, then hard-linked into place), so two
+    processes starting at once end up with the same key. The file is mode 0600.
+    """
+    try:
+        return serialization.load_pem_private_key(path.read_bytes(), password=None)
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption())
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(pem)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass  # another process won the race: use its key
+    finally:
+        tmp.unlink(missing_ok=True)
+    return serialization.load_pem_private_key(path.read_bytes(), password=None)
+
+
+def local_subject(email: str) -> str:
+    """Return the stable `sub` the local issuer gives `email` (a UUID, as Cloudflare's are)."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"falcon-local:{email.lower()}"))
+
+
+@dataclass(frozen=True)
+class IssuedToken:
+    """A signed token and its expiry (seconds since the epoch)."""
+
+    token: str
+    expires_at: int
+    subject: str
+
+
+class LocalIssuer:
+    """Sign RS256 tokens and publish the matching JWKS.
+
+    Args:
+        key: the RSA private key.
+        issuer: the `iss` claim.
+        audience: the `aud` values (a list, as Cloudflare sends it).
+    """
+
+    def __init__(self, key: rsa.RSAPrivateKey, *, issuer: str, audience: list[str]):
+        self.key = key
+        self.issuer = issuer
+        self.audience = audience
+        self.public_jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+        self.kid = self._thumbprint(self.public_jwk)
+        self.public_jwk.update({"kid": self.kid, "use": "sig", "alg": "RS256"})
+
+    @staticmethod
+    def _thumbprint(jwk: dict) -> str:
+        """RFC 7638 JWK thumbprint: SHA-256 of the required members in lexicographic order."""
+        canonical = json.dumps({k: jwk[k] for k in ("e", "kty", "n")}, separators=(",", ":"),
+                               sort_keys=True)
+        return _b64url(hashlib.sha256(canonical.encode()).digest())
+
+    def jwks(self) -> dict:
+        """Return the JSON Web Key Set (RFC 7517) with the one public key."""
+        return {"keys": [self.public_jwk]}
+
+    def issue(self, email: str, *, ttl_seconds: int) -> IssuedToken:
+        """Sign a token for `email`, valid for `ttl_seconds` seconds from now."""
+        now = int(time.time())
+        sub = local_subject(email)
+        claims = {"aud": self.audience, "iss": self.issuer, "sub": sub, "email": email,
+                  "iat": now, "nbf": now, "exp": now + ttl_seconds, "type": "app"}
+        token = jwt.encode(claims, self.key, algorithm="RS256", headers={"kid": self.kid})
+        return IssuedToken(token=token, expires_at=now + ttl_seconds, subject=sub)
+
+
+@lru_cache(maxsize=1)
+def local_issuer() -> LocalIssuer:
+    """Return the process's local issuer, with its key under `var/` (created on first use)."""
+    return LocalIssuer(load_or_create_key(Path(settings.FALCON_LOCAL_SIGNING_KEY)),
+                       issuer=settings.FALCON_AUTH_ISSUER,
+                       audience=list(settings.FALCON_AUTH_AUDIENCE))

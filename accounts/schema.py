@@ -1,0 +1,13 @@
+"""drf-spectacular description of the access-JWT authentication (a bearer JWT)."""
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+
+
+class AccessJWTScheme(OpenApiAuthenticationExtension):
+    target_class = "accounts.authentication.AccessJWTAuthentication"
+    name = "accessJWT"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+                "description": "An RS256 access JWT, sent as `Authorization: Bearer`, the "
+                               "`Cf-Access-Jwt-Assertion` header or the `CF_Authorization` "
+                               "cookie."}

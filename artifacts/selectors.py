@@ -1,0 +1,35 @@
+"""Artifact queries that read (seed 000, 3.3.1): GetArtifact, ListArtifacts."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from django.db.models import QuerySet
+
+from falcon_site.errors import NotFound
+
+from .models import Artifact
+
+
+def artifact_get(*, artifact_id: int) -> Artifact:
+    """GetArtifact: return one artifact. Raises NotFound."""
+    artifact = Artifact.objects.filter(pk=artifact_id).first()
+    if artifact is None:
+        raise NotFound(f"Artifact {artifact_id} does not exist.")
+    return artifact
+
+
+def artifact_list(*, statuses: Iterable[str] | None = None, ids: Iterable[int] | None = None,
+                  exp_ids: Iterable[int] | None = None,
+                  updated_since: datetime | None = None) -> QuerySet[Artifact]:
+    """ListArtifacts: artifacts matching every filter given, by id."""
+    qs = Artifact.objects.order_by("id")
+    if statuses:
+        qs = qs.filter(status__in=list(statuses))
+    if ids:
+        qs = qs.filter(pk__in=list(ids))
+    if exp_ids:
+        qs = qs.filter(experiment_id__in=list(exp_ids))
+    if updated_since:
+        qs = qs.filter(updated_at__gte=updated_since)
+    return qs

@@ -1,0 +1,72 @@
+"""Django admin for operators: experiments with their jobs and artifact; abort via the service."""
+from django.contrib import admin, messages
+
+from artifacts.models import Artifact
+from falcon_site.errors import FalconError
+from jobs.models import Job
+
+from . import services
+from .models import Experiment
+
+STATUS_FIELDS = ("status", "reason", "message", "created_at", "updated_at", "started_at",
+                 "finished_at", "aborting_at", "aborted_at")
+
+
+class JobInline(admin.TabularInline):
+    model = Job
+    extra = 0
+    can_delete = False
+    fields = ("role", "status", "reason", "message", "cluster_job_name", "started_at",
+              "finished_at")
+    readonly_fields = fields
+    show_change_link = True
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+class ArtifactInline(admin.StackedInline):
+    model = Artifact
+    extra = 0
+    can_delete = False
+    fields = ("path", "artifact_type", "status", "reason", "message", "finished_at")
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.action(description="Abort selected experiments")
+def abort_experiments(modeladmin, request, queryset):
+    """Call AbortExp for each selected experiment; report the ones that cannot be aborted."""
+    done = 0
+    for exp_id in queryset.values_list("pk", flat=True):
+        try:
+            services.exp_abort(exp_id=exp_id, actor=request.user.email)
+            done += 1
+        except FalconError as exc:
+            modeladmin.message_user(request, exc.message, level=messages.WARNING)
+    if done:
+        modeladmin.message_user(request, f"Abort requested for {done} experiment(s).")
+
+
+@admin.register(Experiment)
+class ExperimentAdmin(admin.ModelAdmin):
+    """Experiments are created through the API; status fields change only through transitions."""
+
+    list_display = ("id", "name", "exp_type", "cluster_name", "creator", "status", "created_at")
+    list_filter = ("status", "exp_type", "cluster_name", "creator")
+    search_fields = ("name",)
+    list_select_related = ("creator",)
+    inlines = [JobInline, ArtifactInline]
+    actions = [abort_experiments]
+    readonly_fields = ("creator", "cluster_name", "exp_type", "role_to_task_spec", "config",
+                       "artifact_path") + STATUS_FIELDS
+    fields = ("name", "priority") + readonly_fields
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        # Deleting goes through DeleteExp (terminal experiments only), not a raw admin delete.
+        return False

@@ -1,0 +1,78 @@
+"""HTTP gateway of the seed's ExperimentService (seed 000, 3.3.1; architecture page, Contracts).
+
+Views parse, call a service or selector, and serialize; domain errors become HTTP errors in
+`falcon_site.api.exception_handler`.
+"""
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework import generics, status
+from rest_framework.pagination import CursorPagination
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from .. import selectors, services
+from .filters import ExpFilter
+from .serializers import ExpCreateInputSerializer, ExpDetailSerializer, ExpListItemSerializer
+
+
+class ExpCursorPagination(CursorPagination):
+    """Cursor pagination: stable under inserts, constant cost per page."""
+
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 500
+    ordering = "-created_at"
+
+
+@extend_schema_view(
+    get=extend_schema(summary="ListExps", responses=ExpListItemSerializer(many=True)),
+    post=extend_schema(summary="CreateExp", request=ExpCreateInputSerializer,
+                       responses={201: ExpDetailSerializer,
+                                  400: OpenApiResponse(description="A field is invalid."),
+                                  413: OpenApiResponse(description="The config is over 1 MiB.")}),
+)
+class ExpListCreateView(generics.ListAPIView):
+    """List experiments (filters, search by name, ordering, cursor pages) or create one."""
+
+    serializer_class = ExpListItemSerializer
+    pagination_class = ExpCursorPagination
+    filterset_class = ExpFilter
+    search_fields = ["name"]
+    ordering_fields = ["created_at", "updated_at", "name", "status", "priority", "id"]
+    ordering = ["-created_at"]
+
+    def get_queryset(self):
+        return selectors.exp_queryset()
+
+    def post(self, request):
+        data = ExpCreateInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        exp = services.exp_create(creator=request.user, **data.validated_data)
+        exp = selectors.exp_get(exp_id=exp.pk)
+        return Response(ExpDetailSerializer(exp).data, status=status.HTTP_201_CREATED)
+
+
+class ExpDetailView(APIView):
+    """Get or delete one experiment."""
+
+    @extend_schema(summary="GetExp", responses={200: ExpDetailSerializer})
+    def get(self, request, exp_id: int):
+        return Response(ExpDetailSerializer(selectors.exp_get(exp_id=exp_id)).data)
+
+    @extend_schema(summary="DeleteExp", responses={
+        204: None, 409: OpenApiResponse(description="The experiment is not terminal.")})
+    def delete(self, request, exp_id: int):
+        services.exp_delete(exp_id=exp_id)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class ExpAbortView(APIView):
+    """Abort one experiment (idempotent)."""
+
+    @extend_schema(summary="AbortExp", request=None, responses={
+        200: ExpDetailSerializer,
+        409: OpenApiResponse(description="The experiment already Succeeded or Failed.")})
+    def post(self, request, exp_id: int):
+        services.exp_abort(exp_id=exp_id, actor=request.user.email)
+        return Response(ExpDetailSerializer(selectors.exp_get(exp_id=exp_id)).data)

@@ -1,0 +1,1 @@
+"""Falcon: the experiment platform's Django project package."""

@@ -1,0 +1,161 @@
+"""Guarded state transitions shared by every entity's state machine.
+
+Each app's `state.py` holds ONE table `TRANSITIONS: {target: frozenset(allowed sources)}` and a
+`TERMINAL` set. `apply_transition` moves one row with a conditional UPDATE
+(`UPDATE ... WHERE pk=%s AND status IN (sources)`), so two writers racing on one row cannot both
+win, and repeating a transition already applied is a no-op. This is django-fsm's
+`ConcurrentTransitionMixin` idea without the dependency (../shared/docs/style.md, rule 3).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import models
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from falcon_site.errors import InvalidTransition, NotFound, TransitionRace
+
+
+@dataclass(frozen=True)
+class StateMachine:
+    """One entity's transition table.
+
+    Attributes:
+        name: the entity's name for messages ("Job").
+        transitions: `{target: frozenset(sources)}`; a target absent here is never reachable.
+        terminal: states that never change once reached.
+        set_on_enter: `{target: timestamp field}` set to "now" when the row enters `target`.
+        set_once_on_enter: like `set_on_enter` but kept if already set (`started_at`).
+    """
+
+    name: str
+    transitions: Mapping[str, frozenset[str]]
+    terminal: frozenset[str]
+    set_on_enter: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    set_once_on_enter: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def sources(self, target: str) -> frozenset[str]:
+        """Return the states a row may leave to enter `target`.
+
+        Raises:
+            InvalidTransition: `target` is not a state any transition leads to.
+        """
+        try:
+            return self.transitions[target]
+        except KeyError:
+            raise InvalidTransition(
+                f"{self.name} status cannot be set to {target!r}: "
+                f"allowed targets are {', '.join(sorted(self.transitions))}."
+            ) from None
+
+    def allows(self, source: str, target: str) -> bool:
+        """Return whether the table allows `source -> target`."""
+        return source in self.transitions.get(target, frozenset())
+
+    def updates_for(self, target: str, now: datetime) -> dict[str, Any]:
+        """Return the column updates that entering `target` at `now` implies."""
+        updates: dict[str, Any] = {"status": target, "updated_at": now}
+        for column in self.set_on_enter.get(target, ()):
+            updates[column] = now
+        for column in self.set_once_on_enter.get(target, ()):
+            updates[column] = Coalesce(models.F(column), models.Value(now))
+        return updates
+
+
+def apply_transition(
+    machine: StateMachine,
+    queryset: models.QuerySet,
+    *,
+    pk: int,
+    target: str,
+    reason: str | None = None,
+    message: str | None = None,
+    expected: str | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> tuple[models.Model, bool]:
+    """Move row `pk` of `queryset` to `target` with one conditional UPDATE.
+
+    Args:
+        machine: the entity's transition table.
+        queryset: the model's queryset (`Job.objects`).
+        pk: the row's primary key.
+        target: the state to enter.
+        reason: short machine-friendly cause (`BackoffLimitExceeded`); kept when None.
+        message: human-readable detail; kept when None.
+        expected: if given, the state the caller read before deciding; a row found in another
+            state raises `TransitionRace` instead of `InvalidTransition`.
+        extra: further columns to set in the same UPDATE (for example `cluster_job_name`).
+
+    Returns:
+        `(row, changed)`: the fresh row and whether this call changed its status. Repeating a
+        transition already applied returns `changed=False`; a non-terminal row already in
+        `target` gets its reason/message refreshed (a Pending job's "why still pending").
+
+    Raises:
+        NotFound: no row has this pk.
+        InvalidTransition: the table does not allow the row's state to move to `target`.
+        TransitionRace: `expected` was given and the row had already left it.
+    """
+    sources = machine.sources(target)
+    now = timezone.now()
+    updates = machine.updates_for(target, now)
+    detail: dict[str, Any] = {}
+    if reason is not None:
+        detail["reason"] = reason[:255]
+    if message is not None:
+        detail["message"] = message
+    updates.update(detail)
+    if extra:
+        updates.update(extra)
+
+    guard = sources if expected is None else sources & {expected}
+    if guard and queryset.filter(pk=pk, status__in=guard).update(**updates):
+        return queryset.get(pk=pk), True
+
+    row = queryset.filter(pk=pk).first()
+    if row is None:
+        raise NotFound(f"{machine.name} {pk} does not exist.")
+    if row.status == target:
+        if target not in machine.terminal and (detail or extra):
+            queryset.filter(pk=pk, status=target).update(
+                updated_at=now, **detail, **(extra or {})
+            )
+            row.refresh_from_db()
+        return row, False
+    if expected is not None and row.status != expected:
+        raise TransitionRace(
+            f"{machine.name} {pk} is {row.status}, not {expected}: another writer moved it first."
+        )
+    raise InvalidTransition(
+        f"{machine.name} {pk} is {row.status} and cannot move to {target}"
+        + (
+            " (it is in a terminal state)."
+            if row.status in machine.terminal
+            else f"; {target} is reachable only from {', '.join(sorted(sources))}."
+        )
+    )
+
+
+def apply_transition_many(
+    machine: StateMachine,
+    queryset: models.QuerySet,
+    *,
+    target: str,
+    reason: str | None = None,
+    message: str | None = None,
+) -> int:
+    """Move every row of `queryset` whose state allows it to `target`, in one UPDATE.
+
+    Rows in other states are left alone (the caller filters to the rows it means). Returns the
+    number of rows changed.
+    """
+    updates = machine.updates_for(target, timezone.now())
+    if reason is not None:
+        updates["reason"] = reason[:255]
+    if message is not None:
+        updates["message"] = message
+    return queryset.filter(status__in=machine.sources(target)).update(**updates)

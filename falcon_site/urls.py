@@ -1,0 +1,17 @@
+"""URL routes: the API under /api/v1/, OpenAPI schema and docs, the admin, health checks."""
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from . import health
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("api/v1/", include("experiments.api.urls")),
+    path("api/v1/auth/", include("accounts.api.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    path("api-auth/", include("rest_framework.urls")),
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+]

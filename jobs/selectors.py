@@ -1,0 +1,44 @@
+"""Job queries that read (seed 000, 3.3.1): GetJob, ListJobs."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from django.db.models import QuerySet
+
+from falcon_site.errors import NotFound
+
+from .models import Job
+
+
+def job_get(*, job_id: int) -> Job:
+    """GetJob: return one job. Raises NotFound."""
+    job = Job.objects.select_related("experiment").filter(pk=job_id).first()
+    if job is None:
+        raise NotFound(f"Job {job_id} does not exist.")
+    return job
+
+
+def job_list(*, statuses: Iterable[str] | None = None, cluster_names: Iterable[str] | None = None,
+             exp_type: str | None = None, ids: Iterable[int] | None = None,
+             exp_ids: Iterable[int] | None = None,
+             updated_since: datetime | None = None) -> QuerySet[Job]:
+    """ListJobs: jobs matching every filter given, by id (the expController's input, seed 3.2.3).
+
+    The experiment is joined in the same query (its name, config and status are needed by the
+    controllers), so a list costs one query whatever its size.
+    """
+    qs = Job.objects.select_related("experiment").order_by("id")
+    if statuses:
+        qs = qs.filter(status__in=list(statuses))
+    if cluster_names:
+        qs = qs.filter(cluster_name__in=list(cluster_names))
+    if exp_type:
+        qs = qs.filter(exp_type=exp_type)
+    if ids:
+        qs = qs.filter(pk__in=list(ids))
+    if exp_ids:
+        qs = qs.filter(experiment_id__in=list(exp_ids))
+    if updated_since:
+        qs = qs.filter(updated_at__gte=updated_since)
+    return qs
