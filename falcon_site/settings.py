@@ -71,6 +71,7 @@ INSTALLED_APPS = [
     "experiments",
     "jobs",
     "artifacts",
+    "controllers",
 ]
 
 MIDDLEWARE = [

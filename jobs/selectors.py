@@ -22,6 +22,7 @@ def job_get(*, job_id: int) -> Job:
 def job_list(*, statuses: Iterable[str] | None = None, cluster_names: Iterable[str] | None = None,
              exp_type: str | None = None, ids: Iterable[int] | None = None,
              exp_ids: Iterable[int] | None = None,
+             exp_statuses: Iterable[str] | None = None,
              updated_since: datetime | None = None) -> QuerySet[Job]:
     """ListJobs: jobs matching every filter given, by id (the expController's input, seed 3.2.3).
 
@@ -39,6 +40,8 @@ def job_list(*, statuses: Iterable[str] | None = None, cluster_names: Iterable[s
         qs = qs.filter(pk__in=list(ids))
     if exp_ids:
         qs = qs.filter(experiment_id__in=list(exp_ids))
+    if exp_statuses:
+        qs = qs.filter(experiment__status__in=list(exp_statuses))
     if updated_since:
         qs = qs.filter(updated_at__gte=updated_since)
     return qs

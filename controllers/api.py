@@ -1,0 +1,115 @@
+"""What controllers see of the API server: plain data and the calls they make (seed 000, 3.3.1).
+
+Controllers reach data only through the API server's gRPC API (seed 000, 3.6: one entry point
+for validation and audit). `FalconAPI` is that contract; `controllers.grpc_client.GrpcFalconAPI`
+implements it over gRPC. The views are frozen dataclasses with no Django imports, so a loop's
+logic never touches the ORM (style rule 7).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class ExpView:
+    """An experiment as controllers see it."""
+
+    id: int
+    name: str
+    status: str
+    cluster_name: str
+    exp_type: str
+    artifact_path: str
+    reason: str = ""
+    message: str = ""
+    updated_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class JobView:
+    """A job with the experiment fields a cluster backend needs (name, config, status)."""
+
+    id: int
+    exp_id: int
+    exp_name: str
+    exp_status: str
+    role: str
+    cluster_name: str
+    exp_type: str
+    task_spec: dict[str, Any]
+    artifact_path: str
+    config: str
+    status: str
+    reason: str = ""
+    message: str = ""
+    cluster_job_name: str = ""
+    priority: int = -1
+    updated_at: datetime | None = None
+    started_at: datetime | None = None
+    aborting_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ArtifactView:
+    """An artifact record."""
+
+    id: int
+    exp_id: int
+    path: str
+    artifact_type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class ListFilter:
+    """Filters of a list call (the seed's CommonListReq); empty means "no filter"."""
+
+    statuses: tuple[str, ...] = ()
+    exp_statuses: tuple[str, ...] = ()  # ListJobs only: the job's experiment status
+    cluster_names: tuple[str, ...] = ()
+    exp_types: tuple[str, ...] = ()
+    ids: tuple[int, ...] = ()
+    exp_ids: tuple[int, ...] = ()
+    updated_since: datetime | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class FalconAPI(Protocol):
+    """The API server calls the controllers make. List calls follow page tokens to the end.
+
+    Errors are `falcon_site.errors.FalconError` subclasses (NotFound, InvalidTransition,
+    TransitionRace, ...) rebuilt from the gRPC status, so controllers branch on the type.
+    """
+
+    def list_exps(self, flt: ListFilter) -> list[ExpView]: ...
+
+    def list_jobs(self, flt: ListFilter) -> list[JobView]: ...
+
+    def list_artifacts(self, flt: ListFilter) -> list[ArtifactView]: ...
+
+    def update_exp_status(self, *, exp_id: int, status: str, reason: str | None = None,
+                          message: str | None = None) -> ExpView: ...
+
+    def update_job_status(self, *, job_id: int, status: str, reason: str | None = None,
+                          message: str | None = None,
+                          cluster_job_name: str | None = None) -> JobView: ...
+
+    def update_artifact_status(self, *, artifact_id: int, status: str, reason: str | None = None,
+                               message: str | None = None) -> ArtifactView: ...
+
+
+def chunks(items: Iterable, size: int):
+    """Yield lists of at most `size` items."""
+    batch: list = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
