@@ -67,6 +67,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "django_filters",
     "drf_spectacular",
+    "falcon_site",
     "accounts",
     "experiments",
     "jobs",
