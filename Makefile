@@ -1,0 +1,31 @@
+# Falcon: the two commands a new user needs are `make demo` and `make test`.
+MARIADB_URL ?= mysql://root@127.0.0.1:3306/test
+PY := .venv/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: setup test test-sqlite test-mariadb demo run protos bench
+
+setup:
+	@./scripts/setup.sh
+
+## test: the whole suite on SQLite, then on the MariaDB at $(MARIADB_URL)
+test: setup test-sqlite test-mariadb
+
+test-sqlite:
+	@echo "== tests on SQLite =="
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# Each MariaDB run creates and drops its own database (pytest-django), named uniquely, because
+# the server is shared by everything on the machine.
+test-mariadb:
+	@echo "== tests on MariaDB ($(MARIADB_URL)) =="
+	DATABASE_URL=$(MARIADB_URL) FALCON_TEST_DB_NAME=test_falcon_$$(date +%s)_$$$$ \
+		$(PY) -m pytest -q $(PYTEST_ARGS)
+
+## demo: the whole platform on its embedded defaults, one example experiment run to the end
+demo: setup
+	$(PY) scripts/demo.py
+
+## run: the whole platform on its embedded defaults, until Ctrl-C
+run: setup
+	$(PY) manage.py runlocal

@@ -1,0 +1,173 @@
+"""CreateExp, AbortExp, DeleteExp: the service layer that every interface calls."""
+from __future__ import annotations
+
+import pytest
+from django.db import IntegrityError
+
+from artifacts.models import Artifact
+from experiments.models import Experiment
+from experiments.services import exp_abort, exp_create, exp_delete, exp_update_status
+from experiments.tests.factories import make_exp, task_spec
+from falcon_site.errors import Conflict, NotFound, PayloadTooLarge, ValidationFailed
+from jobs.models import Job
+from jobs.services import job_update_status
+
+pytestmark = pytest.mark.django_db
+
+
+def create(user, **overrides):
+    args = dict(creator=user, name="model-profiling-001", cluster_name="tpu-v5p-cluster-a",
+                exp_type="profiling", role_to_task_spec={"main": task_spec()}, config="x: 1\n")
+    args.update(overrides)
+    return exp_create(**args)
+
+
+def test_create_writes_exp_jobs_and_artifact(user, settings):
+    config = "model: qwen/qwen3-32b\n# comment kept\n  odd indent: ok\nunicode: 试验 ✓\n"
+    exp = create(user, role_to_task_spec={"main": task_spec(replica=2), "worker": task_spec()},
+                 config=config)
+    exp.refresh_from_db()
+    assert exp.status == "Created" and exp.config == config
+    assert exp.artifact_path == f"{settings.FALCON_ARTIFACT_ROOT}/{exp.pk}-model-profiling-001"
+    jobs = {j.role: j for j in exp.jobs.all()}
+    assert set(jobs) == {"main", "worker"}
+    assert all(j.status == "Pending" for j in jobs.values())
+    assert jobs["main"].task_spec["replica"] == 2
+    assert jobs["worker"].artifact_path == f"{exp.artifact_path}/worker"
+    assert exp.artifact.status == "Created" and exp.artifact.path == exp.artifact_path
+
+
+def test_create_normalises_envs(user):
+    exp = create(user, role_to_task_spec={"main": task_spec(envs={
+        "LOG_LEVEL": "info", "STEPS": 10, "RATIO": 1.5, "DEBUG": True})})
+    assert exp.jobs.get().task_spec["envs"] == {
+        "LOG_LEVEL": "info", "STEPS": "10", "RATIO": "1.5", "DEBUG": "true"}
+
+
+@pytest.mark.parametrize("overrides,field", [
+    ({"name": ""}, "name"),
+    ({"name": "has space"}, "name"),
+    ({"cluster_name": None}, "cluster_name"),
+    ({"exp_type": "Profiling!"}, "exp_type"),
+    ({"role_to_task_spec": {}}, "role_to_task_spec"),
+    ({"role_to_task_spec": ["main"]}, "role_to_task_spec"),
+    ({"role_to_task_spec": {"Main_Role": task_spec()}}, "role_to_task_spec.Main_Role"),
+    ({"role_to_task_spec": {"a" * 64: task_spec()}}, "role_to_task_spec." + "a" * 64),
+    ({"role_to_task_spec": {"main": "echo"}}, "role_to_task_spec.main"),
+    ({"role_to_task_spec": {"main": {"replica": 1}}}, "role_to_task_spec.main.command"),
+    ({"role_to_task_spec": {"main": task_spec(replica=0)}}, "role_to_task_spec.main.replica"),
+    ({"role_to_task_spec": {"main": task_spec(replica="2")}}, "role_to_task_spec.main.replica"),
+    ({"role_to_task_spec": {"main": task_spec(replica=True)}}, "role_to_task_spec.main.replica"),
+    ({"role_to_task_spec": {"main": task_spec(device_count=0)}},
+     "role_to_task_spec.main.device_count"),
+    ({"role_to_task_spec": {"main": task_spec(device_type="tpu-v5p")}},
+     "role_to_task_spec.main.device_count"),
+    ({"role_to_task_spec": {"main": task_spec(device_topo="2by2")}},
+     "role_to_task_spec.main.device_topo"),
+    ({"role_to_task_spec": {"main": task_spec(replicas=2)}}, "role_to_task_spec.main.replicas"),
+    ({"role_to_task_spec": {"main": task_spec(envs={"1BAD": "x"})}},
+     "role_to_task_spec.main.envs.1BAD"),
+    ({"role_to_task_spec": {"main": task_spec(envs={"CUSTOM_CONFIG_KEY": "x"})}},
+     "role_to_task_spec.main.envs.CUSTOM_CONFIG_KEY"),
+    ({"role_to_task_spec": {"main": task_spec(envs={"FALCON_EXP_ID": "1"})}},
+     "role_to_task_spec.main.envs.FALCON_EXP_ID"),
+    ({"role_to_task_spec": {"main": task_spec(envs={"OPTS": {"a": 1}})}},
+     "role_to_task_spec.main.envs.OPTS"),
+    ({"role_to_task_spec": {"main": task_spec(envs={"LIST": [1, 2]})}},
+     "role_to_task_spec.main.envs.LIST"),
+    ({"role_to_task_spec": {"main": task_spec(envs=["A=1"])}}, "role_to_task_spec.main.envs"),
+    ({"config": {"model": "x"}}, "config"),
+    ({"priority": "high"}, "priority"),
+])
+def test_create_refuses_bad_input_and_writes_nothing(user, overrides, field):
+    with pytest.raises(ValidationFailed) as err:
+        create(user, **overrides)
+    assert field in err.value.errors
+    assert all(msg for msg in err.value.errors[field])
+    assert not Experiment.objects.exists() and not Job.objects.exists()
+    assert not Artifact.objects.exists()
+
+
+def test_create_reports_every_bad_field_at_once(user):
+    with pytest.raises(ValidationFailed) as err:
+        create(user, name="", role_to_task_spec={"main": task_spec(replica=0, envs={"1X": 1})})
+    assert {"name", "role_to_task_spec.main.replica",
+            "role_to_task_spec.main.envs.1X"} <= set(err.value.errors)
+
+
+def test_config_over_one_mib_is_too_large(user):
+    create(user, config="x" * (1024 * 1024))  # exactly 1 MiB is allowed
+    with pytest.raises(PayloadTooLarge) as err:
+        create(user, config="é" * (512 * 1024 + 1))  # 2 bytes each in UTF-8
+    assert "config" in err.value.errors
+    assert Experiment.objects.count() == 1
+
+
+def test_create_rolls_back_when_a_row_fails(user, monkeypatch):
+    """A failure while writing the artifact (the last row) leaves no experiment and no job."""
+    def fail(*args, **kwargs):
+        raise IntegrityError("simulated failure writing the artifact row")
+
+    monkeypatch.setattr(Artifact.objects, "create", fail)
+    with pytest.raises(IntegrityError):
+        create(user, role_to_task_spec={"a": task_spec(), "b": task_spec()})
+    assert not Experiment.objects.exists() and not Job.objects.exists()
+
+
+def test_abort_moves_exp_and_non_terminal_jobs(user):
+    exp = make_exp(creator=user, roles=("a", "b", "c"))
+    a, b, c = exp.jobs.order_by("role")
+    job_update_status(job_id=a.pk, status="Running")
+    job_update_status(job_id=b.pk, status="Failed")
+    aborted = exp_abort(exp_id=exp.pk, actor="alice@example.com")
+    assert aborted.status == "Aborting" and aborted.aborting_at is not None
+    assert "alice@example.com" in aborted.message
+    statuses = dict(exp.jobs.values_list("role", "status"))
+    assert statuses == {"a": "Aborting", "b": "Failed", "c": "Aborting"}
+    assert all(j.aborting_at for j in exp.jobs.filter(status="Aborting"))
+
+
+def test_abort_is_idempotent(user):
+    exp = make_exp(creator=user)
+    first = exp_abort(exp_id=exp.pk)
+    second = exp_abort(exp_id=exp.pk)
+    assert second.status == "Aborting" and second.aborting_at == first.aborting_at
+    exp_update_status(exp_id=exp.pk, status="Aborted")
+    assert exp_abort(exp_id=exp.pk).status == "Aborted"
+
+
+@pytest.mark.parametrize("final", ["Succeeded", "Failed"])
+def test_abort_of_finished_exp_conflicts(user, final):
+    exp = make_exp(creator=user)
+    exp_update_status(exp_id=exp.pk, status=final)
+    with pytest.raises(Conflict):
+        exp_abort(exp_id=exp.pk)
+    assert Experiment.objects.get(pk=exp.pk).status == final
+
+
+def test_abort_unknown(db):
+    with pytest.raises(NotFound):
+        exp_abort(exp_id=424242)
+
+
+@pytest.mark.parametrize("status", ["Created", "Running", "Aborting"])
+def test_delete_refuses_non_terminal(user, status):
+    exp = make_exp(creator=user)
+    Experiment.objects.filter(pk=exp.pk).update(status=status)  # test set-up only
+    with pytest.raises(Conflict):
+        exp_delete(exp_id=exp.pk)
+    assert Experiment.objects.filter(pk=exp.pk).exists() and Job.objects.exists()
+
+
+@pytest.mark.parametrize("status", ["Succeeded", "Failed", "Aborted"])
+def test_delete_removes_exp_jobs_and_artifact(user, status):
+    exp = make_exp(creator=user, roles=("a", "b"))
+    other = make_exp(creator=user, name="other")
+    Experiment.objects.filter(pk=exp.pk).update(status=status)  # test set-up only
+    exp_delete(exp_id=exp.pk)
+    assert not Experiment.objects.filter(pk=exp.pk).exists()
+    assert not Job.objects.filter(experiment_id=exp.pk).exists()
+    assert not Artifact.objects.filter(experiment_id=exp.pk).exists()
+    assert Job.objects.filter(experiment=other).count() == 1
+    with pytest.raises(NotFound):
+        exp_delete(exp_id=exp.pk)
