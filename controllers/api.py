@@ -47,6 +47,7 @@ class JobView:
     message: str = ""
     cluster_job_name: str = ""
     priority: int = -1
+    created_at: datetime | None = None
     updated_at: datetime | None = None
     started_at: datetime | None = None
     aborting_at: datetime | None = None

@@ -50,6 +50,20 @@ def abort_experiments(modeladmin, request, queryset):
         modeladmin.message_user(request, f"Abort requested for {done} experiment(s).")
 
 
+@admin.action(description="Delete selected experiments (finished ones only)")
+def delete_experiments(modeladmin, request, queryset):
+    """Call DeleteExp for each selected experiment; running ones are refused, not deleted."""
+    done = 0
+    for exp_id in queryset.values_list("pk", flat=True):
+        try:
+            services.exp_delete(exp_id=exp_id)
+            done += 1
+        except FalconError as exc:
+            modeladmin.message_user(request, exc.message, level=messages.WARNING)
+    if done:
+        modeladmin.message_user(request, f"Deleted {done} experiment(s).")
+
+
 @admin.register(Experiment)
 class ExperimentAdmin(admin.ModelAdmin):
     """Experiments are created through the API; status fields change only through transitions."""
@@ -59,7 +73,7 @@ class ExperimentAdmin(admin.ModelAdmin):
     search_fields = ("name",)
     list_select_related = ("creator",)
     inlines = [JobInline, ArtifactInline]
-    actions = [abort_experiments]
+    actions = [abort_experiments, delete_experiments]
     readonly_fields = ("creator", "cluster_name", "exp_type", "role_to_task_spec", "config",
                        "artifact_path") + STATUS_FIELDS
     fields = ("name", "priority") + readonly_fields

@@ -18,6 +18,15 @@ def exp_queryset() -> QuerySet[Experiment]:
             .prefetch_related(Prefetch("jobs", queryset=Job.objects.order_by("role"))))
 
 
+def exp_summary_queryset() -> QuerySet[Experiment]:
+    """Experiments with creator and artifact joined, `config` deferred and jobs not loaded.
+
+    A page of these costs one query and stays small whatever the configs' sizes (a config may
+    be 1 MiB): the shape of ListExps over gRPC, where callers fetch jobs with ListJobs.
+    """
+    return Experiment.objects.select_related("creator", "artifact").defer("config")
+
+
 def exp_get(*, exp_id: int) -> Experiment:
     """GetExp: return one experiment with its jobs and artifact.
 
@@ -34,6 +43,8 @@ def exp_list(*, statuses: Iterable[str] | None = None, exp_type: str | None = No
              cluster_name: str | None = None, creator: str | None = None,
              search: str | None = None, ids: Iterable[int] | None = None,
              updated_since: datetime | None = None,
+             exp_types: Iterable[str] | None = None,
+             cluster_names: Iterable[str] | None = None,
              queryset: QuerySet[Experiment] | None = None) -> QuerySet[Experiment]:
     """ListExps: experiments matching every filter given, newest first.
 
@@ -45,6 +56,7 @@ def exp_list(*, statuses: Iterable[str] | None = None, exp_type: str | None = No
         search: case-insensitive substring of the name.
         ids: keep these ids only.
         updated_since: keep rows updated at or after this instant.
+        exp_types, cluster_names: keep rows whose value is one of these (gRPC CommonListReq).
     """
     qs = exp_queryset() if queryset is None else queryset
     if statuses:
@@ -53,6 +65,10 @@ def exp_list(*, statuses: Iterable[str] | None = None, exp_type: str | None = No
         qs = qs.filter(exp_type=exp_type)
     if cluster_name:
         qs = qs.filter(cluster_name=cluster_name)
+    if exp_types:
+        qs = qs.filter(exp_type__in=list(exp_types))
+    if cluster_names:
+        qs = qs.filter(cluster_name__in=list(cluster_names))
     if creator:
         qs = qs.filter(Q(creator__email=creator) | Q(creator_id=creator))
     if search:

@@ -170,6 +170,49 @@ if FALCON_AUTH_MODE == "cloudflare" and not (FALCON_AUTH_JWKS_URL and FALCON_AUT
         "the audience check is never skipped."
     )
 
+
+def _internal_token() -> str:
+    """Return `FALCON_INTERNAL_TOKEN`, or in the local mode a random token kept under `var/`.
+
+    The token authenticates controllers to the gRPC API (`falcon_site.grpc.auth`). Outside the
+    local mode there is no default: an empty token accepts no caller, only user JWTs pass.
+    """
+    token = os.environ.get("FALCON_INTERNAL_TOKEN", "")
+    if token:
+        if len(token) < 32:
+            raise ImproperlyConfigured("FALCON_INTERNAL_TOKEN must be at least 32 characters; "
+                                       "generate one with `openssl rand -hex 32`.")
+        return token
+    if FALCON_AUTH_MODE != "local":
+        return ""
+    path = VAR_DIR / "internal-token"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    import secrets
+
+    # Written whole to a temporary file, then hard-linked into place: a process starting at the
+    # same time never reads a half-written token, and the loser of the race uses the winner's.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(secrets.token_urlsafe(48))
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path.read_text().strip()
+
+
+# gRPC API (architecture page, Processes): where `manage.py rungrpc` listens, where controllers
+# connect, and the shared service token controllers send as `authorization: Bearer <token>`.
+FALCON_INTERNAL_TOKEN = _internal_token()
+FALCON_GRPC_ADDR = os.environ.get("FALCON_GRPC_ADDR", "127.0.0.1:50051")
+FALCON_GRPC_TARGET = os.environ.get("FALCON_GRPC_TARGET", "127.0.0.1:50051")
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "accounts.authentication.AccessJWTAuthentication",
@@ -205,3 +248,11 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("FALCON_LOG_LEVEL", "INFO")},
 }
+
+# --- clusters and controllers ------------------------------------------------------------------
+FALCON_CLUSTERS = {"local": {"backend": "local", "state_dir": str(VAR_DIR / "local-cluster")}}
+FALCON_CONTROLLER_INTERVAL_SECONDS = float(os.environ.get("FALCON_CONTROLLER_INTERVAL_SECONDS", "2"))
+FALCON_PENDING_TIMEOUT_SECONDS = (
+    float(os.environ["FALCON_PENDING_TIMEOUT_SECONDS"])
+    if os.environ.get("FALCON_PENDING_TIMEOUT_SECONDS") else None
+)

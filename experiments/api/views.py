@@ -45,6 +45,12 @@ class ExpListCreateView(generics.ListAPIView):
     def get_queryset(self):
         return selectors.exp_queryset()
 
+    def get_serializer_class(self):
+        # The browsable API renders its POST form from this: show CreateExp's input fields.
+        if self.request is not None and self.request.method == "POST":
+            return ExpCreateInputSerializer
+        return ExpListItemSerializer
+
     def post(self, request):
         data = ExpCreateInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)

@@ -1,0 +1,94 @@
+"""`manage.py runlocal`: the whole platform on its embedded defaults, until Ctrl-C.
+
+Starts, as child processes of this one: the HTTP API (`runserver`), the gRPC API (`rungrpc`),
+the exp controller and the resource manager (`runcontroller exp|resources`), all on the embedded
+defaults (SQLite under var/, the local cluster backend, the local artifact directory and the
+local token issuer; architecture page, "Embedded defaults"). Ctrl-C or SIGTERM stops them all
+(SIGTERM, then SIGKILL after a grace period); if one of them dies, the others are stopped and
+the command exits non-zero. Tasks already running on the local backend keep running in their
+own process groups and are adopted by the next resource manager.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+
+GRACE_SECONDS = 10.0
+
+
+class Command(BaseCommand):
+    help = "Run the HTTP API, the gRPC API and both controllers on the embedded defaults."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--http", default="127.0.0.1:8000", help="HTTP address host:port.")
+        parser.add_argument("--grpc", default=os.environ.get("FALCON_GRPC_ADDR",
+                                                            "127.0.0.1:50051"),
+                            help="gRPC address host:port.")
+        parser.add_argument("--interval", type=float, default=1.0,
+                            help="Seconds between two controller ticks.")
+
+    def handle(self, *args, **options):
+        call_command("migrate", interactive=False, verbosity=0)
+        manage = str(Path(settings.BASE_DIR) / "manage.py")
+        env = dict(os.environ, FALCON_GRPC_ADDR=options["grpc"],
+                   FALCON_GRPC_TARGET=options["grpc"], PYTHONUNBUFFERED="1")
+        interval = str(options["interval"])
+        commands = {
+            "http": [sys.executable, manage, "runserver", "--noreload", options["http"]],
+            "grpc": [sys.executable, manage, "rungrpc", "--addr", options["grpc"]],
+            "exp-controller": [sys.executable, manage, "runcontroller", "exp",
+                               "--interval", interval],
+            "resource-manager": [sys.executable, manage, "runcontroller", "resources",
+                                 "--interval", interval],
+        }
+        stop = threading.Event()
+
+        def on_signal(signum, frame):
+            stop.set()
+
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGTERM, on_signal)
+
+        children: dict[str, subprocess.Popen] = {}
+        failed = None
+        try:
+            for name, cmd in commands.items():
+                # Own process group: a Ctrl-C reaches this supervisor, which stops the children
+                # in order, instead of racing them all at once.
+                children[name] = subprocess.Popen(cmd, env=env, start_new_session=True)
+            self.stdout.write(
+                f"Falcon is running: HTTP http://{options['http']}/api/v1/exps "
+                f"(docs /api/docs/, admin /admin/), gRPC {options['grpc']}. Ctrl-C stops it.")
+            while not stop.is_set():
+                for name, proc in children.items():
+                    if proc.poll() is not None:
+                        failed = f"{name} exited with code {proc.returncode}"
+                        stop.set()
+                        break
+                stop.wait(0.5)
+        finally:
+            self._stop_all(children)
+        if failed:
+            raise CommandError(f"{failed}; stopped the other processes")
+        self.stdout.write("Falcon stopped.")
+
+    def _stop_all(self, children: dict[str, subprocess.Popen]) -> None:
+        for proc in children.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + GRACE_SECONDS
+        for proc in children.values():
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

@@ -1,0 +1,154 @@
+"""The resource manager: the ResourceManager controller of seed 000 (3.1, 3.3.3).
+
+Each tick lists the jobs of the clusters it serves that need cluster work (Pending, Running,
+Aborting) in one paged call, asks each cluster's backend for all of their states in one batched
+read, and then:
+- a Pending job with no cluster job yet is submitted (create, or adopt one that a previous run
+  of this controller created: behaviours K9); its cluster job name is recorded;
+- the cluster state is mapped back with UpdateJobStatus: Running only when every replica runs,
+  Succeeded when all succeeded, Failed when any failed (exit code and stderr tail in the
+  message), a cluster job that vanished -> Failed with a reason that says so (K7);
+- an Aborting job's cluster job is deleted (with its processes or pods), and the job is set
+  Aborted once nothing of it is left (K5; a job already gone counts as done, K6).
+An optional pending timeout fails a job that cannot start (K3).
+"""
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from falcon_site.errors import FalconError
+
+from .api import FalconAPI, JobView, ListFilter
+from .backends.base import ClusterBackend
+
+log = logging.getLogger("falcon.controllers.resources")
+
+
+@dataclass
+class ResourceTickStats:
+    """What one tick did."""
+
+    jobs: int = 0
+    submitted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    failed: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+class ResourceManager:
+    """The resource-manager loop body; `tick()` is one level-triggered, idempotent pass.
+
+    Args:
+        api: the API server client (`controllers.api.FalconAPI`).
+        backends: `{cluster_name: ClusterBackend}`: the clusters this manager serves.
+        pending_timeout: seconds a job may stay Pending after its cluster job was created
+            before it is failed (None: wait forever).
+    """
+
+    name = "resources"
+
+    def __init__(self, api: FalconAPI, backends: dict[str, ClusterBackend],
+                 pending_timeout: float | None = None):
+        self.api = api
+        self.backends = backends
+        self.pending_timeout = pending_timeout
+
+    def tick(self) -> ResourceTickStats:
+        """Reconcile every Pending, Running and Aborting job of the served clusters."""
+        stats = ResourceTickStats()
+        jobs = self.api.list_jobs(ListFilter(statuses=("Pending", "Running", "Aborting"),
+                                             cluster_names=tuple(self.backends)))
+        stats.jobs = len(jobs)
+        by_cluster: dict[str, list[JobView]] = defaultdict(list)
+        for job in jobs:
+            by_cluster[job.cluster_name].append(job)
+        for cluster, cluster_jobs in by_cluster.items():
+            backend = self.backends[cluster]
+            try:
+                self._reconcile_cluster(backend, cluster_jobs, stats)
+            except Exception as exc:  # one unreachable cluster must not stop the others
+                stats.failed += 1
+                stats.errors.append(f"{cluster}: {exc}")
+                log.error("cluster %s: tick failed: %s", cluster, exc)
+        return stats
+
+    def _reconcile_cluster(self, backend: ClusterBackend, jobs: list[JobView],
+                           stats: ResourceTickStats) -> None:
+        aborting = [j for j in jobs if j.status == "Aborting"]
+        active = [j for j in jobs if j.status != "Aborting"]
+        for job in aborting:
+            self._guard(job, stats, self._abort, backend, job, stats)
+        if not active:
+            return
+        states = backend.observe(active)
+        for job in active:
+            self._guard(job, stats, self._sync, backend, job, states.get(job.id), stats)
+
+    def _guard(self, job: JobView, stats: ResourceTickStats, fn, *args) -> None:
+        try:
+            fn(*args)
+        except FalconError as exc:
+            stats.failed += 1
+            stats.errors.append(exc.message)
+            log.warning("exp %s (id %s, job %s, role %s): %s", job.exp_name, job.exp_id, job.id,
+                        job.role, exc.message)
+
+    def _update(self, job: JobView, stats: ResourceTickStats, status: str, *,
+                reason: str | None = None, message: str | None = None,
+                cluster_job_name: str | None = None) -> None:
+        if (status == job.status and (reason is None or reason == job.reason)
+                and (message is None or message == job.message)
+                and (cluster_job_name is None or cluster_job_name == job.cluster_job_name)):
+            return  # nothing new: no write
+        self.api.update_job_status(job_id=job.id, status=status, reason=reason, message=message,
+                                   cluster_job_name=cluster_job_name)
+        stats.updated += 1
+
+    def _abort(self, backend: ClusterBackend, job: JobView, stats: ResourceTickStats) -> None:
+        if backend.delete(job):
+            stats.deleted += 1
+            self._update(job, stats, "Aborted", reason="Aborted",
+                         message=f"cluster job {backend.cluster_job_name(job)} deleted")
+        else:
+            self._update(job, stats, "Aborting", message="waiting for the cluster job's "
+                         "processes to stop")
+
+    def _sync(self, backend: ClusterBackend, job: JobView, state,
+              stats: ResourceTickStats) -> None:
+        name = backend.cluster_job_name(job)
+        if state is None or state.status == "Missing":
+            if job.cluster_job_name:
+                # It existed (we recorded its name) and is gone: deleted behind Falcon's back.
+                self._update(job, stats, "Failed", reason="ClusterJobMissing",
+                             message=f"cluster job {job.cluster_job_name} disappeared (deleted "
+                             "outside Falcon?); it is not re-created")
+                return
+            result = backend.submit(job)
+            stats.submitted += 1
+            self._update(job, stats, "Pending", reason="Submitted",
+                         message=result.message, cluster_job_name=result.name)
+            return
+        cluster_job_name = None if job.cluster_job_name == name else name
+        if state.status == "Pending":
+            if self._pending_too_long(job):
+                self._update(job, stats, "Failed", reason="PendingTimeout",
+                             message=f"still pending after {self.pending_timeout:.0f} s: "
+                             f"{state.message}", cluster_job_name=cluster_job_name)
+                return
+            self._update(job, stats, "Pending" if job.status == "Pending" else job.status,
+                         reason=state.reason or None, message=state.message,
+                         cluster_job_name=cluster_job_name)
+        else:
+            self._update(job, stats, state.status, reason=state.reason or None,
+                         message=state.message, cluster_job_name=cluster_job_name)
+
+    def _pending_too_long(self, job: JobView) -> bool:
+        """Whether a Pending job has waited longer than `pending_timeout` since its creation."""
+        if self.pending_timeout is None or job.status != "Pending" or job.created_at is None:
+            return False
+        waited = (datetime.now(timezone.utc) - job.created_at).total_seconds()
+        return waited > self.pending_timeout
