@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from falcon_site.errors import FalconError
 
 from .api import FalconAPI, JobView, ListFilter
-from .backends.base import ClusterBackend
+from .backends.base import BackendError, ClusterBackend
 
 log = logging.getLogger("falcon.controllers.resources")
 
@@ -91,11 +91,13 @@ class ResourceManager:
     def _guard(self, job: JobView, stats: ResourceTickStats, fn, *args) -> None:
         try:
             fn(*args)
-        except FalconError as exc:
+        except (FalconError, BackendError) as exc:
+            # One job's failure (a lost transition race, a replica that cannot start) is logged
+            # and retried next tick; the other jobs go on.
             stats.failed += 1
-            stats.errors.append(exc.message)
+            stats.errors.append(str(exc))
             log.warning("exp %s (id %s, job %s, role %s): %s", job.exp_name, job.exp_id, job.id,
-                        job.role, exc.message)
+                        job.role, exc)
 
     def _update(self, job: JobView, stats: ResourceTickStats, status: str, *,
                 reason: str | None = None, message: str | None = None,
@@ -130,7 +132,7 @@ class ResourceManager:
             result = backend.submit(job)
             stats.submitted += 1
             self._update(job, stats, "Pending", reason="Submitted",
-                         message=result.message, cluster_job_name=result.name)
+                         message=result.message, cluster_job_name=result.cluster_job_name)
             return
         cluster_job_name = None if job.cluster_job_name == name else name
         if state.status == "Pending":

@@ -1,0 +1,220 @@
+"""Where experiments write their artifacts: a local directory (`file://`) or GCS (`gs://`).
+
+The exp controller asks a store whether an artifact path really holds files before it marks the
+Artifact Succeeded (architecture: "the artifact succeeds when its job(s) succeeded and its path
+really holds files in the store"); the local cluster backend turns `file://` URLs into paths
+for `FALCON_ARTIFACT_PATH`. No Django imports: controllers use this without settings.
+
+An artifact path is a directory-like prefix: "files under it" means files below `<path>/`.
+A file named exactly like the path, an empty directory, GCS "folder" placeholder objects (names
+ending in '/') and a missing path or bucket all count as "no files".
+"""
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+DEFAULT_LIST_LIMIT = 1000
+# Client-side timeout for every GCS call, seconds (behaviours K8: no call may block forever).
+GCS_TIMEOUT_SECONDS = 30.0
+
+
+def local_path(url: str) -> Path:
+    """Return the filesystem path of a `file://` URL.
+
+    Accepts `file:///abs/path` and `file://localhost/abs/path`; percent-escapes are decoded
+    (so `Path.as_uri()` output round-trips).
+
+    Raises:
+        ValueError: `url` is not a `file://` URL, or names a remote host.
+    """
+    parts = urlsplit(url)
+    if parts.scheme != "file":
+        raise ValueError(f"{url!r} is not a file:// URL.")
+    if parts.netloc not in ("", "localhost"):
+        raise ValueError(f"{url!r} names host {parts.netloc!r}; file:// URLs must be local "
+                         "(file:///absolute/path).")
+    path = unquote(parts.path)
+    if not path.startswith("/"):
+        raise ValueError(f"{url!r} has no absolute path; use file:///absolute/path.")
+    return Path(path)
+
+
+def split_gs_url(url: str) -> tuple[str, str]:
+    """Split `gs://bucket/some/prefix` into `("bucket", "some/prefix/")`.
+
+    The prefix ends with '/' (or is "" for the whole bucket) so that `runs/1` does not match
+    `runs/10`.
+
+    Raises:
+        ValueError: `url` is not a `gs://` URL or has no bucket.
+    """
+    parts = urlsplit(url)
+    if parts.scheme != "gs":
+        raise ValueError(f"{url!r} is not a gs:// URL.")
+    if not parts.netloc:
+        raise ValueError(f"{url!r} has no bucket; use gs://bucket/prefix.")
+    prefix = parts.path.strip("/")
+    return parts.netloc, f"{prefix}/" if prefix else ""
+
+
+class ArtifactStore(ABC):
+    """Read-only questions the controllers ask about an artifact path."""
+
+    scheme: str = ""
+
+    @abstractmethod
+    def has_files(self, url: str) -> bool:
+        """Return True when at least one file exists anywhere under `url`.
+
+        Raises:
+            ValueError: `url` is not of this store's scheme.
+        """
+
+    @abstractmethod
+    def list_files(self, url: str, limit: int = DEFAULT_LIST_LIMIT) -> list[tuple[str, int]]:
+        """Return up to `limit` files under `url` as `(relative POSIX path, size in bytes)`.
+
+        Paths are relative to `url`, sorted by name; a missing path gives [].
+
+        Raises:
+            ValueError: `url` is not of this store's scheme, or `limit` < 1.
+        """
+
+
+def _check_limit(limit: int) -> None:
+    if limit < 1:
+        raise ValueError(f"limit must be >= 1; got {limit}.")
+
+
+class LocalArtifactStore(ArtifactStore):
+    """Artifacts in a local directory, addressed by `file://` URLs (the embedded default)."""
+
+    scheme = "file"
+
+    def local_path(self, url: str) -> Path:
+        """Return the filesystem path of a `file://` URL (see module-level `local_path`)."""
+        return local_path(url)
+
+    def _walk(self, url: str):
+        """Yield `(relative path, absolute path)` of regular files under `url`, sorted by name."""
+        root = local_path(url)
+        # os.walk is lazy, so has_files stops at the first file; symlinked directories are not
+        # followed, which keeps a link to `/` from making every path look full.
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames.sort()
+            for name in sorted(filenames):
+                full = Path(dirpath) / name
+                if full.is_file():
+                    yield full.relative_to(root).as_posix(), full
+
+    def has_files(self, url: str) -> bool:
+        """Return True when a regular file exists anywhere below the directory of `url`."""
+        return next(self._walk(url), None) is not None
+
+    def list_files(self, url: str, limit: int = DEFAULT_LIST_LIMIT) -> list[tuple[str, int]]:
+        """List regular files below the directory of `url` (see `ArtifactStore.list_files`)."""
+        _check_limit(limit)
+        out: list[tuple[str, int]] = []
+        for rel, full in self._walk(url):
+            try:
+                size = full.stat().st_size
+            except FileNotFoundError:
+                continue  # removed while we walked: it is not there any more
+            out.append((rel, size))
+            if len(out) >= limit:
+                break
+        return out
+
+
+class GCSArtifactStore(ArtifactStore):
+    """Artifacts in Google Cloud Storage, addressed by `gs://bucket/prefix` URLs.
+
+    Uses google-cloud-storage. When `STORAGE_EMULATOR_HOST` is set (e.g. `http://127.0.0.1:4443`
+    for fake-gcs-server), the client talks to that emulator with anonymous credentials; otherwise
+    it uses Application Default Credentials. The client is created on first use, so building a
+    store never does network I/O.
+    """
+
+    scheme = "gs"
+
+    def __init__(self, client=None, timeout: float = GCS_TIMEOUT_SECONDS):
+        """Args:
+            client: a `google.cloud.storage.Client`; None builds one from the environment.
+            timeout: seconds for each HTTP call to GCS.
+        """
+        self._client = client
+        self.timeout = timeout
+
+    @property
+    def client(self):
+        """Return the storage client, creating it on first use."""
+        if self._client is None:
+            from google.cloud import storage
+
+            if os.environ.get("STORAGE_EMULATOR_HOST"):
+                from google.auth.credentials import AnonymousCredentials
+
+                # Emulators need no credentials, and ADC lookup would fail or pick up real ones.
+                self._client = storage.Client(
+                    project=os.environ.get("GOOGLE_CLOUD_PROJECT", "falcon-local"),
+                    credentials=AnonymousCredentials())
+            else:
+                self._client = storage.Client()
+        return self._client
+
+    def _blobs(self, url: str, page_size: int):
+        """Yield `(relative path, size)` of objects under `url`, skipping folder placeholders."""
+        from google.api_core.exceptions import NotFound
+
+        bucket, prefix = split_gs_url(url)
+        try:
+            # Objects come back in lexicographic name order, so results are sorted by name.
+            for blob in self.client.list_blobs(bucket, prefix=prefix, page_size=page_size,
+                                               timeout=self.timeout):
+                if blob.name.endswith("/"):
+                    continue
+                yield blob.name[len(prefix):], int(blob.size or 0)
+        except NotFound:
+            # A missing bucket holds no files. Other errors (network, 5xx, 403) propagate so
+            # the caller retries on its next tick instead of failing the artifact.
+            return
+
+    def has_files(self, url: str) -> bool:
+        """Return True when an object (not a folder placeholder) exists under `url`."""
+        return next(self._blobs(url, page_size=100), None) is not None
+
+    def list_files(self, url: str, limit: int = DEFAULT_LIST_LIMIT) -> list[tuple[str, int]]:
+        """List objects under `url` (see `ArtifactStore.list_files`)."""
+        _check_limit(limit)
+        out: list[tuple[str, int]] = []
+        for item in self._blobs(url, page_size=min(limit + 10, 1000)):
+            out.append(item)
+            if len(out) >= limit:
+                break
+        return out
+
+
+_GCS_STORES: dict[str, GCSArtifactStore] = {}
+
+
+def store_for(url: str) -> ArtifactStore:
+    """Return the store that serves `url`: `LocalArtifactStore` for file://, GCS for gs://.
+
+    Raises:
+        ValueError: the URL's scheme is neither `file` nor `gs`; the message names the URL.
+    """
+    scheme = urlsplit(url).scheme
+    if scheme == "file":
+        return LocalArtifactStore()
+    if scheme == "gs":
+        # One client per emulator setting: a client holds an HTTP session worth reusing across
+        # ticks, and tests switch STORAGE_EMULATOR_HOST between emulators.
+        key = os.environ.get("STORAGE_EMULATOR_HOST", "")
+        if key not in _GCS_STORES:
+            _GCS_STORES[key] = GCSArtifactStore()
+        return _GCS_STORES[key]
+    raise ValueError(f"Unsupported artifact URL {url!r}: use file:///absolute/path or "
+                     "gs://bucket/prefix.")

@@ -1,0 +1,25 @@
+"""Cluster backends: how the resource manager runs a Falcon Job on a cluster.
+
+`ClusterBackend` (base.py) is the contract; `LocalBackend` (local.py) runs replicas as local
+processes. A Kubernetes backend (one batch/v1 Indexed Job per Falcon Job) implements the same
+contract.
+"""
+from controllers.backends.base import (
+    BackendError,
+    ClusterBackend,
+    ClusterJobState,
+    ClusterJobStatus,
+    SubmitResult,
+    cluster_job_name_for,
+)
+from controllers.backends.local import LocalBackend
+
+__all__ = [
+    "BackendError",
+    "ClusterBackend",
+    "ClusterJobState",
+    "ClusterJobStatus",
+    "LocalBackend",
+    "SubmitResult",
+    "cluster_job_name_for",
+]

@@ -1,0 +1,512 @@
+"""The local cluster backend: each replica a subprocess in its own process group (embedded default).
+
+Layout of `state_dir` (one folder per cluster job, named by `cluster_job_name`)::
+
+    state_dir/
+      .lock                         flock held by submit/delete, so two managers never race
+      falcon-12-demo-main/
+        manifest.json               job ids, replica count, runner pid + start time per replica
+        replica-0.stdout            the replica's stdout and stderr
+        replica-0.stderr
+        replica-0.started           written by the runner once the command runs (its pid)
+        replica-0.exit              written by the runner when the command ended (exit code)
+
+Every file is written atomically, so a resource manager that restarts (a new `LocalBackend` on
+the same `state_dir`) finds running replicas again by pid and process start time, adopts them
+instead of starting them twice (behaviours K9), and reads the exit codes of replicas that ended
+while no manager ran. The runner (`local_runner.py`) is what makes that possible: it is the
+command's parent, so it can wait for it and record the exit code whoever started the runner.
+
+Linux only: liveness and process groups are read from `/proc/<pid>/stat`.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from artifacts.store import local_path
+from controllers.api import JobView
+from controllers.backends.base import (
+    STDERR_TAIL_BYTES,
+    STDERR_TAIL_LINES,
+    BackendError,
+    ClusterBackend,
+    ClusterJobState,
+    ClusterJobStatus,
+    SubmitResult,
+    ignored_fields_note,
+)
+from controllers.backends.local_runner import write_atomic
+
+MANIFEST = "manifest.json"
+MANIFEST_VERSION = 1
+RUNNER = Path(__file__).with_name("local_runner.py")
+# TaskSpec fields with no meaning for a local process (seed 3.3.4 tasks.yaml).
+IGNORED_FIELDS = ("image", "device_count", "device_type", "device_topo")
+# Variables of the manager's environment a task may see. A subset, not all of os.environ: the
+# manager may hold database URLs and tokens that tasks have no business reading.
+DEFAULT_PASSTHROUGH_ENV = (
+    "PATH", "HOME", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER", "LOGNAME",
+    "SHELL", "TERM", "PYTHONPATH", "VIRTUAL_ENV", "STORAGE_EMULATOR_HOST",
+    "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_PROJECT",
+)
+CONFIG_ENV = "CUSTOM_CONFIG_KEY"  # architecture.md: the experiment's config, verbatim
+POLL_SECONDS = 0.02
+
+
+@dataclass(frozen=True)
+class _Proc:
+    """One line of the process table: what /proc/<pid>/stat says about a process."""
+
+    pid: int
+    state: str  # R, S, D, Z (zombie), X (dead), ...
+    pgrp: int
+    start_time: int  # clock ticks after boot (field 22): with the pid, identifies the process
+
+    @property
+    def live(self) -> bool:
+        return self.state not in ("Z", "X")
+
+
+def _read_stat(pid: int) -> _Proc | None:
+    """Return the /proc entry of `pid`, or None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # The command name (field 2) is in parentheses and may itself hold spaces and ')'.
+    fields = data[data.rfind(b")") + 2:].split()
+    return _Proc(pid=pid, state=fields[0].decode(), pgrp=int(fields[2]),
+                 start_time=int(fields[19]))
+
+
+def _process_table() -> dict[int, _Proc]:
+    """Read every process once: the local equivalent of one list call to the cluster API."""
+    table: dict[int, _Proc] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            proc = _read_stat(int(entry))
+            if proc is not None:
+                table[proc.pid] = proc
+    return table
+
+
+def _runner_alive(table: dict[int, _Proc], rec: dict[str, Any]) -> bool:
+    """Return True when the runner recorded in `rec` still runs (same pid AND start time)."""
+    proc = table.get(rec["pid"])
+    return proc is not None and proc.live and proc.start_time == rec["start_time"]
+
+
+def _group_alive(table: dict[int, _Proc], rec: dict[str, Any]) -> bool:
+    """Return True when any process of the replica's process group is still alive.
+
+    The runner is the group leader, so the group id is the runner's pid. The kernel never
+    reuses a pid while a group of that id has members; so if a process holds that pid with a
+    different start time, our group has ended and the id now belongs to someone else.
+    """
+    pgid = rec["pid"]
+    leader = table.get(pgid)
+    if leader is not None and leader.start_time != rec["start_time"]:
+        return False
+    return any(p.pgrp == pgid and p.live for p in table.values())
+
+
+def _stderr_tail(path: Path) -> str:
+    """Return the last `STDERR_TAIL_LINES` lines within the last `STDERR_TAIL_BYTES` of a log."""
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - STDERR_TAIL_BYTES))
+            data = fh.read()
+    except OSError:
+        return ""
+    text = data.decode("utf-8", "replace")
+    if size > STDERR_TAIL_BYTES and "\n" in text:
+        text = text.split("\n", 1)[1]  # the first line was cut mid-way
+    return "\n".join(text.rstrip("\n").splitlines()[-STDERR_TAIL_LINES:])
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+class LocalBackend(ClusterBackend):
+    """Run each Falcon job as `replica` local processes (`sh -c <command>`).
+
+    Each replica is `local_runner.py` (the group leader of a new session, so one signal to the
+    group stops the command and everything it started) running `sh -c <command>`. The replica's
+    environment is a subset of this process's environment (`passthrough_env`), the directory of
+    the current Python interpreter prepended to PATH (tasks run `python` from the same venv),
+    the task's `envs`, `CUSTOM_CONFIG_KEY` (the experiment config, verbatim) and `FALCON_EXP_ID`,
+    `FALCON_JOB_ID`, `FALCON_ROLE`, `FALCON_REPLICA_INDEX`, `FALCON_REPLICA_COUNT`,
+    `FALCON_ARTIFACT_PATH` (a `file://` artifact path becomes a local directory, created here;
+    `gs://` and other URLs are passed unchanged).
+
+    Args:
+        state_dir: folder holding one sub-folder per cluster job; created if missing.
+        grace_seconds: seconds between SIGTERM and SIGKILL when deleting (Kubernetes
+            `terminationGracePeriodSeconds` plays this role for Pods).
+        stop_wait_seconds: how long one `delete` call waits for processes to end before it
+            returns False and leaves the rest to the next call.
+        workdir: working directory of the replicas; None means this process's cwd.
+        passthrough_env: names of this process's environment variables that replicas inherit.
+        runner: argv prefix that starts the runner script; tests may wrap it to delay a
+            replica's start. Default: this interpreter running `local_runner.py`.
+
+    Raises:
+        RuntimeError: not on Linux (no /proc).
+    """
+
+    name = "local"
+
+    def __init__(self, state_dir: Path, *, grace_seconds: float = 10.0,
+                 stop_wait_seconds: float = 0.5, workdir: Path | None = None,
+                 passthrough_env: Iterable[str] = DEFAULT_PASSTHROUGH_ENV,
+                 runner: Sequence[str] | None = None):
+        if not os.path.exists("/proc/self/stat"):
+            raise RuntimeError("LocalBackend needs Linux /proc to track processes.")
+        self.state_dir = Path(state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.grace_seconds = float(grace_seconds)
+        self.stop_wait_seconds = float(stop_wait_seconds)
+        self.workdir = Path(workdir) if workdir is not None else None
+        self.passthrough_env = tuple(passthrough_env)
+        self.runner = tuple(runner) if runner else (sys.executable, str(RUNNER))
+        # Runners this object started, by pid: polled so that none stays a zombie, and used to
+        # stop processes whose state folder was removed by hand.
+        self._children: dict[int, tuple[str, subprocess.Popen]] = {}
+
+    # -- files ------------------------------------------------------------------------------
+
+    @contextmanager
+    def _locked(self):
+        """Hold the state directory's lock: one submit or delete at a time, across processes."""
+        with open(self.state_dir / ".lock", "a") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    @staticmethod
+    def _read_manifest(folder: Path) -> dict[str, Any] | None:
+        try:
+            return json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise BackendError(f"cannot read {folder / MANIFEST}: {exc}") from exc
+
+    @staticmethod
+    def _write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
+        write_atomic(str(folder / MANIFEST), json.dumps(manifest, indent=1, sort_keys=True))
+
+    def _reap(self) -> None:
+        """Collect the exit status of runners we started that have ended (no zombies)."""
+        for pid, (_name, proc) in list(self._children.items()):
+            if proc.poll() is not None:
+                del self._children[pid]
+
+    # -- submit -----------------------------------------------------------------------------
+
+    def _environment(self, job: JobView, replicas: int) -> dict[str, str]:
+        """Build the environment shared by all replicas of `job` (see the class docstring)."""
+        env = {k: os.environ[k] for k in self.passthrough_env if k in os.environ}
+        bindir = str(Path(sys.executable).parent)
+        path = env.get("PATH", os.defpath)
+        if bindir not in path.split(os.pathsep):
+            env["PATH"] = bindir + os.pathsep + path
+        env.update({str(k): str(v) for k, v in (job.task_spec.get("envs") or {}).items()})
+        artifact = job.artifact_path
+        if artifact.startswith("file:"):
+            try:
+                directory = local_path(artifact)
+                directory.mkdir(parents=True, exist_ok=True)
+            except (ValueError, OSError) as exc:
+                raise BackendError(f"cannot prepare artifact path {artifact!r} of job "
+                                   f"{job.id}: {exc}") from exc
+            artifact = str(directory)
+        # Falcon's own variables come last: CreateExp validation rejects these names in `envs`,
+        # and they must win even if an old row slipped through.
+        env.update({
+            CONFIG_ENV: job.config,
+            "FALCON_EXP_ID": str(job.exp_id),
+            "FALCON_JOB_ID": str(job.id),
+            "FALCON_ROLE": job.role,
+            "FALCON_REPLICA_COUNT": str(replicas),
+            "FALCON_ARTIFACT_PATH": artifact,
+        })
+        return env
+
+    def _spawn(self, folder: Path, name: str, command: str, index: int,
+               env: dict[str, str]) -> dict[str, Any]:
+        """Start the runner of replica `index`; return its manifest record (pid, start time)."""
+        argv = [*self.runner, str(folder / f"replica-{index}.started"),
+                str(folder / f"replica-{index}.exit"), "--", "sh", "-c", command]
+        with open(folder / f"replica-{index}.stdout", "ab") as out, \
+                open(folder / f"replica-{index}.stderr", "ab") as err:
+            try:
+                proc = subprocess.Popen(
+                    argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                    env={**env, "FALCON_REPLICA_INDEX": str(index)},
+                    cwd=self.workdir, start_new_session=True, close_fds=True)
+            except (OSError, ValueError) as exc:  # ValueError: a NUL byte in an env value
+                raise BackendError(f"cannot start replica {index} of {name}: {exc}") from exc
+        self._children[proc.pid] = (name, proc)
+        # Not yet waited for, so the entry exists even if the runner already ended (zombie).
+        stat = _read_stat(proc.pid)
+        return {"pid": proc.pid, "start_time": stat.start_time if stat else -1,
+                "started_at": time.time()}
+
+    def submit(self, job: JobView) -> SubmitResult:
+        """Start `replica` processes for `job`, or adopt the ones a previous call started.
+
+        The manifest is written before the first process starts and after each one, so a
+        manager that crashed mid-way completes only the replicas never started when `submit`
+        is called again. (A crash in the microseconds between fork and the manifest write
+        could still start that one replica twice; Kubernetes' atomic create has no such gap.)
+
+        Raises:
+            BackendError: the task spec has no command, the artifact directory cannot be
+                made, a process cannot be started, or the job is being deleted.
+        """
+        name = self.name_of(job)
+        folder = self.state_dir / name
+        spec = job.task_spec
+        command = spec.get("command")
+        if not isinstance(command, str) or not command.strip():
+            raise BackendError(f"job {job.id} has no command in its task spec.")
+        note = ignored_fields_note(spec, IGNORED_FIELDS, self.name)
+        with self._locked():
+            self._reap()
+            manifest = self._read_manifest(folder)
+            created = manifest is None
+            if manifest is None:
+                folder.mkdir(parents=True, exist_ok=True)
+                manifest = {
+                    "version": MANIFEST_VERSION, "name": name, "job_id": job.id,
+                    "exp_id": job.exp_id, "role": job.role, "command": command,
+                    "replica": int(spec.get("replica") or 1), "note": note,
+                    "created_at": time.time(), "deleting_since": None, "replicas": {},
+                }
+                self._write_manifest(folder, manifest)
+            elif manifest.get("deleting_since") is not None:
+                raise BackendError(f"cluster job {name} is being deleted; submit it again "
+                                   "after delete() returned True.")
+            count = manifest["replica"]
+            missing = [i for i in range(count) if str(i) not in manifest["replicas"]]
+            if missing:
+                env = self._environment(job, count)
+                for index in missing:
+                    manifest["replicas"][str(index)] = self._spawn(
+                        folder, name, manifest["command"], index, env)
+                    self._write_manifest(folder, manifest)
+        message = note if created else " ".join(
+            p for p in (f"Adopted the existing local cluster job {name}.", note) if p)
+        return SubmitResult(cluster_job_name=name, created=created, message=message)
+
+    # -- observe ----------------------------------------------------------------------------
+
+    def observe(self, jobs: list[JobView]) -> dict[int, ClusterJobState]:
+        """Return the state of each job's processes, keyed by job id (one scan of /proc).
+
+        Replica states: exited (exit file present), running (runner alive and the command
+        started), starting (runner alive, command not yet started, or never spawned), lost
+        (runner gone without an exit file: killed, or the machine restarted). Job mapping as
+        in `ClusterBackend.observe`; a lost replica makes the job Failed with reason
+        `ReplicaLost` and no exit code.
+        """
+        self._reap()
+        table = _process_table()
+        try:
+            present = {e.name for e in os.scandir(self.state_dir) if e.is_dir()}
+        except FileNotFoundError:
+            present = set()
+        out: dict[int, ClusterJobState] = {}
+        for job in jobs:
+            name = self.name_of(job)
+            manifest = self._read_manifest(self.state_dir / name) if name in present else None
+            if manifest is None:
+                out[job.id] = ClusterJobState(
+                    name=name, status=ClusterJobStatus.MISSING, reason="ClusterJobMissing",
+                    message=f"The local cluster job {name} does not exist in {self.state_dir}.")
+            else:
+                out[job.id] = self._state(self.state_dir / name, manifest, table)
+        return out
+
+    def _state(self, folder: Path, manifest: dict[str, Any],
+               table: dict[int, _Proc]) -> ClusterJobState:
+        name, count = manifest["name"], manifest["replica"]
+        exited: dict[int, tuple[int, float]] = {}  # index -> (exit code, when)
+        running, waiting, lost = [], [], []
+        for index in range(count):
+            exit_file = folder / f"replica-{index}.exit"
+            code = _read_int(exit_file)
+            rec = manifest["replicas"].get(str(index))
+            if code is not None:
+                try:
+                    exited[index] = (code, exit_file.stat().st_mtime)
+                except FileNotFoundError:
+                    exited[index] = (code, 0.0)
+            elif rec is None:
+                waiting.append(index)
+            elif _runner_alive(table, rec):
+                started = (folder / f"replica-{index}.started").exists()
+                (running if started else waiting).append(index)
+            else:
+                # The process table was read before the exit file: a runner already gone then
+                # had written its exit file (if it ever would) before we looked for it.
+                lost.append(index)
+
+        failures = sorted((when, i, code) for i, (code, when) in exited.items() if code != 0)
+        if failures:
+            # The first replica to fail explains the job; later failures are often its echo.
+            _when, index, code = failures[0]
+            tail = _stderr_tail(folder / f"replica-{index}.stderr")
+            return ClusterJobState(
+                name=name, status=ClusterJobStatus.FAILED, reason="ReplicaFailed",
+                exit_code=code,
+                message=f"Replica {index} of {count} exited with code {code}."
+                        + (f" Last lines of its stderr:\n{tail}" if tail else ""))
+        if lost:
+            index = lost[0]
+            tail = _stderr_tail(folder / f"replica-{index}.stderr")
+            return ClusterJobState(
+                name=name, status=ClusterJobStatus.FAILED, reason="ReplicaLost",
+                message=f"Replica {index} of {count} stopped without recording an exit code "
+                        "(killed, or the machine restarted)."
+                        + (f" Last lines of its stderr:\n{tail}" if tail else ""))
+
+        note = manifest.get("note") or ""
+        if len(exited) == count:
+            return ClusterJobState(
+                name=name, status=ClusterJobStatus.SUCCEEDED, reason="Completed", exit_code=0,
+                message=" ".join(p for p in (f"All {count} replicas exited 0.", note) if p))
+        if not waiting:
+            # Every replica has started; those already done exited 0 (K1: all, not any).
+            return ClusterJobState(
+                name=name, status=ClusterJobStatus.RUNNING, reason="",
+                message=" ".join(p for p in (
+                    f"{len(running)} of {count} replicas running, {len(exited)} succeeded.",
+                    note) if p))
+        return ClusterJobState(
+            name=name, status=ClusterJobStatus.PENDING, reason="ReplicasStarting",
+            message=" ".join(p for p in (
+                f"{len(running)} of {count} replicas running; waiting for replica(s) "
+                f"{', '.join(map(str, waiting))} to start.", note) if p))
+
+    # -- delete -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _signal_groups(recs: Iterable[dict[str, Any]], sig: int) -> None:
+        for rec in recs:
+            try:
+                os.killpg(rec["pid"], sig)
+            except ProcessLookupError:
+                pass  # ended between our check and the signal: what we wanted
+
+    def _remove(self, folder: Path) -> None:
+        """Remove a job folder; rename first so `observe` never sees a half-deleted folder."""
+        trash = self.state_dir / f".trash-{folder.name}-{uuid.uuid4().hex[:8]}"
+        try:
+            os.rename(folder, trash)
+        except FileNotFoundError:
+            return
+        shutil.rmtree(trash, ignore_errors=True)
+
+    def _stop_orphans(self, name: str) -> None:
+        """Kill the groups of runners this object started for `name` whose folder vanished.
+
+        Without the manifest there is no record of a grace period in progress, so the groups
+        get SIGKILL at once; only processes this object started can be found this way.
+        """
+        procs = [p for _pid, (n, p) in self._children.items() if n == name]
+        for proc in procs:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + self.stop_wait_seconds
+        while procs and time.monotonic() < deadline:
+            procs = [p for p in procs if p.poll() is None]
+            if procs:
+                time.sleep(POLL_SECONDS)
+        self._reap()
+
+    def delete(self, job: JobView) -> bool:
+        """Stop every process of `job` and remove its folder (behaviours K5, K6).
+
+        The first call sends SIGTERM to each replica's process group and records when; once
+        `grace_seconds` have passed (in this call or a later one, even from a restarted
+        manager) the remaining groups get SIGKILL. Each call waits up to `stop_wait_seconds`
+        for them to end. Returns True only when no process of any replica group is alive and
+        the folder is gone; a job with no folder counts as done.
+
+        Raises:
+            BackendError: the manifest exists but cannot be read.
+        """
+        name = self.name_of(job)
+        folder = self.state_dir / name
+        with self._locked():
+            self._reap()
+            manifest = self._read_manifest(folder)
+            if manifest is None:
+                self._stop_orphans(name)
+                if any(n == name for n, _p in self._children.values()):
+                    return False
+                # A folder without a manifest never started a process (the manifest is
+                # written first), so removing it is all there is to do.
+                if folder.exists():
+                    self._remove(folder)
+                return True
+
+            recs = list(manifest["replicas"].values())
+            alive = [r for r in recs if _group_alive(_process_table(), r)]
+            if alive and manifest.get("deleting_since") is None:
+                manifest["deleting_since"] = time.time()
+                self._write_manifest(folder, manifest)
+                self._signal_groups(alive, signal.SIGTERM)
+            killed = False
+            deadline = time.monotonic() + self.stop_wait_seconds
+            while alive:
+                if not killed and time.time() - manifest["deleting_since"] >= self.grace_seconds:
+                    self._signal_groups(alive, signal.SIGKILL)
+                    killed = True
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(POLL_SECONDS)
+                self._reap()
+                table = _process_table()
+                alive = [r for r in alive if _group_alive(table, r)]
+            if alive:
+                return False
+            self._reap()  # runners seen dead above are zombies until collected here
+            self._remove(folder)
+            return True
+
+    # -- validate ---------------------------------------------------------------------------
+
+    def validate(self, task_spec: dict[str, Any]) -> dict[str, list[str]]:
+        """Return {}: any TaskSpec that passed `experiments.specs` runs locally.
+
+        `image` and the device fields cannot be honoured by a local process; that is reported
+        as a note on submit and in observed messages rather than refused, so the same
+        tasks.yaml runs locally and on a cluster.
+        """
+        return {}

@@ -1,0 +1,71 @@
+"""Run one replica of a local cluster job and record how it ended.
+
+Usage: `python local_runner.py <started-file> <exit-file> -- <argv...>`
+
+`LocalBackend` starts this script as the leader of a new session and process group; it runs
+the task's command as its child (same group, inherited stdio, environment and cwd), writes
+`<started-file>` once the command runs, waits for it and writes its exit code to `<exit-file>`.
+Both writes are atomic (temp file, fsync, rename), so a resource manager that restarts at any
+moment reads either nothing or a whole value. The runner exists because a restarted resource
+manager is no longer the parent of the command and could not learn its exit status otherwise.
+
+Standard library only and no Django: it starts in milliseconds and does not depend on settings.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+# Signals that ask the replica to stop; forwarded to the command so that killing only the runner
+# (not the whole group) does not leave the command orphaned.
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Write `text` to `path` so readers see the old file or the whole new one, never a part."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def exit_code_of(returncode: int) -> int:
+    """Map a Popen return code to a shell/container exit code: killed by signal N -> 128 + N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def main(argv: list[str]) -> int:
+    """Run the command after `--`, record start and exit code; return the command's exit code."""
+    if len(argv) < 4 or argv[2] != "--":
+        print("usage: local_runner.py STARTED_FILE EXIT_FILE -- ARGV...", file=sys.stderr)
+        return 2
+    started_file, exit_file, command = argv[0], argv[1], argv[3:]
+    try:
+        child = subprocess.Popen(command)
+    except OSError as exc:
+        # The command could not even start (e.g. no `sh`): that is the replica's failure, and
+        # 127 is what a shell reports for a command it cannot run.
+        print(f"falcon local runner: cannot start {command!r}: {exc}", file=sys.stderr)
+        write_atomic(exit_file, "127\n")
+        return 127
+
+    def forward(signum, _frame):
+        try:
+            child.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    for sig in FORWARDED:
+        signal.signal(sig, forward)
+    write_atomic(started_file, f"{child.pid}\n")
+    code = exit_code_of(child.wait())
+    write_atomic(exit_file, f"{code}\n")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
