@@ -1,0 +1,4 @@
+"""`python -m cli`: the same as the `falcon` console script."""
+from .main import main
+
+main()

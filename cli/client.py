@@ -1,0 +1,247 @@
+"""HTTP client of the Falcon API (architecture page, Contracts), with the session checks.
+
+Every authenticated request first asks the token provider for the token of THIS server; the
+provider checks the cached token's expiry (seed 000, 3.4.3: the CLI refuses to call with an
+expired token and asks for a new login). Redirects are never followed, so the
+`Authorization: Bearer` header cannot be carried to another host.
+
+Errors become `CLIError`s with one line and an `ExitCode` chosen from the response's stable
+`code` (house style, rule 6) or, when there is none, from the HTTP status: never from the text.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+import httpx
+
+from .errors import CLIError
+from .exit_codes import ExitCode
+
+USER_AGENT = "falcon-cli/0.1.0"
+CONNECT_TIMEOUT = 5.0  # seconds
+
+# The API's stable error codes (falcon_site/errors.py) and DRF's authentication codes.
+CODE_TO_EXIT: dict[str, ExitCode] = {
+    "not_found": ExitCode.NOT_FOUND,
+    "conflict": ExitCode.CONFLICT,
+    "invalid_transition": ExitCode.CONFLICT,
+    "transition_race": ExitCode.CONFLICT,
+    "invalid": ExitCode.INVALID,
+    "too_large": ExitCode.INVALID,
+    "permission_denied": ExitCode.AUTH,
+    "not_authenticated": ExitCode.AUTH,
+    "authentication_failed": ExitCode.AUTH,
+}
+
+STATUS_TO_EXIT: dict[int, ExitCode] = {
+    400: ExitCode.INVALID,
+    401: ExitCode.AUTH,
+    403: ExitCode.AUTH,
+    404: ExitCode.NOT_FOUND,
+    409: ExitCode.CONFLICT,
+    413: ExitCode.INVALID,
+    422: ExitCode.INVALID,
+}
+
+
+def _flatten_field_errors(value: Any, prefix: str, out: list[str]) -> None:
+    """Append `field: message` strings for a DRF error structure (dicts nest with dots)."""
+    if isinstance(value, Mapping):
+        for key, sub in value.items():
+            _flatten_field_errors(sub, f"{prefix}.{key}" if prefix else str(key), out)
+    elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        text = " ".join(value)
+        out.append(f"{prefix}: {text}" if prefix and prefix != "non_field_errors" else text)
+    elif isinstance(value, list):
+        for index, sub in enumerate(value):
+            if sub:
+                _flatten_field_errors(sub, f"{prefix}.{index}" if prefix else str(index), out)
+    else:
+        text = str(value)
+        out.append(f"{prefix}: {text}" if prefix and prefix != "non_field_errors" else text)
+
+
+def error_from_response(status: int, body: Any, *, url: str) -> CLIError:
+    """Turn an error answer into one `CLIError` line and exit code.
+
+    Args:
+        status: the HTTP status code.
+        body: the decoded JSON body (DRF: `{"detail": ..., "code": ...}` or
+            `{field: [messages], "code": ...}`), or None when the body was not JSON.
+        url: the request URL, named when the body says nothing useful.
+    """
+    code = body.get("code") if isinstance(body, dict) else None
+    exit_code = CODE_TO_EXIT.get(code) if isinstance(code, str) else None
+    if exit_code is None:
+        if status >= 500:
+            exit_code = ExitCode.ERROR
+        else:
+            exit_code = STATUS_TO_EXIT.get(status, ExitCode.ERROR)
+
+    message = ""
+    if isinstance(body, dict):
+        detail = body.get("detail")
+        if isinstance(detail, str):
+            message = detail
+        else:
+            fields = {k: v for k, v in body.items() if not (k == "code" and isinstance(v, str))}
+            parts: list[str] = []
+            _flatten_field_errors(fields, "", parts)
+            message = "; ".join(parts)
+    elif isinstance(body, list):
+        parts = []
+        _flatten_field_errors(body, "", parts)
+        message = "; ".join(parts)
+    if not message:
+        message = f"the server answered HTTP {status} to {url}"
+    if status >= 500:
+        message = f"the server failed (HTTP {status}): {message}"
+    if exit_code is ExitCode.AUTH and status == 401:
+        message = f"{message.rstrip('.')}; run `falcon auth login`"
+    return CLIError(message, exit_code)
+
+
+class FalconClient:
+    """Talk JSON over HTTP to one Falcon API server.
+
+    Args:
+        server: the normalized server URL (`credentials.normalize_server`).
+        token_provider: returns the bearer token for `server`, checking its expiry; it is called
+            before EACH authenticated request and raises `CLIError(AUTH)` to stop the request.
+        timeout: seconds a request may take (connecting: at most 5 s).
+        transport: an `httpx.BaseTransport` (tests), None for the network.
+    """
+
+    def __init__(self, server: str, *, token_provider: Callable[[], str] | None = None,
+                 timeout: float = 30.0, transport: Any = None):
+        self.server = server
+        self._token_provider = token_provider
+        self._http = httpx.Client(
+            base_url=server, transport=transport, follow_redirects=False,
+            timeout=httpx.Timeout(timeout, connect=min(CONNECT_TIMEOUT, timeout)),
+            headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
+        )
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    def __enter__(self) -> FalconClient:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def request(self, method: str, path: str, *, json: Any = None,
+                params: Any = None, authenticated: bool = True) -> Any:
+        """Send one request and return the decoded JSON body (None for 204).
+
+        Args:
+            method: `GET`, `POST`, `DELETE`.
+            path: the path under the server, e.g. `/api/v1/exps/12`.
+            json: the request body, sent as JSON when not None.
+            params: query parameters (a mapping or a list of pairs for repeated keys).
+            authenticated: send `Authorization: Bearer <token>` (checked first for expiry).
+
+        Raises:
+            CLIError: AUTH (no or expired session, 401/403), NOT_FOUND, CONFLICT, INVALID,
+                UNAVAILABLE (unreachable, timed out) or ERROR (5xx, malformed answer).
+        """
+        headers = {}
+        if authenticated:
+            if self._token_provider is None:
+                raise CLIError("this command needs a login; run `falcon auth login`",
+                               ExitCode.AUTH)
+            headers["Authorization"] = f"Bearer {self._token_provider()}"
+        url = f"{self.server}{path}"
+        try:
+            response = self._http.request(method, path, json=json, params=params,
+                                          headers=headers)
+        except httpx.TimeoutException:
+            raise CLIError(f"the Falcon server at {self.server} did not answer {method} {path} "
+                           "in time; check that it is healthy", ExitCode.UNAVAILABLE) from None
+        except httpx.ConnectError as exc:
+            reason = str(exc).split("] ")[-1] or type(exc).__name__
+            raise CLIError(f"cannot reach the Falcon server at {self.server} ({reason}); is it "
+                           "running? Start it (e.g. `python manage.py runlocal`) or point "
+                           "--server / FALCON_SERVER at it", ExitCode.UNAVAILABLE) from None
+        except httpx.HTTPError as exc:
+            raise CLIError(f"talking to the Falcon server at {self.server} failed "
+                           f"({type(exc).__name__}: {exc})", ExitCode.UNAVAILABLE) from None
+
+        if response.is_redirect:
+            raise CLIError(f"the server at {self.server} redirected {path} to "
+                           f"{response.headers.get('location', '?')}; point --server at the "
+                           "final URL (redirects are not followed, so the token stays with "
+                           "its server)", ExitCode.ERROR)
+        body: Any = None
+        if response.content:
+            try:
+                body = response.json()
+            except ValueError:
+                body = None
+        if response.is_success:
+            if response.status_code == 204:
+                return None
+            if body is None:
+                raise CLIError(f"the server at {self.server} answered {method} {path} with "
+                               "something that is not JSON; is --server a Falcon API server?",
+                               ExitCode.ERROR)
+            return body
+        raise error_from_response(response.status_code, body, url=url)
+
+    def paginate(self, path: str, *, params: list[tuple[str, str]],
+                 limit: int) -> Iterator[dict[str, Any]]:
+        """Yield up to `limit` items of a cursor-paginated list, following its `next` links.
+
+        Only the `next` link's query (the cursor) is used, always against `self.server`, so a
+        link naming another host never receives the token.
+
+        Args:
+            path: the list endpoint, e.g. `/api/v1/exps`.
+            params: the filter query as `(key, value)` pairs (repeated keys allowed).
+            limit: the most items to yield (>= 1).
+        """
+        seen = 0
+        query: list[tuple[str, str]] = list(params)
+        while True:
+            page = self.request("GET", path, params=query)
+            if not isinstance(page, dict) or not isinstance(page.get("results"), list):
+                raise CLIError(f"the server's answer to GET {path} is not a page of results",
+                               ExitCode.ERROR)
+            for item in page["results"]:
+                yield item
+                seen += 1
+                if seen >= limit:
+                    return
+            next_link = page.get("next")
+            if not next_link:
+                return
+            next_query = parse_qsl(urlsplit(next_link).query, keep_blank_values=True)
+            if next_query == query:  # a server bug would otherwise loop forever
+                return
+            query = next_query
+
+
+def open_client(env, server: str, *, authenticated: bool = True) -> FalconClient:
+    """Return a client for `server` wired to the environment's credentials, clock and transport.
+
+    Args:
+        env: the run's `cli.env.Environment`.
+        server: the server URL as the user gave it (normalized here).
+        authenticated: False for calls that need no session (login itself).
+
+    Raises:
+        CLIError(USAGE): `server` is not an http(s) URL.
+    """
+    from .credentials import CredentialStore, normalize_server, session_token_provider
+
+    server = normalize_server(server)
+    provider = None
+    if authenticated:
+        provider = session_token_provider(CredentialStore(env.credentials_dir), server,
+                                          clock=env.clock)
+    return FalconClient(server, token_provider=provider, timeout=env.http_timeout,
+                        transport=env.transport)

@@ -1,0 +1,103 @@
+"""The injectable environment of one `falcon` run (httpie's `httpie/context.py` idea).
+
+Commands never reach for `sys.stdout`, `os.environ`, the clock or the network directly: they get
+them from an `Environment`, so tests can capture output, move time and watch requests.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+DEFAULT_SERVER = "http://127.0.0.1:8000"
+PIPE_WIDTH = 200  # columns of tables written to a pipe or file
+DEFAULT_HTTP_TIMEOUT = 30.0  # seconds per request (read); connecting gets at most 5 s
+
+
+def default_config_dir(environ: Mapping[str, str]) -> Path:
+    """Return the config directory: `$FALCON_CONFIG_DIR`, else `~/.config/falcon`.
+
+    Args:
+        environ: the process environment (or a test's stand-in).
+    """
+    value = environ.get("FALCON_CONFIG_DIR")
+    if value:
+        return Path(value).expanduser()
+    return Path("~/.config/falcon").expanduser()
+
+
+@dataclass
+class Environment:
+    """What a command may touch outside itself.
+
+    Attributes:
+        environ: environment variables (`FALCON_CONFIG_DIR`, `FALCON_DEBUG`, ...).
+        config_dir: where the credentials file lives; None means `default_config_dir(environ)`.
+        stdout, stderr: text streams; None means the process's streams at the time of use (so
+            click's `CliRunner` captures them).
+        clock: wall-clock seconds since the epoch (token expiry checks).
+        monotonic: monotonic seconds (wait timeouts).
+        sleep: sleeps for a number of seconds (the `exp wait` poll interval).
+        transport: an `httpx.BaseTransport` to send requests through; None is the real network.
+        http_timeout: seconds a request may take before the server counts as unavailable.
+    """
+
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    config_dir: Path | None = None
+    stdout: IO[str] | None = None
+    stderr: IO[str] | None = None
+    clock: Callable[[], float] = time.time
+    monotonic: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    transport: Any = None
+    http_timeout: float = DEFAULT_HTTP_TIMEOUT
+    _consoles: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def out(self) -> IO[str]:
+        """The stream for results (stdout)."""
+        return self.stdout if self.stdout is not None else sys.stdout
+
+    @property
+    def err(self) -> IO[str]:
+        """The stream for errors and progress (stderr)."""
+        return self.stderr if self.stderr is not None else sys.stderr
+
+    @property
+    def credentials_dir(self) -> Path:
+        """The resolved config directory."""
+        return self.config_dir if self.config_dir is not None else default_config_dir(self.environ)
+
+    @property
+    def debug(self) -> bool:
+        """True when `FALCON_DEBUG` is set: unexpected errors then show their traceback."""
+        return self.environ.get("FALCON_DEBUG", "") not in ("", "0")
+
+    def console(self, *, stderr: bool = False):
+        """Return a `rich.console.Console` on stdout (or stderr); imports rich on first use."""
+        key = "err" if stderr else "out"
+        stream = self.err if stderr else self.out
+        cached = self._consoles.get(key)
+        if cached is None or cached.file is not stream:
+            from rich.console import Console
+
+            cached = Console(file=stream, highlight=False, soft_wrap=False)
+            if not cached.is_terminal:
+                # Piped output is for grep and logs: do not squeeze tables into 80 columns.
+                cached.width = int(self.environ.get("COLUMNS") or PIPE_WIDTH)
+            self._consoles[key] = cached
+        return cached
+
+    def print_err(self, line: str) -> None:
+        """Write one plain line to stderr (no markup, no wrapping)."""
+        self.err.write(line.rstrip("\n") + "\n")
+        self.err.flush()
+
+    def print_out(self, text: str) -> None:
+        """Write plain text to stdout, ending it with one newline."""
+        self.out.write(text.rstrip("\n") + "\n")
+        self.out.flush()

@@ -1,0 +1,18 @@
+"""The one exception type the commands raise to stop with a message and an exit code."""
+from __future__ import annotations
+
+from .exit_codes import ExitCode
+
+
+class CLIError(Exception):
+    """Stop the command: print `error: <message>` as one line on stderr and exit with `code`.
+
+    Args:
+        message: one line for a human, saying what went wrong and what to do.
+        code: the process exit status (`ExitCode`).
+    """
+
+    def __init__(self, message: str, code: ExitCode = ExitCode.ERROR):
+        super().__init__(message)
+        self.message = " ".join(message.split())  # one line, whatever the server sent
+        self.code = code

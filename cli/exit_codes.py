@@ -1,0 +1,39 @@
+"""Exit codes of the `falcon` command, one `IntEnum` for every command (house style, rule 10).
+
+Scripts branch on these numbers, so they are stable: never renumber, only add.
+
+| code | name        | meaning                                                                   |
+| ---- | ----------- | ------------------------------------------------------------------------- |
+| 0    | OK          | the command did what was asked (`exp wait`: the experiment Succeeded)     |
+| 1    | ERROR       | an unexpected failure: a 5xx answer, a malformed response, a cancelled    |
+|      |             | confirmation                                                              |
+| 2    | USAGE       | the command line or a local input file is wrong (click's own code for     |
+|      |             | usage errors; nothing was sent)                                           |
+| 3    | NOT_FOUND   | the experiment (or endpoint) does not exist (HTTP 404)                    |
+| 4    | CONFLICT    | the entity's state does not allow it, e.g. deleting a Running experiment  |
+|      |             | (HTTP 409)                                                                |
+| 5    | AUTH        | not logged in, the cached session expired, or the server refused the      |
+|      |             | token (HTTP 401/403): run `falcon auth login`                             |
+| 6    | EXP_FAILED  | `exp wait` / `exp create --wait`: the experiment ended Failed or Aborted  |
+| 7    | TIMEOUT     | `exp wait --timeout` elapsed before the experiment reached a final state  |
+| 8    | INVALID     | the server rejected the input (HTTP 400/413 field errors)                 |
+| 9    | UNAVAILABLE | the server could not be reached or did not answer in time                 |
+"""
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Process exit status of `falcon`; see the module docstring for each meaning."""
+
+    OK = 0
+    ERROR = 1
+    USAGE = 2
+    NOT_FOUND = 3
+    CONFLICT = 4
+    AUTH = 5
+    EXP_FAILED = 6
+    TIMEOUT = 7
+    INVALID = 8
+    UNAVAILABLE = 9

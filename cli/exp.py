@@ -1,0 +1,374 @@
+"""`falcon exp`: the seed's ExperimentService over HTTP (seed 000, 3.3.1 and 3.3.4).
+
+Only click is imported at module level; httpx, rich and yaml are imported inside the commands.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import rich_click as click
+
+from .errors import CLIError
+from .exit_codes import ExitCode
+from .options import output_option, pass_env, server_option
+
+EXPS = "/api/v1/exps"
+STATUSES = ("Created", "Running", "Succeeded", "Failed", "Aborting", "Aborted")
+TERMINAL = frozenset({"Succeeded", "Failed", "Aborted"})
+DEFAULT_INTERVAL = 2.0  # seconds between polls of `exp wait`
+PAGE_SIZE = 500  # rows per ListExps page: the server's maximum, so few round trips
+TASK_EXAMPLE = "main: {command: 'python run.py', replica: 1}"
+
+
+def _read_bytes(path: str, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise CLIError(f"{what} {path}: no such file", ExitCode.USAGE) from None
+    except IsADirectoryError:
+        raise CLIError(f"{what} {path}: is a directory, not a file", ExitCode.USAGE) from None
+    except OSError as exc:
+        raise CLIError(f"{what} {path}: cannot be read ({exc.strerror})", ExitCode.USAGE) from None
+
+
+def _decode(data: bytes, path: str, what: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CLIError(f"{what} {path} is not UTF-8 text (byte 0x{data[exc.start]:02x} at "
+                       f"offset {exc.start}); save it as UTF-8", ExitCode.USAGE) from None
+
+
+def _json_problem(value: Any, path: str) -> str | None:
+    """Return where `value` holds something JSON cannot carry (a date, a set...), or None."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return None
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            if not isinstance(key, str):
+                return f"key {key!r} under {path or 'the top level'} must be a string; quote it"
+            problem = _json_problem(sub, f"{path}.{key}" if path else key)
+            if problem:
+                return problem
+        return None
+    if isinstance(value, list):
+        for index, sub in enumerate(value):
+            problem = _json_problem(sub, f"{path}[{index}]")
+            if problem:
+                return problem
+        return None
+    return f"{path} is a YAML {type(value).__name__}, which cannot be sent; quote it as a string"
+
+
+def read_tasks_file(path: str) -> dict[str, dict[str, Any]]:
+    """Read the `--role-to-task-spec` file: YAML mapping each role to its TaskSpec (seed 3.3.4).
+
+    Only the shape is checked here (a non-empty mapping of role name -> mapping); the fields of
+    each TaskSpec are checked by the server, which names the field that is wrong.
+
+    Args:
+        path: the YAML file, e.g. `./tasks.yaml` with `main: {command: ..., replica: 1}`.
+
+    Returns:
+        `{role: {field: value}}`, ready to send as JSON.
+
+    Raises:
+        CLIError(USAGE): the file is missing, not UTF-8, not YAML, or not that shape.
+    """
+    import yaml
+
+    what = "tasks file"
+    text = _decode(_read_bytes(path, what), path, what)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise CLIError(f"{what} {path} is not valid YAML{where}: {problem}",
+                       ExitCode.USAGE) from None
+    if data is None or data == {}:
+        raise CLIError(f"{what} {path} is empty: it must map each role name to a task spec, "
+                       f"e.g. {TASK_EXAMPLE}", ExitCode.USAGE)
+    if not isinstance(data, dict):
+        raise CLIError(f"{what} {path} must be a mapping of role name to task spec (e.g. "
+                       f"{TASK_EXAMPLE}); it is a YAML {_yaml_kind(data)}", ExitCode.USAGE)
+    for role, spec in data.items():
+        if not isinstance(role, str):
+            raise CLIError(f"{what} {path}: role name {role!r} must be a string",
+                           ExitCode.USAGE)
+        if not isinstance(spec, dict):
+            raise CLIError(f"{what} {path}: role {role!r} must be a mapping of task spec fields "
+                           f"(command, replica, image, ...); it is a YAML {_yaml_kind(spec)}",
+                           ExitCode.USAGE)
+    problem = _json_problem(data, "")
+    if problem:
+        raise CLIError(f"{what} {path}: {problem}", ExitCode.USAGE)
+    return data
+
+
+def _yaml_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "list"
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return type(value).__name__
+
+
+def read_config_file(path: str) -> str:
+    """Read the `--config` file as UTF-8 text, byte for byte (no newline translation).
+
+    The text is sent unparsed, stored verbatim and injected as CUSTOM_CONFIG_KEY (seed 3.3.4).
+
+    Raises:
+        CLIError(USAGE): the file is missing, unreadable or not UTF-8.
+    """
+    what = "config file"
+    return _decode(_read_bytes(path, what), path, what)
+
+
+@click.group("exp")
+def exp_group() -> None:
+    """Create, inspect, abort, delete and wait for experiments."""
+
+
+@exp_group.command("create")
+@click.option("--name", required=True, help="Experiment name, e.g. model-profiling-001.")
+@click.option("--cluster", "cluster_name", required=True, help="Cluster to run on.")
+@click.option("--type", "exp_type", required=True, help="Experiment type, e.g. profiling.")
+@click.option("--role-to-task-spec", "tasks_file", required=True, metavar="FILE",
+              help="YAML file mapping each role to its task spec (command, replica, image, "
+                   "device_count, device_type, device_topo, envs).")
+@click.option("--config", "config_file", metavar="FILE",
+              help="Config file sent as text, unparsed; stored verbatim and given to every "
+                   "task as CUSTOM_CONFIG_KEY.")
+@click.option("--priority", type=int, default=-1, show_default=True, help="Scheduling priority.")
+@click.option("--wait", is_flag=True, help="Wait until the experiment ends (see `exp wait`).")
+@output_option
+@server_option
+@pass_env
+def create(env, name: str, cluster_name: str, exp_type: str, tasks_file: str,
+           config_file: str | None, priority: int, wait: bool, output: str, server: str) -> None:
+    """Create an experiment (CreateExp): one job per role, and its artifact."""
+    from . import output as out
+    from .client import open_client
+
+    # Read and check both files before anything is sent.
+    body = {"name": name, "cluster_name": cluster_name, "exp_type": exp_type,
+            "role_to_task_spec": read_tasks_file(tasks_file),
+            "config": read_config_file(config_file) if config_file else "",
+            "priority": priority}
+    with open_client(env, server) as client:
+        exp = client.request("POST", EXPS, json=body)
+        if not wait:
+            out.emit(env, exp, output, out.exp_detail)
+            return
+        if output == "table":
+            env.print_out(f"created experiment {exp['id']} ({exp['name']})")
+        wait_for(env, client, exp["id"], interval=DEFAULT_INTERVAL, timeout=None, output=output)
+
+
+@exp_group.command("get")
+@click.argument("exp_id", type=int, metavar="ID")
+@output_option
+@server_option
+@pass_env
+def get(env, exp_id: int, output: str, server: str) -> None:
+    """Show one experiment (GetExp) with its jobs, artifact and config."""
+    from . import output as out
+    from .client import open_client
+
+    with open_client(env, server) as client:
+        exp = client.request("GET", f"{EXPS}/{exp_id}")
+    out.emit(env, exp, output, out.exp_detail)
+
+
+@exp_group.command("list")
+@click.option("--status", "statuses", multiple=True,
+              type=click.Choice(STATUSES, case_sensitive=False),
+              help="Only these statuses (repeatable).")
+@click.option("--type", "exp_type", help="Only this experiment type.")
+@click.option("--cluster", "cluster_name", help="Only this cluster.")
+@click.option("--creator", help="Only experiments of this creator (email or user id).")
+@click.option("--search", help="Only names containing this text.")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True,
+              help="At most this many rows, newest first (pages are followed).")
+@output_option
+@server_option
+@pass_env
+def list_(env, statuses: tuple[str, ...], exp_type: str | None, cluster_name: str | None,
+          creator: str | None, search: str | None, limit: int, output: str,
+          server: str) -> None:
+    """List experiments (ListExps), newest first."""
+    from . import output as out
+    from .client import open_client
+
+    params: list[tuple[str, str]] = [("status", s) for s in statuses]
+    for key, value in (("exp_type", exp_type), ("cluster_name", cluster_name),
+                       ("creator", creator), ("search", search)):
+        if value:
+            params.append((key, value))
+    params.append(("page_size", str(min(limit, PAGE_SIZE))))
+    with open_client(env, server) as client:
+        exps = list(client.paginate(EXPS, params=params, limit=limit))
+    out.emit(env, exps, output, out.exp_list_table)
+
+
+
+@exp_group.command("abort")
+@click.argument("exp_id", type=int, metavar="ID")
+@output_option
+@server_option
+@pass_env
+def abort(env, exp_id: int, output: str, server: str) -> None:
+    """Abort an experiment (AbortExp); repeating it is harmless."""
+    from . import output as out
+    from .client import open_client
+
+    with open_client(env, server) as client:
+        exp = client.request("POST", f"{EXPS}/{exp_id}/abort")
+    if output == "table":
+        env.print_out(f"experiment {exp['id']} ({exp['name']}) is {exp['status']}")
+    else:
+        out.emit(env, exp, output, out.exp_detail)
+
+
+@exp_group.command("delete")
+@click.argument("exp_id", type=int, metavar="ID")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@server_option
+@pass_env
+def delete(env, exp_id: int, yes: bool, server: str) -> None:
+    """Delete a finished experiment (DeleteExp) with its jobs and artifact record."""
+    from .client import open_client
+
+    with open_client(env, server) as client:
+        if not yes:
+            exp = client.request("GET", f"{EXPS}/{exp_id}")
+            try:
+                confirmed = click.confirm(f"Delete experiment {exp_id} ({exp['name']}, "
+                                          f"{exp['status']})?", default=False, err=True)
+            except click.exceptions.Abort:  # end of input or Ctrl-C at the prompt
+                env.print_err("")
+                confirmed = False
+            if not confirmed:
+                raise CLIError(f"experiment {exp_id} was not deleted (pass --yes to delete "
+                               "without a prompt)", ExitCode.ERROR)
+        client.request("DELETE", f"{EXPS}/{exp_id}")
+    env.print_out(f"deleted experiment {exp_id}")
+
+
+@exp_group.command("wait")
+@click.argument("exp_id", type=int, metavar="ID")
+@click.option("--interval", type=click.FloatRange(min=0.1), default=DEFAULT_INTERVAL,
+              show_default=True, help="Seconds between two polls.")
+@click.option("--timeout", type=click.FloatRange(min=0), default=None,
+              help="Give up after this many seconds (exit code 7). Default: wait forever.")
+@output_option
+@server_option
+@pass_env
+def wait(env, exp_id: int, interval: float, timeout: float | None, output: str,
+         server: str) -> None:
+    """Show an experiment's status live until it Succeeded, Failed or was Aborted.
+
+    Exit code 0 only when it Succeeded; 6 when it Failed or was Aborted; 7 on --timeout.
+    """
+    from .client import open_client
+
+    with open_client(env, server) as client:
+        wait_for(env, client, exp_id, interval=interval, timeout=timeout, output=output)
+
+
+def _fingerprint(exp: dict[str, Any]) -> tuple:
+    jobs = tuple((j.get("role"), j.get("status")) for j in exp.get("jobs") or [])
+    artifact = (exp.get("artifact") or {}).get("status")
+    return exp.get("status"), jobs, artifact
+
+
+def _status_line(exp: dict[str, Any], elapsed: float) -> str:
+    from .output import duration
+
+    jobs = " ".join(f"{j.get('role')}:{j.get('status')}" for j in exp.get("jobs") or [])
+    artifact = (exp.get("artifact") or {}).get("status", "-")
+    return (f"[{duration(elapsed)}] experiment {exp.get('id')} {exp.get('status')}"
+            f" (jobs {jobs or '-'}; artifact {artifact})")
+
+
+def wait_for(env, client, exp_id: int, *, interval: float, timeout: float | None,
+             output: str) -> None:
+    """Poll GetExp until the experiment is terminal, showing its progress.
+
+    On a terminal console the view is a live `rich` display; otherwise one line is printed per
+    change of the experiment's, a job's or the artifact's status. The progress goes to stdout for
+    `table` and to stderr for `json`/`yaml`, whose stdout holds only the final experiment.
+
+    Args:
+        env: the run's `Environment` (its `sleep` and `monotonic` pace the loop).
+        client: a `FalconClient` for the server.
+        exp_id: the experiment's id.
+        interval: seconds between polls.
+        timeout: seconds before giving up, or None to wait forever.
+        output: `table`, `json` or `yaml`.
+
+    Raises:
+        CLIError: EXP_FAILED when it ends Failed or Aborted, TIMEOUT when `timeout` elapses,
+            or any error of the request (AUTH when the session expires meanwhile).
+    """
+    from rich.live import Live
+
+    from . import output as out
+
+    console = env.console(stderr=output != "table")
+    start = env.monotonic()
+    exp = client.request("GET", f"{EXPS}/{exp_id}")
+
+    class _View:  # re-rendered on each refresh, so the elapsed time keeps ticking
+        def __rich__(self):
+            return out.exp_progress(exp, env.monotonic() - start)
+
+    live = Live(_View(), console=console, refresh_per_second=4, transient=False,
+                auto_refresh=True) if console.is_terminal else None
+    last = None
+    try:
+        if live is not None:
+            live.start()
+        while True:
+            if live is None and _fingerprint(exp) != last:
+                last = _fingerprint(exp)
+                console.file.write(_status_line(exp, env.monotonic() - start) + "\n")
+                console.file.flush()
+            if exp.get("status") in TERMINAL:
+                break
+            now = env.monotonic()
+            if timeout is not None and now - start >= timeout:
+                raise CLIError(f"gave up waiting for experiment {exp_id} after "
+                               f"{out.duration(now - start)}; it is still {exp.get('status')}",
+                               ExitCode.TIMEOUT)
+            delay = interval if timeout is None else min(interval, start + timeout - now)
+            env.sleep(max(delay, 0.0))
+            exp = client.request("GET", f"{EXPS}/{exp_id}")
+            if live is not None:
+                live.refresh()
+    finally:
+        if live is not None:
+            live.stop()
+
+    if output != "table":
+        out.emit(env, exp, output, out.exp_detail)
+    status = exp.get("status")
+    if status != "Succeeded":
+        detail = ": ".join(str(v) for v in (exp.get("reason"), exp.get("message")) if v)
+        raise CLIError(f"experiment {exp_id} ended {status}" + (f" ({detail})" if detail else ""),
+                       ExitCode.EXP_FAILED)
+    if output == "table":
+        env.print_out(f"experiment {exp_id} Succeeded")
+
+
+__all__ = ["exp_group", "read_config_file", "read_tasks_file", "wait_for"]
