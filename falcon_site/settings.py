@@ -35,22 +35,35 @@ def env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
 
-def _secret_key() -> str:
-    """Return `DJANGO_SECRET_KEY`, or a random key kept under `var/` for the local mode."""
-    key = os.environ.get("DJANGO_SECRET_KEY")
-    if key:
-        return key
-    path = VAR_DIR / "django-secret-key"
+def read_or_create_secret(path: Path) -> str:
+    """Return the secret kept in `path`, creating a random one (mode 0600) on first use.
+
+    Written whole to a temporary file, then hard-linked into place: a process starting at the
+    same time never reads a half-written secret, and the loser of the race uses the winner's.
+    """
     try:
         return path.read_text().strip()
     except FileNotFoundError:
-        from django.utils.crypto import get_random_string
+        pass
+    import secrets
 
-        key = get_random_string(64)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(key)
-        return key
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(secrets.token_urlsafe(48))
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path.read_text().strip()
+
+
+def _secret_key() -> str:
+    """Return `DJANGO_SECRET_KEY`, or a random key kept under `var/` for the local mode."""
+    return os.environ.get("DJANGO_SECRET_KEY") or read_or_create_secret(
+        VAR_DIR / "django-secret-key")
 
 
 SECRET_KEY = _secret_key()
@@ -185,26 +198,7 @@ def _internal_token() -> str:
         return token
     if FALCON_AUTH_MODE != "local":
         return ""
-    path = VAR_DIR / "internal-token"
-    try:
-        return path.read_text().strip()
-    except FileNotFoundError:
-        pass
-    import secrets
-
-    # Written whole to a temporary file, then hard-linked into place: a process starting at the
-    # same time never reads a half-written token, and the loser of the race uses the winner's.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(secrets.token_urlsafe(48))
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        pass
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path.read_text().strip()
+    return read_or_create_secret(VAR_DIR / "internal-token")
 
 
 # gRPC API (architecture page, Processes): where `manage.py rungrpc` listens, where controllers

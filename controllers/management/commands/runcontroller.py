@@ -8,27 +8,25 @@ from django.core.management.base import BaseCommand, CommandError
 
 
 def _is_transient(exc: BaseException) -> bool:
-    """API-server outages are transient; anything else is a bug and stops the process."""
-    import grpc
-
-    return isinstance(exc, grpc.RpcError) and exc.code() in (
-        grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    """API-server outages (UNAVAILABLE, DEADLINE_EXCEEDED) are transient; anything else is a
+    bug and stops the process, so its supervisor restarts it."""
+    return bool(getattr(exc, "retryable", False))
 
 
 def build_exp_controller(options):
     from artifacts.store import store_for
 
-    from ..exp_controller import ExpController
-    from ..grpc_client import GrpcFalconAPI
+    from controllers.exp_controller import ExpController
+    from controllers.grpc_client import GrpcFalconAPI
 
     return ExpController(GrpcFalconAPI.from_settings(),
                          has_files=lambda url: store_for(url).has_files(url))
 
 
 def build_resource_manager(options):
-    from ..clusters import load_backends
-    from ..grpc_client import GrpcFalconAPI
-    from ..resource_manager import ResourceManager
+    from controllers.clusters import load_backends
+    from controllers.grpc_client import GrpcFalconAPI
+    from controllers.resource_manager import ResourceManager
 
     return ResourceManager(GrpcFalconAPI.from_settings(), load_backends(options["clusters"]),
                            pending_timeout=settings.FALCON_PENDING_TIMEOUT_SECONDS)
@@ -50,7 +48,7 @@ class Command(BaseCommand):
                             help="resources: serve this cluster (repeatable; default all).")
 
     def handle(self, *args, **options):
-        from ..runner import install_stop_handlers, run_loop
+        from controllers.runner import install_stop_handlers, run_loop
 
         try:
             controller = REGISTRY[options["name"]](options)

@@ -1,0 +1,1 @@
+"""ArtifactService over gRPC (falcon.v1): thin servicer and message mappers."""

@@ -1,0 +1,62 @@
+"""ArtifactService (falcon.v1): parse the request, call the service or selector, map the result.
+
+No business rules here: they are in `artifacts.services` / `artifacts.selectors`. Domain errors
+propagate to `falcon_site.grpc.interceptors`, which maps them to gRPC status codes once.
+"""
+from __future__ import annotations
+
+from experiments.models import ExpStatus
+from falcon_site.grpc.gen.falcon.v1 import artifact_pb2, artifact_pb2_grpc
+from falcon_site.grpc.mappers import list_filters, optional, require_choice, require_id
+from falcon_site.grpc.paging import keyset_page
+
+from .. import selectors, services
+from ..models import ArtifactStatus
+from .mappers import artifact_to_item
+
+
+class ArtifactServicer(artifact_pb2_grpc.ArtifactServiceServicer):
+    """The seed's ArtifactService (seed 000, 3.3.1 and 3.5) over the service layer."""
+
+    def CreateArtifact(self, request, context):
+        """CreateArtifact -> `services.artifact_create` (open experiments without one)."""
+        artifact = services.artifact_create(exp_id=require_id(request.exp_id, "exp_id"),
+                                            path=request.path,
+                                            artifact_type=request.artifact_type)
+        return artifact_pb2.ArtifactCommonResp(artifact=artifact_to_item(artifact), changed=True,
+                                               id=artifact.pk)
+
+    def UpdateArtifactStatus(self, request, context):
+        """UpdateArtifactStatus -> `services.artifact_update_status` (guarded transition)."""
+        artifact_id = require_id(request.id)
+        expected = optional(request, "expected")
+        artifact, changed = services.artifact_update_status(
+            artifact_id=artifact_id,
+            status=require_choice(request.status, "status", ArtifactStatus.values),
+            reason=optional(request, "reason"), message=optional(request, "message"),
+            expected=None if expected is None else require_choice(expected, "expected",
+                                                                  ArtifactStatus.values))
+        return artifact_pb2.ArtifactCommonResp(artifact=artifact_to_item(artifact),
+                                               changed=changed, id=artifact.pk)
+
+    def GetArtifact(self, request, context):
+        """GetArtifact -> `selectors.artifact_get`."""
+        return artifact_to_item(selectors.artifact_get(artifact_id=require_id(request.id)))
+
+    def ListArtifacts(self, request, context):
+        """ListArtifacts -> `selectors.artifact_list`, one keyset page."""
+        filters = list_filters(request, rpc="ListArtifacts",
+                               supported=("statuses", "exp_statuses", "cluster_names",
+                                          "exp_types", "ids", "exp_ids"),
+                               status_choices=ArtifactStatus.values,
+                               exp_status_choices=ExpStatus.values)
+        page = keyset_page(selectors.artifact_list(**filters), page_size=request.page_size,
+                           page_token=request.page_token, to_message=artifact_to_item)
+        return artifact_pb2.ListArtifactsResp(artifacts=page.items,
+                                              next_page_token=page.next_page_token)
+
+    def DeleteArtifact(self, request, context):
+        """DeleteArtifact -> `services.artifact_delete` (terminal artifacts only)."""
+        artifact_id = require_id(request.id)
+        services.artifact_delete(artifact_id=artifact_id)
+        return artifact_pb2.ArtifactCommonResp(changed=True, id=artifact_id)

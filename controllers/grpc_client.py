@@ -1,0 +1,232 @@
+"""`FalconAPI` over gRPC: what the controllers use to reach the API server (seed 000, 3.6).
+
+Controllers never touch the database; every read and write goes through the falcon.v1 services.
+This client turns messages into the frozen views of `controllers.api` and failed calls back into
+the `FalconError` subclasses the server raised (`falcon_site.grpc.errors.error_from_rpc_error`):
+NotFound, ValidationFailed, Conflict, InvalidTransition, TransitionRace, ..., and
+`ApiUnavailable` (retryable) / `ApiCallFailed` / `Unauthenticated` for transport failures.
+
+Every call has a deadline (`timeout` seconds). List calls follow `next_page_token` to the end;
+each page has its own deadline. No Django import is needed except in `from_settings()`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+
+import grpc
+
+from falcon_site.grpc.channel import CHANNEL_OPTIONS, auth_metadata
+from falcon_site.grpc.errors import error_from_rpc_error
+from falcon_site.grpc.gen.falcon.v1 import (
+    artifact_pb2, artifact_pb2_grpc, common_pb2, experiment_pb2, experiment_pb2_grpc, job_pb2,
+    job_pb2_grpc,
+)
+
+from .api import ArtifactView, ExpView, JobView, ListFilter
+
+V = TypeVar("V")
+
+# ListFilter.extra keys this transport understands.
+_EXTRA_KEYS = frozenset({"page_size"})
+
+
+def _dt(message: Any, field: str) -> datetime | None:
+    if not message.HasField(field):
+        return None
+    return getattr(message, field).ToDatetime(tzinfo=timezone.utc)
+
+
+def _view(cls: type[V], **values: Any) -> V:
+    """Build a view dataclass from the values it declares (the views may gain fields)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{key: value for key, value in values.items() if key in names})
+
+
+def exp_view(item: experiment_pb2.ExpItem) -> ExpView:
+    """Return the `ExpView` of a `falcon.v1.ExpItem`."""
+    return _view(ExpView, id=item.id, name=item.name, status=item.status,
+                 cluster_name=item.cluster_name, exp_type=item.exp_type,
+                 artifact_path=item.artifact_path, reason=item.reason, message=item.message,
+                 created_at=_dt(item, "created_at"), updated_at=_dt(item, "updated_at"),
+                 started_at=_dt(item, "started_at"), finished_at=_dt(item, "finished_at"),
+                 aborting_at=_dt(item, "aborting_at"), aborted_at=_dt(item, "aborted_at"))
+
+
+def job_view(item: job_pb2.JobItem) -> JobView:
+    """Return the `JobView` of a `falcon.v1.JobItem` (task_spec parsed from its JSON)."""
+    return _view(JobView, id=item.id, exp_id=item.exp_id, exp_name=item.exp_name,
+                 exp_status=item.exp_status, role=item.role, cluster_name=item.cluster_name,
+                 exp_type=item.exp_type,
+                 task_spec=json.loads(item.task_spec_json) if item.task_spec_json else {},
+                 artifact_path=item.artifact_path, config=item.exp_config, status=item.status,
+                 reason=item.reason, message=item.message,
+                 cluster_job_name=item.cluster_job_name, priority=item.priority,
+                 created_at=_dt(item, "created_at"), updated_at=_dt(item, "updated_at"),
+                 started_at=_dt(item, "started_at"), finished_at=_dt(item, "finished_at"),
+                 aborting_at=_dt(item, "aborting_at"), aborted_at=_dt(item, "aborted_at"))
+
+
+def artifact_view(item: artifact_pb2.ArtifactItem) -> ArtifactView:
+    """Return the `ArtifactView` of a `falcon.v1.ArtifactItem`."""
+    return _view(ArtifactView, id=item.id, exp_id=item.exp_id, path=item.path,
+                 artifact_type=item.artifact_type, status=item.status, reason=item.reason,
+                 message=item.message, created_at=_dt(item, "created_at"),
+                 updated_at=_dt(item, "updated_at"), finished_at=_dt(item, "finished_at"))
+
+
+def list_request(flt: ListFilter) -> common_pb2.CommonListReq:
+    """Return the `CommonListReq` of a `ListFilter` (first page).
+
+    Raises:
+        ValueError: `flt.extra` holds a key the gRPC API does not know (only `page_size`).
+    """
+    unknown = set(flt.extra) - _EXTRA_KEYS
+    if unknown:
+        raise ValueError(f"ListFilter.extra keys {sorted(unknown)} are not filters of the gRPC "
+                         f"API; it knows {sorted(_EXTRA_KEYS)}")
+    request = common_pb2.CommonListReq(
+        statuses=flt.statuses, exp_statuses=flt.exp_statuses, cluster_names=flt.cluster_names,
+        exp_types=flt.exp_types, ids=flt.ids, exp_ids=flt.exp_ids,
+        page_size=int(flt.extra.get("page_size", 0)))
+    if flt.updated_since is not None:
+        request.updated_since.FromDatetime(flt.updated_since.astimezone(timezone.utc)
+                                           if flt.updated_since.tzinfo else flt.updated_since)
+    return request
+
+
+class GrpcFalconAPI:
+    """The `controllers.api.FalconAPI` contract over the falcon.v1 gRPC services.
+
+    Args:
+        target: the API server's `host:port` (a gRPC target string).
+        token: the internal service token (`FALCON_INTERNAL_TOKEN`) or a user JWT, sent as
+            `authorization: Bearer <token>` on every call.
+        timeout: the deadline of every call (each page of a list), in seconds.
+        channel: an existing channel to use instead of opening one to `target` (tests,
+            TLS set up by the caller); it is then not closed by `close()`.
+
+    Raises:
+        ValueError: `token` is empty or `timeout` is not positive.
+    """
+
+    def __init__(self, target: str, token: str, timeout: float = 10.0, *,
+                 channel: grpc.Channel | None = None):
+        if not token:
+            raise ValueError("a token is required: set FALCON_INTERNAL_TOKEN")
+        if timeout <= 0:
+            raise ValueError(f"timeout must be positive seconds; got {timeout}")
+        self.target = target
+        self.timeout = timeout
+        self._metadata = auth_metadata(token)
+        self._owns_channel = channel is None
+        self._channel = channel or grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
+        self.exps = experiment_pb2_grpc.ExperimentServiceStub(self._channel)
+        self.jobs = job_pb2_grpc.JobServiceStub(self._channel)
+        self.artifacts = artifact_pb2_grpc.ArtifactServiceStub(self._channel)
+
+    @classmethod
+    def from_settings(cls, timeout: float = 10.0) -> GrpcFalconAPI:
+        """Build a client from Django settings `FALCON_GRPC_TARGET` and `FALCON_INTERNAL_TOKEN`.
+
+        Raises:
+            django.core.exceptions.ImproperlyConfigured: `FALCON_INTERNAL_TOKEN` is empty.
+        """
+        from django.conf import settings
+        from django.core.exceptions import ImproperlyConfigured
+
+        token = getattr(settings, "FALCON_INTERNAL_TOKEN", "")
+        if not token:
+            raise ImproperlyConfigured("FALCON_INTERNAL_TOKEN is empty: controllers need the "
+                                       "API server's internal token to call its gRPC API.")
+        target = getattr(settings, "FALCON_GRPC_TARGET", "") or "127.0.0.1:50051"
+        return cls(target, token, timeout)
+
+    def close(self) -> None:
+        """Close the channel if this client opened it."""
+        if self._owns_channel:
+            self._channel.close()
+
+    def __enter__(self) -> GrpcFalconAPI:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def call(self, method: Callable, request: Any) -> Any:
+        """Call one stub method with the deadline and credentials.
+
+        Raises:
+            FalconError: the subclass the server's error maps back to.
+        """
+        try:
+            return method(request, timeout=self.timeout, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise error_from_rpc_error(exc) from None
+
+    def _list_all(self, method: Callable, flt: ListFilter, items: str,
+                  to_view: Callable[[Any], V]) -> list[V]:
+        request = list_request(flt)
+        out: list[V] = []
+        while True:
+            response = self.call(method, request)
+            out.extend(to_view(item) for item in getattr(response, items))
+            if not response.next_page_token:
+                return out
+            request.page_token = response.next_page_token
+
+    # -- FalconAPI -------------------------------------------------------------------------
+
+    def list_exps(self, flt: ListFilter) -> list[ExpView]:
+        """ListExps, every page. Raises `ValidationFailed` for exp_statuses / exp_ids."""
+        return self._list_all(self.exps.ListExps, flt, "exps", exp_view)
+
+    def list_jobs(self, flt: ListFilter) -> list[JobView]:
+        """ListJobs, every page (each job carries its experiment's name, status, config)."""
+        return self._list_all(self.jobs.ListJobs, flt, "jobs", job_view)
+
+    def list_artifacts(self, flt: ListFilter) -> list[ArtifactView]:
+        """ListArtifacts, every page."""
+        return self._list_all(self.artifacts.ListArtifacts, flt, "artifacts", artifact_view)
+
+    def update_exp_status(self, *, exp_id: int, status: str, reason: str | None = None,
+                          message: str | None = None) -> ExpView:
+        """UpdateExpStatus; None leaves reason/message unchanged.
+
+        Raises:
+            NotFound, InvalidTransition, ValidationFailed, ApiCallFailed: as the server says.
+        """
+        request = experiment_pb2.UpdateExpStatusReq(id=exp_id, status=status, reason=reason,
+                                                    message=message)
+        return exp_view(self.call(self.exps.UpdateExpStatus, request).exp)
+
+    def update_job_status(self, *, job_id: int, status: str, reason: str | None = None,
+                          message: str | None = None,
+                          cluster_job_name: str | None = None) -> JobView:
+        """UpdateJobStatus; None leaves reason/message/cluster_job_name unchanged.
+
+        Raises:
+            NotFound, InvalidTransition, ValidationFailed, ApiCallFailed: as the server says.
+        """
+        request = job_pb2.UpdateJobStatusReq(id=job_id, status=status, reason=reason,
+                                             message=message, cluster_job_name=cluster_job_name)
+        return job_view(self.call(self.jobs.UpdateJobStatus, request).job)
+
+    def update_artifact_status(self, *, artifact_id: int, status: str, reason: str | None = None,
+                               message: str | None = None) -> ArtifactView:
+        """UpdateArtifactStatus; None leaves reason/message unchanged.
+
+        Raises:
+            NotFound, InvalidTransition, ValidationFailed, ApiCallFailed: as the server says.
+        """
+        request = artifact_pb2.UpdateArtifactStatusReq(id=artifact_id, status=status,
+                                                       reason=reason, message=message)
+        return artifact_view(self.call(self.artifacts.UpdateArtifactStatus, request).artifact)
+
+
+def from_settings(timeout: float = 10.0) -> GrpcFalconAPI:
+    """Return `GrpcFalconAPI.from_settings(timeout)` (FALCON_GRPC_TARGET, FALCON_INTERNAL_TOKEN)."""
+    return GrpcFalconAPI.from_settings(timeout)

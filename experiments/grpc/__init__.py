@@ -1,0 +1,1 @@
+"""ExperimentService over gRPC (falcon.v1): thin servicer and message mappers."""

@@ -1,0 +1,72 @@
+"""ExperimentService (falcon.v1): parse the request, call the service or selector, map the result.
+
+No business rules here: they are in `experiments.services` / `experiments.selectors`, which the
+HTTP views call too. Domain errors propagate to `falcon_site.grpc.interceptors`, which maps them
+to gRPC status codes once.
+"""
+from __future__ import annotations
+
+from falcon_site.grpc.auth import creator_for, current_principal
+from falcon_site.grpc.gen.falcon.v1 import experiment_pb2, experiment_pb2_grpc
+from falcon_site.grpc.mappers import json_value, list_filters, optional, require_choice, require_id
+from falcon_site.grpc.paging import keyset_page
+
+from .. import selectors, services
+from ..models import ExpStatus
+from .mappers import exp_to_item
+
+
+def _detail(exp_id: int) -> experiment_pb2.ExpItem:
+    return exp_to_item(selectors.exp_get(exp_id=exp_id))
+
+
+class ExperimentServicer(experiment_pb2_grpc.ExperimentServiceServicer):
+    """The seed's ExperimentService (seed 000, 3.3.1 and 3.5) over the service layer."""
+
+    def CreateExp(self, request, context):
+        """CreateExp -> `services.exp_create`; creator from the caller (`auth.creator_for`)."""
+        creator = creator_for(current_principal(), request.creator_email)
+        exp = services.exp_create(
+            creator=creator, name=request.name, cluster_name=request.cluster_name,
+            exp_type=request.exp_type,
+            role_to_task_spec=json_value(request.role_to_task_spec_json,
+                                         "role_to_task_spec_json"),
+            config=request.config, priority=optional(request, "priority"))
+        return experiment_pb2.ExpCommonResp(exp=_detail(exp.pk), changed=True, id=exp.pk)
+
+    def UpdateExpStatus(self, request, context):
+        """UpdateExpStatus -> `services.exp_update_status` (guarded transition)."""
+        exp_id = require_id(request.id)
+        expected = optional(request, "expected")
+        exp, changed = services.exp_update_status(
+            exp_id=exp_id, status=require_choice(request.status, "status", ExpStatus.values),
+            reason=optional(request, "reason"), message=optional(request, "message"),
+            expected=None if expected is None else require_choice(expected, "expected",
+                                                                  ExpStatus.values))
+        return experiment_pb2.ExpCommonResp(exp=_detail(exp.pk), changed=changed, id=exp.pk)
+
+    def AbortExp(self, request, context):
+        """AbortExp -> `services.exp_abort` (idempotent; `changed` is not reported)."""
+        exp_id = require_id(request.id)
+        services.exp_abort(exp_id=exp_id, actor=current_principal().name)
+        return experiment_pb2.ExpCommonResp(exp=_detail(exp_id), id=exp_id)
+
+    def GetExp(self, request, context):
+        """GetExp -> `selectors.exp_get`, with config, jobs and artifact."""
+        return _detail(require_id(request.id))
+
+    def ListExps(self, request, context):
+        """ListExps -> `selectors.exp_list` over `exp_summary_queryset`, one keyset page."""
+        filters = list_filters(request, rpc="ListExps",
+                               supported=("statuses", "cluster_names", "exp_types", "ids"),
+                               status_choices=ExpStatus.values)
+        qs = selectors.exp_list(queryset=selectors.exp_summary_queryset(), **filters)
+        page = keyset_page(qs, page_size=request.page_size, page_token=request.page_token,
+                           to_message=lambda exp: exp_to_item(exp, detail=False))
+        return experiment_pb2.ListExpsResp(exps=page.items, next_page_token=page.next_page_token)
+
+    def DeleteExp(self, request, context):
+        """DeleteExp -> `services.exp_delete` (terminal experiments only)."""
+        exp_id = require_id(request.id)
+        services.exp_delete(exp_id=exp_id)
+        return experiment_pb2.ExpCommonResp(changed=True, id=exp_id)

@@ -1,0 +1,429 @@
+"""ExperimentService over a real gRPC channel, plus the server's wiring (auth, health,
+reflection, generated code, `manage.py rungrpc`)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+    ProtoReflectionDescriptorDatabase,
+)
+from google.protobuf.descriptor_pool import DescriptorPool
+
+from accounts.tests.factories import UserFactory
+from experiments.grpc.servicer import ExperimentServicer
+from experiments.models import Experiment, ExpStatus
+from experiments.services import exp_update_status
+from experiments.tests.factories import make_exp
+from falcon_site.grpc.channel import auth_metadata
+from falcon_site.grpc.errors import ERROR_CODE_KEY, ERROR_FIELDS_KEY
+from falcon_site.grpc.gen.falcon.v1 import common_pb2, experiment_pb2
+from falcon_site.grpc.testing import (  # noqa: F401  (fixtures)
+    INTERNAL_TOKEN, grpc_channel, grpc_server, stubs,
+)
+from jobs.models import Job, JobStatus
+from jobs.services import job_update_status
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = {"main": {"command": "python bench.py", "replica": 2, "envs": {"A": 1}},
+        "worker": {"command": "python worker.py"}}
+
+
+def rpc_error(call, request, **kwargs) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as info:
+        call(request, timeout=10, **kwargs)
+    return info.value
+
+
+def trailers(err: grpc.RpcError) -> dict[str, str]:
+    return dict(err.trailing_metadata() or ())
+
+
+def create_req(**overrides) -> experiment_pb2.CreateExpReq:
+    fields = {"name": "bench-1", "cluster_name": "local", "exp_type": "profiling",
+              "role_to_task_spec_json": json.dumps(SPEC), "config": "model: x\n",
+              "creator_email": "carol@example.com"}
+    fields.update(overrides)
+    return experiment_pb2.CreateExpReq(**fields)
+
+
+# -- CreateExp -------------------------------------------------------------------------------
+
+def test_create_exp_writes_exp_jobs_and_artifact(stubs):
+    carol = UserFactory(email="carol@example.com")
+    resp = stubs.exps.CreateExp(create_req(priority=5), metadata=stubs.md, timeout=10)
+    exp = resp.exp
+    assert resp.changed and resp.id == exp.id > 0
+    assert (exp.name, exp.status, exp.priority, exp.config) == ("bench-1", "Created", 5,
+                                                                "model: x\n")
+    assert exp.creator_id == carol.pk and exp.creator_email == "carol@example.com"
+    assert [j.role for j in exp.jobs] == ["main", "worker"]
+    assert {j.status for j in exp.jobs} == {"Pending"}
+    main = json.loads(exp.jobs[0].task_spec_json)
+    assert main["replica"] == 2 and main["envs"] == {"A": "1"}  # ints stay ints, envs strings
+    assert exp.artifact.status == "Created" and exp.artifact.path == exp.artifact_path
+    assert exp.HasField("created_at") and not exp.HasField("started_at")
+    assert Job.objects.filter(experiment_id=exp.id).count() == 2
+
+
+def test_create_exp_priority_defaults_to_minus_one(stubs):
+    UserFactory(email="carol@example.com")
+    exp = stubs.exps.CreateExp(create_req(), metadata=stubs.md, timeout=10).exp
+    assert exp.priority == -1
+
+
+def test_create_exp_invalid_fields_are_named(stubs):
+    UserFactory(email="carol@example.com")
+    bad = {"main": {"command": "", "replica": 0}}
+    err = rpc_error(stubs.exps.CreateExp,
+                    create_req(name="", role_to_task_spec_json=json.dumps(bad)),
+                    metadata=stubs.md)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "role_to_task_spec.main.replica" in err.details()
+    assert "role_to_task_spec.main.command" in err.details() and "name" in err.details()
+    meta = trailers(err)
+    assert meta[ERROR_CODE_KEY] == "invalid"
+    assert set(json.loads(meta[ERROR_FIELDS_KEY])) == {
+        "name", "role_to_task_spec.main.command", "role_to_task_spec.main.replica"}
+    assert not Experiment.objects.exists()
+
+
+def test_create_exp_rejects_json_that_does_not_parse(stubs):
+    UserFactory(email="carol@example.com")
+    err = rpc_error(stubs.exps.CreateExp, create_req(role_to_task_spec_json="{main:"),
+                    metadata=stubs.md)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "role_to_task_spec_json" in err.details()
+
+
+def test_create_exp_config_over_1mib_is_too_large(stubs):
+    UserFactory(email="carol@example.com")
+    err = rpc_error(stubs.exps.CreateExp, create_req(config="x" * (1024 * 1024 + 1)),
+                    metadata=stubs.md)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert trailers(err)[ERROR_CODE_KEY] == "too_large" and "config" in err.details()
+
+
+def test_create_exp_with_service_token_needs_a_known_creator(stubs):
+    err = rpc_error(stubs.exps.CreateExp, create_req(creator_email=""), metadata=stubs.md)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "creator_email" in err.details()
+    err = rpc_error(stubs.exps.CreateExp, create_req(creator_email="nobody@example.com"),
+                    metadata=stubs.md)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "creator_email" in err.details()
+
+
+def test_create_exp_with_user_jwt_uses_the_caller_as_creator(stubs, token_for):
+    md = auth_metadata(token_for("dave@example.com"))
+    exp = stubs.exps.CreateExp(create_req(creator_email=""), metadata=md, timeout=10).exp
+    assert exp.creator_email == "dave@example.com"  # auto-registered (seed 3.4.4)
+    err = rpc_error(stubs.exps.CreateExp, create_req(creator_email="carol@example.com"),
+                    metadata=md)
+    assert err.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert trailers(err)[ERROR_CODE_KEY] == "permission_denied"
+
+
+# -- UpdateExpStatus -------------------------------------------------------------------------
+
+def test_update_exp_status_applies_a_guarded_transition(stubs):
+    exp = make_exp()
+    req = experiment_pb2.UpdateExpStatusReq(id=exp.pk, status="Running", reason="JobRunning",
+                                            message="main is running")
+    resp = stubs.exps.UpdateExpStatus(req, metadata=stubs.md, timeout=10)
+    assert resp.changed and resp.exp.status == "Running" and resp.exp.reason == "JobRunning"
+    assert resp.exp.HasField("started_at") and len(resp.exp.jobs) == 1
+    again = stubs.exps.UpdateExpStatus(
+        experiment_pb2.UpdateExpStatusReq(id=exp.pk, status="Running"), metadata=stubs.md,
+        timeout=10)
+    assert not again.changed and again.exp.reason == "JobRunning"  # unset reason is kept
+
+
+def test_update_exp_status_errors(stubs):
+    exp = make_exp()
+    err = rpc_error(stubs.exps.UpdateExpStatus,
+                    experiment_pb2.UpdateExpStatusReq(id=exp.pk, status="Aborted"),
+                    metadata=stubs.md)
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert trailers(err)[ERROR_CODE_KEY] == "invalid_transition"
+
+    err = rpc_error(stubs.exps.UpdateExpStatus,
+                    experiment_pb2.UpdateExpStatusReq(id=exp.pk, status="Running",
+                                                      expected="Running"),
+                    metadata=stubs.md)
+    assert err.code() == grpc.StatusCode.ABORTED
+    assert trailers(err)[ERROR_CODE_KEY] == "transition_race"
+
+    err = rpc_error(stubs.exps.UpdateExpStatus,
+                    experiment_pb2.UpdateExpStatusReq(id=exp.pk, status="Done"),
+                    metadata=stubs.md)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "status" in err.details()
+
+    err = rpc_error(stubs.exps.UpdateExpStatus,
+                    experiment_pb2.UpdateExpStatusReq(id=exp.pk + 100, status="Running"),
+                    metadata=stubs.md)
+    assert err.code() == grpc.StatusCode.NOT_FOUND
+    assert trailers(err)[ERROR_CODE_KEY] == "not_found"
+
+    err = rpc_error(stubs.exps.UpdateExpStatus,
+                    experiment_pb2.UpdateExpStatusReq(status="Running"), metadata=stubs.md)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "id" in err.details()
+
+
+# -- AbortExp / GetExp / DeleteExp -------------------------------------------------------------
+
+def test_abort_exp_moves_exp_and_jobs_to_aborting_idempotently(stubs):
+    exp = make_exp(roles=("main", "worker"))
+    resp = stubs.exps.AbortExp(experiment_pb2.AbortExpReq(id=exp.pk), metadata=stubs.md,
+                               timeout=10)
+    assert resp.exp.status == "Aborting" and resp.exp.HasField("aborting_at")
+    assert {j.status for j in resp.exp.jobs} == {"Aborting"}
+    assert "internal service" in resp.exp.message
+    again = stubs.exps.AbortExp(experiment_pb2.AbortExpReq(id=exp.pk), metadata=stubs.md,
+                                timeout=10)
+    assert again.exp.status == "Aborting"
+
+
+def test_abort_exp_errors(stubs):
+    exp = make_exp()
+    exp_update_status(exp_id=exp.pk, status=ExpStatus.SUCCEEDED)
+    err = rpc_error(stubs.exps.AbortExp, experiment_pb2.AbortExpReq(id=exp.pk),
+                    metadata=stubs.md)
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert trailers(err)[ERROR_CODE_KEY] == "conflict"
+    err = rpc_error(stubs.exps.AbortExp, experiment_pb2.AbortExpReq(id=exp.pk + 1),
+                    metadata=stubs.md)
+    assert err.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_get_exp_returns_config_jobs_and_artifact(stubs):
+    exp = make_exp(roles=("a", "b"), config="lr: 0.1\n")
+    item = stubs.exps.GetExp(experiment_pb2.GetExpReq(id=exp.pk), metadata=stubs.md,
+                             timeout=10)
+    assert item.id == exp.pk and item.config == "lr: 0.1\n"
+    assert [j.role for j in item.jobs] == ["a", "b"] and item.artifact.exp_id == exp.pk
+    assert json.loads(item.role_to_task_spec_json)["a"]["command"] == "echo hello"
+    err = rpc_error(stubs.exps.GetExp, experiment_pb2.GetExpReq(id=exp.pk + 5),
+                    metadata=stubs.md)
+    assert err.code() == grpc.StatusCode.NOT_FOUND and str(exp.pk + 5) in err.details()
+    err = rpc_error(stubs.exps.GetExp, experiment_pb2.GetExpReq(), metadata=stubs.md)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_delete_exp_only_when_terminal(stubs):
+    exp = make_exp()
+    err = rpc_error(stubs.exps.DeleteExp, experiment_pb2.DeleteExpReq(id=exp.pk),
+                    metadata=stubs.md)
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert Experiment.objects.filter(pk=exp.pk).exists()
+
+    stubs.exps.AbortExp(experiment_pb2.AbortExpReq(id=exp.pk), metadata=stubs.md, timeout=10)
+    for job in Job.objects.filter(experiment=exp):
+        job_update_status(job_id=job.pk, status=JobStatus.ABORTED)
+    exp_update_status(exp_id=exp.pk, status=ExpStatus.ABORTED)
+    resp = stubs.exps.DeleteExp(experiment_pb2.DeleteExpReq(id=exp.pk), metadata=stubs.md,
+                                timeout=10)
+    assert resp.changed and resp.id == exp.pk and not resp.HasField("exp")
+    assert not Experiment.objects.filter(pk=exp.pk).exists()
+    assert not Job.objects.filter(experiment_id=exp.pk).exists()
+    err = rpc_error(stubs.exps.DeleteExp, experiment_pb2.DeleteExpReq(id=exp.pk),
+                    metadata=stubs.md)
+    assert err.code() == grpc.StatusCode.NOT_FOUND
+
+
+# -- ListExps --------------------------------------------------------------------------------
+
+def test_list_exps_pages_without_gaps_or_duplicates(stubs):
+    ids = {make_exp(name=f"e{i}").pk for i in range(7)}
+    seen, pages, token = [], 0, ""
+    while True:
+        resp = stubs.exps.ListExps(common_pb2.CommonListReq(page_size=3, page_token=token),
+                                   metadata=stubs.md, timeout=10)
+        pages += 1
+        seen.extend(item.id for item in resp.exps)
+        token = resp.next_page_token
+        if not token:
+            break
+    assert pages == 3 and seen == sorted(ids)
+    first = stubs.exps.ListExps(common_pb2.CommonListReq(ids=[min(ids)]), metadata=stubs.md,
+                                timeout=10).exps[0]
+    # The list shape: creator and artifact, no config and no jobs (experiment.proto).
+    assert first.creator_email and first.artifact.id and not first.config and not first.jobs
+
+
+def test_list_exps_filters(stubs):
+    a = make_exp(name="a", cluster_name="c1", exp_type="profiling")
+    b = make_exp(name="b", cluster_name="c2", exp_type="benchmark")
+    c = make_exp(name="c", cluster_name="c2", exp_type="profiling")
+    exp_update_status(exp_id=b.pk, status=ExpStatus.RUNNING)
+
+    def ids(**filters):
+        resp = stubs.exps.ListExps(common_pb2.CommonListReq(**filters), metadata=stubs.md,
+                                   timeout=10)
+        return [item.id for item in resp.exps]
+
+    assert ids() == [a.pk, b.pk, c.pk]
+    assert ids(statuses=["Running"]) == [b.pk]
+    assert ids(statuses=["Created", "Running"]) == [a.pk, b.pk, c.pk]
+    assert ids(cluster_names=["c2"]) == [b.pk, c.pk]
+    assert ids(exp_types=["profiling"]) == [a.pk, c.pk]
+    assert ids(cluster_names=["c2"], exp_types=["profiling"]) == [c.pk]
+    assert ids(ids=[a.pk, c.pk]) == [a.pk, c.pk]
+    Experiment.objects.filter(pk=a.pk).update(updated_at=datetime(2020, 1, 1, tzinfo=timezone.utc))
+    since = common_pb2.CommonListReq().updated_since
+    since.FromDatetime(datetime.now(timezone.utc) - timedelta(hours=1))
+    resp = stubs.exps.ListExps(common_pb2.CommonListReq(updated_since=since), metadata=stubs.md,
+                               timeout=10)
+    assert [item.id for item in resp.exps] == [b.pk, c.pk]
+
+
+def test_list_exps_invalid_filters_and_tokens_are_named(stubs):
+    for request, field in [
+        (common_pb2.CommonListReq(exp_ids=[1]), "exp_ids"),
+        (common_pb2.CommonListReq(statuses=["Pending"]), "statuses"),
+        (common_pb2.CommonListReq(page_size=5000), "page_size"),
+        (common_pb2.CommonListReq(page_size=-1), "page_size"),
+        (common_pb2.CommonListReq(page_token="not-a-token"), "page_token"),
+        (common_pb2.CommonListReq(ids=[0]), "ids"),
+    ]:
+        err = rpc_error(stubs.exps.ListExps, request, metadata=stubs.md)
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, field
+        assert field in json.loads(trailers(err)[ERROR_FIELDS_KEY]), field
+
+
+def test_list_exps_page_is_one_query(django_assert_num_queries):
+    for i in range(3):
+        make_exp(name=f"q{i}", roles=("a", "b"))
+    with django_assert_num_queries(1):
+        resp = ExperimentServicer().ListExps(common_pb2.CommonListReq(page_size=2), None)
+    assert len(resp.exps) == 2 and resp.next_page_token
+    assert all(item.creator_email and item.artifact.id for item in resp.exps)
+
+
+# -- authentication --------------------------------------------------------------------------
+
+def test_every_rpc_needs_a_token(stubs):
+    exp = make_exp()
+    for md in [None, auth_metadata("wrong-token"), (("authorization", INTERNAL_TOKEN),),
+               auth_metadata(INTERNAL_TOKEN + "x")]:
+        err = rpc_error(stubs.exps.GetExp, experiment_pb2.GetExpReq(id=exp.pk), metadata=md)
+        assert err.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert trailers(err)[ERROR_CODE_KEY] == "unauthenticated"
+    err = rpc_error(stubs.jobs.ListJobs, common_pb2.CommonListReq())
+    assert err.code() == grpc.StatusCode.UNAUTHENTICATED
+    err = rpc_error(stubs.artifacts.ListArtifacts, common_pb2.CommonListReq())
+    assert err.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_user_jwt_is_accepted_and_expired_one_refused(stubs, token_for):
+    exp = make_exp()
+    ok = stubs.exps.GetExp(experiment_pb2.GetExpReq(id=exp.pk),
+                           metadata=auth_metadata(token_for("erin@example.com")), timeout=10)
+    assert ok.id == exp.pk
+    err = rpc_error(stubs.exps.GetExp, experiment_pb2.GetExpReq(id=exp.pk),
+                    metadata=auth_metadata(token_for("erin@example.com", ttl_seconds=-3600)))
+    assert err.code() == grpc.StatusCode.UNAUTHENTICATED and "expired" in err.details()
+
+
+def test_empty_internal_token_accepts_no_service_caller(stubs, settings):
+    settings.FALCON_INTERNAL_TOKEN = ""
+    err = rpc_error(stubs.exps.ListExps, common_pb2.CommonListReq(),
+                    metadata=auth_metadata(""))
+    assert err.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+# -- health, reflection, generated code, rungrpc -----------------------------------------------
+
+def test_health_reports_serving_without_a_token(grpc_channel):
+    stub = health_pb2_grpc.HealthStub(grpc_channel)
+    for service in ("", "falcon.v1.ExperimentService", "falcon.v1.JobService",
+                    "falcon.v1.ArtifactService"):
+        resp = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
+        assert resp.status == health_pb2.HealthCheckResponse.SERVING, service
+    err = rpc_error(stub.Check, health_pb2.HealthCheckRequest(service="falcon.v1.Nope"))
+    assert err.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_reflection_lists_and_describes_the_services(grpc_channel):
+    stub = reflection_pb2_grpc.ServerReflectionStub(grpc_channel)
+    responses = stub.ServerReflectionInfo(
+        iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10)
+    names = {s.name for r in responses for s in r.list_services_response.service}
+    assert {"falcon.v1.ExperimentService", "falcon.v1.JobService", "falcon.v1.ArtifactService",
+            "grpc.health.v1.Health"} <= names
+    pool = DescriptorPool(ProtoReflectionDescriptorDatabase(grpc_channel))
+    service = pool.FindServiceByName("falcon.v1.ExperimentService")
+    assert [m.name for m in service.methods] == [
+        "CreateExp", "UpdateExpStatus", "AbortExp", "GetExp", "ListExps", "DeleteExp"]
+    assert pool.FindServiceByName("falcon.v1.JobService").methods_by_name[
+        "ListJobs"].input_type.full_name == "falcon.v1.CommonListReq"
+
+
+@pytest.mark.django_db(transaction=False)
+def test_regenerating_the_protos_reproduces_the_committed_code(tmp_path):
+    committed = ROOT / "falcon_site" / "grpc" / "gen"
+    subprocess.run(["bash", str(ROOT / "scripts" / "gen_protos.sh"), str(tmp_path)], check=True,
+                   env={**os.environ, "PYTHON": sys.executable}, capture_output=True)
+
+    def files(base: Path) -> dict[str, bytes]:
+        return {str(p.relative_to(base)): p.read_bytes() for p in sorted(base.rglob("*"))
+                if p.is_file() and "__pycache__" not in p.parts}
+
+    regenerated, current = files(tmp_path), files(committed)
+    assert sorted(regenerated) == sorted(current)
+    changed = [name for name in current if current[name] != regenerated[name]]
+    assert not changed, f"run scripts/gen_protos.sh: stale generated files {changed}"
+
+
+@pytest.mark.django_db(transaction=False)
+def test_rungrpc_serves_health_and_stops_cleanly_on_sigterm():
+    proc = subprocess.Popen([sys.executable, "manage.py", "rungrpc", "--addr", "127.0.0.1:0",
+                             "--grace", "1"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert "listening on 127.0.0.1:" in line, proc.stderr.read()
+        port = int(line.rsplit(":", 1)[1])
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            resp = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(),
+                                                             timeout=10)
+            assert resp.status == health_pb2.HealthCheckResponse.SERVING
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_unexpected_errors_are_internal_and_database_errors_unavailable(stubs, monkeypatch):
+    from django.db import OperationalError
+
+    from experiments import selectors
+
+    exp = make_exp()
+
+    def broken(**kwargs):
+        raise RuntimeError("secret detail")
+
+    monkeypatch.setattr(selectors, "exp_get", broken)
+    err = rpc_error(stubs.exps.GetExp, experiment_pb2.GetExpReq(id=exp.pk), metadata=stubs.md)
+    assert err.code() == grpc.StatusCode.INTERNAL and "secret" not in err.details()
+    assert trailers(err)[ERROR_CODE_KEY] == "internal"
+
+    def locked(**kwargs):
+        raise OperationalError("(1205, 'Lock wait timeout exceeded')")
+
+    monkeypatch.setattr(selectors, "exp_get", locked)
+    err = rpc_error(stubs.exps.GetExp, experiment_pb2.GetExpReq(id=exp.pk), metadata=stubs.md)
+    assert err.code() == grpc.StatusCode.UNAVAILABLE
+    assert trailers(err)[ERROR_CODE_KEY] == "unavailable"

@@ -1,0 +1,1 @@
+"""Generated code of the Falcon gRPC API (scripts/gen_protos.sh); do not edit."""

@@ -1,0 +1,1 @@
+"""Generated package `falcon` (proto package root); do not edit."""

@@ -1,0 +1,127 @@
+import datetime
+
+from . import common_pb2 as _common_pb2
+from . import job_pb2 as _job_pb2
+from . import artifact_pb2 as _artifact_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class CreateExpReq(_message.Message):
+    __slots__ = ("name", "cluster_name", "exp_type", "role_to_task_spec_json", "config", "priority", "creator_email")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    EXP_TYPE_FIELD_NUMBER: _ClassVar[int]
+    ROLE_TO_TASK_SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    CREATOR_EMAIL_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    cluster_name: str
+    exp_type: str
+    role_to_task_spec_json: str
+    config: str
+    priority: int
+    creator_email: str
+    def __init__(self, name: _Optional[str] = ..., cluster_name: _Optional[str] = ..., exp_type: _Optional[str] = ..., role_to_task_spec_json: _Optional[str] = ..., config: _Optional[str] = ..., priority: _Optional[int] = ..., creator_email: _Optional[str] = ...) -> None: ...
+
+class UpdateExpStatusReq(_message.Message):
+    __slots__ = ("id", "status", "reason", "message", "expected")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    status: str
+    reason: str
+    message: str
+    expected: str
+    def __init__(self, id: _Optional[int] = ..., status: _Optional[str] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., expected: _Optional[str] = ...) -> None: ...
+
+class AbortExpReq(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    def __init__(self, id: _Optional[int] = ...) -> None: ...
+
+class GetExpReq(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    def __init__(self, id: _Optional[int] = ...) -> None: ...
+
+class DeleteExpReq(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    def __init__(self, id: _Optional[int] = ...) -> None: ...
+
+class ExpItem(_message.Message):
+    __slots__ = ("id", "name", "creator_id", "creator_email", "cluster_name", "exp_type", "role_to_task_spec_json", "config", "artifact_path", "priority", "status", "reason", "message", "created_at", "updated_at", "started_at", "finished_at", "aborting_at", "aborted_at", "jobs", "artifact")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CREATOR_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATOR_EMAIL_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    EXP_TYPE_FIELD_NUMBER: _ClassVar[int]
+    ROLE_TO_TASK_SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_PATH_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    ABORTING_AT_FIELD_NUMBER: _ClassVar[int]
+    ABORTED_AT_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    name: str
+    creator_id: str
+    creator_email: str
+    cluster_name: str
+    exp_type: str
+    role_to_task_spec_json: str
+    config: str
+    artifact_path: str
+    priority: int
+    status: str
+    reason: str
+    message: str
+    created_at: _timestamp_pb2.Timestamp
+    updated_at: _timestamp_pb2.Timestamp
+    started_at: _timestamp_pb2.Timestamp
+    finished_at: _timestamp_pb2.Timestamp
+    aborting_at: _timestamp_pb2.Timestamp
+    aborted_at: _timestamp_pb2.Timestamp
+    jobs: _containers.RepeatedCompositeFieldContainer[_job_pb2.JobItem]
+    artifact: _artifact_pb2.ArtifactItem
+    def __init__(self, id: _Optional[int] = ..., name: _Optional[str] = ..., creator_id: _Optional[str] = ..., creator_email: _Optional[str] = ..., cluster_name: _Optional[str] = ..., exp_type: _Optional[str] = ..., role_to_task_spec_json: _Optional[str] = ..., config: _Optional[str] = ..., artifact_path: _Optional[str] = ..., priority: _Optional[int] = ..., status: _Optional[str] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., aborting_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., aborted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., jobs: _Optional[_Iterable[_Union[_job_pb2.JobItem, _Mapping]]] = ..., artifact: _Optional[_Union[_artifact_pb2.ArtifactItem, _Mapping]] = ...) -> None: ...
+
+class ExpCommonResp(_message.Message):
+    __slots__ = ("exp", "changed", "id")
+    EXP_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    exp: ExpItem
+    changed: bool
+    id: int
+    def __init__(self, exp: _Optional[_Union[ExpItem, _Mapping]] = ..., changed: _Optional[bool] = ..., id: _Optional[int] = ...) -> None: ...
+
+class ListExpsResp(_message.Message):
+    __slots__ = ("exps", "next_page_token")
+    EXPS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    exps: _containers.RepeatedCompositeFieldContainer[ExpItem]
+    next_page_token: str
+    def __init__(self, exps: _Optional[_Iterable[_Union[ExpItem, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,113 @@
+import datetime
+
+from . import common_pb2 as _common_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class CreateJobReq(_message.Message):
+    __slots__ = ("exp_id", "role", "task_spec_json")
+    EXP_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    TASK_SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
+    exp_id: int
+    role: str
+    task_spec_json: str
+    def __init__(self, exp_id: _Optional[int] = ..., role: _Optional[str] = ..., task_spec_json: _Optional[str] = ...) -> None: ...
+
+class UpdateJobStatusReq(_message.Message):
+    __slots__ = ("id", "status", "reason", "message", "expected", "cluster_job_name")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_JOB_NAME_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    status: str
+    reason: str
+    message: str
+    expected: str
+    cluster_job_name: str
+    def __init__(self, id: _Optional[int] = ..., status: _Optional[str] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., expected: _Optional[str] = ..., cluster_job_name: _Optional[str] = ...) -> None: ...
+
+class GetJobReq(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    def __init__(self, id: _Optional[int] = ...) -> None: ...
+
+class DeleteJobReq(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    def __init__(self, id: _Optional[int] = ...) -> None: ...
+
+class JobItem(_message.Message):
+    __slots__ = ("id", "exp_id", "exp_name", "exp_status", "exp_config", "role", "cluster_name", "exp_type", "task_spec_json", "artifact_path", "priority", "status", "reason", "message", "cluster_job_name", "created_at", "updated_at", "started_at", "finished_at", "aborting_at", "aborted_at")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    EXP_ID_FIELD_NUMBER: _ClassVar[int]
+    EXP_NAME_FIELD_NUMBER: _ClassVar[int]
+    EXP_STATUS_FIELD_NUMBER: _ClassVar[int]
+    EXP_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    EXP_TYPE_FIELD_NUMBER: _ClassVar[int]
+    TASK_SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_PATH_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_JOB_NAME_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    ABORTING_AT_FIELD_NUMBER: _ClassVar[int]
+    ABORTED_AT_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    exp_id: int
+    exp_name: str
+    exp_status: str
+    exp_config: str
+    role: str
+    cluster_name: str
+    exp_type: str
+    task_spec_json: str
+    artifact_path: str
+    priority: int
+    status: str
+    reason: str
+    message: str
+    cluster_job_name: str
+    created_at: _timestamp_pb2.Timestamp
+    updated_at: _timestamp_pb2.Timestamp
+    started_at: _timestamp_pb2.Timestamp
+    finished_at: _timestamp_pb2.Timestamp
+    aborting_at: _timestamp_pb2.Timestamp
+    aborted_at: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[int] = ..., exp_id: _Optional[int] = ..., exp_name: _Optional[str] = ..., exp_status: _Optional[str] = ..., exp_config: _Optional[str] = ..., role: _Optional[str] = ..., cluster_name: _Optional[str] = ..., exp_type: _Optional[str] = ..., task_spec_json: _Optional[str] = ..., artifact_path: _Optional[str] = ..., priority: _Optional[int] = ..., status: _Optional[str] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., cluster_job_name: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., aborting_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., aborted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class JobCommonResp(_message.Message):
+    __slots__ = ("job", "changed", "id")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    job: JobItem
+    changed: bool
+    id: int
+    def __init__(self, job: _Optional[_Union[JobItem, _Mapping]] = ..., changed: _Optional[bool] = ..., id: _Optional[int] = ...) -> None: ...
+
+class ListJobsResp(_message.Message):
+    __slots__ = ("jobs", "next_page_token")
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[JobItem]
+    next_page_token: str
+    def __init__(self, jobs: _Optional[_Iterable[_Union[JobItem, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,106 @@
+"""The server interceptor around every Falcon RPC: auth, fresh DB connections, error mapping.
+
+grpcio calls `intercept_service` on its polling thread, before the call is handed to a worker
+thread; work that blocks (a JWKS fetch, a user lookup, the ORM) or that must run in the worker's
+thread (Django's per-thread connections, the principal's context variable) therefore runs in a
+wrapper around the method's behaviour, which grpcio runs on the worker.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from django.db import OperationalError, close_old_connections
+
+from falcon_site.errors import FalconError
+
+from .auth import AuthenticationFailed, authenticate, reset_principal, set_principal
+from .errors import (
+    INTERNAL_CODE, UNAUTHENTICATED_CODE, UNAVAILABLE_CODE, abort_with_error, abort_with_status,
+)
+
+log = logging.getLogger(__name__)
+
+# Called without credentials: load balancers and `grpc_health_probe` know no token, and
+# reflection only describes the API (grpcurl, debugging).
+UNAUTHENTICATED_PREFIXES = (
+    "/grpc.health.v1.Health/",
+    "/grpc.reflection.v1alpha.ServerReflection/",
+    "/grpc.reflection.v1.ServerReflection/",
+)
+
+
+class FalconServerInterceptor(grpc.ServerInterceptor):
+    """Authenticate, use fresh database connections and map domain errors, around each call.
+
+    For every method except health and reflection (which pass through untouched):
+
+    1. `django.db.close_old_connections()`, so the call reads fresh data on a usable connection
+       (behaviours.md D2), and again after the call, so a worker thread keeps no stale one;
+    2. `falcon_site.grpc.auth.authenticate` on the metadata: UNAUTHENTICATED (trailer code
+       `unauthenticated`) when it fails; the principal is current during the call;
+    3. the servicer; a `FalconError` it raises ends the call with
+       `falcon_site.grpc.errors.abort_with_error` (the one mapping), a database
+       `OperationalError` (lock wait timeout, deadlock, lost connection) with UNAVAILABLE so
+       clients retry, and anything else with INTERNAL (logged, details not leaked).
+
+    Only unary-unary methods are served (every falcon.v1 RPC is); another kind answers
+    UNIMPLEMENTED rather than running unauthenticated.
+    """
+
+    def intercept_service(self, continuation: Callable, handler_call_details: Any):
+        """Return the method's handler, wrapped as described in the class docstring."""
+        method = handler_call_details.method or ""
+        if method.startswith(UNAUTHENTICATED_PREFIXES):
+            return continuation(handler_call_details)
+        handler = continuation(handler_call_details)
+        if handler is None:
+            return None
+        if handler.request_streaming or handler.response_streaming:
+            return grpc.unary_unary_rpc_method_handler(_refuse_streaming)
+        return grpc.unary_unary_rpc_method_handler(
+            _wrap(handler.unary_unary, method),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+
+def _refuse_streaming(request: Any, context: grpc.ServicerContext) -> None:
+    context.abort(grpc.StatusCode.UNIMPLEMENTED, "streaming methods are not served")
+
+
+def _wrap(behaviour: Callable, method: str) -> Callable:
+    def call(request: Any, context: grpc.ServicerContext) -> Any:
+        close_old_connections()
+        try:
+            try:
+                principal = authenticate(context.invocation_metadata())
+            except AuthenticationFailed as exc:
+                abort_with_status(context, grpc.StatusCode.UNAUTHENTICATED,
+                                  UNAUTHENTICATED_CODE, exc.reason)
+            except OperationalError:
+                log.warning("database unavailable while authenticating %s", method,
+                            exc_info=True)
+                abort_with_status(context, grpc.StatusCode.UNAVAILABLE, UNAVAILABLE_CODE,
+                                  "the database is unavailable; retry shortly")
+            token = set_principal(principal)
+            try:
+                return behaviour(request, context)
+            except FalconError as exc:
+                abort_with_error(context, exc)
+            except OperationalError:
+                log.warning("database unavailable during %s", method, exc_info=True)
+                abort_with_status(context, grpc.StatusCode.UNAVAILABLE, UNAVAILABLE_CODE,
+                                  "the database is unavailable or busy; retry shortly")
+            except Exception:
+                log.exception("gRPC %s failed", method)
+                abort_with_status(context, grpc.StatusCode.INTERNAL, INTERNAL_CODE,
+                                  "internal error; see the API server's log")
+            finally:
+                reset_principal(token)
+        finally:
+            close_old_connections()
+
+    return call

@@ -1,0 +1,110 @@
+"""Keyset pages on the primary key for the List RPCs (falcon.v1 CommonListReq).
+
+A page is `WHERE <filters> AND id > <last id> ORDER BY id LIMIT size + 1`: one query per page,
+constant cost however deep the page, and rows inserted while a client pages never shift or repeat
+a page (unlike OFFSET). The extra row only tells whether another page follows. The token is the
+last id sent, base64-encoded with a version prefix: opaque to clients, so it can change later.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import QuerySet
+
+from falcon_site.errors import ValidationFailed
+
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1000
+# Responses stay under this many encoded bytes (the server and client accept 16 MiB messages):
+# a page of jobs each carrying a 1 MiB config ends early instead of failing the call.
+PAGE_BYTE_BUDGET = 8 * 1024 * 1024
+_TOKEN_PREFIX = "k1:"
+
+
+def encode_page_token(last_id: int) -> str:
+    """Return the opaque token of the page that follows the row `last_id`."""
+    return base64.urlsafe_b64encode(f"{_TOKEN_PREFIX}{last_id}".encode()).decode().rstrip("=")
+
+
+def decode_page_token(token: str) -> int | None:
+    """Return the last id a token stands for; None for an empty token (the first page).
+
+    Raises:
+        ValidationFailed: the token was not made by `encode_page_token` (field `page_token`).
+    """
+    if not token:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode("ascii")
+        if raw.startswith(_TOKEN_PREFIX):
+            last_id = int(raw[len(_TOKEN_PREFIX):])
+            if last_id >= 0:
+                return last_id
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        pass
+    raise ValidationFailed({"page_token": [
+        "is not a token this server issued; send the next_page_token of the previous response "
+        "unchanged, or none for the first page."]})
+
+
+def page_size_of(requested: int) -> int:
+    """Return the page size to use for a request's `page_size` (0 means the default).
+
+    Raises:
+        ValidationFailed: `requested` is negative or over `MAX_PAGE_SIZE` (field `page_size`).
+    """
+    if requested == 0:
+        return DEFAULT_PAGE_SIZE
+    if requested < 0 or requested > MAX_PAGE_SIZE:
+        raise ValidationFailed({"page_size": [
+            f"must be between 1 and {MAX_PAGE_SIZE} (0 for {DEFAULT_PAGE_SIZE}); got {requested}."
+        ]})
+    return requested
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of messages and the token of the next page ("" on the last page)."""
+
+    items: list[Any]
+    next_page_token: str
+
+
+def keyset_page(queryset: QuerySet, *, page_size: int, page_token: str,
+                to_message: Callable[[Any], Any],
+                byte_budget: int = PAGE_BYTE_BUDGET) -> Page:
+    """Return the page of `queryset` after `page_token`, mapped with `to_message`.
+
+    Args:
+        queryset: the filtered rows; its ordering is replaced by `id`.
+        page_size: the request's `page_size` (0 = default, at most `MAX_PAGE_SIZE`).
+        page_token: the request's `page_token` ("" for the first page).
+        to_message: maps one row to its protobuf message.
+        byte_budget: the page ends early, after at least one row, once its messages' encoded
+            size would pass this many bytes.
+
+    Raises:
+        ValidationFailed: `page_size` or `page_token` is invalid.
+    """
+    size = page_size_of(page_size)
+    after = decode_page_token(page_token)
+    qs = queryset.order_by("pk")
+    if after is not None:
+        qs = qs.filter(pk__gt=after)
+    rows = list(qs[: size + 1])
+    items: list[Any] = []
+    used = 0
+    last_id = None
+    for row in rows[:size]:
+        message = to_message(row)
+        used += message.ByteSize()
+        if items and used > byte_budget:
+            return Page(items, encode_page_token(last_id))
+        items.append(message)
+        last_id = row.pk
+    more = len(rows) > size
+    return Page(items, encode_page_token(last_id) if more else "")

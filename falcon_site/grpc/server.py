@@ -1,0 +1,100 @@
+"""The gRPC API server: falcon.v1 services, health checking and reflection on one port.
+
+Plain grpcio servicers over the service layer, not django-socio-grpc (../shared/docs/
+libraries.md): socio-grpc derives `.proto` files and RPCs from DRF serializers and model
+viewsets (List/Retrieve/Create/Update/Destroy on one model), while the seed fixes the API
+(seed 000, 3.5: `CreateExp`, `UpdateExpStatus`, `AbortExp`, ... with its own request and
+response messages). Bending it to those names needs a `@grpc_action` per RPC and hand-written
+messages anyway, and its serializers would become a second place for validation beside
+`experiments.specs`. Hand-written protos plus thin servicers keep one contract (the seed's) and
+one validation path (the services), exactly as the HTTP views do.
+
+Each call runs on a worker of a `ThreadPoolExecutor`; `FalconServerInterceptor` authenticates it,
+gives it fresh database connections (`close_old_connections()` before and after) and maps domain
+errors to status codes. Health (`grpc.health.v1.Health`) and reflection answer without a token.
+"""
+from __future__ import annotations
+
+import logging
+from concurrent import futures
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from .channel import CHANNEL_OPTIONS
+from .gen.falcon.v1 import (
+    artifact_pb2, artifact_pb2_grpc, experiment_pb2, experiment_pb2_grpc, job_pb2, job_pb2_grpc,
+)
+from .interceptors import FalconServerInterceptor
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAMES = (
+    experiment_pb2.DESCRIPTOR.services_by_name["ExperimentService"].full_name,
+    job_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
+    artifact_pb2.DESCRIPTOR.services_by_name["ArtifactService"].full_name,
+)
+
+
+@dataclass
+class FalconGrpcServer:
+    """A built, not yet started, gRPC server.
+
+    Attributes:
+        server: the `grpc.Server`.
+        port: the bound TCP port (the real one when the address asked for port 0).
+        health: the health servicer; every service is SERVING once started.
+    """
+
+    server: grpc.Server
+    port: int
+    health: health.HealthServicer
+
+    def start(self) -> None:
+        """Start serving and report SERVING for the server ("") and every falcon.v1 service."""
+        self.server.start()
+        for name in ("", *SERVICE_NAMES):
+            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    def stop(self, grace: float = 5.0) -> None:
+        """Report NOT_SERVING, then stop, letting calls in flight finish for `grace` seconds."""
+        self.health.enter_graceful_shutdown()
+        self.server.stop(grace).wait()
+
+
+def build_server(addr: str, *, max_workers: int = 16) -> FalconGrpcServer:
+    """Build the API server listening on `addr` (insecure: an in-cluster, internal API).
+
+    Args:
+        addr: `host:port`; port 0 picks a free port (tests).
+        max_workers: threads serving calls at once; each holds at most one database connection.
+
+    Raises:
+        RuntimeError: the address cannot be bound.
+    """
+    from artifacts.grpc.servicer import ArtifactServicer
+    from experiments.grpc.servicer import ExperimentServicer
+    from jobs.grpc.servicer import JobServicer
+
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="falcon-grpc"),
+        interceptors=[FalconServerInterceptor()],
+        options=CHANNEL_OPTIONS,
+    )
+    experiment_pb2_grpc.add_ExperimentServiceServicer_to_server(ExperimentServicer(), server)
+    job_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(), server)
+    artifact_pb2_grpc.add_ArtifactServiceServicer_to_server(ArtifactServicer(), server)
+
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    for name in ("", *SERVICE_NAMES):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    reflection.enable_server_reflection(
+        (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+
+    port = server.add_insecure_port(addr)
+    if port == 0:  # older grpcio returns 0 instead of raising
+        raise RuntimeError(f"cannot listen on {addr}")
+    return FalconGrpcServer(server=server, port=port, health=health_servicer)

@@ -1,0 +1,71 @@
+"""`manage.py rungrpc`: serve the internal gRPC API (architecture page, Processes).
+
+Serves ExperimentService, JobService and ArtifactService (falcon.v1) with gRPC health checking
+and reflection until SIGINT or SIGTERM, then reports NOT_SERVING, lets calls in flight finish for
+`--grace` seconds and exits 0 (Kubernetes sends SIGTERM on pod shutdown).
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+log = logging.getLogger("falcon.grpc")
+
+
+class Command(BaseCommand):
+    """Run the gRPC API server in the foreground."""
+
+    help = "Serve the internal gRPC API (falcon.v1) with health checking and reflection."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--addr", default=None,
+                            help="host:port to listen on (default: $FALCON_GRPC_ADDR or "
+                                 "127.0.0.1:50051; use 0.0.0.0:50051 in a container).")
+        parser.add_argument("--workers", type=int, default=16,
+                            help="calls served at once (threads; default 16).")
+        parser.add_argument("--grace", type=float, default=10.0,
+                            help="seconds calls in flight get to finish on shutdown.")
+
+    def handle(self, *args, addr: str | None, workers: int, grace: float, **options) -> None:
+        """Build, start and run the server until SIGINT/SIGTERM.
+
+        Raises:
+            CommandError: the address cannot be bound or `--workers` is below 1.
+        """
+        from falcon_site.grpc.server import build_server
+
+        addr = addr or settings.FALCON_GRPC_ADDR
+        if workers < 1:
+            raise CommandError("--workers must be at least 1")
+        if not settings.FALCON_INTERNAL_TOKEN:
+            log.warning("FALCON_INTERNAL_TOKEN is not set: only user JWTs are accepted, and "
+                        "controllers cannot authenticate.")
+        try:
+            server = build_server(addr, max_workers=workers)
+        except RuntimeError as exc:
+            raise CommandError(f"cannot listen on {addr}: {exc}") from None
+
+        stop = threading.Event()
+
+        def on_signal(signum, _frame) -> None:
+            log.info("received %s; stopping", signal.Signals(signum).name)
+            stop.set()
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            server.start()
+            host = addr.rsplit(":", 1)[0]
+            log.info("gRPC API listening on %s:%d", host, server.port)
+            self.stdout.write(f"gRPC API listening on {host}:{server.port}")
+            self.stdout.flush()
+            while not stop.wait(1.0):
+                pass
+            server.stop(grace)
+            log.info("gRPC API stopped")
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)

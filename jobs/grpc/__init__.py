@@ -1,0 +1,1 @@
+"""JobService over gRPC (falcon.v1): thin servicer and message mappers."""

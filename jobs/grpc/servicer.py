@@ -1,0 +1,62 @@
+"""JobService (falcon.v1): parse the request, call the service or selector, map the result.
+
+No business rules here: they are in `jobs.services` / `jobs.selectors`. Domain errors propagate
+to `falcon_site.grpc.interceptors`, which maps them to gRPC status codes once.
+"""
+from __future__ import annotations
+
+from experiments.models import ExpStatus
+from falcon_site.grpc.gen.falcon.v1 import job_pb2, job_pb2_grpc
+from falcon_site.grpc.mappers import json_value, list_filters, optional, require_choice, require_id
+from falcon_site.grpc.paging import keyset_page
+
+from .. import selectors, services
+from ..models import JobStatus
+from .mappers import job_to_item
+
+
+def _item(job_id: int) -> job_pb2.JobItem:
+    return job_to_item(selectors.job_get(job_id=job_id))
+
+
+class JobServicer(job_pb2_grpc.JobServiceServicer):
+    """The seed's JobService (seed 000, 3.3.1 and 3.5) over the service layer."""
+
+    def CreateJob(self, request, context):
+        """CreateJob -> `services.job_create` (open experiments, new role only)."""
+        job = services.job_create(exp_id=require_id(request.exp_id, "exp_id"), role=request.role,
+                                  task_spec=json_value(request.task_spec_json, "task_spec_json"))
+        return job_pb2.JobCommonResp(job=_item(job.pk), changed=True, id=job.pk)
+
+    def UpdateJobStatus(self, request, context):
+        """UpdateJobStatus -> `services.job_update_status` (guarded transition)."""
+        job_id = require_id(request.id)
+        expected = optional(request, "expected")
+        job, changed = services.job_update_status(
+            job_id=job_id, status=require_choice(request.status, "status", JobStatus.values),
+            reason=optional(request, "reason"), message=optional(request, "message"),
+            expected=None if expected is None else require_choice(expected, "expected",
+                                                                  JobStatus.values),
+            cluster_job_name=optional(request, "cluster_job_name"))
+        return job_pb2.JobCommonResp(job=_item(job.pk), changed=changed, id=job.pk)
+
+    def GetJob(self, request, context):
+        """GetJob -> `selectors.job_get`."""
+        return _item(require_id(request.id))
+
+    def ListJobs(self, request, context):
+        """ListJobs -> `selectors.job_list`, one keyset page (the expController's input)."""
+        filters = list_filters(request, rpc="ListJobs",
+                               supported=("statuses", "exp_statuses", "cluster_names",
+                                          "exp_types", "ids", "exp_ids"),
+                               status_choices=JobStatus.values,
+                               exp_status_choices=ExpStatus.values)
+        page = keyset_page(selectors.job_list(**filters), page_size=request.page_size,
+                           page_token=request.page_token, to_message=job_to_item)
+        return job_pb2.ListJobsResp(jobs=page.items, next_page_token=page.next_page_token)
+
+    def DeleteJob(self, request, context):
+        """DeleteJob -> `services.job_delete` (terminal jobs only)."""
+        job_id = require_id(request.id)
+        services.job_delete(job_id=job_id)
+        return job_pb2.JobCommonResp(changed=True, id=job_id)
