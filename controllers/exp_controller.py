@@ -30,6 +30,8 @@ from .api import ArtifactView, ExpView, FalconAPI, JobView, ListFilter
 log = logging.getLogger("falcon.controllers.exp")
 
 EXP_NON_TERMINAL = ("Created", "Running", "Aborting")
+# The largest page the API serves: a tick's call count is ceil(rows / PAGE) per list.
+PAGE = {"page_size": 1000}
 JOB_NON_TERMINAL = frozenset({"Pending", "Running", "Aborting"})
 
 
@@ -181,11 +183,12 @@ class ExpController:
     def tick(self) -> TickStats:
         """Read the current state (3 list calls) and apply every experiment's updates."""
         stats = TickStats()
-        exps = self.api.list_exps(ListFilter(statuses=EXP_NON_TERMINAL))
+        exps = self.api.list_exps(ListFilter(statuses=EXP_NON_TERMINAL, extra=PAGE))
         if not exps:
             return stats
-        jobs = self.api.list_jobs(ListFilter(exp_statuses=EXP_NON_TERMINAL))
-        artifacts = self.api.list_artifacts(ListFilter(exp_statuses=EXP_NON_TERMINAL))
+        jobs = self.api.list_jobs(ListFilter(exp_statuses=EXP_NON_TERMINAL, extra=PAGE))
+        artifacts = self.api.list_artifacts(ListFilter(exp_statuses=EXP_NON_TERMINAL,
+                                                       extra=PAGE))
         jobs_by_exp: dict[int, list[JobView]] = defaultdict(list)
         for job in jobs:
             jobs_by_exp[job.exp_id].append(job)

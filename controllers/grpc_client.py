@@ -12,6 +12,7 @@ each page has its own deadline. No Django import is needed except in `from_setti
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -40,9 +41,14 @@ def _dt(message: Any, field: str) -> datetime | None:
     return getattr(message, field).ToDatetime(tzinfo=timezone.utc)
 
 
+@functools.cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
 def _view(cls: type[V], **values: Any) -> V:
     """Build a view dataclass from the values it declares (the views may gain fields)."""
-    names = {f.name for f in dataclasses.fields(cls)}
+    names = _field_names(cls)
     return cls(**{key: value for key, value in values.items() if key in names})
 
 

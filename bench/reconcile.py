@@ -1,0 +1,99 @@
+"""Benchmark: one exp-controller tick with 1,000 and 10,000 non-terminal jobs.
+
+Runs the real gRPC server in-process on a fresh SQLite database (or `DATABASE_URL`), fills it
+with experiments of 2 Running jobs each, and times `ExpController.tick()` through the real
+`GrpcFalconAPI`, counting gRPC calls with a client interceptor. Two ticks per size:
+- "first": every experiment moves Created -> Running (one UpdateExpStatus per experiment);
+- "steady": nothing changed since, so the tick only reads (the call count that matters).
+Target (issue 3): steady tick under 2 s for 10,000 jobs; list calls = ceil(rows / 1000) per
+list, independent of anything but the page size.
+
+    .venv/bin/python bench/reconcile.py [--sizes 1000 10000]
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="falcon-bench-"))
+    os.environ.setdefault("DATABASE_URL", f"sqlite:///{tmp / 'bench.sqlite3'}")
+    os.environ["FALCON_VAR_DIR"] = str(tmp)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "falcon_site.settings")
+    os.environ["FALCON_LOG_LEVEL"] = "ERROR"
+    import django
+
+    django.setup()
+    import grpc
+    from django.conf import settings
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    from accounts.models import User
+    from artifacts.models import Artifact
+    from controllers.exp_controller import ExpController
+    from controllers.grpc_client import GrpcFalconAPI
+    from experiments.models import Experiment
+    from falcon_site.grpc.server import build_server
+    from falcon_site.grpc.testing import channel_to
+    from jobs.models import Job
+
+    calls: collections.Counter = collections.Counter()
+
+    class Counter(grpc.UnaryUnaryClientInterceptor):
+        def intercept_unary_unary(self, continuation, details, request):
+            calls[details.method.rsplit("/", 1)[-1]] += 1
+            return continuation(details, request)
+
+    server = build_server("127.0.0.1:0", max_workers=4)
+    server.start()
+    api = GrpcFalconAPI("unused", settings.FALCON_INTERNAL_TOKEN, timeout=60,
+                        channel=grpc.intercept_channel(channel_to(server), Counter()))
+    controller = ExpController(api, has_files=lambda url: True)
+    user, _ = User.objects.get_or_create(user_id="bench", defaults={"email": "b@example.com"})
+    spec = {"command": "true", "replica": 1, "envs": {}}
+    print(f"database: {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}")
+    print(f"{'jobs':>7} {'tick':>7} {'seconds':>8} {'calls':>6}  calls by method")
+    try:
+        for size in args.sizes:
+            Experiment.objects.all().delete()
+            exps = Experiment.objects.bulk_create(
+                Experiment(name=f"bench-{i}", creator=user, cluster_name="local",
+                           exp_type="benchmark", role_to_task_spec={"a": spec, "b": spec},
+                           config="x: 1\n", artifact_path=f"file:///tmp/bench/{i}")
+                for i in range(size // 2))
+            exps = list(Experiment.objects.order_by("id"))
+            Job.objects.bulk_create(
+                Job(experiment=e, cluster_name="local", exp_type="benchmark", role=role,
+                    task_spec=spec, status="Running") for e in exps for role in ("a", "b"))
+            Artifact.objects.bulk_create(
+                Artifact(experiment=e, path=e.artifact_path, artifact_type="benchmark")
+                for e in exps)
+            for label in ("first", "steady"):
+                calls.clear()
+                started = time.perf_counter()
+                stats = controller.tick()
+                elapsed = time.perf_counter() - started
+                assert stats.failed == 0, stats.errors
+                by_method = ", ".join(f"{m} {n}" for m, n in sorted(calls.items()))
+                print(f"{size:>7} {label:>7} {elapsed:>8.2f} {sum(calls.values()):>6}  "
+                      f"{by_method}")
+    finally:
+        api.close()
+        server.stop(grace=0)
+
+
+if __name__ == "__main__":
+    main()
