@@ -375,6 +375,12 @@ class LocalBackend(ClusterBackend):
                 lost.append(index)
 
         failures = sorted((when, i, code) for i, (code, when) in exited.items() if code != 0)
+        if (failures or lost) and (running or waiting):
+            # As the Kubernetes Job controller terminates the active pods of a Job that failed
+            # (backoffLimit 0), a failed job's other replicas are stopped at once; the state
+            # folder and logs stay for the user (only delete() removes them).
+            self._signal_groups((manifest["replicas"][str(i)] for i in running + waiting
+                                 if str(i) in manifest["replicas"]), signal.SIGKILL)
         if failures:
             # The first replica to fail explains the job; later failures are often its echo.
             _when, index, code = failures[0]

@@ -166,10 +166,10 @@ def test_failing_replica_fails_job_with_exit_code_and_stderr_tail(backend, tmp_p
     assert "Replica 1 of 2 exited with code 3" in state.message
     assert "err line 30" in state.message and "err line 11" in state.message
     assert "err line 10\n" not in state.message  # only the last 20 lines
-    replica0 = runner_pids(backend, job)[0]
-    assert process_alive(replica0)  # the other replica still runs until delete
+    # The other replica is stopped at once (test_a_failed_replica_stops_the_others_...).
+    wait_for(lambda: not any(process_alive(pid) for pid in runner_pids(backend, job)),
+             what="the other replica to stop")
     wait_for(lambda: backend.delete(job), what="delete")
-    assert not process_alive(replica0)
 
 
 def test_running_only_when_every_replica_runs(backend, state_dir, tmp_path):
@@ -207,7 +207,7 @@ def test_abort_kills_the_whole_process_group(backend, tmp_path):
     job = make_job(tmp_path, f'sleep 30 & echo $! > "{child_pid}"; wait')
     backend.submit(job)
     wait_for(lambda: backend.observe([job])[job.id].status == "Running", what="Running")
-    wait_for(child_pid.exists, what="grandchild pid")
+    wait_for(lambda: child_pid.exists() and child_pid.read_text().strip(), what="grandchild pid")
     pids = runner_pids(backend, job) + [int(child_pid.read_text())]
     assert all(process_alive(pid) for pid in pids)
 
@@ -226,7 +226,7 @@ def test_abort_escalates_to_sigkill_after_grace(backend, tmp_path):
     # The shell and its child ignore SIGTERM; only SIGKILL after grace_seconds ends them.
     job = make_job(tmp_path, f"trap '' TERM; sleep 30 & echo $! > \"{child_pid}\"; wait; wait")
     backend.submit(job)
-    wait_for(child_pid.exists, what="grandchild pid")
+    wait_for(lambda: child_pid.exists() and child_pid.read_text().strip(), what="grandchild pid")
     pids = runner_pids(backend, job) + [int(child_pid.read_text())]
 
     assert backend.delete(job) is False  # SIGTERM sent; grace (0.5 s) not over yet
@@ -326,3 +326,20 @@ def test_observe_is_batched_and_reports_unknown_jobs_missing(backend, tmp_path):
 
 def test_delete_of_unknown_job_is_done(backend, tmp_path):
     assert backend.delete(make_job(tmp_path, "true", exp_id=999)) is True
+
+
+def test_a_failed_replica_stops_the_others_and_keeps_the_logs(backend, tmp_path):
+    """Like the Kubernetes Job controller with backoffLimit 0: once one replica failed, the
+    others are stopped, and the job's records stay for the user to read."""
+    pid_file = tmp_path / "survivor.pid"
+    job = make_job(tmp_path, f'if [ "$FALCON_REPLICA_INDEX" = 0 ]; then echo $$ > "{pid_file}"; '
+                   'exec sleep 30; else sleep 0.3; echo broken >&2; exit 4; fi', replica=2)
+    backend.submit(job)
+    wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), what="replica 0")
+    survivor = int(pid_file.read_text())
+    state = wait_for(lambda: (s := backend.observe([job])[job.id]).status == "Failed" and s,
+                     what="Failed")
+    assert state.exit_code == 4 and "broken" in state.message
+    wait_for(lambda: not process_alive(survivor), what="replica 0 to be stopped")
+    assert (backend.state_dir / backend.name_of(job)).exists()
+    assert backend.observe([job])[job.id].status == "Failed"
