@@ -33,6 +33,8 @@ EXP_NON_TERMINAL = ("Created", "Running", "Aborting")
 # The largest page the API serves: a tick's call count is ceil(rows / PAGE) per list.
 PAGE = {"page_size": 1000}
 JOB_NON_TERMINAL = frozenset({"Pending", "Running", "Aborting"})
+# The reason this controller gives an experiment it aborts because one of its jobs was aborted.
+JOB_ABORTED = "JobAborted"
 
 
 def job_status_to_exp_status(job_statuses: list[str]) -> str:
@@ -104,6 +106,13 @@ def decide(exp: ExpView, jobs: list[JobView], artifact: ArtifactView | None,
 
     if exp.status == "Aborting":
         if all(j.status not in JOB_NON_TERMINAL for j in jobs):
+            if exp.reason == JOB_ABORTED:
+                # This controller set Aborting because a role was aborted (below) and stopped
+                # before Aborted: finish with that reason and message, so a re-run ends where
+                # an uninterrupted tick does (re-entrant, seed 3.2.3).
+                fail_artifact(JOB_ABORTED, exp.message)
+                updates.append(Update("exp", exp.id, "Aborted", JOB_ABORTED, exp.message))
+                return updates
             message = f"aborted ({_summary(jobs)})"
             fail_artifact("Aborted", "the experiment was aborted before its artifacts were "
                           "complete")
@@ -131,10 +140,10 @@ def decide(exp: ExpView, jobs: list[JobView], artifact: ArtifactView | None,
                 updates.append(Update("job", other.id, "Aborting", "SiblingAborted",
                                       f"aborted because role {first.role} was aborted",
                                       other.id))
-        fail_artifact("JobAborted", message, first.id)
-        updates.append(Update("exp", exp.id, "Aborting", "JobAborted", message, first.id))
+        fail_artifact(JOB_ABORTED, message, first.id)
+        updates.append(Update("exp", exp.id, "Aborting", JOB_ABORTED, message, first.id))
         if all(j.status not in JOB_NON_TERMINAL for j in jobs):
-            updates.append(Update("exp", exp.id, "Aborted", "JobAborted", message, first.id))
+            updates.append(Update("exp", exp.id, "Aborted", JOB_ABORTED, message, first.id))
         return updates
 
     if all(j.status == "Succeeded" for j in jobs):
@@ -202,10 +211,14 @@ class ExpController:
                 log.error("exp %s (id %s): cannot decide: %s", exp.name, exp.id, exc)
                 stats.failed += 1
                 continue
-            self._apply(exp, updates, stats)
+            self._apply(exp, jobs_by_exp.get(exp.id, []), updates, stats)
         return stats
 
-    def _apply(self, exp: ExpView, updates: list[Update], stats: TickStats) -> None:
+    def _apply(self, exp: ExpView, jobs: list[JobView], updates: list[Update],
+               stats: TickStats) -> None:
+        # An artifact or exp update is about every job of the experiment (all succeeded, all
+        # terminal): the log line then names them all, so it always carries a job id.
+        all_job_ids = ",".join(str(j.id) for j in jobs) or "-"
         for update in updates:
             try:
                 if update.kind == "job":
@@ -224,7 +237,8 @@ class ExpController:
                 # next tick go on: the state read next time decides again.
                 stats.failed += 1
                 stats.errors.append(exc.message)
+                job_ids = all_job_ids if update.job_id is None else update.job_id
                 log.warning("exp %s (id %s, job %s): %s %s -> %s failed: %s", exp.name, exp.id,
-                            update.job_id, update.kind, update.id, update.status, exc.message)
+                            job_ids, update.kind, update.id, update.status, exc.message)
                 if update.kind in ("artifact", "exp"):
                     return  # the experiment's status must not run ahead of its artifact's

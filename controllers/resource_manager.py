@@ -10,14 +10,15 @@ read, and then:
   message), a cluster job that vanished -> Failed with a reason that says so (K7);
 - an Aborting job's cluster job is deleted (with its processes or pods), and the job is set
   Aborted once nothing of it is left (K5; a job already gone counts as done, K6).
-An optional pending timeout fails a job that cannot start (K3).
+An optional pending timeout fails a job that cannot start (K3), after deleting its cluster job
+so that it cannot start later for a job Falcon calls Failed.
 """
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 
 from falcon_site.errors import FalconError
 
@@ -46,7 +47,10 @@ class ResourceManager:
         api: the API server client (`controllers.api.FalconAPI`).
         backends: `{cluster_name: ClusterBackend}`: the clusters this manager serves.
         pending_timeout: seconds a job may stay Pending after its cluster job was created
-            before it is failed (None: wait forever).
+            before it is failed (None: wait forever). The clock starts when this manager
+            creates the cluster job or first sees it Pending, never at the Falcon job's creation:
+            a job that waited in the queue while no manager ran still gets its full time. A
+            restarted manager starts the clocks again (it waits longer, it never fails early).
     """
 
     name = "resources"
@@ -56,6 +60,9 @@ class ResourceManager:
         self.api = api
         self.backends = backends
         self.pending_timeout = pending_timeout
+        # Falcon job id -> time.monotonic() when this manager created or first saw its cluster
+        # job Pending; dropped once the job is no longer Pending.
+        self._pending_since: dict[int, float] = {}
 
     def tick(self) -> ResourceTickStats:
         """Reconcile every Pending, Running and Aborting job of the served clusters."""
@@ -63,6 +70,8 @@ class ResourceManager:
         jobs = self.api.list_jobs(ListFilter(statuses=("Pending", "Running", "Aborting"),
                                              cluster_names=tuple(self.backends)))
         stats.jobs = len(jobs)
+        pending = {j.id for j in jobs if j.status == "Pending"}
+        self._pending_since = {k: v for k, v in self._pending_since.items() if k in pending}
         by_cluster: dict[str, list[JobView]] = defaultdict(list)
         for job in jobs:
             by_cluster[job.cluster_name].append(job)
@@ -125,21 +134,35 @@ class ResourceManager:
         if state is None or state.status == "Missing":
             if job.cluster_job_name:
                 # It existed (we recorded its name) and is gone: deleted behind Falcon's back.
+                # Whatever it left (orphaned pods, processes) is cleaned up best-effort; the job
+                # fails in this tick either way (behaviours K7).
+                backend.delete(job)
                 self._update(job, stats, "Failed", reason="ClusterJobMissing",
                              message=f"cluster job {job.cluster_job_name} disappeared (deleted "
                              "outside Falcon?); it is not re-created")
                 return
             result = backend.submit(job)
             stats.submitted += 1
+            self._pending_since[job.id] = time.monotonic()
             self._update(job, stats, "Pending", reason="Submitted",
                          message=result.message, cluster_job_name=result.cluster_job_name)
             return
         cluster_job_name = None if job.cluster_job_name == name else name
         if state.status == "Pending":
             if self._pending_too_long(job):
+                # Delete first: a cluster job left behind could still start later (the image
+                # becomes pullable, a node frees up) and run for a job Falcon calls Failed. Its
+                # name is recorded by then (the first Pending observation wrote it), so a crash
+                # between the delete and the update still ends Failed (K7), never re-created.
+                if not backend.delete(job):
+                    self._update(job, stats, "Pending", message=f"pending timeout: stopping "
+                                 f"cluster job {name}", cluster_job_name=cluster_job_name)
+                    return
+                stats.deleted += 1
                 self._update(job, stats, "Failed", reason="PendingTimeout",
-                             message=f"still pending after {self.pending_timeout:.0f} s: "
-                             f"{state.message}", cluster_job_name=cluster_job_name)
+                             message=f"still pending after {self.pending_timeout:g} s, cluster "
+                             f"job {name} deleted: {state.message}",
+                             cluster_job_name=cluster_job_name)
                 return
             self._update(job, stats, "Pending" if job.status == "Pending" else job.status,
                          reason=state.reason or None, message=state.message,
@@ -149,8 +172,12 @@ class ResourceManager:
                          message=state.message, cluster_job_name=cluster_job_name)
 
     def _pending_too_long(self, job: JobView) -> bool:
-        """Whether a Pending job has waited longer than `pending_timeout` since its creation."""
-        if self.pending_timeout is None or job.status != "Pending" or job.created_at is None:
+        """Whether a Pending job's cluster job has been Pending longer than `pending_timeout`.
+
+        Called only when the cluster job exists and is Pending; the first call for a job starts
+        its clock (see the class docstring).
+        """
+        if self.pending_timeout is None or job.status != "Pending":
             return False
-        waited = (datetime.now(timezone.utc) - job.created_at).total_seconds()
-        return waited > self.pending_timeout
+        since = self._pending_since.setdefault(job.id, time.monotonic())
+        return time.monotonic() - since > self.pending_timeout
