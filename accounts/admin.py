@@ -1,8 +1,9 @@
-"""Django admin for users: operators set `is_staff` here (who may abort or delete any run)."""
+"""Django admin for users (operators set `is_staff`: who may abort or delete any run) and for the
+allowed Cloudflare service tokens."""
 from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 
-from .models import User
+from .models import ServicePrincipal, User
 
 
 @admin.register(User)
@@ -21,3 +22,13 @@ class UserAdmin(BaseUserAdmin):
     add_fieldsets = ((None, {"classes": ("wide",),
                              "fields": ("user_id", "email", "password1", "password2")}),)
     filter_horizontal = ("groups", "user_permissions")
+
+
+@admin.register(ServicePrincipal)
+class ServicePrincipalAdmin(admin.ModelAdmin):
+    """Operators allow or cut off Cloudflare service tokens here (behaviours.md A2)."""
+
+    list_display = ("common_name", "description", "is_active", "created_at")
+    list_filter = ("is_active",)
+    search_fields = ("common_name", "description")
+    readonly_fields = ("created_at",)

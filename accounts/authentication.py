@@ -3,62 +3,74 @@ from __future__ import annotations
 
 import logging
 
+from django.core.exceptions import ImproperlyConfigured
 from rest_framework import authentication, exceptions
 
-from falcon_site.errors import FalconError
+from falcon_site.errors import PermissionDenied
 
-from .services import user_register
-from .verifier import InvalidToken, default_verifier
+from .services import NoIdentity, principal_from_claims
+from .verifier import InvalidToken, default_verifier, token_from
 
 log = logging.getLogger(__name__)
 
-HEADER = "HTTP_CF_ACCESS_JWT_ASSERTION"  # Cf-Access-Jwt-Assertion, set by Cloudflare Access
-COOKIE = "CF_Authorization"
-
 
 def token_from_request(request) -> str | None:
-    """Return the token from `Cf-Access-Jwt-Assertion`, the `CF_Authorization` cookie or
-    `Authorization: Bearer`, in that order (Cloudflare recommends the header); None if absent."""
-    meta = request.META
-    if meta.get(HEADER):
-        return meta[HEADER].strip()
-    if request.COOKIES.get(COOKIE):
-        return request.COOKIES[COOKIE].strip()
-    auth = meta.get("HTTP_AUTHORIZATION", "")
-    scheme, _, value = auth.partition(" ")
-    if scheme.lower() == "bearer" and value.strip():
-        return value.strip()
-    return None
+    """Return the access token of a Django request, or None (order: `verifier.token_from`).
+
+    Args:
+        request: a `django.http.HttpRequest` (DRF's wrapper passes `request._request`).
+    """
+    return token_from(lambda name: request.headers.get(name), request.COOKIES.get)
+
+
+def authenticate_token(token: str):
+    """Verify `token` and return `(principal, claims)`; shared by DRF and the admin middleware.
+
+    Returns:
+        `(User | ServiceIdentity, claims dict)`.
+
+    Raises:
+        exceptions.AuthenticationFailed: the token is refused (401 with the one-line reason).
+        exceptions.PermissionDenied: a service token operators have not allowed (403).
+    """
+    try:
+        claims = default_verifier().verify(token)
+    except InvalidToken as exc:
+        # The reason only: the token itself is a credential and never reaches a log.
+        log.info("refused a token: %s", exc.reason)
+        raise exceptions.AuthenticationFailed(exc.reason) from None
+    except ImproperlyConfigured as exc:
+        # Settings changed under a running process (tests, reloads): say so, never a 500.
+        log.error("auth is misconfigured: %s", exc)
+        raise exceptions.AuthenticationFailed("the server's authentication is misconfigured") \
+            from None
+    try:
+        return principal_from_claims(claims), claims
+    except NoIdentity as exc:
+        log.info("refused a token: %s", exc.reason)
+        raise exceptions.AuthenticationFailed(exc.reason) from None
+    except PermissionDenied as exc:
+        log.info("refused a service token: %s", exc.message)
+        raise exceptions.PermissionDenied(exc.message) from None
 
 
 class AccessJWTAuthentication(authentication.BaseAuthentication):
-    """Authenticate with an RS256 access JWT and auto-register the user (seed 3.4.4).
+    """Authenticate with an RS256 access JWT; register the user or admit the service.
 
-    No token: returns None (DRF then answers 401 unless another scheme succeeds). A bad token:
-    401 with the verifier's one-line reason; the token itself is never logged.
+    The token is taken from `Cf-Access-Jwt-Assertion`, `cf-access-token`, the `CF_Authorization`
+    cookie or `Authorization: Bearer`, in that order (issue 5, item 1). No token: returns None
+    (DRF then answers 401 unless another scheme succeeds). A bad token: 401 with the verifier's
+    one-line reason; a service token operators have not allowed: 403. A person becomes
+    `request.user` as an `accounts.User` (auto-registered, seed 3.4.4); an allowed service token
+    as an `accounts.principals.ServiceIdentity`. The token itself is never logged.
     """
 
     def authenticate(self, request):
+        """Return `(principal, claims)` or None; raises DRF's 401/403 exceptions."""
         token = token_from_request(request._request)
         if token is None:
             return None
-        try:
-            claims = default_verifier().verify(token)
-        except InvalidToken as exc:
-            log.info("refused a token: %s", exc.reason)
-            raise exceptions.AuthenticationFailed(exc.reason) from None
-        sub, email = claims.get("sub"), claims.get("email")
-        if not isinstance(sub, str) or not sub or not isinstance(email, str) or not email:
-            raise exceptions.AuthenticationFailed(
-                "token has no user identity (empty 'sub' or 'email'); service tokens cannot "
-                "use this API")
-        try:
-            user = user_register(user_id=sub, email=email)
-        except FalconError as exc:
-            raise exceptions.AuthenticationFailed(exc.message) from None
-        if not user.is_active:
-            raise exceptions.AuthenticationFailed("this user is deactivated; ask an operator")
-        return user, claims
+        return authenticate_token(token)
 
     def authenticate_header(self, request) -> str:
         return 'Bearer realm="falcon"'

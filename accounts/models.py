@@ -13,9 +13,15 @@ class UserManager(BaseUserManager):
 
     def create_user(self, email: str, user_id: str | None = None, password: str | None = None,
                     **extra):
-        """Create a user; without `user_id` one is derived from the email (`local:<email>`)."""
+        """Create a user; without `user_id`, the `sub` the local issuer gives this email.
+
+        So an operator made with `createsuperuser` is the same user as the one who later logs
+        in with `falcon auth login --email` in the local mode.
+        """
+        from .issuer import local_subject
+
         email = self.normalize_email(email)
-        user = self.model(user_id=user_id or f"local:{email}", email=email, **extra)
+        user = self.model(user_id=user_id or local_subject(email), email=email, **extra)
         if password:
             user.set_password(password)
         else:
@@ -56,3 +62,30 @@ class User(AbstractBaseUser, PermissionsMixin):
 
     def __str__(self) -> str:
         return self.email
+
+
+class ServicePrincipal(models.Model):
+    """A Cloudflare Access service token an operator allows to call the API.
+
+    Service tokens carry `common_name` (the token's client id), an empty `sub` and no `email`
+    (Cloudflare "Validate JWTs"); they are never a `User` (behaviours.md A2). A token is allowed
+    when its common name is in `settings.FALCON_CF_SERVICE_TOKENS` or has an active row here;
+    a row with `is_active` off refuses it even when the setting lists it, so the admin is the
+    quick way to cut one off.
+    """
+
+    common_name = models.CharField(
+        max_length=255, unique=True,
+        help_text="The service token's Client ID as Cloudflare puts it in `common_name`, "
+                  "e.g. 0123abcd.access.")
+    description = models.CharField(max_length=255, blank=True,
+                                   help_text="Who uses this token and for what.")
+    is_active = models.BooleanField(default=True, help_text="Off refuses the token (403).")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "service_principals"
+        ordering = ["common_name"]
+
+    def __str__(self) -> str:
+        return self.common_name

@@ -8,6 +8,7 @@ class AccessJWTScheme(OpenApiAuthenticationExtension):
 
     def get_security_definition(self, auto_schema):
         return {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
-                "description": "An RS256 access JWT, sent as `Authorization: Bearer`, the "
-                               "`Cf-Access-Jwt-Assertion` header or the `CF_Authorization` "
-                               "cookie."}
+                "description": "An RS256 access JWT (Cloudflare Access, or the local issuer), "
+                               "read from the `Cf-Access-Jwt-Assertion` header, the "
+                               "`cf-access-token` header, the `CF_Authorization` cookie or "
+                               "`Authorization: Bearer`, in that order."}

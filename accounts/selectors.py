@@ -21,3 +21,23 @@ def user_get_by_email(*, email: str) -> User:
         raise NotFound(f"No active Falcon user has the email {email!r}; the user must log in "
                        "once (falcon auth login) before anything is created for them.")
     return user
+
+
+def service_principal_allowed(*, common_name: str) -> bool:
+    """True when operators allow the Cloudflare service token `common_name` (behaviours.md A2).
+
+    Allowed: listed in `settings.FALCON_CF_SERVICE_TOKENS`, or an active `ServicePrincipal` row.
+    A row with `is_active` off refuses it even when the setting lists it: switching it off in
+    the admin cuts the token off without a redeploy.
+    """
+    from django.conf import settings
+
+    from .models import ServicePrincipal
+
+    if not common_name:
+        return False
+    row = ServicePrincipal.objects.filter(common_name=common_name).values_list(
+        "is_active", flat=True).first()
+    if row is not None:
+        return bool(row)
+    return common_name in settings.FALCON_CF_SERVICE_TOKENS

@@ -1,9 +1,57 @@
-"""User use cases that write: auto-registration on the first authenticated request (seed 3.4.4)."""
+"""Who a verified token is: auto-registration of users (seed 3.4.4) and service principals."""
 from __future__ import annotations
 
-from falcon_site.errors import Conflict, ValidationFailed
+from typing import Any
+
+from falcon_site.errors import Conflict, PermissionDenied, ValidationFailed
 
 from .models import User
+from .principals import ServiceIdentity
+from .selectors import service_principal_allowed
+
+
+class NoIdentity(Exception):
+    """The verified token names nobody usable (authentication fails: 401); `reason` is one line."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def principal_from_claims(claims: dict[str, Any]) -> User | ServiceIdentity:
+    """Return who the claims of a VERIFIED token are: a registered user or an allowed service.
+
+    - A person: non-empty string `sub` and `email` -> the `User`, inserted on first sight
+      (`user_register`, seed 3.4.4).
+    - A Cloudflare service token: non-empty `common_name`, empty `sub`, no `email` -> a
+      `ServiceIdentity` when operators allow it (`selectors.service_principal_allowed`).
+    - Anything else (empty `sub` without a common name, `sub` without `email`, ...) names nobody;
+      in particular never a user with an empty `sub` or email (behaviours.md A2).
+
+    Raises:
+        NoIdentity: the claims name nobody usable, the email belongs to another identity, or
+            the user is deactivated (HTTP 401 / gRPC UNAUTHENTICATED).
+        PermissionDenied: a service token that operators have not allowed (HTTP 403 / gRPC
+            PERMISSION_DENIED).
+    """
+    sub, email, common_name = claims.get("sub"), claims.get("email"), claims.get("common_name")
+    if (isinstance(common_name, str) and common_name and sub in ("", None)
+            and not claims.get("email")):
+        if not service_principal_allowed(common_name=common_name):
+            raise PermissionDenied(
+                f"service token {common_name!r} is not allowed on this Falcon; an operator can "
+                "add it in the admin (Service principals) or to FALCON_CF_SERVICE_TOKENS")
+        return ServiceIdentity(name=common_name)
+    if not isinstance(sub, str) or not sub or not isinstance(email, str) or not email:
+        raise NoIdentity("token has no user identity (empty 'sub' or 'email') and is not an "
+                         "allowed service token")
+    try:
+        user = user_register(user_id=sub, email=email)
+    except (Conflict, ValidationFailed) as exc:
+        raise NoIdentity(exc.message) from None
+    if not user.is_active:
+        raise NoIdentity("this user is deactivated; ask an operator")
+    return user
 
 
 def user_register(*, user_id: str, email: str) -> User:

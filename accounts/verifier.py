@@ -1,19 +1,30 @@
-"""Verification of access JWTs (RS256 against a JWKS), shared by HTTP and gRPC.
+"""Verification of access JWTs (RS256 against a JWKS), shared by HTTP, gRPC and the admin.
 
-Seed 000, 3.4: the API server verifies every JWT as defence in depth. Keys come from a JWKS
-URL through PyJWT's `PyJWKClient` (which keeps the last good key set when a fetch fails and
-rate-limits refetches for unknown `kid`s), or, in the local mode without a URL, straight from the
-embedded issuer. Every failure is an `InvalidToken` with a one-line reason: never a 500.
+Seed 000, 3.4: the API server verifies every JWT as defence in depth. One `TokenVerifier` serves
+both modes; only where its settings come from differs (`verifier_settings`):
+
+- `local`: the embedded issuer's key (or `FALCON_AUTH_JWKS_URL`), `FALCON_AUTH_AUDIENCE`,
+  `FALCON_AUTH_ISSUER`;
+- `cloudflare`: the certs of `FALCON_CF_TEAM_DOMAIN` (`<team>/cdn-cgi/access/certs`, or
+  `FALCON_CF_CERTS_URL`), the AUD tags of `FALCON_CF_AUDIENCES`, and the team domain as `iss`
+  (Cloudflare "Validate JWTs").
+
+Keys from a URL come through `accounts.jwks.ResilientJWKClient` (PyJWKClient, plus serving the
+last good key set for a bounded time during a certs outage). Every failure is an `InvalidToken`
+with a one-line reason: never a 500, and never the token itself in a message or a log.
 """
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Protocol
 
 import jwt
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
@@ -119,22 +130,133 @@ class TokenVerifier:
         return claims
 
 
+CF_CERTS_PATH = "/cdn-cgi/access/certs"
+
+
+def normalize_team_domain(value: str) -> str:
+    """Return a Cloudflare team domain as the `iss` Cloudflare puts in its tokens.
+
+    `acme.cloudflareaccess.com`, `https://acme.cloudflareaccess.com/` and the same with upper
+    case all give `https://acme.cloudflareaccess.com` ('' stays '').
+    """
+    value = value.strip().rstrip("/")
+    if value and "://" not in value:
+        value = f"https://{value}"
+    scheme, _, rest = value.partition("://")
+    return f"{scheme.lower()}://{rest.lower()}" if value else ""
+
+
+@dataclass(frozen=True)
+class VerifierSettings:
+    """Where the verifier's keys come from and what it requires, resolved from settings.
+
+    Attributes:
+        mode: `local` or `cloudflare`.
+        jwks_url: the key set's URL; '' means the embedded local issuer's key.
+        audiences: accepted `aud` values (never empty).
+        issuer: the required `iss`.
+        leeway: allowed clock skew in seconds.
+    """
+
+    mode: str
+    jwks_url: str
+    audiences: tuple[str, ...]
+    issuer: str
+    leeway: int
+
+
+def verifier_settings() -> VerifierSettings:
+    """Resolve the verifier's settings for `FALCON_AUTH_MODE`.
+
+    Raises:
+        ImproperlyConfigured: cloudflare mode without a team domain or without an audience
+            (behaviours.md A1: the audience check is never skipped), or local mode without an
+            audience.
+    """
+    leeway = int(settings.FALCON_AUTH_LEEWAY_SECONDS)
+    if settings.FALCON_AUTH_MODE == "cloudflare":
+        team = normalize_team_domain(settings.FALCON_CF_TEAM_DOMAIN)
+        audiences = tuple(a for a in settings.FALCON_CF_AUDIENCES if a)
+        if not team or not audiences:
+            raise ImproperlyConfigured(
+                "FALCON_AUTH_MODE=cloudflare needs FALCON_CF_TEAM_DOMAIN and at least one "
+                "FALCON_CF_AUDIENCES tag: the audience check is never skipped.")
+        return VerifierSettings(mode="cloudflare",
+                                jwks_url=settings.FALCON_CF_CERTS_URL or f"{team}{CF_CERTS_PATH}",
+                                audiences=audiences, issuer=team, leeway=leeway)
+    audiences = tuple(a for a in settings.FALCON_AUTH_AUDIENCE if a)
+    if not audiences:
+        raise ImproperlyConfigured("FALCON_AUTH_AUDIENCE is empty: the audience check is never "
+                                   "skipped.")
+    return VerifierSettings(mode="local", jwks_url=settings.FALCON_AUTH_JWKS_URL,
+                            audiences=audiences, issuer=settings.FALCON_AUTH_ISSUER,
+                            leeway=leeway)
+
+
 @lru_cache(maxsize=1)
 def default_verifier() -> TokenVerifier:
-    """Build the process's verifier from settings (`FALCON_AUTH_*`)."""
-    if settings.FALCON_AUTH_JWKS_URL:
-        keys: KeySource = jwt.PyJWKClient(settings.FALCON_AUTH_JWKS_URL, timeout=3,
-                                          lifespan=300, cooldown_duration=30)
+    """Build the process's verifier from settings (`verifier_settings`), once.
+
+    Raises:
+        ImproperlyConfigured: see `verifier_settings`.
+    """
+    from .jwks import ResilientJWKClient
+
+    conf = verifier_settings()
+    if conf.jwks_url:
+        keys: KeySource = ResilientJWKClient(
+            conf.jwks_url, timeout=settings.FALCON_AUTH_JWKS_TIMEOUT_SECONDS,
+            lifespan=settings.FALCON_AUTH_JWKS_LIFESPAN_SECONDS,
+            cooldown=settings.FALCON_AUTH_JWKS_COOLDOWN_SECONDS,
+            stale_seconds=settings.FALCON_AUTH_JWKS_STALE_SECONDS,
+            retry_seconds=settings.FALCON_AUTH_JWKS_RETRY_SECONDS)
     else:
         keys = LocalKeySource()
-    return TokenVerifier(keys, audiences=list(settings.FALCON_AUTH_AUDIENCE),
-                         issuer=settings.FALCON_AUTH_ISSUER,
-                         leeway=settings.FALCON_AUTH_LEEWAY_SECONDS)
+    return TokenVerifier(keys, audiences=list(conf.audiences), issuer=conf.issuer,
+                         leeway=conf.leeway)
+
+
+# Where a request carries its token, in the order they are tried (issue 5, item 1): the header
+# Cloudflare Access sets at the origin (recommended over the cookie, which is not guaranteed),
+# the header a CLI sends to the edge (`cloudflared access curl` uses it), the Access cookie,
+# then the standard bearer header (RFC 6750) used by direct callers and the local mode.
+TOKEN_HEADERS = ("cf-access-jwt-assertion", "cf-access-token")
+TOKEN_COOKIE = "CF_Authorization"
+
+
+def token_from(header: Callable[[str], str | None],
+               cookie: Callable[[str], str | None] = lambda name: None) -> str | None:
+    """Return the access token of a request or call, or None when it carries none.
+
+    Args:
+        header: returns a header's (or gRPC metadata key's) value by lower-case name, or None.
+        cookie: returns a cookie's value by name, or None (gRPC has no cookies).
+
+    Returns:
+        The first non-empty of `Cf-Access-Jwt-Assertion`, `cf-access-token`, the
+        `CF_Authorization` cookie, `Authorization: Bearer <token>`, stripped. A present but
+        malformed value is returned as it is, so the verifier refuses it with a reason rather
+        than the caller looking unauthenticated.
+    """
+    for name in TOKEN_HEADERS:
+        value = header(name)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    value = cookie(TOKEN_COOKIE)
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    auth = header("authorization")
+    if isinstance(auth, str):
+        scheme, _, value = auth.strip().partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            return value.strip()
+    return None
 
 
 @receiver(setting_changed)
 def _reset_on_settings_change(setting: str, **kwargs) -> None:
-    if setting.startswith("FALCON_AUTH") or setting == "FALCON_LOCAL_SIGNING_KEY":
+    if (setting.startswith(("FALCON_AUTH", "FALCON_CF_"))
+            or setting == "FALCON_LOCAL_SIGNING_KEY"):
         default_verifier.cache_clear()
         from .issuer import local_issuer
 

@@ -22,6 +22,19 @@ from .exit_codes import ExitCode
 USER_AGENT = "falcon-cli/0.1.0"
 CONNECT_TIMEOUT = 5.0  # seconds
 
+
+class RedirectedError(CLIError):
+    """The server answered with a redirect, which the client never follows.
+
+    Behind Cloudflare Access a request without a valid token is redirected to the Access login
+    (`https://<team>.cloudflareaccess.com/...`); `falcon auth login` uses that to recognise the
+    cloudflare mode. Attributes: `location`, the redirect target ('' when absent).
+    """
+
+    def __init__(self, message: str, location: str):
+        super().__init__(message, ExitCode.ERROR)
+        self.location = location
+
 # The API's stable error codes (falcon_site/errors.py) and DRF's authentication codes.
 CODE_TO_EXIT: dict[str, ExitCode] = {
     "not_found": ExitCode.NOT_FOUND,
@@ -154,7 +167,11 @@ class FalconClient:
             if self._token_provider is None:
                 raise CLIError("this command needs a login; run `falcon auth login`",
                                ExitCode.AUTH)
-            headers["Authorization"] = f"Bearer {self._token_provider()}"
+            token = self._token_provider()
+            headers["Authorization"] = f"Bearer {token}"
+            # Cloudflare's edge reads a CLI's token from `cf-access-token` (what `cloudflared
+            # access curl` sends); the origin accepts either header. Both go to this one server.
+            headers["cf-access-token"] = token
         url = f"{self.server}{path}"
         try:
             response = self._http.request(method, path, json=json, params=params,
@@ -172,10 +189,11 @@ class FalconClient:
                            f"({type(exc).__name__}: {exc})", ExitCode.UNAVAILABLE) from None
 
         if response.is_redirect:
-            raise CLIError(f"the server at {self.server} redirected {path} to "
-                           f"{response.headers.get('location', '?')}; point --server at the "
-                           "final URL (redirects are not followed, so the token stays with "
-                           "its server)", ExitCode.ERROR)
+            location = response.headers.get("location", "")
+            raise RedirectedError(f"the server at {self.server} redirected {path} to "
+                                  f"{location or '?'}; point --server at the final URL, or run "
+                                  "`falcon auth login` if it is a login page (redirects are not "
+                                  "followed, so the token stays with its server)", location)
         body: Any = None
         if response.content:
             try:

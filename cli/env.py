@@ -16,6 +16,14 @@ from typing import IO, Any
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 PIPE_WIDTH = 200  # columns of tables written to a pipe or file
 DEFAULT_HTTP_TIMEOUT = 30.0  # seconds per request (read); connecting gets at most 5 s
+DEFAULT_LOGIN_TIMEOUT = 300.0  # seconds the browser login may take (an SSO round trip with MFA)
+
+
+def open_in_browser(url: str) -> bool:
+    """Open `url` in the user's browser (`webbrowser.open`); False when none could be started."""
+    import webbrowser  # lazily: only the browser login needs it
+
+    return webbrowser.open(url)
 
 
 def default_config_dir(environ: Mapping[str, str]) -> Path:
@@ -44,6 +52,10 @@ class Environment:
         sleep: sleeps for a number of seconds (the `exp wait` poll interval).
         transport: an `httpx.BaseTransport` to send requests through; None is the real network.
         http_timeout: seconds a request may take before the server counts as unavailable.
+        open_browser: opens a URL in the user's browser, True when it did (`falcon auth login`
+            in the cloudflare mode); tests pass a fake browser.
+        login_timeout: seconds the browser login waits for the browser to come back.
+        run: runs an external program (`subprocess.run`'s signature), for `--cloudflared`.
     """
 
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
@@ -55,6 +67,9 @@ class Environment:
     sleep: Callable[[float], None] = time.sleep
     transport: Any = None
     http_timeout: float = DEFAULT_HTTP_TIMEOUT
+    open_browser: Callable[[str], bool] = open_in_browser
+    login_timeout: float = DEFAULT_LOGIN_TIMEOUT
+    run: Callable[..., Any] | None = None
     _consoles: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property

@@ -107,6 +107,13 @@ class ResourceManager:
             stats.errors.append(str(exc))
             log.warning("exp %s (id %s, job %s, role %s): %s", job.exp_name, job.exp_id, job.id,
                         job.role, exc)
+            if isinstance(exc, BackendError):
+                # Say it where the user looks, not only in this log: the job's message.
+                try:
+                    self._update(job, stats, job.status, reason="ClusterError",
+                                 message=f"the cluster refused this job, retrying: {exc}")
+                except FalconError:
+                    pass  # the job moved meanwhile; the next tick reads it again
 
     def _update(self, job: JobView, stats: ResourceTickStats, status: str, *,
                 reason: str | None = None, message: str | None = None,
@@ -165,10 +172,10 @@ class ResourceManager:
                              cluster_job_name=cluster_job_name)
                 return
             self._update(job, stats, "Pending" if job.status == "Pending" else job.status,
-                         reason=state.reason or None, message=state.message,
+                         reason=state.reason, message=state.message,
                          cluster_job_name=cluster_job_name)
         else:
-            self._update(job, stats, state.status, reason=state.reason or None,
+            self._update(job, stats, state.status, reason=state.reason,
                          message=state.message, cluster_job_name=cluster_job_name)
 
     def _pending_too_long(self, job: JobView) -> bool:

@@ -1,4 +1,9 @@
-"""Django admin for operators: experiments with their jobs and artifact; abort via the service."""
+"""Django admin for operators: experiments with their jobs and artifact; abort via the service.
+
+The admin's actions call the same services as the APIs, as the logged-in admin user: the admin
+only admits staff (`AdminSite.has_permission`), and staff may abort or delete any experiment
+(`experiments.services.exp_may_change`).
+"""
 from django.contrib import admin, messages
 
 from artifacts.models import Artifact
@@ -42,7 +47,7 @@ def abort_experiments(modeladmin, request, queryset):
     done = 0
     for exp_id in queryset.values_list("pk", flat=True):
         try:
-            services.exp_abort(exp_id=exp_id, actor=request.user.email)
+            services.exp_abort(exp_id=exp_id, actor=request.user)
             done += 1
         except FalconError as exc:
             modeladmin.message_user(request, exc.message, level=messages.WARNING)
@@ -56,7 +61,7 @@ def delete_experiments(modeladmin, request, queryset):
     done = 0
     for exp_id in queryset.values_list("pk", flat=True):
         try:
-            services.exp_delete(exp_id=exp_id)
+            services.exp_delete(exp_id=exp_id, actor=request.user)
             done += 1
         except FalconError as exc:
             modeladmin.message_user(request, exc.message, level=messages.WARNING)
@@ -74,9 +79,11 @@ class ExperimentAdmin(admin.ModelAdmin):
     list_select_related = ("creator",)
     inlines = [JobInline, ArtifactInline]
     actions = [abort_experiments, delete_experiments]
-    readonly_fields = ("creator", "cluster_name", "exp_type", "role_to_task_spec", "config",
-                       "artifact_path") + STATUS_FIELDS
-    fields = ("name", "priority") + readonly_fields
+    # Everything is read-only: a name or spec changed here would no longer match the artifact
+    # path and cluster jobs made from it, and status changes only through transitions.
+    readonly_fields = ("name", "priority", "creator", "cluster_name", "exp_type",
+                       "role_to_task_spec", "config", "artifact_path") + STATUS_FIELDS
+    fields = readonly_fields
 
     def has_add_permission(self, request):
         return False

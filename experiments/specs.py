@@ -24,6 +24,15 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 EXP_TYPE = re.compile(r"^[a-z][a-z0-9_-]*$")
 TOPOLOGY = re.compile(r"^[1-9][0-9]*(x[1-9][0-9]*)*$")
 
+# Upper bounds that keep one request from exhausting the cluster or the controller: a local
+# replica is a process, a Kubernetes replica a pod; the command and each env value travel in a
+# process's argv/environment, which Linux caps (ARG_MAX; one string at most 128 KiB).
+MAX_REPLICA = 1024
+MAX_DEVICE_COUNT = 4096
+MAX_COMMAND_BYTES = 64 * 1024
+MAX_ENV_VALUE_BYTES = 64 * 1024
+MAX_ENVS = 256
+
 CONFIG_ENV = "CUSTOM_CONFIG_KEY"
 RESERVED_ENV_PREFIX = "FALCON_"
 TASK_SPEC_FIELDS = ("command", "replica", "image", "device_count", "device_type", "device_topo",
@@ -32,6 +41,33 @@ TASK_SPEC_FIELDS = ("command", "replica", "image", "device_count", "device_type"
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _kind(value: Any) -> str:
+    """Name a JSON/YAML value's kind for a message ("a list", "null"), not a Python type."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return f"a {type(value).__name__}"
+
+
+def _text_problem(value: str, max_bytes: int) -> str | None:
+    """Why `value` cannot be passed to a process (NUL byte, too long), or None."""
+    if "\x00" in value:
+        return "contains a NUL character, which no process argument or environment can hold."
+    size = len(value.encode("utf-8"))
+    if size > max_bytes:
+        return f"is {size} bytes; the limit is {max_bytes} bytes."
+    return None
 
 
 def _env_value(value: Any) -> str | None:
@@ -54,7 +90,7 @@ def validate_task_spec(role: str, spec: Any, errors: dict[str, list[str]]) -> di
     path = f"role_to_task_spec.{role}"
     if not isinstance(spec, Mapping):
         errors.setdefault(path, []).append(
-            f"must be a mapping with {', '.join(TASK_SPEC_FIELDS)}; got {type(spec).__name__}.")
+            f"must be a mapping with {', '.join(TASK_SPEC_FIELDS)}; got {_kind(spec)}.")
         return {}
     unknown = sorted(set(spec) - set(TASK_SPEC_FIELDS))
     for key in unknown:
@@ -63,16 +99,22 @@ def validate_task_spec(role: str, spec: Any, errors: dict[str, list[str]]) -> di
 
     out: dict[str, Any] = {}
     command = spec.get("command")
-    if not isinstance(command, str) or not command.strip():
+    if command is None or (isinstance(command, str) and not command.strip()):
         errors.setdefault(f"{path}.command", []).append(
             "is required: a non-empty shell command string.")
+    elif not isinstance(command, str):
+        errors.setdefault(f"{path}.command", []).append(
+            f"must be a shell command string; got {_kind(command)}. Join a list with spaces.")
+    elif problem := _text_problem(command, MAX_COMMAND_BYTES):
+        errors.setdefault(f"{path}.command", []).append(
+            f"{problem} Put long scripts in the image or the artifact store.")
     else:
         out["command"] = command
 
     replica = spec.get("replica", 1)
-    if not _is_int(replica) or replica < 1:
+    if not _is_int(replica) or not 1 <= replica <= MAX_REPLICA:
         errors.setdefault(f"{path}.replica", []).append(
-            f"must be an integer >= 1; got {replica!r}.")
+            f"must be an integer from 1 to {MAX_REPLICA}; got {replica!r}.")
     else:
         out["replica"] = replica
 
@@ -81,7 +123,7 @@ def validate_task_spec(role: str, spec: Any, errors: dict[str, list[str]]) -> di
         if value is None:
             value = ""
         if not isinstance(value, str):
-            errors.setdefault(f"{path}.{key}", []).append(f"must be a string; got {value!r}.")
+            errors.setdefault(f"{path}.{key}", []).append(f"must be a string; got {_kind(value)}.")
         else:
             out[key] = value
 
@@ -92,21 +134,26 @@ def validate_task_spec(role: str, spec: Any, errors: dict[str, list[str]]) -> di
     else:
         out["device_topo"] = topo
 
+    # device_count is absent (null) when the task uses no accelerator, so a spec read back from
+    # the API can be sent again as it is.
     count = spec.get("device_count")
     if count is None:
-        count = 0
         if out.get("device_type"):
             errors.setdefault(f"{path}.device_count", []).append(
                 "is required when device_type is set: an integer >= 1.")
-    elif not _is_int(count) or count < 1:
+    elif not _is_int(count) or not 1 <= count <= MAX_DEVICE_COUNT:
         errors.setdefault(f"{path}.device_count", []).append(
-            f"must be an integer >= 1; got {count!r}.")
-    out["device_count"] = count if _is_int(count) else 0
+            f"must be an integer from 1 to {MAX_DEVICE_COUNT}; got {count!r}.")
+    out["device_count"] = count if _is_int(count) else None
 
     envs = spec.get("envs") or {}
     if not isinstance(envs, Mapping):
         errors.setdefault(f"{path}.envs", []).append(
-            f"must be a mapping of NAME: value; got {type(envs).__name__}.")
+            f"must be a mapping of NAME: value; got {_kind(envs)}.")
+        envs = {}
+    elif len(envs) > MAX_ENVS:
+        errors.setdefault(f"{path}.envs", []).append(
+            f"has {len(envs)} variables; the limit is {MAX_ENVS}.")
         envs = {}
     clean_envs: dict[str, str] = {}
     for name, value in envs.items():
@@ -124,8 +171,11 @@ def validate_task_spec(role: str, spec: Any, errors: dict[str, list[str]]) -> di
         coerced = _env_value(value)
         if coerced is None:
             errors.setdefault(field, []).append(
-                f"must be a string, number or boolean; got a {type(value).__name__}. "
-                "Quote structured values as a string.")
+                f"must be a string, number or boolean; got {_kind(value)}. "
+                "Quote structured values as a string (use \"\" for an empty value).")
+            continue
+        if problem := _text_problem(coerced, MAX_ENV_VALUE_BYTES):
+            errors.setdefault(field, []).append(problem)
             continue
         clean_envs[name] = coerced
     out["envs"] = clean_envs
@@ -136,9 +186,15 @@ def validate_create(*, name: Any, cluster_name: Any, exp_type: Any, role_to_task
                     config: Any, priority: Any) -> dict[str, Any]:
     """Validate every CreateExp field and return them normalised.
 
+    `cluster_name` must name a cluster of the clusters file (`controllers.clusters`), and each
+    TaskSpec must be runnable there (`ClusterBackend.validate`: on Kubernetes an image, a known
+    device type, a topology matching `device_count`).
+
     Raises:
         PayloadTooLarge: `config` is over `FALCON_CONFIG_MAX_BYTES` (1 MiB) in UTF-8 (HTTP 413).
-        ValidationFailed: any other field is missing or malformed; `errors` names each field.
+        ValidationFailed: any other field is missing or malformed, the cluster is unknown (the
+            message lists the known clusters), or a TaskSpec cannot run on it; `errors` names
+            each field (`cluster_name`, `role_to_task_spec.<role>.<field>`).
     """
     errors: dict[str, list[str]] = {}
 
@@ -161,6 +217,10 @@ def validate_create(*, name: Any, cluster_name: Any, exp_type: Any, role_to_task
     if not isinstance(config, str):
         errors.setdefault("config", []).append(
             "must be a string: send the config file's text unparsed.")
+    elif "\x00" in config:
+        errors.setdefault("config", []).append(
+            f"contains a NUL character; it is given to tasks as {CONFIG_ENV}, an environment "
+            "variable, which cannot hold one. Send a text file.")
     elif len(config.encode("utf-8")) > settings.FALCON_CONFIG_MAX_BYTES:
         raise PayloadTooLarge({"config": [
             f"is {len(config.encode('utf-8'))} bytes; the limit is "
@@ -187,6 +247,17 @@ def validate_create(*, name: Any, cluster_name: Any, exp_type: Any, role_to_task
                     "most 63 characters).")
                 continue
             specs[role] = validate_task_spec(role, spec, errors)
+
+    if "cluster_name" not in errors and isinstance(cluster_name, str):
+        # The cluster must exist in the clusters file and accept each TaskSpec (a Kubernetes
+        # cluster needs an image and a mapped device type); checked here, at CreateExp, not
+        # discovered later by a failing cluster Job. A problem the shape rules above already
+        # reported for a field is not repeated.
+        from controllers.clusters import cluster_problems
+
+        for key, messages in cluster_problems(cluster_name, specs).items():
+            if key not in errors:
+                errors[key] = messages
 
     if errors:
         raise ValidationFailed(errors)

@@ -1,7 +1,16 @@
-"""DRF glue: the one mapping of domain errors to HTTP responses (style rule 6)."""
+"""DRF glue: the one mapping of errors to HTTP responses (style rule 6).
+
+Every error body is JSON with a stable `code`: a domain error's own code (`not_found`,
+`conflict`, `too_large`, ...), or DRF's code for its own errors (`not_authenticated`,
+`parse_error`, `method_not_allowed`, `invalid`, ...). Field errors are keyed by the field path.
+"""
 from __future__ import annotations
 
-from rest_framework.exceptions import APIException
+from django.http import HttpRequest, JsonResponse
+from django.views.defaults import page_not_found, server_error
+from rest_framework.exceptions import APIException, NotFound, ValidationError
+from rest_framework.filters import OrderingFilter
+from rest_framework.pagination import CursorPagination
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from .errors import FalconError, ValidationFailed
@@ -12,7 +21,7 @@ class DomainAPIException(APIException):
 
     def __init__(self, error: FalconError):
         self.status_code = error.http_status
-        self.error_code = error.code
+        self.default_code = error.code
         if isinstance(error, ValidationFailed):
             detail = dict(error.errors)
         else:
@@ -21,13 +30,66 @@ class DomainAPIException(APIException):
 
 
 def exception_handler(exc, context):
-    """Answer a `FalconError` with its HTTP status and `{field|"detail": ..., "code": ...}`.
+    """Answer an error with its HTTP status and `{field|"detail": ..., "code": ...}`.
 
-    Everything else goes to DRF's own handler (400 for parse errors, 401/403 for auth).
+    A `FalconError` keeps its own status and code; DRF's errors (400 parse errors, 401/403,
+    405, 415) get DRF's `default_code`.
     """
     if isinstance(exc, FalconError):
         exc = DomainAPIException(exc)
     response = drf_exception_handler(exc, context)
-    if response is not None and isinstance(exc, DomainAPIException):
-        response.data["code"] = exc.error_code
+    if response is None:
+        return None
+    code = getattr(exc, "default_code", "error")
+    if isinstance(response.data, list):  # e.g. a serializer's top-level error list
+        response.data = {"detail": response.data}
+    response.data.setdefault("code", code)
     return response
+
+
+def _is_api(request: HttpRequest) -> bool:
+    return request.path.startswith("/api/")
+
+
+def not_found(request: HttpRequest, exception=None):
+    """404 for any URL no route matches: JSON under /api/, Django's page elsewhere."""
+    if _is_api(request):
+        return JsonResponse({"detail": f"No API endpoint at {request.path}; see /api/docs/.",
+                             "code": "not_found"}, status=404)
+    return page_not_found(request, exception)
+
+
+def internal_error(request: HttpRequest):
+    """500 for an unhandled error: JSON under /api/, Django's page elsewhere."""
+    if _is_api(request):
+        return JsonResponse({"detail": "Internal server error; the server log has the cause.",
+                             "code": "error"}, status=500)
+    return server_error(request)
+
+
+class StrictOrderingFilter(OrderingFilter):
+    """DRF's `?ordering=` that refuses unknown fields with a 400 instead of ignoring them."""
+
+    def get_ordering(self, request, queryset, view):
+        raw = request.query_params.get(self.ordering_param)
+        if raw:
+            valid = {name for name, _label in
+                     self.get_valid_fields(queryset, view, {"request": request})}
+            unknown = [f for f in (p.strip() for p in raw.split(",")) if f.lstrip("-") not in valid]
+            if unknown:
+                raise ValidationError({self.ordering_param: [
+                    f"cannot order by {', '.join(unknown)}; use one of {', '.join(sorted(valid))}"
+                    " (prefix '-' for descending)."]})
+        return super().get_ordering(request, queryset, view)
+
+
+class StrictCursorPagination(CursorPagination):
+    """DRF's cursor pagination, answering a malformed cursor with a 400, not a 404."""
+
+    def decode_cursor(self, request):
+        try:
+            return super().decode_cursor(request)
+        except NotFound:
+            raise ValidationError({self.cursor_query_param: [
+                "is not a cursor this API gave out; follow the `next` link, or start again "
+                "without it."]}) from None

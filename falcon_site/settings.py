@@ -6,8 +6,11 @@ SQLite under `var/`, a local artifact directory, and the local JWT issuer. Produ
 - `DATABASE_URL`: e.g. `mysql://user:pass@host:3306/falcon` (mysqlclient, utf8mb4).
 - `FALCON_ARTIFACT_ROOT`: where experiments write, e.g. `gs://bucket/falcon` or `file:///data`.
 - `FALCON_AUTH_MODE`: `local` (default) or `cloudflare`.
-- `FALCON_AUTH_JWKS_URL`, `FALCON_AUTH_AUDIENCE`, `FALCON_AUTH_ISSUER`: the verifier's key set,
-  audience(s) (comma-separated) and issuer.
+- local mode: `FALCON_AUTH_JWKS_URL`, `FALCON_AUTH_AUDIENCE`, `FALCON_AUTH_ISSUER`: the
+  verifier's key set (default: the embedded issuer), audience(s) (comma-separated) and issuer.
+- cloudflare mode: `FALCON_CF_TEAM_DOMAIN` (issuer; certs at `<team>/cdn-cgi/access/certs`),
+  `FALCON_CF_CERTS_URL` (override), `FALCON_CF_AUDIENCES` (AUD tags, comma-separated),
+  `FALCON_CF_SERVICE_TOKENS` (allowed service-token common names, comma-separated).
 """
 from __future__ import annotations
 
@@ -67,7 +70,8 @@ def _secret_key() -> str:
 
 
 SECRET_KEY = _secret_key()
-DEBUG = env_bool("DJANGO_DEBUG", True)
+# Off unless asked for: DEBUG pages leak settings and answer API clients with HTML.
+DEBUG = env_bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
 
 INSTALLED_APPS = [
@@ -80,6 +84,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI's files served by us, not a CDN (works offline)
     "falcon_site",
     "accounts",
     "experiments",
@@ -166,29 +171,67 @@ FALCON_ARTIFACT_ROOT = os.environ.get(
 )
 FALCON_CONFIG_MAX_BYTES = 1024 * 1024
 
+# --- auth (seed 000, 3.4; issue 5) ------------------------------------------------------------
 FALCON_AUTH_MODE = os.environ.get("FALCON_AUTH_MODE", "local")
 if FALCON_AUTH_MODE not in {"local", "cloudflare"}:
     raise ImproperlyConfigured(
         f"FALCON_AUTH_MODE={FALCON_AUTH_MODE!r} is not known: set it to 'local' or 'cloudflare'."
     )
+# Local mode: the embedded issuer (or another JWKS named here) feeds `accounts.verifier`.
 FALCON_AUTH_JWKS_URL = os.environ.get("FALCON_AUTH_JWKS_URL", "")
 FALCON_AUTH_AUDIENCE = env_list("FALCON_AUTH_AUDIENCE", "falcon-local")
 FALCON_AUTH_ISSUER = os.environ.get("FALCON_AUTH_ISSUER", "falcon-local")
 FALCON_AUTH_LEEWAY_SECONDS = int(os.environ.get("FALCON_AUTH_LEEWAY_SECONDS", "30"))
 FALCON_LOCAL_TOKEN_TTL_SECONDS = int(os.environ.get("FALCON_LOCAL_TOKEN_TTL_SECONDS", str(12 * 3600)))
 FALCON_LOCAL_SIGNING_KEY = VAR_DIR / "jwt-signing-key.pem"
-if FALCON_AUTH_MODE == "cloudflare" and not (FALCON_AUTH_JWKS_URL and FALCON_AUTH_AUDIENCE):
+
+# Cloudflare mode: the team domain is the expected `iss` and gives the certs URL
+# (`<team>/cdn-cgi/access/certs`, Cloudflare "Validate JWTs"); the audiences are the Access
+# applications' AUD tags. These feed the same `accounts.verifier.TokenVerifier`.
+FALCON_CF_TEAM_DOMAIN = os.environ.get("FALCON_CF_TEAM_DOMAIN", "").strip()
+FALCON_CF_CERTS_URL = os.environ.get("FALCON_CF_CERTS_URL", "").strip()
+FALCON_CF_AUDIENCES = env_list("FALCON_CF_AUDIENCES")
+# Common names (client ids) of Cloudflare service tokens allowed in, besides the active
+# `accounts.ServicePrincipal` rows operators keep in the admin (behaviours.md A2).
+FALCON_CF_SERVICE_TOKENS = env_list("FALCON_CF_SERVICE_TOKENS")
+if FALCON_AUTH_MODE == "cloudflare" and not (FALCON_CF_TEAM_DOMAIN and FALCON_CF_AUDIENCES):
+    # behaviours.md A1: an empty audience must stop the server, never skip the check.
     raise ImproperlyConfigured(
-        "FALCON_AUTH_MODE=cloudflare needs FALCON_AUTH_JWKS_URL and FALCON_AUTH_AUDIENCE: "
-        "the audience check is never skipped."
+        "FALCON_AUTH_MODE=cloudflare needs FALCON_CF_TEAM_DOMAIN (e.g. "
+        "https://acme.cloudflareaccess.com) and FALCON_CF_AUDIENCES (the Access application's "
+        "AUD tag, comma-separated): the audience check is never skipped."
     )
+
+# Key-set fetching (PyJWKClient plus `accounts.jwks`): short timeouts so a slow certs endpoint
+# cannot stall requests; a bounded cache; at most one refetch per cooldown for unknown `kid`s;
+# during an outage the last good key set keeps serving for FALCON_AUTH_JWKS_STALE_SECONDS and
+# the endpoint is retried at most every FALCON_AUTH_JWKS_RETRY_SECONDS (behaviours.md A3).
+FALCON_AUTH_JWKS_TIMEOUT_SECONDS = float(os.environ.get("FALCON_AUTH_JWKS_TIMEOUT_SECONDS", "3"))
+FALCON_AUTH_JWKS_LIFESPAN_SECONDS = float(os.environ.get("FALCON_AUTH_JWKS_LIFESPAN_SECONDS",
+                                                         "300"))
+FALCON_AUTH_JWKS_COOLDOWN_SECONDS = float(os.environ.get("FALCON_AUTH_JWKS_COOLDOWN_SECONDS", "10"))
+FALCON_AUTH_JWKS_STALE_SECONDS = float(os.environ.get("FALCON_AUTH_JWKS_STALE_SECONDS",
+                                                      str(6 * 3600)))
+FALCON_AUTH_JWKS_RETRY_SECONDS = float(os.environ.get("FALCON_AUTH_JWKS_RETRY_SECONDS", "15"))
+
+# Local mode logs into the admin with a password; Cloudflare mode with the Access identity of
+# the request (`accounts.middleware`), never a password. Both backends check the mode at run
+# time, so both can stay listed and sessions made by either keep resolving.
+AUTHENTICATION_BACKENDS = [
+    "accounts.backends.LocalPasswordBackend",
+    "accounts.backends.CloudflareAccessBackend",
+]
+# Right after Django's AuthenticationMiddleware, which it builds on (request.user, the session).
+MIDDLEWARE.insert(MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware") + 1,
+                  "accounts.middleware.CloudflareAccessAdminMiddleware")
 
 
 def _internal_token() -> str:
     """Return `FALCON_INTERNAL_TOKEN`, or in the local mode a random token kept under `var/`.
 
-    The token authenticates controllers to the gRPC API (`falcon_site.grpc.auth`). Outside the
-    local mode there is no default: an empty token accepts no caller, only user JWTs pass.
+    The token authenticates controllers to the gRPC API (`falcon_site.grpc.auth`) in the local
+    mode only. Outside it there is no default, and the gRPC server refuses the token even when
+    set (issue 5, item 4): there, services authenticate with Cloudflare service tokens.
     """
     token = os.environ.get("FALCON_INTERNAL_TOKEN", "")
     if token:
@@ -216,9 +259,10 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": [
         "django_filters.rest_framework.DjangoFilterBackend",
         "rest_framework.filters.SearchFilter",
-        "rest_framework.filters.OrderingFilter",
+        "falcon_site.api.StrictOrderingFilter",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "EXCEPTION_HANDLER": "falcon_site.api.exception_handler",
 }
 
@@ -227,6 +271,9 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Experiments, jobs and artifacts of the Falcon experiment platform.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_NAME_OVERRIDES": {
         "ExpStatusEnum": "experiments.models.ExpStatus",
@@ -244,7 +291,27 @@ LOGGING = {
 }
 
 # --- clusters and controllers ------------------------------------------------------------------
+# The clusters file (YAML, see controllers/clusters.py) maps each cluster_name to its backend;
+# the API server and the resource manager read the same file. Without it, the embedded default
+# below applies: one cluster `local` whose replicas are local processes.
+FALCON_CLUSTERS_FILE = os.environ.get("FALCON_CLUSTERS_FILE", "")
 FALCON_CLUSTERS = {"local": {"backend": "local", "state_dir": str(VAR_DIR / "local-cluster")}}
+# Leader election of `runcontroller` on a coordination.k8s.io/v1 Lease (controllers/leader.py).
+# Durations in seconds, with client-go's defaults; the Lease lives in the controllers' own
+# namespace (POD_NAMESPACE from the downward API). `kubeconfig`/`context` empty with
+# `in_cluster` true: the Pod's service account.
+FALCON_LEADER_ELECTION = {
+    "namespace": os.environ.get("FALCON_LEASE_NAMESPACE") or os.environ.get("POD_NAMESPACE")
+    or "default",
+    "lease_name_prefix": os.environ.get("FALCON_LEASE_NAME_PREFIX", "falcon"),
+    "lease_duration": float(os.environ.get("FALCON_LEASE_DURATION_SECONDS", "15")),
+    "renew_deadline": float(os.environ.get("FALCON_LEASE_RENEW_DEADLINE_SECONDS", "10")),
+    "retry_period": float(os.environ.get("FALCON_LEASE_RETRY_PERIOD_SECONDS", "2")),
+    "in_cluster": env_bool("FALCON_LEASE_IN_CLUSTER",
+                           bool(os.environ.get("KUBERNETES_SERVICE_HOST"))),
+    "kubeconfig": os.environ.get("FALCON_LEASE_KUBECONFIG", ""),
+    "context": os.environ.get("FALCON_LEASE_KUBE_CONTEXT", ""),
+}
 FALCON_CONTROLLER_INTERVAL_SECONDS = float(os.environ.get("FALCON_CONTROLLER_INTERVAL_SECONDS", "2"))
 FALCON_PENDING_TIMEOUT_SECONDS = (
     float(os.environ["FALCON_PENDING_TIMEOUT_SECONDS"])

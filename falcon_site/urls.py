@@ -1,4 +1,5 @@
-"""URL routes: the API under /api/v1/, OpenAPI schema and docs, the admin, health checks."""
+"""URL routes: the API under /api/v1/, OpenAPI schema and docs, the admin, the CLI's browser login
+page, health checks."""
 from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
@@ -9,9 +10,13 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("experiments.api.urls")),
     path("api/v1/auth/", include("accounts.api.urls")),
+    path("auth/", include("accounts.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     path("api-auth/", include("rest_framework.urls")),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
 ]
+
+handler404 = "falcon_site.api.not_found"
+handler500 = "falcon_site.api.internal_error"

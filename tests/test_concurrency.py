@@ -70,7 +70,7 @@ def test_abort_racing_a_job_update_leaves_a_consistent_state():
     for attempt in range(5):
         exp = make_exp(name=f"abort{attempt}")
         job = exp.jobs.get()
-        outcomes = race(lambda: exp_abort(exp_id=exp.pk),
+        outcomes = race(lambda: exp_abort(exp_id=exp.pk, actor=exp.creator),
                         lambda: job_update_status(job_id=job.pk, status="Running"))
         assert not isinstance(outcomes[0], Exception), outcomes
         status = Job.objects.get(pk=job.pk).status

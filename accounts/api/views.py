@@ -1,7 +1,9 @@
-"""Auth endpoints: the local issuer's token and JWKS (local mode only), and `whoami`."""
+"""Auth endpoints: the local issuer's token and JWKS (local mode only), the server's auth
+configuration for the CLI, and `whoami`."""
 from __future__ import annotations
 
 from django.conf import settings
+from django.urls import reverse
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import NotFound
@@ -60,17 +62,54 @@ class LocalJWKSView(APIView):
         return Response(local_issuer().jwks())
 
 
+class AuthConfigSerializer(serializers.Serializer):
+    mode = serializers.ChoiceField(choices=["local", "cloudflare"])
+    login_url = serializers.CharField(
+        help_text="Path of the page that hands a token to `falcon auth login`: the local "
+                  "issuer's token endpoint (POST) in the local mode, the Access-protected "
+                  "browser page in the cloudflare mode.")
+
+
+class AuthConfigView(APIView):
+    """How to log in to this server (`falcon auth login` picks its flow from `mode`).
+
+    Open to anyone: it reveals only the mode and a path. Behind Cloudflare Access the edge may
+    still demand a login for it; the CLI then falls back to the cloudflare flow.
+    """
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+
+    @extend_schema(responses={200: AuthConfigSerializer}, summary="Auth configuration")
+    def get(self, request):
+        if settings.FALCON_AUTH_MODE == "cloudflare":
+            data = {"mode": "cloudflare", "login_url": reverse("auth-cli-login")}
+        else:
+            data = {"mode": "local", "login_url": reverse("auth-token")}
+        return Response(AuthConfigSerializer(data).data)
+
+
 class WhoAmISerializer(serializers.Serializer):
-    user_id = serializers.CharField()
-    email = serializers.EmailField()
+    kind = serializers.ChoiceField(choices=["user", "service"])
+    user_id = serializers.CharField(help_text="The user's `sub`, or `service:<common_name>`.")
+    email = serializers.CharField(help_text="The user's email; empty for a service.")
     is_staff = serializers.BooleanField()
 
 
 class WhoAmIView(APIView):
-    """The authenticated user."""
+    """The authenticated user or service principal."""
 
     permission_classes = [IsAuthenticated]
 
     @extend_schema(responses={200: WhoAmISerializer}, summary="Who am I")
     def get(self, request):
-        return Response(WhoAmISerializer(request.user).data)
+        from ..principals import ServiceIdentity
+
+        who = request.user
+        if isinstance(who, ServiceIdentity):
+            data = {"kind": "service", "user_id": f"service:{who.name}", "email": "",
+                    "is_staff": who.is_staff}
+        else:
+            data = {"kind": "user", "user_id": who.user_id, "email": who.email,
+                    "is_staff": who.is_staff}
+        return Response(WhoAmISerializer(data).data)

@@ -40,7 +40,8 @@ def get(api, token=None, **headers):
 def test_valid_token_registers_the_user(api):
     res = get(api, sign(claims()))
     assert res.status_code == 200, res.content
-    assert res.json() == {"user_id": "sub-1", "email": "carol@example.com", "is_staff": False}
+    assert res.json() == {"kind": "user", "user_id": "sub-1", "email": "carol@example.com",
+                          "is_staff": False}
     assert User.objects.filter(pk="sub-1", email="carol@example.com").count() == 1
     assert get(api, sign(claims())).status_code == 200
     assert User.objects.count() == 1
@@ -148,3 +149,12 @@ def test_jwks_endpoint_serves_the_public_key(api):
     keys = api.get("/api/v1/auth/jwks").json()["keys"]
     assert [k["kid"] for k in keys] == [local_issuer().kid]
     assert keys[0]["kty"] == "RSA" and "d" not in keys[0]
+
+
+def test_a_createsuperuser_operator_can_log_in_with_a_local_token(api):
+    ops = User.objects.create_superuser("ops@example.com", password="pw-for-tests")
+    res = api.post("/api/v1/auth/token", {"email": "ops@example.com"}, format="json")
+    who = get(api, res.json()["token"])
+    assert who.status_code == 200, who.content
+    assert who.json() == {"kind": "user", "user_id": ops.user_id, "email": "ops@example.com",
+                          "is_staff": True}

@@ -105,7 +105,7 @@ def test_create_artifact_errors(stubs):
     err = rpc_error(stubs.artifacts.CreateArtifact,
                     artifact_pb2.CreateArtifactReq(exp_id=exp.pk + 9), stubs.md)
     assert err.code() == grpc.StatusCode.NOT_FOUND
-    exp_abort(exp_id=exp.pk)
+    exp_abort(exp_id=exp.pk, actor=exp.creator)
     err = rpc_error(stubs.artifacts.CreateArtifact, artifact_pb2.CreateArtifactReq(exp_id=exp.pk),
                     stubs.md)
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "Aborting" in err.details()

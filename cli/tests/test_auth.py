@@ -36,8 +36,12 @@ def test_login_caches_a_0600_session_for_the_server(falcon_cli):
     assert entry["email"] == EMAIL and entry["method"] == "local"
     claims = jwt.decode(entry["token"], options={"verify_signature": False})
     assert claims["email"] == EMAIL and entry["expires_at"] == claims["exp"]
-    [request] = falcon_cli.transport.requests
-    assert request.url.path == "/api/v1/auth/token" and "authorization" not in request.headers
+    # The mode is asked first (auto), then the local issuer; neither request carries a token.
+    config, request = falcon_cli.transport.requests
+    assert config.url.path == "/api/v1/auth/config"
+    assert request.url.path == "/api/v1/auth/token"
+    assert not any("authorization" in r.headers or "cf-access-token" in r.headers
+                   for r in (config, request))
 
 
 def test_login_prompts_for_the_email(falcon_cli):

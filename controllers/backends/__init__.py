@@ -1,8 +1,9 @@
 """Cluster backends: how the resource manager runs a Falcon Job on a cluster.
 
 `ClusterBackend` (base.py) is the contract; `LocalBackend` (local.py) runs replicas as local
-processes. A Kubernetes backend (one batch/v1 Indexed Job per Falcon Job) implements the same
-contract.
+processes; `KubernetesBackend` (kubernetes.py, imported on demand so the local mode does not load
+the `kubernetes` client) runs one batch/v1 Indexed Job per Falcon Job, with the accelerator
+table in devices.py.
 """
 from controllers.backends.base import (
     BackendError,

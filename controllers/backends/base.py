@@ -108,7 +108,7 @@ def _dns_part(text: str) -> str:
     return _DASHES.sub("-", _NOT_DNS.sub("-", text.lower())).strip("-")
 
 
-def cluster_job_name_for(*, exp_id: int, exp_name: str, role: str) -> str:
+def cluster_job_name_for(*, exp_id: int, exp_name: str, role: str, max_len: int = NAME_MAX) -> str:
     """Return the deterministic cluster job name of one role of one experiment.
 
     The name is `falcon-<exp_id>-<exp name>-<role>` reduced to a DNS-1123 label (RFC 1123:
@@ -122,17 +122,20 @@ def cluster_job_name_for(*, exp_id: int, exp_name: str, role: str) -> str:
         exp_id: the experiment's primary key.
         exp_name: the experiment's name (any characters; they are sanitised).
         role: the role name (already a DNS-1123 label by CreateExp validation).
+        max_len: the longest name allowed; a backend whose objects derive longer names from
+            this one asks for less (the Kubernetes backend keeps room for the `-<index>` that
+            an Indexed Job appends to make Pod hostnames).
 
     Returns:
-        A string of at most `NAME_MAX` (63) characters matching `[a-z0-9]([-a-z0-9]*[a-z0-9])?`.
+        A string of at most `max_len` characters matching `[a-z0-9]([-a-z0-9]*[a-z0-9])?`.
     """
     head = f"{NAME_PREFIX}-{int(exp_id)}"
     tail = "-".join(p for p in (_dns_part(exp_name), _dns_part(role)) if p)
     full = f"{head}-{tail}" if tail else head
-    if len(full) <= NAME_MAX:
+    if len(full) <= max_len:
         return full
     digest = hashlib.sha256(f"{exp_id}\0{exp_name}\0{role}".encode()).hexdigest()[:HASH_LEN]
-    room = NAME_MAX - len(head) - len(digest) - 2  # two '-' separators
+    room = max_len - len(head) - len(digest) - 2  # two '-' separators
     cut = tail[:room].strip("-") if room > 0 else ""
     return "-".join(p for p in (head, cut, digest) if p)
 

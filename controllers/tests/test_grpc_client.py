@@ -47,7 +47,7 @@ def test_list_calls_follow_every_page(falcon_api):
     assert (first.exp_id, first.exp_name, first.exp_status, first.config) == (
         exps[0].pk, "e0", "Created", "i: 0\n")
     assert first.task_spec == {"command": "echo hello", "replica": 1, "image": "",
-                               "device_type": "", "device_topo": "", "device_count": 0,
+                               "device_type": "", "device_topo": "", "device_count": None,
                                "envs": {}}
 
     arts = falcon_api.list_artifacts(ListFilter(extra={"page_size": 4}))

@@ -33,7 +33,7 @@ class RoleToTaskSpecField(serializers.JSONField):
 class ExpCreateInputSerializer(serializers.Serializer):
     """CreateExpReq (seed 000, 3.5)."""
 
-    name = serializers.CharField(max_length=255)
+    name = serializers.CharField(max_length=128)
     cluster_name = serializers.CharField(max_length=255)
     exp_type = serializers.CharField(max_length=255)
     role_to_task_spec = RoleToTaskSpecField()

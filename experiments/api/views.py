@@ -7,16 +7,17 @@ from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import generics, status
-from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
+
+from falcon_site.api import StrictCursorPagination
 
 from .. import selectors, services
 from .filters import ExpFilter
 from .serializers import ExpCreateInputSerializer, ExpDetailSerializer, ExpListItemSerializer
 
 
-class ExpCursorPagination(CursorPagination):
+class ExpCursorPagination(StrictCursorPagination):
     """Cursor pagination: stable under inserts, constant cost per page."""
 
     page_size = 50
@@ -30,6 +31,8 @@ class ExpCursorPagination(CursorPagination):
     post=extend_schema(summary="CreateExp", request=ExpCreateInputSerializer,
                        responses={201: ExpDetailSerializer,
                                   400: OpenApiResponse(description="A field is invalid."),
+                                  403: OpenApiResponse(description="A service principal "
+                                                       "cannot create experiments."),
                                   413: OpenApiResponse(description="The config is over 1 MiB.")}),
 )
 class ExpListCreateView(generics.ListAPIView):
@@ -67,9 +70,11 @@ class ExpDetailView(APIView):
         return Response(ExpDetailSerializer(selectors.exp_get(exp_id=exp_id)).data)
 
     @extend_schema(summary="DeleteExp", responses={
-        204: None, 409: OpenApiResponse(description="The experiment is not terminal.")})
+        204: None,
+        403: OpenApiResponse(description="Only the creator or a staff user may delete it."),
+        409: OpenApiResponse(description="The experiment is not terminal.")})
     def delete(self, request, exp_id: int):
-        services.exp_delete(exp_id=exp_id)
+        services.exp_delete(exp_id=exp_id, actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -78,7 +83,8 @@ class ExpAbortView(APIView):
 
     @extend_schema(summary="AbortExp", request=None, responses={
         200: ExpDetailSerializer,
+        403: OpenApiResponse(description="Only the creator or a staff user may abort it."),
         409: OpenApiResponse(description="The experiment already Succeeded or Failed.")})
     def post(self, request, exp_id: int):
-        services.exp_abort(exp_id=exp_id, actor=request.user.email)
+        services.exp_abort(exp_id=exp_id, actor=request.user)
         return Response(ExpDetailSerializer(selectors.exp_get(exp_id=exp_id)).data)

@@ -46,9 +46,9 @@ class ExperimentServicer(experiment_pb2_grpc.ExperimentServiceServicer):
         return experiment_pb2.ExpCommonResp(exp=_detail(exp.pk), changed=changed, id=exp.pk)
 
     def AbortExp(self, request, context):
-        """AbortExp -> `services.exp_abort` (idempotent; `changed` is not reported)."""
+        """AbortExp -> `services.exp_abort` (idempotent, `changed` unset; creator or staff)."""
         exp_id = require_id(request.id)
-        services.exp_abort(exp_id=exp_id, actor=current_principal().name)
+        services.exp_abort(exp_id=exp_id, actor=current_principal().actor)
         return experiment_pb2.ExpCommonResp(exp=_detail(exp_id), id=exp_id)
 
     def GetExp(self, request, context):
@@ -66,7 +66,7 @@ class ExperimentServicer(experiment_pb2_grpc.ExperimentServiceServicer):
         return experiment_pb2.ListExpsResp(exps=page.items, next_page_token=page.next_page_token)
 
     def DeleteExp(self, request, context):
-        """DeleteExp -> `services.exp_delete` (terminal experiments only)."""
+        """DeleteExp -> `services.exp_delete` (terminal experiments only; creator or staff)."""
         exp_id = require_id(request.id)
-        services.exp_delete(exp_id=exp_id)
+        services.exp_delete(exp_id=exp_id, actor=current_principal().actor)
         return experiment_pb2.ExpCommonResp(changed=True, id=exp_id)

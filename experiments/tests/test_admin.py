@@ -33,10 +33,11 @@ def test_change_page_shows_jobs_and_artifact_read_only(staff_client, user):
     res = staff_client.get(f"/admin/experiments/experiment/{exp.pk}/change/")
     assert res.status_code == 200
     assert b"worker" in res.content and exp.artifact_path.encode() in res.content
-    # A POST cannot change the status: the field is read-only.
+    # A POST cannot change the name or the status: every field is read-only.
     staff_client.post(f"/admin/experiments/experiment/{exp.pk}/change/",
-                      {"name": exp.name, "priority": -1, "status": "Succeeded"})
-    assert Experiment.objects.get(pk=exp.pk).status == "Created"
+                      {"name": "Bad Name!/../x", "priority": 5, "status": "Succeeded"})
+    after = Experiment.objects.get(pk=exp.pk)
+    assert (after.name, after.priority, after.status) == (exp.name, -1, "Created")
 
 
 def test_abort_action_calls_the_service(staff_client, user):

@@ -12,6 +12,15 @@ from jobs.models import Job
 
 pytestmark = pytest.mark.django_db
 
+
+@pytest.fixture
+def alice(db):
+    """The user `auth_api` authenticates as (the local issuer's `sub` for her email)."""
+    from accounts.issuer import local_subject
+    from accounts.tests.factories import UserFactory
+
+    return UserFactory(user_id=local_subject("alice@example.com"), email="alice@example.com")
+
 BODY = {"name": "model-profiling-001", "cluster_name": "tpu-v5p-cluster-a",
         "exp_type": "profiling",
         "role_to_task_spec": {"main": {"command": "python -u bench.py", "replica": 1,
@@ -79,21 +88,21 @@ def test_get_and_404(auth_api, user):
     assert "999999" in res.json()["detail"]
 
 
-def test_abort_then_idempotent_then_conflict(auth_api, user):
-    exp = make_exp(creator=user)
+def test_abort_then_idempotent_then_conflict(auth_api, alice):
+    exp = make_exp(creator=alice)
     res = auth_api.post(f"/api/v1/exps/{exp.pk}/abort")
     assert res.status_code == 200 and res.json()["status"] == "Aborting"
     assert res.json()["jobs"][0]["status"] == "Aborting"
     assert auth_api.post(f"/api/v1/exps/{exp.pk}/abort").status_code == 200
-    done = make_exp(creator=user, name="done")
+    done = make_exp(creator=alice, name="done")
     exp_update_status(exp_id=done.pk, status="Succeeded")
     res = auth_api.post(f"/api/v1/exps/{done.pk}/abort")
     assert res.status_code == 409 and res.json()["code"] == "conflict"
     assert auth_api.post("/api/v1/exps/999999/abort").status_code == 404
 
 
-def test_delete_only_terminal(auth_api, user):
-    exp = make_exp(creator=user)
+def test_delete_only_terminal(auth_api, alice):
+    exp = make_exp(creator=alice)
     res = auth_api.delete(f"/api/v1/exps/{exp.pk}")
     assert res.status_code == 409 and "Abort it first" in res.json()["detail"]
     exp_update_status(exp_id=exp.pk, status="Failed")
@@ -176,3 +185,35 @@ def test_openapi_schema_validates_without_warnings():
     from django.core.management import call_command
 
     call_command("spectacular", "--validate", "--fail-on-warn", "--file", "/dev/null")
+
+
+def test_every_error_body_has_a_code(auth_api):
+    from rest_framework.test import APIClient
+
+    assert APIClient().get("/api/v1/exps").json()["code"] == "not_authenticated"
+    res = auth_api.generic("POST", "/api/v1/exps", "{bad", content_type="application/json")
+    assert res.json()["code"] == "parse_error"
+    res = auth_api.post("/api/v1/exps", "name=x", content_type="application/x-www-form-urlencoded")
+    assert res.status_code == 415 and res.json()["code"] == "unsupported_media_type"
+    assert auth_api.put("/api/v1/exps").json()["code"] == "method_not_allowed"
+    assert auth_api.post("/api/v1/exps", {}, format="json").json()["code"] == "invalid"
+
+
+def test_unknown_api_path_is_a_json_404(auth_api):
+    for path in ("/api/v1/nope", "/api/v1/exps/-5"):
+        res = auth_api.get(path)
+        assert res.status_code == 404 and res.json()["code"] == "not_found", path
+
+
+def test_bad_cursor_and_ordering_are_400(auth_api, user):
+    make_exp(creator=user)
+    res = auth_api.get("/api/v1/exps?cursor=garbage")
+    assert res.status_code == 400 and "cursor" in res.json()
+    res = auth_api.get("/api/v1/exps?ordering=bogus")
+    assert res.status_code == 400 and "bogus" in res.json()["ordering"][0]
+    assert auth_api.get("/api/v1/exps?ordering=-name,id").status_code == 200
+
+
+def test_swagger_ui_is_served_without_a_cdn(api):
+    page = api.get("/api/docs/").content.decode()
+    assert "cdn.jsdelivr" not in page and "swagger-ui" in page

@@ -119,9 +119,9 @@ def test_abort_moves_exp_and_non_terminal_jobs(user):
     a, b, c = exp.jobs.order_by("role")
     job_update_status(job_id=a.pk, status="Running")
     job_update_status(job_id=b.pk, status="Failed")
-    aborted = exp_abort(exp_id=exp.pk, actor="alice@example.com")
+    aborted = exp_abort(exp_id=exp.pk, actor=user)
     assert aborted.status == "Aborting" and aborted.aborting_at is not None
-    assert "alice@example.com" in aborted.message
+    assert f"Abort requested by {user.email}" in aborted.message
     statuses = dict(exp.jobs.values_list("role", "status"))
     assert statuses == {"a": "Aborting", "b": "Failed", "c": "Aborting"}
     assert all(j.aborting_at for j in exp.jobs.filter(status="Aborting"))
@@ -129,11 +129,11 @@ def test_abort_moves_exp_and_non_terminal_jobs(user):
 
 def test_abort_is_idempotent(user):
     exp = make_exp(creator=user)
-    first = exp_abort(exp_id=exp.pk)
-    second = exp_abort(exp_id=exp.pk)
+    first = exp_abort(exp_id=exp.pk, actor=user)
+    second = exp_abort(exp_id=exp.pk, actor=user)
     assert second.status == "Aborting" and second.aborting_at == first.aborting_at
     exp_update_status(exp_id=exp.pk, status="Aborted")
-    assert exp_abort(exp_id=exp.pk).status == "Aborted"
+    assert exp_abort(exp_id=exp.pk, actor=user).status == "Aborted"
 
 
 @pytest.mark.parametrize("final", ["Succeeded", "Failed"])
@@ -141,13 +141,13 @@ def test_abort_of_finished_exp_conflicts(user, final):
     exp = make_exp(creator=user)
     exp_update_status(exp_id=exp.pk, status=final)
     with pytest.raises(Conflict):
-        exp_abort(exp_id=exp.pk)
+        exp_abort(exp_id=exp.pk, actor=user)
     assert Experiment.objects.get(pk=exp.pk).status == final
 
 
-def test_abort_unknown(db):
+def test_abort_unknown(user):
     with pytest.raises(NotFound):
-        exp_abort(exp_id=424242)
+        exp_abort(exp_id=424242, actor=user)
 
 
 @pytest.mark.parametrize("status", ["Created", "Running", "Aborting"])
@@ -155,7 +155,7 @@ def test_delete_refuses_non_terminal(user, status):
     exp = make_exp(creator=user)
     Experiment.objects.filter(pk=exp.pk).update(status=status)  # test set-up only
     with pytest.raises(Conflict):
-        exp_delete(exp_id=exp.pk)
+        exp_delete(exp_id=exp.pk, actor=user)
     assert Experiment.objects.filter(pk=exp.pk).exists() and Job.objects.exists()
 
 
@@ -164,10 +164,41 @@ def test_delete_removes_exp_jobs_and_artifact(user, status):
     exp = make_exp(creator=user, roles=("a", "b"))
     other = make_exp(creator=user, name="other")
     Experiment.objects.filter(pk=exp.pk).update(status=status)  # test set-up only
-    exp_delete(exp_id=exp.pk)
+    exp_delete(exp_id=exp.pk, actor=user)
     assert not Experiment.objects.filter(pk=exp.pk).exists()
     assert not Job.objects.filter(experiment_id=exp.pk).exists()
     assert not Artifact.objects.filter(experiment_id=exp.pk).exists()
     assert Job.objects.filter(experiment=other).count() == 1
     with pytest.raises(NotFound):
-        exp_delete(exp_id=exp.pk)
+        exp_delete(exp_id=exp.pk, actor=user)
+
+
+@pytest.mark.parametrize("spec,field,words", [
+    (task_spec(replica=100_000_000_000), "role_to_task_spec.main.replica", "1024"),
+    (task_spec(device_count=10**9, device_type="gpu"), "role_to_task_spec.main.device_count",
+     "4096"),
+    (task_spec(command="x" * (64 * 1024 + 1)), "role_to_task_spec.main.command", "bytes"),
+    (task_spec(command=["echo", "hi"]), "role_to_task_spec.main.command", "got a list"),
+    (task_spec(envs={"A": "x\x00y"}), "role_to_task_spec.main.envs.A", "NUL"),
+    (task_spec(envs={"A": None}), "role_to_task_spec.main.envs.A", "got null"),
+    (task_spec(envs={f"V{i}": "1" for i in range(257)}), "role_to_task_spec.main.envs", "256"),
+])
+def test_limits_that_keep_one_request_from_exhausting_the_cluster(user, spec, field, words):
+    with pytest.raises(ValidationFailed) as err:
+        create(user, role_to_task_spec={"main": spec})
+    assert words in " ".join(err.value.errors[field])
+    assert not Experiment.objects.exists()
+
+
+def test_config_with_a_nul_character_is_refused(user):
+    with pytest.raises(ValidationFailed) as err:
+        create(user, config="a: 1\x00")
+    assert "NUL" in err.value.errors["config"][0]
+
+
+def test_a_spec_read_back_can_be_sent_again(user):
+    first = create(user)
+    spec = first.jobs.get().task_spec
+    assert spec["device_count"] is None
+    again = create(user, role_to_task_spec={"main": spec})
+    assert again.jobs.get().task_spec == spec

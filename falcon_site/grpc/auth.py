@@ -1,15 +1,18 @@
-"""Who is calling the gRPC API: the internal service token or a user's access JWT.
+"""Who is calling the gRPC API: the internal token (local mode), a user or a service token.
 
-Every call except gRPC health and reflection carries `authorization: Bearer <token>` (checked by
-`falcon_site.grpc.interceptors`). The token is either
+Every call except gRPC health and reflection carries a token (checked by
+`falcon_site.grpc.interceptors`), looked for in the metadata keys `cf-access-jwt-assertion`,
+`cf-access-token` and `authorization: Bearer <token>`, in that order (as on HTTP). It is either
 
 - `settings.FALCON_INTERNAL_TOKEN`, the shared secret of the controllers (seed 000, 3.6: they
-  reach data only through the API server), compared in constant time; or
+  reach data only through the API server), compared in constant time and accepted in the LOCAL
+  mode only (issue 5, item 4: in production services use Cloudflare service tokens); or
 - an RS256 access JWT accepted by `accounts.verifier.default_verifier()` (Cloudflare Access or the
-  local issuer), whose user is auto-registered as on HTTP (seed 3.4.4).
+  local issuer): a person's, whose user is auto-registered as on HTTP (seed 3.4.4), or an
+  operator-allowed Cloudflare service token (`accounts.services.principal_from_claims`).
 
 The principal of the current call is kept in a context variable for the servicers that need it
-(CreateExp's creator, AbortExp's actor).
+(CreateExp's creator, AbortExp's and DeleteExp's actor).
 """
 from __future__ import annotations
 
@@ -21,7 +24,8 @@ from typing import Any
 
 from django.conf import settings
 
-from falcon_site.errors import FalconError, NotFound, PermissionDenied, ValidationFailed
+from accounts.principals import INTERNAL_SERVICE, ServiceIdentity
+from falcon_site.errors import NotFound, PermissionDenied, ValidationFailed
 
 log = logging.getLogger(__name__)
 
@@ -41,54 +45,73 @@ class Principal:
     """The authenticated caller of one gRPC call.
 
     Attributes:
-        kind: `service` (internal token) or `user` (access JWT).
-        user: the `accounts.User` for a `user` principal; None for the service.
+        kind: `service` (the internal token or a Cloudflare service token) or `user`.
+        user: the `accounts.User` for a `user` principal; None for a service.
+        service: the `accounts.principals.ServiceIdentity` of a `service` principal.
     """
 
     kind: str
     user: Any = None
+    service: ServiceIdentity | None = None
+
+    @property
+    def actor(self):
+        """The `User` or `ServiceIdentity` the services' authorization rules judge."""
+        return self.user if self.user is not None else self.service
 
     @property
     def name(self) -> str:
-        """A label for messages and logs: the user's email, or `internal service`."""
-        return self.user.email if self.user is not None else "internal service"
+        """A label for messages and logs: the user's email, or the service's label."""
+        if self.user is not None:
+            return self.user.email
+        return self.service.label if self.service is not None else "unknown service"
 
 
-SERVICE = Principal(kind="service")
+SERVICE = Principal(kind="service", service=INTERNAL_SERVICE)
 _current: contextvars.ContextVar[Principal | None] = contextvars.ContextVar(
     "falcon_grpc_principal", default=None)
 
 
+def _metadata_getter(metadata: Any):
+    """Return a function reading the first string value of a metadata key (lower-case)."""
+    values: dict[str, str] = {}
+    for key, value in metadata or ():
+        if isinstance(key, str) and isinstance(value, str):
+            values.setdefault(key.lower(), value)
+    return values.get
+
+
 def bearer_token(metadata: Any) -> str | None:
-    """Return the token of `authorization: Bearer <token>` in call metadata, or None.
+    """Return the call's access token, or None (keys and order: `accounts.verifier.token_from`).
 
     Args:
         metadata: the call's invocation metadata, a sequence of `(key, value)` pairs.
     """
-    for key, value in metadata or ():
-        if key.lower() != AUTHORIZATION_KEY or not isinstance(value, str):
-            continue
-        scheme, _, token = value.strip().partition(" ")
-        if scheme.lower() == "bearer" and token.strip():
-            return token.strip()
-    return None
+    from accounts.verifier import token_from
+
+    return token_from(_metadata_getter(metadata))
 
 
 def authenticate(metadata: Any) -> Principal:
-    """Return the principal the call's bearer token proves.
+    """Return the principal the call's token proves.
 
     Raises:
-        AuthenticationFailed: no bearer token, or it is neither the internal token nor a valid
-            user JWT (with the verifier's one-line reason; the token is never logged).
+        AuthenticationFailed: no token; the internal token outside the local mode; or neither
+            the internal token nor a valid access JWT naming a user or an allowed service (with
+            the verifier's one-line reason; the token is never logged).
+        falcon_site.errors.PermissionDenied: a valid service token operators have not allowed.
     """
     token = bearer_token(metadata)
     if token is None:
         raise AuthenticationFailed("missing 'authorization: Bearer <token>' metadata")
     internal = settings.FALCON_INTERNAL_TOKEN
     if internal and hmac.compare_digest(token.encode(), internal.encode()):
+        if settings.FALCON_AUTH_MODE != "local":
+            raise AuthenticationFailed("the internal token is accepted in the local mode only; "
+                                       "authenticate with a Cloudflare service token")
         return SERVICE
 
-    from accounts.services import user_register
+    from accounts.services import NoIdentity, principal_from_claims
     from accounts.verifier import InvalidToken, default_verifier
 
     try:
@@ -96,18 +119,16 @@ def authenticate(metadata: Any) -> Principal:
     except InvalidToken as exc:
         log.info("refused a gRPC token: %s", exc.reason)
         raise AuthenticationFailed(
-            f"the token is not the internal token and not a valid user token: {exc.reason}"
+            f"the token is not the internal token and not a valid access token: {exc.reason}"
         ) from None
-    sub, email = claims.get("sub"), claims.get("email")
-    if not isinstance(sub, str) or not sub or not isinstance(email, str) or not email:
-        raise AuthenticationFailed("token has no user identity (empty 'sub' or 'email')")
     try:
-        user = user_register(user_id=sub, email=email)
-    except FalconError as exc:
-        raise AuthenticationFailed(exc.message) from None
-    if not user.is_active:
-        raise AuthenticationFailed("this user is deactivated; ask an operator")
-    return Principal(kind="user", user=user)
+        principal = principal_from_claims(claims)
+    except NoIdentity as exc:
+        log.info("refused a gRPC token: %s", exc.reason)
+        raise AuthenticationFailed(exc.reason) from None
+    if isinstance(principal, ServiceIdentity):
+        return Principal(kind="service", service=principal)
+    return Principal(kind="user", user=principal)
 
 
 def current_principal() -> Principal:
@@ -137,11 +158,15 @@ def creator_for(principal: Principal, creator_email: str):
 
     A user JWT caller is the creator (seed 3.4.1: the token's email is Experiment.Creator); it
     may repeat its own email in `creator_email` but not name another user. The internal service
-    acts for a user and must name one who exists, i.e. has logged in once.
+    (local mode) acts for a user and must name one who exists, i.e. has logged in once. A
+    Cloudflare service principal is returned as it is: `experiments.services.exp_create` refuses
+    it (an experiment needs a person as creator), so the rule lives in one place for HTTP and
+    gRPC.
 
     Raises:
         PermissionDenied: a user names another user as creator.
-        ValidationFailed: the service gives no `creator_email`, or no active user has it.
+        ValidationFailed: the internal service gives no `creator_email`, or no active user has
+            it.
     """
     creator_email = (creator_email or "").strip()
     if principal.user is not None:
@@ -149,6 +174,8 @@ def creator_for(principal: Principal, creator_email: str):
             raise PermissionDenied(f"{principal.user.email} cannot create experiments for "
                                    f"{creator_email}; leave creator_email empty.")
         return principal.user
+    if principal.service is None or not principal.service.internal:
+        return principal.actor
     if not creator_email:
         raise ValidationFailed({"creator_email": [
             "is required with the internal service token: the email of the user the "

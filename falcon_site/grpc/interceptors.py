@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
+from django.core.exceptions import ImproperlyConfigured
 from django.db import OperationalError, close_old_connections
 
 from falcon_site.errors import FalconError
@@ -40,7 +41,8 @@ class FalconServerInterceptor(grpc.ServerInterceptor):
     1. `django.db.close_old_connections()`, so the call reads fresh data on a usable connection
        (behaviours.md D2), and again after the call, so a worker thread keeps no stale one;
     2. `falcon_site.grpc.auth.authenticate` on the metadata: UNAUTHENTICATED (trailer code
-       `unauthenticated`) when it fails; the principal is current during the call;
+       `unauthenticated`) when it fails, PERMISSION_DENIED for a service token operators have
+       not allowed; the principal is current during the call;
     3. the servicer; a `FalconError` it raises ends the call with
        `falcon_site.grpc.errors.abort_with_error` (the one mapping), a database
        `OperationalError` (lock wait timeout, deadlock, lost connection) with UNAVAILABLE so
@@ -80,6 +82,14 @@ def _wrap(behaviour: Callable, method: str) -> Callable:
             except AuthenticationFailed as exc:
                 abort_with_status(context, grpc.StatusCode.UNAUTHENTICATED,
                                   UNAUTHENTICATED_CODE, exc.reason)
+            except FalconError as exc:
+                # A valid service token operators have not allowed: PERMISSION_DENIED.
+                abort_with_error(context, exc)
+            except ImproperlyConfigured:
+                log.error("auth is misconfigured while authenticating %s", method, exc_info=True)
+                abort_with_status(context, grpc.StatusCode.UNAUTHENTICATED,
+                                  UNAUTHENTICATED_CODE,
+                                  "the server's authentication is misconfigured")
             except OperationalError:
                 log.warning("database unavailable while authenticating %s", method,
                             exc_info=True)

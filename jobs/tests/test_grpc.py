@@ -88,7 +88,7 @@ def test_create_job_errors(stubs):
 def test_create_job_refused_when_exp_is_aborting_or_terminal(stubs, exp_status):
     exp = make_exp()
     if exp_status == "Aborting":
-        exp_abort(exp_id=exp.pk)
+        exp_abort(exp_id=exp.pk, actor=exp.creator)
     else:
         exp_update_status(exp_id=exp.pk, status=exp_status)
     err = rpc_error(stubs.jobs.CreateJob,

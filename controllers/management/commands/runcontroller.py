@@ -1,10 +1,22 @@
-"""`manage.py runcontroller exp|resources`: run one controller loop until SIGTERM/SIGINT."""
+"""`manage.py runcontroller exp|resources`: run one controller loop until SIGTERM/SIGINT.
+
+By default the loop runs under leader election on a `coordination.k8s.io/v1` Lease
+(`controllers.leader`), so several replicas can be deployed and one acts; every write the
+controller makes (API status updates, cluster submits and deletes) is fenced by the Lease.
+`--no-leader-election` runs the loop alone: the local mode (`runlocal`), where one process of
+each kind runs and there is no Kubernetes API to hold a Lease.
+"""
 from __future__ import annotations
 
+import hashlib
 import threading
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+
+API_WRITES = ("update_exp_status", "update_job_status", "update_artifact_status")
+BACKEND_WRITES = ("submit", "delete")
+LEASE_NAME_MAX = 253  # a Lease name is a DNS-1123 subdomain
 
 
 def _is_transient(exc: BaseException) -> bool:
@@ -13,30 +25,88 @@ def _is_transient(exc: BaseException) -> bool:
     return bool(getattr(exc, "retryable", False))
 
 
-def build_exp_controller(options):
+def _fenced(target, fence, writes):
+    if fence is None:
+        return target
+    from controllers.leader import Fenced
+
+    return Fenced(target, fence, writes)
+
+
+def build_exp_controller(options, fence=None):
     from artifacts.store import store_for
 
     from controllers.exp_controller import ExpController
     from controllers.grpc_client import GrpcFalconAPI
 
-    return ExpController(GrpcFalconAPI.from_settings(),
+    return ExpController(_fenced(GrpcFalconAPI.from_settings(), fence, API_WRITES),
                          has_files=lambda url: store_for(url).has_files(url))
 
 
-def build_resource_manager(options):
+def build_resource_manager(options, fence=None):
     from controllers.clusters import load_backends
     from controllers.grpc_client import GrpcFalconAPI
     from controllers.resource_manager import ResourceManager
 
-    return ResourceManager(GrpcFalconAPI.from_settings(), load_backends(options["clusters"]),
+    backends = {name: _fenced(backend, fence, BACKEND_WRITES)
+                for name, backend in load_backends(options["clusters"]).items()}
+    return ResourceManager(_fenced(GrpcFalconAPI.from_settings(), fence, API_WRITES), backends,
                            pending_timeout=settings.FALCON_PENDING_TIMEOUT_SECONDS)
 
 
 REGISTRY = {"exp": build_exp_controller, "resources": build_resource_manager}
 
 
+def default_lease_name(prefix: str, controller: str, clusters: list[str] | None) -> str:
+    """Return `<prefix>-<controller>`, plus the served clusters when a subset is served.
+
+    Resource managers serving different cluster sets must not share a Lease; the same set in
+    any order gives the same name. Names too long for a DNS subdomain end in a hash.
+    """
+    from controllers.backends.base import _dns_part
+
+    name = _dns_part(f"{prefix}-{controller}")
+    if clusters:
+        name = f"{name}-{_dns_part('-'.join(sorted(set(clusters))))}"
+    if len(name) > LEASE_NAME_MAX:
+        digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+        name = f"{name[:LEASE_NAME_MAX - 9].rstrip('-')}-{digest}"
+    return name
+
+
+def build_elector(options):
+    """Return a `LeaseElector` from the command options over `settings.FALCON_LEADER_ELECTION`.
+
+    Raises:
+        ValueError: the durations are inconsistent (see `ElectionConfig`).
+        kubernetes.config.ConfigException: no kubeconfig / in-cluster service account.
+    """
+    from kubernetes import client
+
+    from controllers.kubeclient import KubeCaller, KubeConnection, api_client
+    from controllers.leader import ElectionConfig, LeaseElector, default_identity
+
+    le = settings.FALCON_LEADER_ELECTION
+    cfg = ElectionConfig(
+        lease_name=options["lease_name"] or default_lease_name(
+            le["lease_name_prefix"], options["name"], options["clusters"]),
+        namespace=options["lease_namespace"] or le["namespace"],
+        identity=default_identity(),
+        lease_duration=options["lease_duration"] or le["lease_duration"],
+        renew_deadline=options["renew_deadline"] or le["renew_deadline"],
+        retry_period=options["retry_period"] or le["retry_period"])
+    # One attempt per call, answered well within the renew deadline: the election loop retries.
+    timeout = cfg.renew_deadline / 2
+    conn = KubeConnection(kubeconfig=le["kubeconfig"], context=le["context"],
+                          in_cluster=le["in_cluster"], retries=0, request_timeout=timeout,
+                          connect_timeout=min(5.0, timeout), qps=10, burst=10)
+    return LeaseElector(client.CoordinationV1Api(api_client(conn)), cfg,
+                        caller=KubeCaller(conn))
+
+
 class Command(BaseCommand):
-    help = "Run a Falcon controller loop: exp (expController) or resources (resource manager)."
+    help = ("Run a Falcon controller loop: exp (expController) or resources (resource "
+            "manager), under leader election unless --no-leader-election.")
 
     def add_arguments(self, parser):
         parser.add_argument("name", choices=sorted(REGISTRY))
@@ -46,18 +116,48 @@ class Command(BaseCommand):
         parser.add_argument("--once", action="store_true", help="Run one tick and exit.")
         parser.add_argument("--cluster", dest="clusters", action="append", default=None,
                             help="resources: serve this cluster (repeatable; default all).")
+        parser.add_argument("--no-leader-election", action="store_true",
+                            help="Run without a Lease (local mode: one replica, no cluster).")
+        parser.add_argument("--lease-name", default="",
+                            help="Lease name (default <prefix>-<controller>[-<clusters>]).")
+        parser.add_argument("--lease-namespace", default="",
+                            help="Lease namespace (default FALCON_LEASE_NAMESPACE, "
+                            "POD_NAMESPACE or 'default').")
+        parser.add_argument("--lease-duration", type=float, default=None,
+                            help="Seconds a follower waits for a silent leader.")
+        parser.add_argument("--renew-deadline", type=float, default=None,
+                            help="Seconds a leader tries to renew before it stops acting.")
+        parser.add_argument("--retry-period", type=float, default=None,
+                            help="Seconds between two acquire or renew attempts.")
 
     def handle(self, *args, **options):
+        from controllers.leader import run_elected
         from controllers.runner import install_stop_handlers, run_loop
 
+        name = options["name"]
+        elector = None
         try:
-            controller = REGISTRY[options["name"]](options)
+            if not options["no_leader_election"]:
+                elector = build_elector(options)
+            controller = REGISTRY[name](options, fence=elector.fence if elector else None)
         except Exception as exc:
-            raise CommandError(f"cannot start controller {options['name']}: {exc}") from exc
+            raise CommandError(f"cannot start controller {name}: {exc}") from exc
         stop = threading.Event()
         install_stop_handlers(stop)
-        self.stderr.write(f"controller {controller.name}: running every "
-                          f"{options['interval']} s")
-        run_loop(controller, interval=options["interval"], stop=stop,
-                 is_transient=_is_transient, max_ticks=1 if options["once"] else None)
+        max_ticks = 1 if options["once"] else None
+
+        def work(halt: threading.Event) -> int:
+            return run_loop(controller, interval=options["interval"], stop=halt,
+                            is_transient=_is_transient, max_ticks=max_ticks)
+
+        if elector is None:
+            self.stderr.write(f"controller {controller.name}: running every "
+                              f"{options['interval']} s (no leader election)")
+            work(stop)
+        else:
+            cfg = elector.config
+            self.stderr.write(f"controller {controller.name}: {cfg.identity} runs every "
+                              f"{options['interval']} s while holding Lease "
+                              f"{cfg.namespace}/{cfg.lease_name}")
+            run_elected(work, elector, stop=stop)
         self.stderr.write(f"controller {controller.name}: stopped")

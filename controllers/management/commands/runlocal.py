@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -43,12 +44,15 @@ class Command(BaseCommand):
                    FALCON_GRPC_TARGET=options["grpc"], PYTHONUNBUFFERED="1")
         interval = str(options["interval"])
         commands = {
-            "http": [sys.executable, manage, "runserver", "--noreload", options["http"]],
+            # --insecure: serve the admin's static files with DEBUG off (local mode only).
+            "http": [sys.executable, manage, "runserver", "--noreload", "--insecure",
+                     options["http"]],
             "grpc": [sys.executable, manage, "rungrpc", "--addr", options["grpc"]],
+            # One process of each kind and no Kubernetes API to hold a Lease: no election.
             "exp-controller": [sys.executable, manage, "runcontroller", "exp",
-                               "--interval", interval],
+                               "--interval", interval, "--no-leader-election"],
             "resource-manager": [sys.executable, manage, "runcontroller", "resources",
-                                 "--interval", interval],
+                                 "--interval", interval, "--no-leader-election"],
         }
         stop = threading.Event()
 
@@ -62,13 +66,16 @@ class Command(BaseCommand):
         failed = None
         try:
             for name, cmd in commands.items():
+                if name == "exp-controller" and not self._wait_for_port(options["grpc"], stop):
+                    failed = f"the gRPC API did not listen on {options['grpc']} in time"
+                    break
                 # Own process group: a Ctrl-C reaches this supervisor, which stops the children
                 # in order, instead of racing them all at once.
                 children[name] = subprocess.Popen(cmd, env=env, start_new_session=True)
             self.stdout.write(
                 f"Falcon is running: HTTP http://{options['http']}/api/v1/exps "
                 f"(docs /api/docs/, admin /admin/), gRPC {options['grpc']}. Ctrl-C stops it.")
-            while not stop.is_set():
+            while not stop.is_set() and not failed:
                 for name, proc in children.items():
                     if proc.poll() is not None:
                         failed = f"{name} exited with code {proc.returncode}"
@@ -79,7 +86,21 @@ class Command(BaseCommand):
             self._stop_all(children)
         if failed:
             raise CommandError(f"{failed}; stopped the other processes")
-        self.stdout.write("Falcon stopped.")
+        self.stdout.write("Falcon stopped. Tasks still running on the local cluster keep "
+                          "running; the next runlocal adopts them.")
+
+    @staticmethod
+    def _wait_for_port(addr: str, stop: threading.Event, timeout: float = 60.0) -> bool:
+        """Wait until `host:port` accepts TCP connections (so controllers start after gRPC)."""
+        host, _, port = addr.rpartition(":")
+        deadline = time.monotonic() + timeout
+        while not stop.is_set() and time.monotonic() < deadline:
+            try:
+                with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), 1):
+                    return True
+            except OSError:
+                stop.wait(0.2)
+        return False
 
     def _stop_all(self, children: dict[str, subprocess.Popen]) -> None:
         for proc in children.values():

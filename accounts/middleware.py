@@ -1,0 +1,58 @@
+"""Log staff into the Django admin from the Cloudflare Access identity of each request.
+
+Behind Access every request to the origin carries `Cf-Access-Jwt-Assertion` (Cloudflare
+"Validate JWTs"). On admin pages in the cloudflare mode this middleware makes the session follow
+that header, as Django's `RemoteUserMiddleware` does with `REMOTE_USER`:
+
+- a verified token of another identity than the session's -> log that user in (a session, so
+  the admin's CSRF and messages work as usual);
+- no header, or a refused token, while the session came from this backend -> log out, so a
+  session never outlives the Access identity that opened it.
+
+It acts on the admin only: API requests authenticate per request (`AccessJWTAuthentication`),
+and writing a session row for each of them would be pure cost.
+"""
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib import auth
+from django.urls import NoReverseMatch, reverse
+
+BACKEND = "accounts.backends.CloudflareAccessBackend"
+
+
+class CloudflareAccessAdminMiddleware:
+    """See the module docstring. Must come after `AuthenticationMiddleware`."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if settings.FALCON_AUTH_MODE == "cloudflare" and self._is_admin(request.path_info):
+            self._sync_session(request)
+        return self.get_response(request)
+
+    @staticmethod
+    def _is_admin(path: str) -> bool:
+        try:
+            return path.startswith(reverse("admin:index"))
+        except NoReverseMatch:
+            return False
+
+    @staticmethod
+    def _sync_session(request) -> None:
+        token = (request.headers.get("Cf-Access-Jwt-Assertion") or "").strip()
+        current = request.user
+        from_us = request.session.get(auth.BACKEND_SESSION_KEY) == BACKEND
+        if not token:
+            if current.is_authenticated and from_us:
+                auth.logout(request)
+            return
+        user = auth.authenticate(request, cf_access_token=token)
+        if user is None:
+            if current.is_authenticated:
+                auth.logout(request)
+            return
+        if current.is_authenticated and current.pk == user.pk:
+            return
+        auth.login(request, user, backend=BACKEND)

@@ -1,0 +1,129 @@
+"""Measure one resource-manager tick against the fake Kubernetes API with 1,000 and 10,000 jobs.
+
+Run from the repository root:  .venv/bin/python bench/resources.py [--jobs 1000 10000]
+
+For each size N the fake API (controllers/tests/fake_k8s.py, loopback HTTP) holds N Falcon Jobs'
+`batch/v1` Jobs, the real `kubernetes` client reads them through `KubernetesBackend`, and the
+real `ResourceManager` reconciles them. Two ticks are timed per size:
+
+- "steady": every Job running with all pods ready and already recorded as Running: the tick
+  only reads (one paged LIST of Jobs) and writes nothing;
+- "pending": every Job pending with its Pods waiting (ImagePullBackOff): the tick also LISTs
+  Pods once and records a message per job.
+
+The API server side is an in-memory `FalconAPI` (the gRPC API is measured elsewhere), so the
+figures are the cluster side of a tick: wall time, Kubernetes API requests, API-server writes.
+This is a measurement, not a test: timings depend on the machine, so no test asserts them.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "falcon_site.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from controllers.api import JobView, ListFilter  # noqa: E402
+from controllers.backends.kubernetes import (  # noqa: E402
+    KubernetesBackend, KubernetesClusterConfig,
+)
+from controllers.kubeclient import KubeConnection  # noqa: E402
+from controllers.resource_manager import ResourceManager  # noqa: E402
+from controllers.tests.fake_k8s import FakeKube  # noqa: E402
+
+NS = "falcon-jobs"
+CLUSTER = "k8s-bench"
+
+
+class MemoryAPI:
+    """The two FalconAPI calls the resource manager makes, in memory."""
+
+    def __init__(self, jobs: list[JobView]):
+        self.jobs = {j.id: j for j in jobs}
+        self.writes = 0
+
+    def list_jobs(self, flt: ListFilter) -> list[JobView]:
+        return [j for j in self.jobs.values() if j.status in flt.statuses]
+
+    def update_job_status(self, *, job_id, status, reason=None, message=None,
+                          cluster_job_name=None) -> JobView:
+        self.writes += 1
+        job = self.jobs[job_id]
+        self.jobs[job_id] = replace(job, status=status, reason=reason or job.reason,
+                                    message=message or job.message,
+                                    cluster_job_name=cluster_job_name or job.cluster_job_name)
+        return self.jobs[job_id]
+
+
+def populate(fake: FakeKube, backend: KubernetesBackend, n: int, *, pending: bool):
+    views = []
+    for i in range(1, n + 1):
+        view = JobView(id=i, exp_id=i, exp_name=f"bench-{i}", exp_status="Running",
+                       role="main", cluster_name=CLUSTER, exp_type="benchmark",
+                       task_spec={"command": "sleep 1", "replica": 1, "image": "busybox:1",
+                                  "envs": {}}, artifact_path=f"gs://b/{i}", config="",
+                       status="Pending" if pending else "Running")
+        name = backend.cluster_job_name(view)
+        job = backend.api.sanitize_for_serialization(backend.build_job(view, name))
+        job["status"] = ({"active": 1, "ready": 0} if pending else {"active": 1, "ready": 1})
+        fake.put_object("jobs", NS, job)
+        if pending:
+            fake.put_pod(NS, name, 0, {"phase": "Pending", "containerStatuses": [{
+                "name": "main", "image": "busybox:1", "imageID": "", "ready": False,
+                "restartCount": 0, "state": {"waiting": {"reason": "ImagePullBackOff",
+                                                         "message": "Back-off pulling"}}}]})
+        views.append(replace(view, cluster_job_name=name,
+                             message="" if pending else "1/1 pods ready",
+                             reason="" if pending else "AllReplicasReady"))
+    return views
+
+
+def measure(n: int, *, pending: bool) -> dict:
+    fake = FakeKube().serve()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            conn = KubeConnection(kubeconfig=str(fake.kubeconfig(Path(tmp) / "kubeconfig")))
+            backend = KubernetesBackend(CLUSTER, KubernetesClusterConfig(namespace=NS,
+                                                                         connection=conn))
+            views = populate(fake, backend, n, pending=pending)
+            api = MemoryAPI(views)
+            manager = ResourceManager(api, {CLUSTER: backend})
+            fake.reset_requests()
+            calls_before = backend.caller.calls
+            started = time.perf_counter()
+            stats = manager.tick()
+            wall = time.perf_counter() - started
+            assert not stats.errors, stats.errors[:3]
+            return {"jobs": n, "tick": "pending" if pending else "steady", "wall_s": wall,
+                    "k8s_requests": fake.count(), "client_calls": backend.caller.calls -
+                    calls_before, "job_lists": fake.count("GET", "jobs"),
+                    "pod_lists": fake.count("GET", "pods"), "api_writes": api.writes}
+    finally:
+        fake.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, nargs="+", default=[1000, 10000])
+    args = parser.parse_args()
+    print(f"{'jobs':>6} {'tick':>8} {'wall s':>8} {'k8s requests':>13} {'Job LISTs':>10} "
+          f"{'Pod LISTs':>10} {'API writes':>11}")
+    for n in args.jobs:
+        for pending in (False, True):
+            r = measure(n, pending=pending)
+            print(f"{r['jobs']:>6} {r['tick']:>8} {r['wall_s']:>8.2f} {r['k8s_requests']:>13} "
+                  f"{r['job_lists']:>10} {r['pod_lists']:>10} {r['api_writes']:>11}")
+
+
+if __name__ == "__main__":
+    main()

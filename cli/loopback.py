@@ -1,0 +1,95 @@
+"""The loopback listener of the browser login (seed 000, 3.4.2, "Cloudflare Access + local server").
+
+`falcon auth login` listens on 127.0.0.1 at a port the kernel picks, then sends the browser to the
+server's Access-protected login page, which redirects back to
+`http://127.0.0.1:<port>/callback?token=<jwt>&state=<state>`. The listener accepts only that path
+with the exact `state` it was created with (compared in constant time), so another local process
+or web page cannot inject a token of its own choosing (the `state` check of OAuth 2.0 for native
+apps, RFC 8252 section 8.9). It never writes the request line anywhere: the token is in it.
+"""
+from __future__ import annotations
+
+import hmac
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+PAGE_OK = (b"<!doctype html><meta charset=utf-8><title>Falcon</title>"
+           b"<p>Falcon CLI login complete. You can close this tab.</p>")
+PAGE_BAD = (b"<!doctype html><meta charset=utf-8><title>Falcon</title>"
+            b"<p>This login answer was not expected by the Falcon CLI; run `falcon auth login` "
+            b"again.</p>")
+
+
+class CallbackListener:
+    """Wait for one `/callback` carrying the expected `state` on a loopback port.
+
+    Args:
+        state: the random value the login page must echo back.
+
+    Attributes:
+        port: the bound TCP port on 127.0.0.1.
+        rejected: how many requests were refused (wrong path, wrong or missing state/token).
+
+    Use as a context manager; it serves on a daemon thread until closed.
+    """
+
+    def __init__(self, state: str):
+        self.state = state
+        self.rejected = 0
+        self._token: str | None = None
+        self._done = threading.Event()
+        listener = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+                listener._handle(self)
+
+            def log_message(self, format: str, *args) -> None:  # noqa: A002
+                # The default writes the request line to stderr, and the token is in it.
+                return
+
+        self._server = HTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.1,),
+                                        name="falcon-login-listener", daemon=True)
+
+    def __enter__(self) -> CallbackListener:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop serving and release the port."""
+        if self._thread.is_alive():
+            self._server.shutdown()
+        self._server.server_close()
+
+    def _handle(self, request: BaseHTTPRequestHandler) -> None:
+        parts = urlsplit(request.path)
+        query = parse_qs(parts.query, keep_blank_values=True)
+        state = (query.get("state") or [""])[0]
+        token = (query.get("token") or [""])[0]
+        ok = (parts.path == "/callback" and not self._done.is_set() and bool(token)
+              and hmac.compare_digest(state.encode(), self.state.encode()))
+        body = PAGE_OK if ok else PAGE_BAD
+        request.send_response(200 if ok else 400)
+        request.send_header("Content-Type", "text/html; charset=utf-8")
+        request.send_header("Content-Length", str(len(body)))
+        request.send_header("Cache-Control", "no-store")
+        request.send_header("Referrer-Policy", "no-referrer")
+        request.end_headers()
+        request.wfile.write(body)
+        if ok:
+            self._token = token
+            self._done.set()
+        else:
+            self.rejected += 1
+
+    def wait(self, timeout: float) -> str | None:
+        """Return the token once a valid callback arrived, or None after `timeout` seconds."""
+        if not self._done.wait(timeout):
+            return None
+        return self._token

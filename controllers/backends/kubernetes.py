@@ -1,0 +1,588 @@
+"""The Kubernetes cluster backend: one `batch/v1` Indexed Job per Falcon Job (seed 000, 3.1, 3.3.3).
+
+What a Falcon Job becomes (Kubernetes API reference, batch/v1 JobSpec; GKE TPU and GPU docs):
+
+- a Job named `cluster_job_name(job)` (deterministic, a DNS-1123 label of at most
+  `K8S_JOB_NAME_MAX` characters so that the Pod hostnames `<name>-<index>` an Indexed Job
+  derives stay within 63), labelled `falcon.io/exp-id`, `falcon.io/job-id`, `falcon.io/role`
+  and `app.kubernetes.io/managed-by: falcon` (the selector of every LIST), on the Job and its
+  Pods;
+- `completionMode: Indexed`, `parallelism = completions = replica x hosts` (behaviours K2: the
+  Job succeeds only when every index completed), `restartPolicy: Never`, `backoffLimit`
+  (default 0: a profiling run is not silently retried), `ttlSecondsAfterFinished` (default one
+  day: far longer than a resource-manager tick, so the final state is always read before the
+  Job is garbage-collected);
+- one container `main` running the TaskSpec `command` through `/bin/sh -c`, with the TaskSpec
+  `envs`, `CUSTOM_CONFIG_KEY` (the experiment config, verbatim) and the `FALCON_*` variables;
+- accelerators from `devices.DeviceTable`: resource requests and limits, node selectors; a
+  multi-host TPU slice runs one Pod per host, and a Job with more than one Pod gets a headless
+  Service of the same name (owned by the Job, so it is garbage-collected with it) and
+  `subdomain`, so Pods reach each other as `<name>-<index>.<name>`.
+
+Reading state: ONE paged LIST of Jobs per cluster per tick with the managed-by label selector
+(`observe`), plus one LIST of Pods only when some Job is not yet running or has failed (their
+waiting reasons and exit codes go into the message). Status mapping is `job_state` below.
+"""
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from controllers.api import JobView
+from controllers.backends.base import (
+    STDERR_TAIL_BYTES,
+    BackendError,
+    ClusterBackend,
+    ClusterJobState,
+    ClusterJobStatus,
+    SubmitResult,
+    cluster_job_name_for,
+)
+from controllers.backends.devices import TPU_TOPOLOGY_LABEL, DeviceTable, DeviceType
+from controllers.kubeclient import KubeCaller, KubeConnection, api_client
+
+log = logging.getLogger("falcon.controllers.kubernetes")
+
+LABEL_EXP_ID = "falcon.io/exp-id"
+LABEL_JOB_ID = "falcon.io/job-id"
+LABEL_ROLE = "falcon.io/role"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "falcon"
+SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+ANNOTATION_EXP_NAME = "falcon.io/exp-name"
+# Set by the Job controller on every Pod it creates (Kubernetes >= 1.27; `job-name` before).
+POD_JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+CONTAINER = "main"
+CONFIG_ENV = "CUSTOM_CONFIG_KEY"
+# An Indexed Job's Pod hostname is `<job name>-<index>` and must be a DNS label (<= 63); room
+# for '-' and a 10-digit index.
+K8S_JOB_NAME_MAX = 52
+# Waiting reasons that will not clear by themselves: named first in a Pending message (K3).
+STUCK_REASONS = ("ImagePullBackOff", "ErrImagePull", "InvalidImageName",
+                 "CreateContainerConfigError", "CreateContainerError", "CrashLoopBackOff",
+                 "RunContainerError")
+PROPAGATION_POLICIES = ("Foreground", "Background")
+
+
+@dataclass(frozen=True)
+class KubernetesClusterConfig:
+    """One `backend: kubernetes` entry of the clusters file.
+
+    Attributes:
+        namespace: where Jobs, Pods and Services of this cluster's Falcon Jobs live.
+        connection: how to reach the API server (`kubeclient.KubeConnection`).
+        backoff_limit: `spec.backoffLimit`; 0 means any failed Pod fails the Job.
+        ttl_seconds_after_finished: `spec.ttlSecondsAfterFinished`, seconds.
+        active_deadline_seconds: `spec.activeDeadlineSeconds` (None: no deadline).
+        termination_grace_period_seconds: the Pods' SIGTERM-to-SIGKILL time on delete.
+        propagation_policy: `Foreground` (the Job is gone only once its Pods are) or
+            `Background`; never `Orphan`, which leaves Pods running (behaviours K5).
+        service_account: `serviceAccountName` of task Pods ("" = the namespace default).
+        image_pull_secrets: names of Secrets for private registries.
+        node_selector: extra node labels every task Pod selects.
+        list_page_size: `limit` of each LIST page.
+        devices: the device table (built-in types plus the file's `devices:` entries).
+    """
+
+    namespace: str
+    connection: KubeConnection = field(default_factory=KubeConnection)
+    backoff_limit: int = 0
+    ttl_seconds_after_finished: int = 86400
+    active_deadline_seconds: int | None = None
+    termination_grace_period_seconds: int = 30
+    propagation_policy: str = "Foreground"
+    service_account: str = ""
+    image_pull_secrets: tuple[str, ...] = ()
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    list_page_size: int = 500
+    devices: DeviceTable = field(default_factory=DeviceTable)
+
+
+def _int_label(labels: Mapping[str, str] | None, key: str) -> int | None:
+    try:
+        return int((labels or {}).get(key, ""))
+    except ValueError:
+        return None
+
+
+def _tail(text: str | None) -> str:
+    text = (text or "").strip()
+    return text[-STDERR_TAIL_BYTES:] if len(text) > STDERR_TAIL_BYTES else text
+
+
+def _condition(job: client.V1Job, kind: str):
+    for cond in (job.status.conditions if job.status else None) or []:
+        if cond.type == kind and cond.status == "True":
+            return cond
+    return None
+
+
+def _pod_index(pod: client.V1Pod) -> str:
+    annotations = pod.metadata.annotations or {}
+    labels = pod.metadata.labels or {}
+    return (labels.get("batch.kubernetes.io/job-completion-index")
+            or annotations.get("batch.kubernetes.io/job-completion-index") or "?")
+
+
+def _container_statuses(pod: client.V1Pod) -> list:
+    status = pod.status
+    if status is None:
+        return []
+    return list(status.init_container_statuses or []) + list(status.container_statuses or [])
+
+
+def pending_reasons(pods: list[client.V1Pod]) -> list[tuple[str, str]]:
+    """Return `(reason, detail)` for each Pod that is not running yet, most serious first.
+
+    Sources (core/v1 PodStatus): a `PodScheduled=False` condition (`Unschedulable` with the
+    scheduler's message), and containers' `state.waiting` (`ImagePullBackOff` with the image
+    in its message, `ContainerCreating`, ...).
+    """
+    found: list[tuple[int, str, str]] = []
+    for pod in pods:
+        if pod.metadata.deletion_timestamp or (pod.status and pod.status.phase in
+                                               ("Succeeded", "Failed")):
+            continue
+        for cond in (pod.status.conditions if pod.status else None) or []:
+            if cond.type == "PodScheduled" and cond.status == "False":
+                found.append((1, cond.reason or "Unschedulable", cond.message or ""))
+        for cs in _container_statuses(pod):
+            waiting = cs.state.waiting if cs.state else None
+            if waiting is not None and waiting.reason:
+                rank = 0 if waiting.reason in STUCK_REASONS else 2
+                found.append((rank, waiting.reason, waiting.message or ""))
+    found.sort(key=lambda item: item[0])
+    return [(reason, detail) for _rank, reason, detail in found]
+
+
+def failure_details(pods: list[client.V1Pod]) -> tuple[str, int | None]:
+    """Return a sentence on the failed containers of `pods` and the first failing exit code.
+
+    Reads `state.terminated` (else `lastState.terminated`) of every container that ended with a
+    non-zero exit code: reason (`Error`, `OOMKilled`,
+    ...), `exitCode` and the termination message (the tail of the container's output when the
+    Pod sets `terminationMessagePolicy: FallbackToLogsOnError`, as Falcon's Pods do).
+    """
+    parts: list[str] = []
+    exit_code: int | None = None
+    for pod in pods:
+        for cs in _container_statuses(pod):
+            term = (cs.state.terminated if cs.state else None) or (
+                cs.last_state.terminated if cs.last_state else None)
+            if term is None or term.exit_code == 0:
+                continue
+            if exit_code is None:
+                exit_code = term.exit_code
+            text = (f"pod {pod.metadata.name} (index {_pod_index(pod)}) container {cs.name}: "
+                    f"{term.reason or 'terminated'}, exit code {term.exit_code}")
+            if term.message:
+                text += f": {_tail(term.message)}"
+            parts.append(text)
+    return "; ".join(parts), exit_code
+
+
+def job_state(name: str, job: client.V1Job | None, pods: list[client.V1Pod], *,
+              pods_total: int, image: str = "") -> ClusterJobState:
+    """Map a `batch/v1` Job and its Pods to the Falcon view of it.
+
+    Rules (shared/cases/k8s-job-status.yaml; behaviours K1, K2, K4, K7):
+    - no Job: Missing (the resource manager fails the Falcon Job, K7);
+    - a `Complete` or `SuccessCriteriaMet` condition: Succeeded;
+    - a `Failed` or `FailureTarget` condition: Failed, with the condition's reason
+      (`BackoffLimitExceeded`, `DeadlineExceeded`, ...) and the failed containers' reason and
+      exit code (FailureTarget is final: the Failed condition follows once Pods are gone);
+      `status.failed > 0` alone is NOT failure, the Job may still retry (K4);
+    - every index ready or done (`ready + succeeded >= pods_total`, at least one ready):
+      Running. `status.active` counts Pending Pods too, so it never means running (K1);
+    - otherwise Pending, with the Pods' reasons (`Unschedulable`, `ImagePullBackOff` and the
+      image, ...) in the message.
+
+    Args:
+        name: the Job's name, for messages.
+        job: the Job as the API returned it, or None when it does not exist.
+        pods: the Job's Pods (may be empty when they were not listed or are gone).
+        pods_total: `spec.completions` the Falcon Job asked for (replica x hosts).
+        image: the task image, named in image-pull messages.
+    """
+    if job is None:
+        return ClusterJobState(name=name, status=ClusterJobStatus.MISSING,
+                               reason="ClusterJobMissing",
+                               message=f"cluster Job {name} does not exist (deleted?)")
+    status = job.status or client.V1JobStatus()
+    done = _condition(job, "Complete") or _condition(job, "SuccessCriteriaMet")
+    if done is not None:
+        return ClusterJobState(name=name, status=ClusterJobStatus.SUCCEEDED, reason="Completed",
+                               message=f"all {pods_total} pods of Job {name} completed",
+                               exit_code=0)
+    failed = _condition(job, "Failed") or _condition(job, "FailureTarget")
+    if failed is not None:
+        details, exit_code = failure_details(pods)
+        reason = failed.reason or "JobFailed"
+        message = f"{reason}: {failed.message or 'the Job failed'}"
+        if details:
+            message += f"; {details}"
+        return ClusterJobState(name=name, status=ClusterJobStatus.FAILED, reason=reason,
+                               message=message, exit_code=exit_code)
+    ready = status.ready or 0
+    succeeded = status.succeeded or 0
+    if ready and ready + succeeded >= pods_total:
+        done_note = f", {succeeded} completed" if succeeded else ""
+        return ClusterJobState(name=name, status=ClusterJobStatus.RUNNING,
+                               reason="AllReplicasReady",
+                               message=f"{ready}/{pods_total} pods ready{done_note}")
+    reasons = pending_reasons(pods)
+    summary = f"{ready}/{pods_total} pods ready"
+    if not reasons:
+        return ClusterJobState(name=name, status=ClusterJobStatus.PENDING,
+                               reason="PodsStarting",
+                               message=f"{summary}; waiting for pods to start")
+    counts: dict[tuple[str, str], int] = defaultdict(int)
+    for item in reasons:
+        counts[item] += 1
+    texts = []
+    for (reason, detail), count in counts.items():
+        text = f"{count} pod{'s' if count > 1 else ''} {reason}"
+        if detail:
+            text += f": {detail}"
+        if reason in ("ImagePullBackOff", "ErrImagePull", "InvalidImageName") and image \
+                and image not in detail:
+            text += f" (image {image})"
+        texts.append(text)
+    return ClusterJobState(name=name, status=ClusterJobStatus.PENDING, reason=reasons[0][0],
+                           message=f"{summary}; {'; '.join(texts)}")
+
+
+class KubernetesBackend(ClusterBackend):
+    """Run Falcon Jobs as `batch/v1` Indexed Jobs in one namespace of one cluster.
+
+    Args:
+        cluster_name: the `cluster_name` experiments use (for `FALCON_CLUSTER` and messages).
+        config: the cluster's settings (`KubernetesClusterConfig`).
+        api: an `ApiClient` to use; None builds one from `config.connection` on first use
+            (so that CreateExp validation in the API server never touches the cluster).
+
+    Every call goes through `KubeCaller`: a timeout, bounded retries with backoff, a QPS cap.
+    Failures the next tick may retry are raised as `BackendError`.
+    """
+
+    name = "kubernetes"
+
+    def __init__(self, cluster_name: str, config: KubernetesClusterConfig, *,
+                 api: client.ApiClient | None = None):
+        if config.propagation_policy not in PROPAGATION_POLICIES:
+            raise ValueError(f"propagation_policy must be one of {PROPAGATION_POLICIES}")
+        self.cluster_name = cluster_name
+        self.config = config
+        self.caller = KubeCaller(config.connection)
+        self._api = api
+
+    # -- clients -----------------------------------------------------------------------------
+
+    @property
+    def api(self) -> client.ApiClient:
+        """The `ApiClient`, built from the connection settings on first use."""
+        if self._api is None:
+            try:
+                self._api = api_client(self.config.connection)
+            except Exception as exc:  # ConfigException, missing files: retry next tick
+                raise BackendError(f"cluster {self.cluster_name}: cannot load the Kubernetes "
+                                   f"client configuration: {exc}") from exc
+        return self._api
+
+    @property
+    def batch(self) -> client.BatchV1Api:
+        return client.BatchV1Api(self.api)
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    def _fail(self, what: str, exc: BaseException) -> BackendError:
+        detail = f"{exc.status} {exc.reason}" if isinstance(exc, ApiException) else repr(exc)
+        return BackendError(f"cluster {self.cluster_name}: {what}: {detail}")
+
+    # -- naming and building ----------------------------------------------------------------
+
+    def cluster_job_name(self, job: JobView) -> str:
+        """Return the Job name: `falcon-<exp id>-<exp name>-<role>`, at most 52 characters."""
+        return cluster_job_name_for(exp_id=job.exp_id, exp_name=job.exp_name, role=job.role,
+                                    max_len=K8S_JOB_NAME_MAX)
+
+    def _device(self, spec: Mapping[str, Any]) -> DeviceType | None:
+        device_type = spec.get("device_type") or ""
+        if not device_type:
+            return None
+        device = self.config.devices.get(device_type)
+        if device is None:
+            raise BackendError(f"cluster {self.cluster_name}: device_type {device_type!r} has "
+                               "no mapping (was the clusters file changed after CreateExp?)")
+        return device
+
+    def shape(self, spec: Mapping[str, Any]) -> tuple[int, int, DeviceType | None]:
+        """Return `(replica, hosts per replica, device)` of a validated TaskSpec."""
+        device = self._device(spec)
+        hosts = device.hosts(int(spec.get("device_count") or 0)) if device else 1
+        return int(spec.get("replica") or 1), hosts, device
+
+    def labels(self, job: JobView) -> dict[str, str]:
+        """Return the labels of the Job, its Pods and its Service."""
+        return {LABEL_MANAGED_BY: MANAGED_BY, LABEL_EXP_ID: str(job.exp_id),
+                LABEL_JOB_ID: str(job.id), LABEL_ROLE: job.role}
+
+    def build_job(self, job: JobView, name: str | None = None) -> client.V1Job:
+        """Return the `batch/v1` Job for `job` (pure: no API call).
+
+        Raises:
+            BackendError: the TaskSpec's device type is not in the device table.
+        """
+        name = name or self.cluster_job_name(job)
+        spec = job.task_spec
+        replica, hosts, device = self.shape(spec)
+        total = replica * hosts
+        labels = self.labels(job)
+        hostnames = ",".join(f"{name}-{i}.{name}" for i in range(total)) if total > 1 else ""
+        env = {str(k): str(v) for k, v in (spec.get("envs") or {}).items()}
+        # Falcon's own variables are set last and win (CreateExp refuses these names in envs).
+        env.update({
+            CONFIG_ENV: job.config,
+            "FALCON_EXP_ID": str(job.exp_id),
+            "FALCON_EXP_NAME": job.exp_name,
+            "FALCON_JOB_ID": str(job.id),
+            "FALCON_ROLE": job.role,
+            "FALCON_CLUSTER": self.cluster_name,
+            "FALCON_REPLICA_COUNT": str(replica),
+            "FALCON_HOSTS_PER_REPLICA": str(hosts),
+            "FALCON_ARTIFACT_PATH": job.artifact_path,
+        })
+        if hostnames:
+            env["FALCON_WORKER_HOSTNAMES"] = hostnames
+        # JOB_COMPLETION_INDEX is set by Kubernetes in Indexed Jobs; replica and host index
+        # follow from it, computed by the same shell that runs the command.
+        script = (f"export FALCON_REPLICA_INDEX=$(( ${{JOB_COMPLETION_INDEX:-0}} / {hosts} )) "
+                  f"FALCON_HOST_INDEX=$(( ${{JOB_COMPLETION_INDEX:-0}} % {hosts} ))\n"
+                  f"{spec['command']}")
+        resources = None
+        node_selector = dict(self.config.node_selector)
+        if device is not None:
+            per_pod = str(device.chips_per_pod(int(spec["device_count"])))
+            resources = client.V1ResourceRequirements(limits={device.resource: per_pod},
+                                                      requests={device.resource: per_pod})
+            node_selector.update(device.node_selector)
+            if device.kind == "tpu":
+                node_selector[TPU_TOPOLOGY_LABEL] = spec["device_topo"]
+        container = client.V1Container(
+            name=CONTAINER, image=spec.get("image") or "", command=["/bin/sh", "-c", script],
+            env=[client.V1EnvVar(name=k, value=v) for k, v in env.items()],
+            resources=resources,
+            # The tail of the output becomes the termination message when the container fails
+            # without writing one: the failure reason Falcon shows.
+            termination_message_policy="FallbackToLogsOnError")
+        pod_spec = client.V1PodSpec(
+            restart_policy="Never", containers=[container],
+            node_selector=node_selector or None,
+            subdomain=name if total > 1 else None,
+            service_account_name=self.config.service_account or None,
+            image_pull_secrets=[client.V1LocalObjectReference(name=s)
+                                for s in self.config.image_pull_secrets] or None,
+            termination_grace_period_seconds=self.config.termination_grace_period_seconds,
+            # Thousands of Services in the namespace would otherwise become env variables.
+            enable_service_links=False)
+        return client.V1Job(
+            api_version="batch/v1", kind="Job",
+            metadata=client.V1ObjectMeta(name=name, namespace=self.config.namespace,
+                                         labels=labels,
+                                         annotations={ANNOTATION_EXP_NAME: job.exp_name}),
+            spec=client.V1JobSpec(
+                completion_mode="Indexed", completions=total, parallelism=total,
+                backoff_limit=self.config.backoff_limit,
+                ttl_seconds_after_finished=self.config.ttl_seconds_after_finished,
+                active_deadline_seconds=self.config.active_deadline_seconds,
+                template=client.V1PodTemplateSpec(
+                    metadata=client.V1ObjectMeta(labels=labels), spec=pod_spec)))
+
+    def build_service(self, job: JobView, name: str, owner_uid: str) -> client.V1Service:
+        """Return the headless Service giving each Pod of the Job a DNS name.
+
+        `clusterIP: None` and `publishNotReadyAddresses` (workers must find each other before
+        they are ready); owned by the Job, so deleting the Job deletes it.
+        """
+        labels = self.labels(job)
+        return client.V1Service(
+            api_version="v1", kind="Service",
+            metadata=client.V1ObjectMeta(
+                name=name, namespace=self.config.namespace, labels=labels,
+                owner_references=[client.V1OwnerReference(
+                    api_version="batch/v1", kind="Job", name=name, uid=owner_uid,
+                    controller=True, block_owner_deletion=True)]),
+            spec=client.V1ServiceSpec(cluster_ip="None", selector={LABEL_JOB_ID: str(job.id),
+                                                                   LABEL_MANAGED_BY: MANAGED_BY},
+                                      publish_not_ready_addresses=True))
+
+    # -- ClusterBackend ---------------------------------------------------------------------
+
+    def submit(self, job: JobView) -> SubmitResult:
+        """Create the Job (and its headless Service), or adopt the Job of that name (K9).
+
+        A create answering 409 AlreadyExists is an adoption when the existing Job carries this
+        Falcon Job's `falcon.io/job-id`; a Job of that name belonging to something else is an
+        error, never adopted.
+
+        Raises:
+            BackendError: the API failed, or the name is taken by another Job.
+        """
+        name = self.cluster_job_name(job)
+        body = self.build_job(job, name)
+        ns = self.config.namespace
+        created = True
+        try:
+            made = self.caller.call(self.batch.create_namespaced_job, ns, body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise self._fail(f"create Job {name}", exc) from exc
+            created = False
+            try:
+                made = self.caller.call(self.batch.read_namespaced_job, name, ns)
+            except (ApiException, urllib3.exceptions.HTTPError) as exc2:
+                raise self._fail(f"read existing Job {name}", exc2) from exc2
+            owner = _int_label(made.metadata.labels, LABEL_JOB_ID)
+            if owner != job.id:
+                raise BackendError(f"cluster {self.cluster_name}: a Job named {name} exists "
+                                   f"but belongs to falcon job {owner}, not {job.id}")
+        except urllib3.exceptions.HTTPError as exc:
+            raise self._fail(f"create Job {name}", exc) from exc
+        if (made.spec.completions or 1) > 1:
+            service = self.build_service(job, name, made.metadata.uid)
+            try:
+                self.caller.call(self.core.create_namespaced_service, ns, service)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise self._fail(f"create Service {name}", exc) from exc
+            except urllib3.exceptions.HTTPError as exc:
+                raise self._fail(f"create Service {name}", exc) from exc
+        verb = "created" if created else "adopted existing"
+        return SubmitResult(cluster_job_name=name, created=created,
+                            message=f"{verb} Job {ns}/{name}")
+
+    def _list(self, fn, what: str) -> list:
+        try:
+            return self.caller.list_all(fn, self.config.namespace, label_selector=SELECTOR,
+                                        page_size=self.config.list_page_size)
+        except (ApiException, urllib3.exceptions.HTTPError) as exc:
+            raise self._fail(f"list {what}", exc) from exc
+
+    def observe(self, jobs: list[JobView]) -> dict[int, ClusterJobState]:
+        """Return each job's state from ONE LIST of Jobs (and one of Pods when needed).
+
+        A Job found by name but labelled for another Falcon job counts as missing for this one.
+
+        Raises:
+            BackendError: a LIST failed after its retries; no partial answer is given.
+        """
+        if not jobs:
+            return {}
+        by_name = {j.metadata.name: j for j in self._list(self.batch.list_namespaced_job,
+                                                            "Jobs")}
+        found: dict[int, tuple[str, client.V1Job | None, int]] = {}
+        need_pods = False
+        for job in jobs:
+            name = self.name_of(job)
+            k8s_job = by_name.get(name)
+            if k8s_job is not None and _int_label(k8s_job.metadata.labels,
+                                                  LABEL_JOB_ID) != job.id:
+                k8s_job = None
+            total = (k8s_job.spec.completions or 1) if k8s_job is not None else 0
+            found[job.id] = (name, k8s_job, total)
+            if k8s_job is not None and not _condition(k8s_job, "Complete"):
+                st = k8s_job.status or client.V1JobStatus()
+                if not ((st.ready or 0) and (st.ready or 0) + (st.succeeded or 0) >= total):
+                    need_pods = True  # Pending or failed: the Pods say why
+        pods_by_job: dict[str, list[client.V1Pod]] = defaultdict(list)
+        if need_pods:
+            for pod in self._list(self.core.list_namespaced_pod, "Pods"):
+                owner = (pod.metadata.labels or {}).get(POD_JOB_NAME_LABEL)
+                if owner:
+                    pods_by_job[owner].append(pod)
+        states = {}
+        for job in jobs:
+            name, k8s_job, total = found[job.id]
+            states[job.id] = job_state(name, k8s_job, pods_by_job.get(name, []),
+                                       pods_total=total, image=job.task_spec.get("image", ""))
+        return states
+
+    def delete(self, job: JobView) -> bool:
+        """Delete the Job with `propagationPolicy` Foreground/Background and report when gone.
+
+        Returns True only when the Job no longer exists AND no Pod of it is left (K5); a Job
+        already gone counts as deleted (K6). Pods left behind by an earlier orphaning delete
+        (`kubectl delete --cascade=orphan`, or an API delete without a policy) are deleted
+        here too.
+
+        Raises:
+            BackendError: an API call failed after its retries.
+        """
+        name = self.name_of(job)
+        ns = self.config.namespace
+        options = client.V1DeleteOptions(propagation_policy=self.config.propagation_policy)
+        job_gone = False
+        try:
+            self.caller.call(self.batch.delete_namespaced_job, name, ns, body=options)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise self._fail(f"delete Job {name}", exc) from exc
+            job_gone = True
+        except urllib3.exceptions.HTTPError as exc:
+            raise self._fail(f"delete Job {name}", exc) from exc
+        try:
+            if not job_gone:
+                # With Foreground the Job stays (deletionTimestamp set) until its Pods are gone.
+                try:
+                    self.caller.call(self.batch.read_namespaced_job, name, ns)
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
+                    job_gone = True
+            pods = self.caller.call(self.core.list_namespaced_pod, ns,
+                                    label_selector=f"{POD_JOB_NAME_LABEL}={name}").items or []
+            for pod in pods:
+                if pod.metadata.deletion_timestamp is None and job_gone:
+                    try:
+                        self.caller.call(self.core.delete_namespaced_pod, pod.metadata.name, ns)
+                    except ApiException as exc:
+                        if exc.status != 404:
+                            raise
+        except (ApiException, urllib3.exceptions.HTTPError) as exc:
+            raise self._fail(f"finish deleting Job {name}", exc) from exc
+        if pods:
+            log.info("Job %s/%s: %d pod(s) still terminating", ns, name, len(pods))
+        return job_gone and not pods
+
+    def validate(self, task_spec: dict[str, Any]) -> dict[str, list[str]]:
+        """Return what this cluster cannot run in a TaskSpec, keyed by TaskSpec field.
+
+        A Kubernetes Pod needs an image and a command; the device fields must map to a known
+        accelerator with a matching topology (`DeviceTable.check`).
+        """
+        problems: dict[str, list[str]] = {}
+        image = task_spec.get("image")
+        if not isinstance(image, str) or not image.strip():
+            problems["image"] = [f"is required on the Kubernetes cluster {self.cluster_name}: "
+                                 "the container image the task runs in."]
+        elif any(ch.isspace() for ch in image):
+            problems["image"] = [f"{image!r} is not an image reference (no spaces allowed)."]
+        command = task_spec.get("command")
+        if not isinstance(command, str) or not command.strip():
+            problems["command"] = ["is required: the shell command the container runs."]
+        count = task_spec.get("device_count") or 0
+        if isinstance(count, int):
+            for key, text in self.config.devices.check(
+                    device_type=task_spec.get("device_type") or "", device_count=count,
+                    device_topo=task_spec.get("device_topo") or "").items():
+                problems.setdefault(key, []).append(text)
+        return problems

@@ -1,0 +1,592 @@
+"""A small Kubernetes API server on loopback that the real `kubernetes` client talks to over HTTP.
+
+`kmock` answers 404 to every PUT, sets no resourceVersion and ignores label selectors
+(../shared/docs/libraries.md), so a test could pass only because it is lax. This fake keeps the
+semantics Falcon depends on, from the Kubernetes API conventions:
+
+- every object gets `metadata.uid`, `creationTimestamp` and a `resourceVersion` from one
+  counter that every write advances;
+- POST of an existing name answers 409 `AlreadyExists`; GET, PUT and DELETE of a missing
+  object answer 404 `NotFound`; a PUT whose `metadata.resourceVersion` is not the stored one
+  answers 409 `Conflict` (optimistic concurrency: how a Lease renewal loses a race);
+- LIST filters by `labelSelector` (=, ==, !=, in, notin, exists, !exists), pages with
+  `limit` / `continue`, and answers 410 `Expired` for a continue token older than the last
+  `compact()`;
+- DELETE of a Job follows `propagationPolicy`: `Orphan` (the default for batch/v1 Jobs deleted
+  through the API, behaviours K5) leaves its Pods, `Background` deletes the Job then its Pods
+  and Services (owner references), `Foreground` keeps the Job with a deletionTimestamp until
+  its Pods are gone. With `linger_pods`, deleted Pods stay Terminating until `reap()`;
+- the Job controller is played by the test: `spawn_pods` creates a Job's Pods from its template
+  with the labels and hostnames the real controller sets, and `set_job_status` / `put_pod`
+  install the shapes of ../shared/cases/k8s-job-status.yaml;
+- `inject` makes matching requests answer an error status (410, 500, ...) or stall longer than
+  the client's timeout; `requests` records every request (method, resource, name, query).
+"""
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import yaml
+
+KINDS = {
+    # resource: (group path, apiVersion, kind)
+    "pods": ("/api/v1", "v1", "Pod"),
+    "services": ("/api/v1", "v1", "Service"),
+    "jobs": ("/apis/batch/v1", "batch/v1", "Job"),
+    "leases": ("/apis/coordination.k8s.io/v1", "coordination.k8s.io/v1", "Lease"),
+}
+_PATH = re.compile(r"^(?P<group>/api/v1|/apis/batch/v1|/apis/coordination\.k8s\.io/v1)"
+                   r"/namespaces/(?P<ns>[^/]+)/(?P<res>[a-z]+)(?:/(?P<name>[^/]+))?$")
+# Resources whose PUT does not change `status` (they have a status subresource).
+_STATUS_SUBRESOURCE = {"pods", "jobs", "services"}
+
+
+def now_rfc3339() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def status_body(code: int, reason: str, message: str, **details: Any) -> dict[str, Any]:
+    """Return a `meta/v1 Status` as the API server sends with an error."""
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "details": details, "code": code}
+
+
+def _split_terms(selector: str) -> list[str]:
+    terms, depth, cur = [], 0, ""
+    for ch in selector:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            terms.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        terms.append(cur.strip())
+    return terms
+
+
+def label_matcher(selector: str):
+    """Return a predicate on a labels dict for a label selector string.
+
+    Raises:
+        ValueError: the selector cannot be parsed (the fake answers 400, as the API does).
+    """
+    checks = []
+    for term in _split_terms(selector or ""):
+        m = re.fullmatch(r"([\w./-]+)\s+(in|notin)\s+\(([^)]*)\)", term)
+        if m:
+            key, op, values = m.group(1), m.group(2), {v.strip() for v in m.group(3).split(",")}
+            if op == "in":
+                checks.append(lambda labels, k=key, vs=values: labels.get(k) in vs)
+            else:
+                checks.append(lambda labels, k=key, vs=values: labels.get(k) not in vs)
+            continue
+        m = re.fullmatch(r"([\w./-]+)\s*(==|=|!=)\s*([\w.-]*)", term)
+        if m:
+            key, op, value = m.groups()
+            if op == "!=":
+                checks.append(lambda labels, k=key, v=value: labels.get(k) != v)
+            else:
+                checks.append(lambda labels, k=key, v=value: labels.get(k) == v)
+            continue
+        m = re.fullmatch(r"(!?)([\w./-]+)", term)
+        if m:
+            neg, key = m.groups()
+            checks.append(lambda labels, k=key, n=bool(neg): (k in labels) != n)
+            continue
+        raise ValueError(f"unable to parse requirement: {term!r}")
+    return lambda labels: all(check(labels or {}) for check in checks)
+
+
+@dataclass
+class Fault:
+    """A planned misbehaviour for requests matching `method` and `resource` (None = any)."""
+
+    method: str | None
+    resource: str | None
+    status: int | None = None
+    reason: str = ""
+    delay: float = 0.0
+    times: int = 1
+    name: str | None = None
+    action: Any = None  # called (under the store lock) before the request is handled
+
+
+@dataclass
+class Request:
+    method: str
+    resource: str
+    namespace: str
+    name: str | None
+    query: dict[str, str] = field(default_factory=dict)
+
+
+class FakeKube:
+    """The store and behaviour of the fake API server; `serve()` starts it on 127.0.0.1."""
+
+    def __init__(self, *, linger_pods: bool = False):
+        self.lock = threading.RLock()
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.rv = 1000
+        self.compacted_rv = 0
+        self.linger_pods = linger_pods
+        self.faults: list[Fault] = []
+        self.requests: list[Request] = []
+        self.server: ThreadingHTTPServer | None = None
+        self.thread: threading.Thread | None = None
+
+    # -- server -------------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def serve(self) -> FakeKube:
+        fake = self
+
+        class Handler(_Handler):
+            kube = fake
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True,
+                                       name="fake-k8s")
+        self.thread.start()
+        return self
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+
+    def kubeconfig(self, path: Path, context: str = "fake") -> Path:
+        """Write a kubeconfig pointing at this server (plain HTTP, a dummy token)."""
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": context,
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "falcon", "user": {"token": "fake-token"}}],
+            "contexts": [{"name": context, "context": {"cluster": "fake", "user": "falcon"}}],
+        }))
+        return path
+
+    # -- test controls ------------------------------------------------------------------------
+
+    def inject(self, method: str | None, resource: str | None, *, status: int | None = None,
+               reason: str = "", delay: float = 0.0, times: int = 1,
+               name: str | None = None, action=None) -> None:
+        """Make the next `times` matching requests fail with `status`, stall `delay` s, or
+        run `action()` first (e.g. another writer changing the object: a lost race)."""
+        with self.lock:
+            self.faults.append(Fault(method, resource, status, reason, delay, times, name,
+                                     action))
+
+    def bump(self, resource: str, ns: str, name: str) -> None:
+        """Advance an object's resourceVersion, as a write by another client would."""
+        with self.lock:
+            self.objects[(resource, ns, name)]["metadata"]["resourceVersion"] = self._next_rv()
+
+    def count(self, method: str | None = None, resource: str | None = None) -> int:
+        """Return how many requests matched `method` and `resource` (None = any)."""
+        with self.lock:
+            return sum(1 for r in self.requests if (method is None or r.method == method)
+                       and (resource is None or r.resource == resource))
+
+    def reset_requests(self) -> None:
+        with self.lock:
+            self.requests.clear()
+
+    def compact(self) -> None:
+        """Expire every continue token issued so far (as etcd compaction does)."""
+        with self.lock:
+            self.rv += 1
+            self.compacted_rv = self.rv
+
+    def get(self, resource: str, ns: str, name: str) -> dict[str, Any] | None:
+        with self.lock:
+            obj = self.objects.get((resource, ns, name))
+            return copy.deepcopy(obj) if obj else None
+
+    def list(self, resource: str, ns: str | None = None) -> list[dict[str, Any]]:
+        with self.lock:
+            return [copy.deepcopy(o) for (res, n, _), o in sorted(self.objects.items())
+                    if res == resource and (ns is None or n == ns)]
+
+    def _next_rv(self) -> str:
+        self.rv += 1
+        return str(self.rv)
+
+    def _stamp_new(self, resource: str, ns: str, obj: dict[str, Any]) -> dict[str, Any]:
+        _group, api_version, kind = KINDS[resource]
+        obj.setdefault("apiVersion", api_version)
+        obj.setdefault("kind", kind)
+        meta = obj.setdefault("metadata", {})
+        meta["namespace"] = ns
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = now_rfc3339()
+        meta["resourceVersion"] = self._next_rv()
+        meta.setdefault("generation", 1)
+        return obj
+
+    def put_object(self, resource: str, ns: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """Store `obj` as a new object (bypassing the API), stamped like a created one."""
+        with self.lock:
+            obj = self._stamp_new(resource, ns, copy.deepcopy(obj))
+            self.objects[(resource, ns, obj["metadata"]["name"])] = obj
+            return copy.deepcopy(obj)
+
+    def set_job_status(self, ns: str, name: str, status: dict[str, Any]) -> None:
+        """Replace a Job's status, as the Job controller does (advances resourceVersion)."""
+        with self.lock:
+            obj = self.objects[("jobs", ns, name)]
+            obj["status"] = copy.deepcopy(status)
+            obj["metadata"]["resourceVersion"] = self._next_rv()
+
+    def set_pod_status(self, ns: str, name: str, status: dict[str, Any]) -> None:
+        with self.lock:
+            obj = self.objects[("pods", ns, name)]
+            obj["status"] = copy.deepcopy(status)
+            obj["metadata"]["resourceVersion"] = self._next_rv()
+
+    def spawn_pods(self, ns: str, job_name: str, *, status: dict[str, Any] | None = None,
+                   statuses: list[dict[str, Any]] | None = None) -> list[str]:
+        """Create the Pods of an Indexed Job as the Job controller does; return their names.
+
+        Each Pod gets the template's labels plus `batch.kubernetes.io/job-name`,
+        `batch.kubernetes.io/controller-uid`, `batch.kubernetes.io/job-completion-index`, an
+        owner reference to the Job, hostname `<job>-<index>` and the template's subdomain.
+        """
+        with self.lock:
+            job = self.objects[("jobs", ns, job_name)]
+            count = job["spec"].get("parallelism") or 1
+            template = job["spec"]["template"]
+            names = []
+            for index in range(count):
+                pod = copy.deepcopy(template)
+                meta = pod.setdefault("metadata", {})
+                meta["name"] = f"{job_name}-{index}-{uuid.uuid4().hex[:5]}"
+                labels = meta.setdefault("labels", {})
+                labels.update({"batch.kubernetes.io/job-name": job_name, "job-name": job_name,
+                               "batch.kubernetes.io/controller-uid": job["metadata"]["uid"],
+                               "batch.kubernetes.io/job-completion-index": str(index)})
+                meta.setdefault("annotations", {})[
+                    "batch.kubernetes.io/job-completion-index"] = str(index)
+                meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job",
+                                            "name": job_name, "uid": job["metadata"]["uid"],
+                                            "controller": True, "blockOwnerDeletion": True}]
+                pod["spec"]["hostname"] = f"{job_name}-{index}"
+                pod["status"] = copy.deepcopy(
+                    (statuses[index] if statuses else status) or {"phase": "Pending"})
+                stamped = self._stamp_new("pods", ns, pod)
+                self.objects[("pods", ns, meta["name"])] = stamped
+                names.append(meta["name"])
+            return names
+
+    def put_pod(self, ns: str, job_name: str, index: int, status: dict[str, Any]) -> str:
+        """Store one Pod of `job_name` (which may not exist) with the given status."""
+        job = self.get("jobs", ns, job_name)
+        labels = dict(((job or {}).get("spec", {}).get("template", {}).get("metadata", {})
+                       .get("labels") or {}))
+        labels.update({"batch.kubernetes.io/job-name": job_name, "job-name": job_name,
+                       "batch.kubernetes.io/job-completion-index": str(index)})
+        name = f"{job_name}-{index}-{uuid.uuid4().hex[:5]}"
+        meta: dict[str, Any] = {"name": name, "labels": labels}
+        if job:
+            meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job",
+                                        "name": job_name, "uid": job["metadata"]["uid"],
+                                        "controller": True}]
+        self.put_object("pods", ns, {"metadata": meta,
+                                     "spec": {"containers": [{"name": "main",
+                                                              "image": "busybox"}]},
+                                     "status": status})
+        return name
+
+    def reap(self) -> None:
+        """Finish terminating Pods and the foreground deletions waiting on them."""
+        with self.lock:
+            for key, obj in list(self.objects.items()):
+                if key[0] == "pods" and obj["metadata"].get("deletionTimestamp"):
+                    del self.objects[key]
+            self._finish_foreground()
+
+    # -- semantics ----------------------------------------------------------------------------
+
+    def _dependents(self, uid: str) -> list[tuple[str, str, str]]:
+        return [key for key, obj in self.objects.items()
+                if any(ref.get("uid") == uid
+                       for ref in obj["metadata"].get("ownerReferences") or [])]
+
+    def _delete_pod(self, key: tuple[str, str, str]) -> None:
+        obj = self.objects[key]
+        if self.linger_pods:
+            if not obj["metadata"].get("deletionTimestamp"):
+                obj["metadata"]["deletionTimestamp"] = now_rfc3339()
+                obj["metadata"]["resourceVersion"] = self._next_rv()
+        else:
+            del self.objects[key]
+
+    def _collect(self, uid: str) -> None:
+        for key in self._dependents(uid):
+            if key[0] == "pods":
+                self._delete_pod(key)
+            else:
+                del self.objects[key]
+
+    def _finish_foreground(self) -> None:
+        for key, obj in list(self.objects.items()):
+            meta = obj["metadata"]
+            if "foregroundDeletion" in (meta.get("finalizers") or []) and \
+                    not any(k[0] == "pods" for k in self._dependents(meta["uid"])):
+                del self.objects[key]
+
+    def delete(self, resource: str, ns: str, name: str, policy: str | None) -> dict[str, Any]:
+        key = (resource, ns, name)
+        obj = self.objects[key]
+        if resource == "pods":
+            self._delete_pod(key)
+            return copy.deepcopy(self.objects.get(key)) or _success(resource, name, obj)
+        if resource != "jobs":
+            del self.objects[key]
+            return _success(resource, name, obj)
+        uid = obj["metadata"]["uid"]
+        # batch/v1 Jobs default to orphaning their Pods when deleted through the API.
+        policy = policy or "Orphan"
+        if policy == "Orphan":
+            del self.objects[key]
+            for dep in self._dependents(uid):
+                refs = self.objects[dep]["metadata"]["ownerReferences"]
+                self.objects[dep]["metadata"]["ownerReferences"] = [
+                    r for r in refs if r.get("uid") != uid]
+            return _success(resource, name, obj)
+        if policy == "Background":
+            del self.objects[key]
+            self._collect(uid)
+            return _success(resource, name, obj)
+        meta = obj["metadata"]
+        if not meta.get("deletionTimestamp"):
+            meta["deletionTimestamp"] = now_rfc3339()
+            meta["finalizers"] = sorted(set(meta.get("finalizers") or []) |
+                                        {"foregroundDeletion"})
+            meta["resourceVersion"] = self._next_rv()
+        self._collect(uid)
+        self._finish_foreground()
+        return copy.deepcopy(self.objects.get(key)) or _success(resource, name, obj)
+
+
+def _success(resource: str, name: str, obj: dict[str, Any]) -> dict[str, Any]:
+    """Return the body of a DELETE that removed `obj`: the object as it was last stored
+    (the API server answers a delete with the deleted object, not a Status)."""
+    return copy.deepcopy(obj)
+
+
+def _encode_token(rv: int, after: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"rv": rv, "after": after}).encode()).decode()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    kube: FakeKube
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format, *args):  # keep test output clean
+        pass
+
+    def _send(self, code: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        try:
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (timeout injection)
+
+    def _body(self) -> dict[str, Any]:
+        length = int(self.headers.get("Content-Length") or 0)
+        if not length:
+            return {}
+        return json.loads(self.rfile.read(length) or b"{}")
+
+    def do_GET(self):
+        self._dispatch("GET")
+
+    def do_POST(self):
+        self._dispatch("POST")
+
+    def do_PUT(self):
+        self._dispatch("PUT")
+
+    def do_DELETE(self):
+        self._dispatch("DELETE")
+
+    def do_PATCH(self):
+        self._dispatch("PATCH")
+
+    def _dispatch(self, method: str) -> None:
+        kube = self.kube
+        url = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        m = _PATH.match(url.path)
+        body = self._body() if method in ("POST", "PUT", "DELETE", "PATCH") else {}
+        if not m or m.group("res") not in KINDS or KINDS[m.group("res")][0] != m.group("group"):
+            return self._send(404, status_body(404, "NotFound", f"no route {url.path}"))
+        res, ns, name = m.group("res"), m.group("ns"), m.group("name")
+        with kube.lock:
+            kube.requests.append(Request(method, res, ns, name, query))
+            fault = next((f for f in kube.faults if f.times > 0
+                          and f.method in (None, method) and f.resource in (None, res)
+                          and f.name in (None, name)), None)
+            if fault is not None:
+                fault.times -= 1
+        if fault is not None:
+            if fault.action is not None:
+                with kube.lock:
+                    fault.action()
+            if fault.delay:
+                time.sleep(fault.delay)
+            if fault.status:
+                return self._send(fault.status, status_body(
+                    fault.status, fault.reason or "InternalError",
+                    f"injected {fault.status}"))
+        try:
+            code, out = self._handle(method, res, ns, name, query, body)
+        except ValueError as exc:
+            code, out = 400, status_body(400, "BadRequest", str(exc))
+        self._send(code, out)
+
+    def _handle(self, method, res, ns, name, query, body):
+        kube = self.kube
+        _group, api_version, kind = KINDS[res]
+        with kube.lock:
+            key = (res, ns, name)
+            if method == "GET" and name is None:
+                return self._list(res, ns, query)
+            if method == "POST" and name is None:
+                obj_name = (body.get("metadata") or {}).get("name")
+                if not obj_name:
+                    return 422, status_body(422, "Invalid", "metadata.name: Required value")
+                if body.get("kind") not in (None, kind):
+                    return 400, status_body(400, "BadRequest", f"kind {body.get('kind')}")
+                if (res, ns, obj_name) in kube.objects:
+                    return 409, status_body(409, "AlreadyExists",
+                                            f'{res} "{obj_name}" already exists',
+                                            name=obj_name, kind=res)
+                obj = kube._stamp_new(res, ns, copy.deepcopy(body))
+                if res == "jobs":
+                    self._default_job(obj)
+                kube.objects[(res, ns, obj_name)] = obj
+                return 201, copy.deepcopy(obj)
+            if name is None:
+                return 405, status_body(405, "MethodNotAllowed", method)
+            if key not in kube.objects:
+                return 404, status_body(404, "NotFound", f'{res} "{name}" not found',
+                                        name=name, kind=res)
+            stored = kube.objects[key]
+            if method == "GET":
+                return 200, copy.deepcopy(stored)
+            if method == "PUT":
+                meta = body.get("metadata") or {}
+                if meta.get("name") != name:
+                    return 400, status_body(400, "BadRequest", "name does not match the URL")
+                sent_rv = meta.get("resourceVersion")
+                if sent_rv and sent_rv != stored["metadata"]["resourceVersion"]:
+                    return 409, status_body(
+                        409, "Conflict", f'Operation cannot be fulfilled on {res} "{name}": '
+                        "the object has been modified; please apply your changes to the "
+                        "latest version and try again", name=name, kind=res)
+                new = copy.deepcopy(body)
+                new.setdefault("apiVersion", api_version)
+                new.setdefault("kind", kind)
+                for field_name in ("uid", "creationTimestamp", "namespace",
+                                   "deletionTimestamp", "finalizers", "ownerReferences"):
+                    if field_name in stored["metadata"]:
+                        new["metadata"][field_name] = stored["metadata"][field_name]
+                if res in _STATUS_SUBRESOURCE:
+                    new["status"] = stored.get("status")
+                new["metadata"]["resourceVersion"] = kube._next_rv()
+                kube.objects[key] = new
+                return 200, copy.deepcopy(new)
+            if method == "DELETE":
+                pre = (body.get("preconditions") or {})
+                if pre.get("resourceVersion") and \
+                        pre["resourceVersion"] != stored["metadata"]["resourceVersion"]:
+                    return 409, status_body(409, "Conflict", "precondition failed")
+                policy = query.get("propagationPolicy") or body.get("propagationPolicy")
+                if body.get("orphanDependents") is True:
+                    policy = "Orphan"
+                return 200, kube.delete(res, ns, name, policy)
+            return 405, status_body(405, "MethodNotAllowed", f"{method} is not served here")
+
+    @staticmethod
+    def _default_job(obj: dict[str, Any]) -> None:
+        """Apply the defaults and labels the API server adds to a created Job."""
+        spec = obj.setdefault("spec", {})
+        uid = obj["metadata"]["uid"]
+        name = obj["metadata"]["name"]
+        spec.setdefault("backoffLimit", 6)
+        spec.setdefault("completionMode", "NonIndexed")
+        spec.setdefault("suspend", False)
+        spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+        labels = spec.setdefault("template", {}).setdefault("metadata", {}).setdefault(
+            "labels", {})
+        labels.update({"batch.kubernetes.io/controller-uid": uid, "controller-uid": uid,
+                       "batch.kubernetes.io/job-name": name, "job-name": name})
+        obj.setdefault("status", {})
+
+    def _list(self, res: str, ns: str, query: dict[str, str]):
+        kube = self.kube
+        match = label_matcher(query.get("labelSelector", ""))
+        limit = int(query.get("limit") or 0)
+        token = query.get("continue")
+        after = ""
+        list_rv = kube.rv
+        if token:
+            data = json.loads(base64.urlsafe_b64decode(token.encode()))
+            if data["rv"] < kube.compacted_rv:
+                return 410, status_body(410, "Expired", "The provided continue parameter is "
+                                        "too old to display a consistent list result.")
+            after, list_rv = data["after"], data["rv"]
+        items = [o for (r, n, obj_name), o in sorted(kube.objects.items())
+                 if r == res and n == ns and obj_name > after
+                 and match(o["metadata"].get("labels"))]
+        meta: dict[str, Any] = {"resourceVersion": str(list_rv)}
+        if limit and len(items) > limit:
+            items = items[:limit]
+            meta["continue"] = _encode_token(list_rv, items[-1]["metadata"]["name"])
+        _group, api_version, kind = KINDS[res]
+        return 200, {"kind": f"{kind}List", "apiVersion": api_version, "metadata": meta,
+                     "items": copy.deepcopy(items)}
+
+
+# -- pytest fixtures: import them into a test module to use them --------------------------------
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def fake_kube():
+    """A started `FakeKube` (Pods deleted at once); closed after the test."""
+    kube = FakeKube().serve()
+    yield kube
+    kube.close()
+
+
+@pytest.fixture
+def kubeconfig(fake_kube, tmp_path) -> Path:
+    """A kubeconfig file pointing at `fake_kube`."""
+    return fake_kube.kubeconfig(tmp_path / "kubeconfig")

@@ -1,0 +1,163 @@
+"""The deployment files, validated offline (issue 4 item 7).
+
+Every manifest under k8s/ and every Job and Service the Kubernetes backend builds is checked
+against the Kubernetes 1.37 OpenAPI schemas with `kubernetes-validate` (strict: unknown fields
+fail). `docker compose config` needs a Docker engine, which CI does not have, so
+docker-compose.yml is loaded with PyYAML and its services, images and environment are checked.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+from kubernetes import client
+
+from controllers.tests.test_k8s_backend import job_view, make_backend
+
+ROOT = Path(__file__).resolve().parents[2]
+K8S_VERSION = "1.37.0"
+MANIFESTS = sorted(p for p in (ROOT / "k8s").rglob("*.yaml") if p.name != "kustomization.yaml")
+
+
+def documents(path: Path) -> list[dict]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def all_objects() -> list[dict]:
+    return [doc for path in MANIFESTS for doc in documents(path)]
+
+
+def test_there_are_manifests_and_kustomize_lists_every_one():
+    kustomization = yaml.safe_load((ROOT / "k8s/base/kustomization.yaml").read_text())
+    listed = set(kustomization["resources"])
+    assert listed == {p.name for p in MANIFESTS if p.parent.name == "base"}
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in all_objects()}
+    for expected in [("Deployment", "falcon-api-http"), ("Deployment", "falcon-api-grpc"),
+                     ("Deployment", "falcon-exp-controller"),
+                     ("Deployment", "falcon-resource-manager"), ("Service", "falcon-http"),
+                     ("Service", "falcon-grpc"), ("ConfigMap", "falcon-clusters")]:
+        assert expected in kinds
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
+def test_every_manifest_is_valid_against_the_kubernetes_schemas(path):
+    for doc in documents(path):
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_the_validator_rejects_what_it_should():
+    doc = documents(ROOT / "k8s/base/api-grpc.yaml")[0]
+    doc["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["grpcc"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_rbac_is_namespaced_and_least_privilege():
+    objs = all_objects()
+    assert not [o for o in objs if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    roles = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Role"}
+    for role in roles.values():
+        for rule in role["rules"]:
+            assert "*" not in rule["verbs"] and "*" not in rule["resources"]
+            assert not {"patch", "deletecollection", "escalate", "bind"} & set(rule["verbs"])
+    granted = {(r, v) for rule in roles["falcon-resource-manager"]["rules"]
+               for r in rule["resources"] for v in rule["verbs"]}
+    assert {("jobs", "create"), ("jobs", "list"), ("jobs", "delete"), ("pods", "list"),
+            ("pods/log", "get"), ("services", "create")} <= granted
+    assert {(r, v) for rule in roles["falcon-leader-election"]["rules"]
+            for r in rule["resources"] for v in rule["verbs"]} == {
+        ("leases", "get"), ("leases", "create"), ("leases", "update")}
+
+
+def test_every_pod_is_restricted_with_resources_and_the_api_has_probes():
+    for dep in (o for o in all_objects() if o["kind"] == "Deployment"):
+        pod = dep["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+        for c in pod.get("initContainers", []) + pod["containers"]:
+            sc = c["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"]["drop"] == \
+                ["ALL"] and sc["readOnlyRootFilesystem"] is True
+            assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
+        if dep["metadata"]["name"].startswith("falcon-api"):
+            c = pod["containers"][0]
+            assert c["readinessProbe"] and c["livenessProbe"]
+
+
+def test_controllers_run_with_leader_election_and_secrets_come_from_a_secret():
+    deps = {o["metadata"]["name"]: o for o in all_objects() if o["kind"] == "Deployment"}
+    for name in ("falcon-exp-controller", "falcon-resource-manager"):
+        c = deps[name]["spec"]["template"]["spec"]["containers"][0]
+        assert c["command"][:3] == ["python", "manage.py", "runcontroller"]
+        assert "--no-leader-election" not in c["command"]
+        env = {e["name"]: e for e in c["env"]}
+        assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+        assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == \
+            "metadata.namespace"
+        assert env["FALCON_INTERNAL_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == \
+            "falcon-secrets"
+        assert "DATABASE_URL" not in env  # controllers reach data only through the API
+        assert deps[name]["spec"]["replicas"] >= 2
+    http = deps["falcon-api-http"]["spec"]["template"]["spec"]["containers"][0]
+    assert http["envFrom"] == [{"secretRef": {"name": "falcon-secrets"}}]
+    assert not any(o["kind"] == "Secret" for o in all_objects())  # never committed
+
+
+def test_the_clusters_configmap_is_a_valid_clusters_file():
+    from controllers.clusters import kubernetes_config, parse_clusters
+
+    cm = next(o for o in all_objects() if o["kind"] == "ConfigMap")
+    specs = parse_clusters(cm["data"]["clusters.yaml"])
+    for name, entry in specs.items():
+        assert kubernetes_config(name, entry).connection.in_cluster
+
+
+@pytest.mark.parametrize("spec", [
+    {"replica": 1},
+    {"replica": 2, "device_type": "tpu-v5p", "device_count": 8, "device_topo": "2x2x2",
+     "envs": {"JAX_PLATFORMS": "tpu"}},
+    {"replica": 1, "device_type": "h100", "device_count": 8},
+])
+def test_built_jobs_and_services_are_valid_strictly(spec):
+    backend = make_backend(service_account="falcon-task", image_pull_secrets=("regcred",),
+                           active_deadline_seconds=3600)
+    view = job_view(**spec)
+    api = client.ApiClient()
+    job = api.sanitize_for_serialization(backend.build_job(view))
+    kubernetes_validate.validate(job, K8S_VERSION, strict=True)
+    svc = api.sanitize_for_serialization(
+        backend.build_service(view, job["metadata"]["name"], "0b5e-uid"))
+    kubernetes_validate.validate(svc, K8S_VERSION, strict=True)
+    assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", job["metadata"]["name"])
+
+
+def test_dockerfile_is_multi_stage_and_runs_as_a_non_root_user():
+    text = (ROOT / "Dockerfile").read_text()
+    stages = re.findall(r"^FROM\s+\S+\s+AS\s+(\w+)", text, re.M)
+    assert len(stages) >= 2
+    users = re.findall(r"^USER\s+(\S+)", text, re.M)
+    assert users and users[-1].split(":")[0] not in ("root", "0")
+    assert "COPY --from=build" in text
+
+
+def test_docker_compose_runs_mysql_the_api_and_the_controllers_on_the_local_backend():
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert {"mysql", "migrate", "api-http", "api-grpc", "exp-controller",
+            "resource-manager"} <= set(services)
+    assert services["mysql"]["image"].startswith("mysql:")
+    for name in ("api-http", "api-grpc", "exp-controller", "resource-manager", "migrate"):
+        svc = services[name]
+        assert svc["image"] == "falcon:dev" and svc["build"] == "."
+        env = svc["environment"]
+        assert env["DATABASE_URL"].startswith("mysql://") and "@mysql:3306/" in \
+            env["DATABASE_URL"]
+        assert len(env["FALCON_INTERNAL_TOKEN"]) >= 32
+        assert "FALCON_CLUSTERS_FILE" not in env  # the embedded default: the local backend
+    for name in ("exp-controller", "resource-manager"):
+        assert "--no-leader-election" in services[name]["command"]
+    assert services["api-http"]["ports"] == ["8000:8000"]
+    assert services["migrate"]["depends_on"]["mysql"]["condition"] == "service_healthy"

@@ -1,0 +1,268 @@
+"""The 13 cases of ../shared/cases/k8s-job-status.yaml and behaviours K1-K9, end to end.
+
+Each test creates an experiment through CreateExp on a `kubernetes` cluster of the clusters file,
+runs the real `ResourceManager` against the in-process gRPC API server, and its Kubernetes
+backend (built from the clusters file) talks to the loopback fake API through the real client.
+The case file's Job status and Pods are installed in the fake as the Job controller and kubelet
+would, and the Falcon Job's status and message are read from the database.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from controllers.api import ListFilter
+from controllers.clusters import load_backends
+from controllers.resource_manager import ResourceManager
+from experiments.services import exp_abort, exp_update_status
+from experiments.tests.factories import make_exp
+from falcon_site.grpc.testing import falcon_api, grpc_server  # noqa: F401  (fixtures)
+from jobs.models import Job
+
+from controllers.tests.fake_k8s import fake_kube, kubeconfig  # noqa: F401  (fixtures)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CASES_FILE = Path(__file__).resolve().parents[2] / ".." / "shared" / "cases" / "k8s-job-status.yaml"
+CASES = {c["id"]: c for c in yaml.safe_load(CASES_FILE.read_text())["cases"]}
+NS = "falcon-jobs"
+IMAGE = "gcr.io/acme/sglang_jax:no-such-tag"
+
+
+def test_the_case_file_has_the_thirteen_cases():
+    assert len(CASES) == 13
+
+
+@pytest.fixture
+def k8s_clusters(settings, kubeconfig, tmp_path):
+    """A clusters file with `k8s-a` (kubernetes, on the fake) besides `local`."""
+    def write(**k8s_options):
+        path = tmp_path / "clusters-k8s.yaml"
+        entry = {"backend": "kubernetes", "namespace": NS, "kubeconfig": str(kubeconfig),
+                 "backoff_initial": 0.01, "backoff_max": 0.05, "request_timeout": 5}
+        entry.update(k8s_options)
+        path.write_text(yaml.safe_dump({"clusters": {
+            "local": {"backend": "local", "state_dir": str(tmp_path / "local")},
+            "k8s-a": entry}}))
+        settings.FALCON_CLUSTERS_FILE = str(path)
+        return path
+
+    write()
+    return write
+
+
+@pytest.fixture
+def manager(falcon_api, k8s_clusters):
+    def build(pending_timeout=None, **k8s_options):
+        if k8s_options:
+            k8s_clusters(**k8s_options)
+        return ResourceManager(falcon_api, load_backends(["k8s-a"]),
+                               pending_timeout=pending_timeout)
+
+    return build
+
+
+def real_pod_status(status: dict) -> dict:
+    """Add the fields a kubelet always reports that the case file leaves out for brevity.
+
+    core/v1 ContainerStatus requires `name`, `image`, `imageID`, `ready`, `restartCount`.
+    """
+    status = copy.deepcopy(status)
+    for cs in status.get("containerStatuses") or []:
+        cs.setdefault("image", IMAGE)
+        cs.setdefault("imageID", "")
+        cs.setdefault("ready", False)
+        cs.setdefault("restartCount", 0)
+    return status
+
+
+def submitted(manager, *, replica: int, name: str = "case") -> Job:
+    exp = make_exp(name=name, cluster_name="k8s-a", image=IMAGE, replica=replica)
+    manager.tick()
+    job = Job.objects.get(experiment=exp)
+    assert job.status == "Pending" and job.cluster_job_name, (job.reason, job.message)
+    return job
+
+
+def install(fake, job: Job, case: dict, status: dict | None = None) -> None:
+    for index, pod in enumerate(case.get("pods") or []):
+        fake.put_pod(NS, job.cluster_job_name, index, real_pod_status(pod))
+    fake.set_job_status(NS, job.cluster_job_name,
+                        case["job_status"] if status is None else status)
+
+
+def fresh(job: Job) -> Job:
+    return Job.objects.get(pk=job.pk)
+
+
+SNAPSHOT_CASES = [cid for cid, c in CASES.items() if "job_status" in c]
+
+
+@pytest.mark.parametrize("case_id", SNAPSHOT_CASES)
+def test_case_maps_to_the_expected_falcon_status(case_id, manager, fake_kube):
+    case = CASES[case_id]
+    mgr = manager()
+    job = submitted(mgr, replica=case["replica"])
+    job_spec = fake_kube.get("jobs", NS, job.cluster_job_name)["spec"]
+    assert job_spec["completions"] == job_spec["parallelism"] == case["replica"]  # K2
+    install(fake_kube, job, case)
+    mgr.tick()
+    job = fresh(job)
+    expect = case["expect"]
+    assert job.status == expect["status"], (job.reason, job.message)
+    for word in expect.get("message_has", []):
+        assert str(word) in job.message, job.message
+
+
+def test_case_retried_then_complete_is_never_failed_before_it_succeeds(manager, fake_kube):
+    case = CASES["retried-then-complete"]
+    mgr = manager(backoff_limit=case["backoff_limit"])
+    job = submitted(mgr, replica=case["replica"])
+    assert fake_kube.get("jobs", NS, job.cluster_job_name)["spec"]["backoffLimit"] == 2
+    seen = []
+    for status in case["sequence"]:
+        fake_kube.set_job_status(NS, job.cluster_job_name, status)
+        mgr.tick()
+        seen.append(fresh(job).status)
+    assert seen[0] in ("Pending", "Running") and seen[1] == "Succeeded"
+
+
+def test_case_job_deleted_behind_falcon_fails_within_one_tick(manager, fake_kube):
+    case = CASES["job-deleted-behind-falcon"]
+    mgr = manager()
+    job = submitted(mgr, replica=case["replica"])
+    fake_kube.set_job_status(NS, job.cluster_job_name, {"active": 1, "ready": 1})
+    mgr.tick()
+    assert fresh(job).status == case["falcon_status_before"]
+    with fake_kube.lock:
+        del fake_kube.objects[("jobs", NS, job.cluster_job_name)]
+    mgr.tick()  # one tick (K7)
+    job = fresh(job)
+    assert job.status == case["expect"]["status"]
+    assert all(w in job.message for w in case["expect"]["message_has"]), job.message
+    mgr.tick()
+    assert fake_kube.count("POST", "jobs") == 1  # no silent re-creation
+    assert fake_kube.list("jobs", NS) == []
+
+
+def test_case_abort_of_a_job_already_gone_is_aborted(manager, fake_kube):
+    case = CASES["abort-job-already-gone"]
+    mgr = manager()
+    job = submitted(mgr, replica=case["replica"])
+    with fake_kube.lock:
+        del fake_kube.objects[("jobs", NS, job.cluster_job_name)]
+    exp_abort(exp_id=job.experiment_id, actor=job.experiment.creator)
+    assert fresh(job).status == case["falcon_status_before"]
+    mgr.tick()
+    assert fresh(job).status == case["expect"]["status"]
+    assert fake_kube.count("DELETE", "jobs") == 1
+
+
+# -- behaviours K1-K9 through the resource manager ------------------------------------------------
+
+def test_k1_active_pending_pods_are_not_running(manager, fake_kube):
+    mgr = manager()
+    job = submitted(mgr, replica=2)
+    install(fake_kube, job, CASES["pending-unschedulable"])
+    mgr.tick()
+    job = fresh(job)
+    assert job.status == "Pending" and job.reason == "Unschedulable"
+    assert "Insufficient google.com/tpu" in job.message and "0/2 pods ready" in job.message
+
+
+def test_k3_image_pull_backoff_names_the_image_and_the_pending_timeout_fails_it(manager,
+                                                                              fake_kube):
+    mgr = manager(pending_timeout=0.3)
+    job = submitted(mgr, replica=1)
+    install(fake_kube, job, CASES["image-pull-backoff"])
+    mgr.tick()
+    job = fresh(job)
+    assert job.status == "Pending" and job.reason == "ImagePullBackOff"
+    assert "no-such-tag" in job.message
+    time.sleep(0.4)
+    mgr.tick()
+    job = fresh(job)
+    assert job.status == "Failed" and job.reason == "PendingTimeout"
+    assert "ImagePullBackOff" in job.message
+    # The stuck Job is deleted with its Pods, so it cannot start later for a Failed job.
+    assert fake_kube.list("jobs", NS) == [] and fake_kube.list("pods", NS) == []
+
+
+def test_k4_a_terminal_status_never_changes_afterwards(manager, fake_kube):
+    mgr = manager()
+    job = submitted(mgr, replica=1)
+    install(fake_kube, job, CASES["complete"], status=CASES["complete"]["job_status"])
+    mgr.tick()
+    assert fresh(job).status == "Succeeded"
+    fake_kube.set_job_status(NS, job.cluster_job_name, CASES["deadline-exceeded"]["job_status"])
+    mgr.tick()
+    assert fresh(job).status == "Succeeded"
+
+
+def test_k5_abort_waits_until_no_pod_is_left(manager, fake_kube):
+    fake_kube.linger_pods = True
+    mgr = manager()
+    job = submitted(mgr, replica=2)
+    fake_kube.spawn_pods(NS, job.cluster_job_name, statuses=[
+        real_pod_status(CASES["image-pull-backoff"]["pods"][0]),
+        real_pod_status(CASES["pending-unschedulable"]["pods"][0])])
+    exp_abort(exp_id=job.experiment_id, actor=job.experiment.creator)
+    mgr.tick()
+    assert fresh(job).status == "Aborting"
+    assert all(p["metadata"].get("deletionTimestamp") for p in fake_kube.list("pods", NS))
+    mgr.tick()
+    assert fresh(job).status == "Aborting"
+    fake_kube.reap()
+    mgr.tick()
+    assert fresh(job).status == "Aborted"
+    assert fake_kube.list("pods", NS) == [] and fake_kube.list("jobs", NS) == []
+
+
+def test_k6_abort_of_a_finished_experiment_is_a_clean_409(manager, fake_kube, auth_api):
+    mgr = manager()
+    res = auth_api.post("/api/v1/exps", {
+        "name": "done", "cluster_name": "k8s-a", "exp_type": "profiling",
+        "role_to_task_spec": {"main": {"command": "true", "image": IMAGE}}}, format="json")
+    assert res.status_code == 201, res.content
+    exp_id = res.json()["id"]
+    mgr.tick()
+    job = Job.objects.get(experiment_id=exp_id)
+    fake_kube.set_job_status(NS, job.cluster_job_name, CASES["complete"]["job_status"])
+    mgr.tick()
+    assert fresh(job).status == "Succeeded"
+    exp_update_status(exp_id=exp_id, status="Running")  # what the exp controller does
+    exp_update_status(exp_id=exp_id, status="Succeeded")
+    res = auth_api.post(f"/api/v1/exps/{exp_id}/abort")
+    assert res.status_code == 409, res.content
+    assert fake_kube.count("DELETE") == 0
+
+
+def test_k8_a_cluster_that_stalls_fails_one_tick_and_the_next_tick_runs(manager, fake_kube):
+    mgr = manager(request_timeout=0.2, retries=1)
+    job = submitted(mgr, replica=1)
+    fake_kube.inject("GET", "jobs", delay=1.0, times=2)
+    stats = mgr.tick()
+    assert stats.failed == 1 and "k8s-a" in stats.errors[0]
+    assert fresh(job).status == "Pending"
+    fake_kube.set_job_status(NS, job.cluster_job_name, {"active": 1, "ready": 1})
+    mgr.tick()
+    assert fresh(job).status == "Running"
+
+
+def test_k9_a_restarted_manager_adopts_the_running_job(manager, fake_kube, falcon_api):
+    mgr = manager()
+    exp = make_exp(name="adopt", cluster_name="k8s-a", image=IMAGE)
+    job = Job.objects.get(experiment=exp)
+    backend = load_backends(["k8s-a"])["k8s-a"]
+    # The previous manager created the cluster Job and died before recording its name.
+    view = falcon_api.list_jobs(ListFilter(ids=(job.pk,)))[0]
+    backend.submit(view)
+    fake_kube.set_job_status(NS, backend.cluster_job_name(view), {"active": 1, "ready": 1})
+    mgr.tick()
+    job = fresh(job)
+    assert job.status == "Running" and job.cluster_job_name == backend.cluster_job_name(view)
+    assert fake_kube.count("POST", "jobs") == 1

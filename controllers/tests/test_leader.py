@@ -1,0 +1,294 @@
+"""Leader election on a coordination.k8s.io/v1 Lease (issue 4 item 6; seed 001 3.2; K10).
+
+The electors talk to the loopback fake API through the real `kubernetes` client; the fake
+enforces optimistic concurrency, so a renewal with a stale resourceVersion really gets 409.
+The last test runs two real `manage.py runcontroller resources` processes on one Lease, kills
+the leader with SIGKILL, and checks that the other takes over and finishes the work.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from django.db import connection
+from kubernetes import client
+
+from controllers.kubeclient import KubeCaller, KubeConnection, api_client
+from controllers.leader import (
+    ElectionConfig,
+    Fenced,
+    LeadershipLost,
+    LeaseElector,
+    run_elected,
+)
+from controllers.management.commands.runcontroller import default_lease_name
+from controllers.tests.fake_k8s import fake_kube, kubeconfig  # noqa: F401  (fixtures)
+
+ROOT = Path(__file__).resolve().parents[2]
+NS = "falcon"
+LEASE = "falcon-resources"
+FAST = {"lease_duration": 0.8, "renew_deadline": 0.5, "retry_period": 0.1}
+
+
+def make_elector(kubeconfig, identity: str, **timing) -> LeaseElector:
+    conn = KubeConnection(kubeconfig=str(kubeconfig), retries=0, request_timeout=0.3,
+                          connect_timeout=0.3)
+    cfg = ElectionConfig(lease_name=LEASE, namespace=NS, identity=identity, **{**FAST, **timing})
+    return LeaseElector(client.CoordinationV1Api(api_client(conn)), cfg, caller=KubeCaller(conn))
+
+
+def lease_spec(fake) -> dict:
+    return (fake.get("leases", NS, LEASE) or {}).get("spec") or {}
+
+
+def wait_for(check, timeout: float, what: str):
+    end = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < end, f"timed out after {timeout}s waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_bad_timings_are_refused_with_an_error_not_an_exit():
+    with pytest.raises(ValueError, match="lease_duration > renew_deadline"):
+        ElectionConfig(lease_name="l", namespace="n", identity="i", lease_duration=5,
+                       renew_deadline=5, retry_period=1)
+
+
+def test_default_lease_names_separate_controllers_and_cluster_sets():
+    assert default_lease_name("falcon", "exp", None) == "falcon-exp"
+    assert default_lease_name("falcon", "resources", ["b", "A_1"]) == \
+        default_lease_name("falcon", "resources", ["A_1", "b"]) == "falcon-resources-a-1-b"
+    long = default_lease_name("falcon", "resources", [f"cluster-{i}" for i in range(40)])
+    assert len(long) <= 253
+
+
+def test_one_replica_leads_and_the_other_waits_until_the_lease_expires(kubeconfig, fake_kube):
+    a, b = make_elector(kubeconfig, "a"), make_elector(kubeconfig, "b")
+    assert a.try_acquire_or_renew() and a.is_leader()
+    spec = lease_spec(fake_kube)
+    assert spec["holderIdentity"] == "a" and spec["leaseDurationSeconds"] == 1
+    assert fake_kube.get("leases", NS, LEASE)["metadata"]["resourceVersion"]
+    assert not b.try_acquire_or_renew() and not b.is_leader()
+    assert a.try_acquire_or_renew()  # renewal: a PUT with the read resourceVersion
+    put = [r for r in fake_kube.requests if r.method == "PUT"]
+    assert len(put) == 1 and put[0].resource == "leases"
+    assert not b.try_acquire_or_renew()
+    time.sleep(0.5)
+    assert not b.try_acquire_or_renew()  # renewed 0.5 s ago: not expired for b
+    time.sleep(1.1)  # a stopped renewing; b observed the same record for > lease duration
+    assert b.try_acquire_or_renew() and b.is_leader()
+    spec = lease_spec(fake_kube)
+    assert spec["holderIdentity"] == "b" and spec["leaseTransitions"] == 1
+    assert not a.try_acquire_or_renew() and not a.is_leader()
+
+
+def test_a_renewal_with_a_stale_resource_version_loses_the_lease(kubeconfig, fake_kube):
+    a = make_elector(kubeconfig, "a")
+    assert a.try_acquire_or_renew()
+    # Another client writes the Lease between a's read and a's PUT.
+    fake_kube.inject("PUT", "leases", action=lambda: fake_kube.bump("leases", NS, LEASE))
+    assert not a.try_acquire_or_renew()
+    assert not a.is_leader()
+    with pytest.raises(LeadershipLost):
+        a.fence()
+    assert lease_spec(fake_kube)["holderIdentity"] == "a"  # the PUT did not go through
+
+
+def test_a_leader_that_cannot_renew_stops_acting_before_the_lease_can_expire(kubeconfig,
+                                                                            fake_kube):
+    a = make_elector(kubeconfig, "a")
+    assert a.try_acquire_or_renew()
+    renewed_at = time.monotonic()
+    fake_kube.inject(None, "leases", status=503, times=1000)
+    while a.is_leader():
+        a.try_acquire_or_renew()
+        time.sleep(0.05)
+    stopped_after = time.monotonic() - renewed_at
+    assert FAST["renew_deadline"] - 0.1 <= stopped_after < FAST["lease_duration"]
+
+
+def test_fenced_writes_raise_once_the_lease_is_lost(kubeconfig, fake_kube):
+    a = make_elector(kubeconfig, "a")
+    calls = []
+
+    class Api:
+        def update_job_status(self, **kw):
+            calls.append(kw)
+
+        def list_jobs(self, flt):
+            return ["read"]
+
+    fenced = Fenced(Api(), a.fence, ("update_job_status",))
+    with pytest.raises(LeadershipLost):
+        fenced.update_job_status(job_id=1)
+    assert a.try_acquire_or_renew()
+    fenced.update_job_status(job_id=2)
+    a.lose("test")
+    with pytest.raises(LeadershipLost):
+        fenced.update_job_status(job_id=3)
+    assert fenced.list_jobs(None) == ["read"] and calls == [{"job_id": 2}]
+
+
+def test_losing_the_lease_stops_the_loop_and_the_replica_waits_as_a_follower(kubeconfig,
+                                                                             fake_kube):
+    a = make_elector(kubeconfig, "a")
+    stop = threading.Event()
+    writes: list[float] = []
+    runs = []
+
+    def work(halt: threading.Event):
+        runs.append(time.monotonic())
+        while not halt.is_set():
+            a.fence()
+            writes.append(time.monotonic())
+            halt.wait(0.02)
+
+    thread = threading.Thread(target=run_elected, args=(work,), kwargs={"elector": a,
+                                                                       "stop": stop})
+    thread.start()
+    wait_for(lambda: writes, 2, "the leader to work")
+    def b_takes_the_lease():
+        fake_kube.objects[("leases", NS, LEASE)]["spec"]["holderIdentity"] = "b"
+        fake_kube.bump("leases", NS, LEASE)
+
+    # Another replica writes the Lease: a's next renewal gets 409 and a stops at once, then
+    # waits as a follower while b holds it.
+    fake_kube.inject("PUT", "leases", action=b_takes_the_lease)
+    wait_for(lambda: not a.is_leader(), 2, "a to lose the lease")
+    lost_at = time.monotonic()
+    time.sleep(0.1)
+    assert not any(t > lost_at for t in writes)
+    time.sleep(0.3)
+    assert len(runs) == 1 and not a.is_leader()  # following, not acting
+    stop.set()
+    thread.join(5)
+    assert not thread.is_alive()
+
+
+def test_k10_a_leader_whose_loop_dies_stops_renewing_releases_and_exits(kubeconfig, fake_kube):
+    a, b = make_elector(kubeconfig, "a"), make_elector(kubeconfig, "b")
+
+    def work(halt):
+        time.sleep(0.3)  # a few renewals happen
+        raise RuntimeError("the tick crashed")
+
+    with pytest.raises(RuntimeError, match="crashed"):
+        run_elected(work, a, stop=threading.Event())
+    assert lease_spec(fake_kube).get("holderIdentity") in (None, "")
+    puts = fake_kube.count("PUT", "leases")
+    time.sleep(0.3)
+    assert fake_kube.count("PUT", "leases") == puts  # nobody renews for a dead loop
+    assert b.try_acquire_or_renew()  # at once: the Lease was released
+
+
+def test_k10_without_a_release_another_replica_takes_over_within_duration_plus_retry(
+        kubeconfig, fake_kube):
+    a, b = make_elector(kubeconfig, "a"), make_elector(kubeconfig, "b")
+
+    def work(halt):
+        fake_kube.inject("PUT", "leases", status=500, times=1)  # the release fails
+        time.sleep(0.05)
+        raise RuntimeError("the tick crashed")
+
+    with pytest.raises(RuntimeError):
+        run_elected(work, a, stop=threading.Event())
+    assert lease_spec(fake_kube)["holderIdentity"] == "a"
+    started = time.monotonic()
+    while not b.try_acquire_or_renew():
+        time.sleep(FAST["retry_period"])
+    assert time.monotonic() - started <= FAST["lease_duration"] + FAST["retry_period"] + 0.3
+
+
+# -- two real controller processes, one Lease -------------------------------------------------
+
+def database_url() -> str:
+    db = connection.settings_dict
+    if db["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{db['NAME']}"
+    password = f":{db['PASSWORD']}" if db["PASSWORD"] else ""
+    return f"mysql://{db['USER']}{password}@{db['HOST']}:{db['PORT'] or 3306}/{db['NAME']}"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_resource_managers_one_lease_the_leader_killed_the_other_finishes(
+        settings, fake_kube, kubeconfig, tmp_path):
+    from experiments.tests.factories import make_exp
+    from falcon_site.grpc.testing import INTERNAL_TOKEN, running_server
+    from jobs.models import Job
+
+    clusters = tmp_path / "clusters.yaml"
+    clusters.write_text(yaml.safe_dump({"clusters": {"k8s-a": {
+        "backend": "kubernetes", "namespace": "falcon-jobs", "kubeconfig": str(kubeconfig),
+        "backoff_initial": 0.05, "request_timeout": 5}}}))
+    settings.FALCON_CLUSTERS_FILE = str(clusters)
+    settings.FALCON_INTERNAL_TOKEN = INTERNAL_TOKEN
+    procs: dict[str, subprocess.Popen] = {}
+    with running_server() as server:
+        base_env = dict(
+            os.environ, DATABASE_URL=database_url(), FALCON_VAR_DIR=str(tmp_path / "var"),
+            FALCON_CLUSTERS_FILE=str(clusters), FALCON_INTERNAL_TOKEN=INTERNAL_TOKEN,
+            FALCON_GRPC_TARGET=f"127.0.0.1:{server.port}", FALCON_LEASE_KUBECONFIG=str(kubeconfig),
+            FALCON_LEASE_IN_CLUSTER="0", FALCON_LEASE_NAMESPACE=NS, PYTHONUNBUFFERED="1")
+
+        def start(identity: str) -> subprocess.Popen:
+            log = open(tmp_path / f"{identity}.log", "w")
+            return subprocess.Popen(
+                [sys.executable, str(ROOT / "manage.py"), "runcontroller", "resources",
+                 "--interval", "0.2", "--lease-duration", "1.5", "--renew-deadline", "1",
+                 "--retry-period", "0.2"],
+                cwd=ROOT, env=dict(base_env, POD_NAME=identity), stdout=log,
+                stderr=subprocess.STDOUT)
+
+        def logs() -> str:
+            return "\n".join(f"--- {p.name}\n{p.read_text()}" for p in tmp_path.glob("rm-*.log"))
+
+        try:
+            procs["rm-a"] = start("rm-a")
+            wait_for(lambda: lease_spec(fake_kube).get("holderIdentity") == "rm-a", 30,
+                     "rm-a to lead")
+            procs["rm-b"] = start("rm-b")
+            exp = make_exp(name="ha", cluster_name="k8s-a", image="gcr.io/acme/t:1")
+            job = Job.objects.get(experiment=exp)
+            wait_for(lambda: Job.objects.get(pk=job.pk).cluster_job_name, 20,
+                     "rm-a to submit the job")
+            name = Job.objects.get(pk=job.pk).cluster_job_name
+            # rm-b has started and is waiting on the Lease, doing nothing.
+            wait_for(lambda: "while holding Lease" in (tmp_path / "rm-b.log").read_text(), 30,
+                     "rm-b to start")
+            assert lease_spec(fake_kube)["holderIdentity"] == "rm-a"
+            procs["rm-a"].send_signal(signal.SIGKILL)
+            procs["rm-a"].wait(10)
+            killed_at = time.monotonic()
+            fake_kube.set_job_status("falcon-jobs", name, {
+                "succeeded": 1, "completedIndexes": "0",
+                "conditions": [{"type": "Complete", "status": "True"}]})
+            try:
+                wait_for(lambda: Job.objects.get(pk=job.pk).status == "Succeeded", 30,
+                         "rm-b to finish the job")
+            except AssertionError:
+                raise AssertionError(logs())
+            took = time.monotonic() - killed_at
+            spec = lease_spec(fake_kube)
+            assert spec["holderIdentity"] == "rm-b" and spec["leaseTransitions"] >= 1
+            assert took < 1.5 + 0.2 + 3  # lease duration + retry period + a tick and slack
+            assert fake_kube.count("POST", "jobs") == 1  # never submitted twice
+            assert procs["rm-b"].poll() is None
+        finally:
+            for proc in procs.values():
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+                    try:
+                        proc.wait(10)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait()
