@@ -18,6 +18,7 @@ Scripts branch on these numbers, so they are stable: never renumber, only add.
 | 7    | TIMEOUT     | `exp wait --timeout` elapsed before the experiment reached a final state  |
 | 8    | INVALID     | the server rejected the input (HTTP 400/413 field errors)                 |
 | 9    | UNAVAILABLE | the server could not be reached or did not answer in time                 |
+| 130  | INTERRUPTED | Ctrl-C (SIGINT) stopped the command (`exp wait`: the experiment goes on)   |
 """
 from __future__ import annotations
 
@@ -37,3 +38,4 @@ class ExitCode(IntEnum):
     TIMEOUT = 7
     INVALID = 8
     UNAVAILABLE = 9
+    INTERRUPTED = 130  # 128 + SIGINT, the shell's convention

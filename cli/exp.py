@@ -61,6 +61,29 @@ def _json_problem(value: Any, path: str) -> str | None:
     return f"{path} is a YAML {type(value).__name__}, which cannot be sent; quote it as a string"
 
 
+def _unique_key_loader():
+    """A PyYAML SafeLoader that refuses duplicate mapping keys.
+
+    YAML 1.2 (section 3.2.1.1) requires keys to be unique, but PyYAML keeps the last value of a
+    repeated key silently: a role written twice would lose its first task spec unseen.
+    """
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _value_node in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark,
+                        f"found duplicate key {key!r}", key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
 def read_tasks_file(path: str) -> dict[str, dict[str, Any]]:
     """Read the `--role-to-task-spec` file: YAML mapping each role to its TaskSpec (seed 3.3.4).
 
@@ -81,7 +104,7 @@ def read_tasks_file(path: str) -> dict[str, dict[str, Any]]:
     what = "tasks file"
     text = _decode(_read_bytes(path, what), path, what)
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_unique_key_loader())  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -356,6 +379,11 @@ def wait_for(env, client, exp_id: int, *, interval: float, timeout: float | None
             exp = client.request("GET", f"{EXPS}/{exp_id}")
             if live is not None:
                 live.refresh()
+    except KeyboardInterrupt:
+        # Ctrl-C stops the waiting, not the experiment: say so, or "Aborted!" reads as an abort.
+        raise CLIError(f"stopped waiting; experiment {exp_id} is still {exp.get('status')} "
+                       f"(`falcon exp wait {exp_id}` resumes, `falcon exp abort {exp_id}` "
+                       "stops it)", ExitCode.INTERRUPTED) from None
     finally:
         if live is not None:
             live.stop()

@@ -89,6 +89,8 @@ def test_delete_asks_for_confirmation(logged_in, files):
 
 @pytest.mark.parametrize("tasks,problem", [
     ("main: [unclosed\n", "is not valid YAML at line"),
+    ("main: {command: a}\nmain: {command: b}\n", "line 2, column 1: found duplicate key 'main'"),
+    ("main: {command: a, command: b}\n", "found duplicate key 'command'"),
     ("- command: echo\n- command: ls\n", "must be a mapping of role name to task spec"),
     ("", "is empty"),
     ("# only a comment\n", "is empty"),

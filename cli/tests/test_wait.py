@@ -152,3 +152,18 @@ def test_wait_stops_when_the_session_expires_meanwhile(logged_in, files, token_f
     assert result.exit_code == ExitCode.AUTH
     assert "session expired at" in result.stderr
     assert len(logged_in.transport.requests) == 1  # the first poll only
+
+
+def test_ctrl_c_stops_waiting_not_the_experiment(logged_in, files):
+    exp_id = _create(logged_in, files)["id"]
+
+    def interrupted(seconds):
+        raise KeyboardInterrupt
+
+    logged_in.sleep = interrupted
+    result = logged_in("exp", "wait", str(exp_id))
+    assert result.exit_code == ExitCode.INTERRUPTED == 130
+    assert one_line(result.stderr) == (
+        f"error: stopped waiting; experiment {exp_id} is still Created (`falcon exp wait "
+        f"{exp_id}` resumes, `falcon exp abort {exp_id}` stops it)")
+    assert Experiment.objects.get(pk=exp_id).status == "Created"
