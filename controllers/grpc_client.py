@@ -109,8 +109,9 @@ class GrpcFalconAPI:
 
     Args:
         target: the API server's `host:port` (a gRPC target string).
-        token: the internal service token (`FALCON_INTERNAL_TOKEN`) or a user JWT, sent as
-            `authorization: Bearer <token>` on every call.
+        token: the internal service token (`FALCON_INTERNAL_TOKEN`), a JWT, or a function
+            returning the current one (`controllers.credentials`: a Cloudflare service token is
+            refreshed before it expires); sent as `authorization: Bearer <token>` on every call.
         timeout: the deadline of every call (each page of a list), in seconds.
         channel: an existing channel to use instead of opening one to `target` (tests,
             TLS set up by the caller); it is then not closed by `close()`.
@@ -119,7 +120,7 @@ class GrpcFalconAPI:
         ValueError: `token` is empty or `timeout` is not positive.
     """
 
-    def __init__(self, target: str, token: str, timeout: float = 10.0, *,
+    def __init__(self, target: str, token: str | Callable[[], str], timeout: float = 10.0, *,
                  channel: grpc.Channel | None = None):
         if not token:
             raise ValueError("a token is required: set FALCON_INTERNAL_TOKEN")
@@ -127,7 +128,7 @@ class GrpcFalconAPI:
             raise ValueError(f"timeout must be positive seconds; got {timeout}")
         self.target = target
         self.timeout = timeout
-        self._metadata = auth_metadata(token)
+        self._token = token if callable(token) else (lambda: token)
         self._owns_channel = channel is None
         self._channel = channel or grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
         self.exps = experiment_pb2_grpc.ExperimentServiceStub(self._channel)
@@ -136,20 +137,18 @@ class GrpcFalconAPI:
 
     @classmethod
     def from_settings(cls, timeout: float = 10.0) -> GrpcFalconAPI:
-        """Build a client from Django settings `FALCON_GRPC_TARGET` and `FALCON_INTERNAL_TOKEN`.
+        """Build a client from settings: `FALCON_GRPC_TARGET` and the auth mode's credentials
+        (`controllers.credentials.token_source_from_settings`).
 
         Raises:
-            django.core.exceptions.ImproperlyConfigured: `FALCON_INTERNAL_TOKEN` is empty.
+            django.core.exceptions.ImproperlyConfigured: the mode's credentials are not set.
         """
         from django.conf import settings
-        from django.core.exceptions import ImproperlyConfigured
 
-        token = getattr(settings, "FALCON_INTERNAL_TOKEN", "")
-        if not token:
-            raise ImproperlyConfigured("FALCON_INTERNAL_TOKEN is empty: controllers need the "
-                                       "API server's internal token to call its gRPC API.")
+        from .credentials import token_source_from_settings
+
         target = getattr(settings, "FALCON_GRPC_TARGET", "") or "127.0.0.1:50051"
-        return cls(target, token, timeout)
+        return cls(target, token_source_from_settings(), timeout)
 
     def close(self) -> None:
         """Close the channel if this client opened it."""
@@ -169,7 +168,8 @@ class GrpcFalconAPI:
             FalconError: the subclass the server's error maps back to.
         """
         try:
-            return method(request, timeout=self.timeout, metadata=self._metadata)
+            metadata = auth_metadata(self._token())
+            return method(request, timeout=self.timeout, metadata=metadata)
         except grpc.RpcError as exc:
             raise error_from_rpc_error(exc) from None
 

@@ -194,6 +194,11 @@ FALCON_CF_AUDIENCES = env_list("FALCON_CF_AUDIENCES")
 # Common names (client ids) of Cloudflare service tokens allowed in, besides the active
 # `accounts.ServicePrincipal` rows operators keep in the admin (behaviours.md A2).
 FALCON_CF_SERVICE_TOKENS = env_list("FALCON_CF_SERVICE_TOKENS")
+# The controllers' own Cloudflare Access service token (cloudflare mode): exchanged at this
+# Access-protected URL for the JWT they send to the gRPC API (controllers/credentials.py).
+FALCON_CONTROLLER_ACCESS_URL = os.environ.get("FALCON_CONTROLLER_ACCESS_URL", "")
+FALCON_CF_CLIENT_ID = os.environ.get("FALCON_CF_CLIENT_ID", "")
+FALCON_CF_CLIENT_SECRET = os.environ.get("FALCON_CF_CLIENT_SECRET", "")
 if FALCON_AUTH_MODE == "cloudflare" and not (FALCON_CF_TEAM_DOMAIN and FALCON_CF_AUDIENCES):
     # behaviours.md A1: an empty audience must stop the server, never skip the check.
     raise ImproperlyConfigured(
