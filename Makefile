@@ -3,7 +3,7 @@ MARIADB_URL ?= mysql://root@127.0.0.1:3306/test
 PY := .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-sqlite test-mariadb demo run protos bench
+.PHONY: setup test test-sqlite test-mariadb demo run bench
 
 setup:
 	@./scripts/setup.sh
@@ -29,3 +29,9 @@ demo: setup
 ## run: the whole platform on its embedded defaults, until Ctrl-C
 run: setup
 	$(PY) manage.py runlocal
+
+## bench: the benchmark scripts (they print figures)
+bench: setup
+	$(PY) bench/reconcile.py
+	$(PY) bench/resources.py
+	$(PY) bench/cli_startup.py

@@ -97,19 +97,25 @@ def test_controllers_run_with_leader_election_and_secrets_come_from_a_secret():
         assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
         assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == \
             "metadata.namespace"
-        assert env["FALCON_INTERNAL_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == \
-            "falcon-secrets"
+        # Deployed in the cloudflare mode: the controllers' own Access service token, from the
+        # Secret; the local mode's internal token is never deployed.
+        for key in ("FALCON_CF_CLIENT_ID", "FALCON_CF_CLIENT_SECRET"):
+            assert env[key]["valueFrom"]["secretKeyRef"]["name"] == "falcon-secrets"
+        assert "FALCON_INTERNAL_TOKEN" not in env
+        assert c["envFrom"] == [{"configMapRef": {"name": "falcon-auth"}}]
         assert "DATABASE_URL" not in env  # controllers reach data only through the API
         assert deps[name]["spec"]["replicas"] >= 2
     http = deps["falcon-api-http"]["spec"]["template"]["spec"]["containers"][0]
-    assert http["envFrom"] == [{"secretRef": {"name": "falcon-secrets"}}]
+    assert http["envFrom"] == [{"configMapRef": {"name": "falcon-auth"}},
+                               {"secretRef": {"name": "falcon-secrets"}}]
     assert not any(o["kind"] == "Secret" for o in all_objects())  # never committed
 
 
 def test_the_clusters_configmap_is_a_valid_clusters_file():
     from controllers.clusters import kubernetes_config, parse_clusters
 
-    cm = next(o for o in all_objects() if o["kind"] == "ConfigMap")
+    cm = next(o for o in all_objects() if o["kind"] == "ConfigMap"
+              and o["metadata"]["name"] == "falcon-clusters")
     specs = parse_clusters(cm["data"]["clusters.yaml"])
     for name, entry in specs.items():
         assert kubernetes_config(name, entry).connection.in_cluster
@@ -161,3 +167,17 @@ def test_docker_compose_runs_mysql_the_api_and_the_controllers_on_the_local_back
         assert "--no-leader-election" in services[name]["command"]
     assert services["api-http"]["ports"] == ["8000:8000"]
     assert services["migrate"]["depends_on"]["mysql"]["condition"] == "service_healthy"
+
+
+def test_deployed_processes_run_in_the_cloudflare_mode_with_an_audience():
+    """The local mode issues a token for any email: it must never be what a cluster runs
+    (behaviours A1: no audience, no start)."""
+    cm = next(o for o in all_objects() if o["kind"] == "ConfigMap"
+              and o["metadata"]["name"] == "falcon-auth")
+    assert cm["data"]["FALCON_AUTH_MODE"] == "cloudflare"
+    assert cm["data"]["FALCON_CF_TEAM_DOMAIN"].startswith("https://")
+    assert cm["data"]["FALCON_CF_AUDIENCES"]
+    for dep in (o for o in all_objects() if o["kind"] == "Deployment"):
+        for c in dep["spec"]["template"]["spec"]["containers"]:
+            assert {"configMapRef": {"name": "falcon-auth"}} in c.get("envFrom", []), \
+                dep["metadata"]["name"]
