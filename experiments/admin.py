@@ -41,32 +41,35 @@ class ArtifactInline(admin.StackedInline):
         return False
 
 
+def _for_each(modeladmin, request, queryset, service, done: str) -> None:
+    """Call `service(exp_id=..., actor=request.user)` for each selected experiment.
+
+    Each refusal (a finished experiment cannot be aborted, a running one cannot be deleted) is
+    shown to the operator; the other experiments are still processed.
+    """
+    count = 0
+    for exp_id in queryset.values_list("pk", flat=True):
+        try:
+            service(exp_id=exp_id, actor=request.user)
+            count += 1
+        except FalconError as exc:
+            modeladmin.message_user(request, exc.message, level=messages.WARNING)
+    if count:
+        modeladmin.message_user(request, done.format(count=count))
+
+
 @admin.action(description="Abort selected experiments")
 def abort_experiments(modeladmin, request, queryset):
     """Call AbortExp for each selected experiment; report the ones that cannot be aborted."""
-    done = 0
-    for exp_id in queryset.values_list("pk", flat=True):
-        try:
-            services.exp_abort(exp_id=exp_id, actor=request.user)
-            done += 1
-        except FalconError as exc:
-            modeladmin.message_user(request, exc.message, level=messages.WARNING)
-    if done:
-        modeladmin.message_user(request, f"Abort requested for {done} experiment(s).")
+    _for_each(modeladmin, request, queryset, services.exp_abort,
+              "Abort requested for {count} experiment(s).")
 
 
 @admin.action(description="Delete selected experiments (finished ones only)")
 def delete_experiments(modeladmin, request, queryset):
     """Call DeleteExp for each selected experiment; running ones are refused, not deleted."""
-    done = 0
-    for exp_id in queryset.values_list("pk", flat=True):
-        try:
-            services.exp_delete(exp_id=exp_id, actor=request.user)
-            done += 1
-        except FalconError as exc:
-            modeladmin.message_user(request, exc.message, level=messages.WARNING)
-    if done:
-        modeladmin.message_user(request, f"Deleted {done} experiment(s).")
+    _for_each(modeladmin, request, queryset, services.exp_delete,
+              "Deleted {count} experiment(s).")
 
 
 @admin.register(Experiment)
