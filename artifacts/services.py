@@ -9,9 +9,9 @@ from urllib.parse import urlsplit
 from django.db import IntegrityError, transaction
 
 from experiments.models import ExpStatus
-from falcon_site.errors import Conflict, NotFound, ValidationFailed
+from falcon_site.errors import Conflict, ValidationFailed
 from falcon_site.locks import lock_experiment_with_jobs
-from falcon_site.statemachine import apply_transition
+from falcon_site.statemachine import apply_transition, delete_terminal
 
 from . import state
 from .models import Artifact
@@ -105,12 +105,4 @@ def artifact_delete(*, artifact_id: int) -> None:
         NotFound: no such artifact.
         Conflict: the artifact is still Created (HTTP 409).
     """
-    with transaction.atomic():
-        deleted, _ = Artifact.objects.filter(pk=artifact_id, status__in=state.TERMINAL).delete()
-        if deleted:
-            return
-        artifact = Artifact.objects.filter(pk=artifact_id).only("status").first()
-        if artifact is None:
-            raise NotFound(f"Artifact {artifact_id} does not exist.")
-        raise Conflict(f"Artifact {artifact_id} is {artifact.status}; only Succeeded or Failed "
-                       "artifacts can be deleted.")
+    delete_terminal(state.MACHINE, Artifact.objects, pk=artifact_id)

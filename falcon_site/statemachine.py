@@ -159,3 +159,29 @@ def apply_transition_many(
     if message is not None:
         updates["message"] = message
     return queryset.filter(status__in=machine.sources(target)).update(**updates)
+
+
+def delete_terminal(machine: StateMachine, queryset: models.QuerySet, *, pk: int,
+                    hint: str = "") -> None:
+    """Delete row `pk` only if it is in a terminal state, in one guarded DELETE.
+
+    The status check is part of the DELETE statement, so it cannot race a status change: a row
+    that may still have work in flight (a cluster job, an artifact to decide) is never deleted.
+
+    Args:
+        hint: what the caller should do instead, appended to the Conflict message.
+
+    Raises:
+        NotFound: no row has this pk.
+        Conflict: the row is not terminal (HTTP 409).
+    """
+    from falcon_site.errors import Conflict
+
+    deleted, _ = queryset.filter(pk=pk, status__in=machine.terminal).delete()
+    if deleted:
+        return
+    row = queryset.filter(pk=pk).only("status").first()
+    if row is None:
+        raise NotFound(f"{machine.name} {pk} does not exist.")
+    raise Conflict(f"{machine.name} {pk} is {row.status}; only "
+                   f"{', '.join(sorted(machine.terminal))} rows can be deleted." + hint)

@@ -8,9 +8,9 @@ from django.utils import timezone
 
 from experiments.models import Experiment, ExpStatus
 from experiments.specs import DNS1123_LABEL, DNS1123_LABEL_MAX, validate_task_spec
-from falcon_site.errors import Conflict, NotFound, ValidationFailed
+from falcon_site.errors import Conflict, ValidationFailed
 from falcon_site.locks import lock_experiment_with_jobs
-from falcon_site.statemachine import apply_transition
+from falcon_site.statemachine import apply_transition, delete_terminal
 
 from . import state
 from .models import Job
@@ -116,12 +116,4 @@ def job_delete(*, job_id: int) -> None:
         NotFound: no such job.
         Conflict: the job is not terminal (HTTP 409): abort its experiment first.
     """
-    with transaction.atomic():
-        deleted, _ = Job.objects.filter(pk=job_id, status__in=state.TERMINAL).delete()
-        if deleted:
-            return
-        job = Job.objects.filter(pk=job_id).only("status").first()
-        if job is None:
-            raise NotFound(f"Job {job_id} does not exist.")
-        raise Conflict(f"Job {job_id} is {job.status}; only Succeeded, Failed or Aborted jobs "
-                       "can be deleted. Abort its experiment first.")
+    delete_terminal(state.MACHINE, Job.objects, pk=job_id, hint=" Abort its experiment first.")

@@ -7,10 +7,9 @@ database lock.
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
-from django.db import connection, connections
+from django.db import connections
 from rest_framework.test import APIClient
 
 from accounts.models import User
