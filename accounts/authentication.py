@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from rest_framework import authentication, exceptions
 
@@ -74,3 +75,16 @@ class AccessJWTAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request) -> str:
         return 'Bearer realm="falcon"'
+
+
+class LocalSessionAuthentication(authentication.SessionAuthentication):
+    """Django's session login for the browsable API, in the local mode only.
+
+    In the cloudflare mode every API call must carry a token the verifier checks (seed 3.4.3,
+    defence in depth): an admin session cookie alone never authenticates an API request.
+    """
+
+    def authenticate(self, request):
+        if settings.FALCON_AUTH_MODE != "local":
+            return None
+        return super().authenticate(request)

@@ -15,6 +15,8 @@ fetched successfully and, when a fetch fails, keeps serving that set for at most
 """
 from __future__ import annotations
 
+import http.client
+
 import logging
 import threading
 import time
@@ -65,9 +67,9 @@ class ResilientJWKClient(PyJWKClient):
         """Fetch the key set (PyJWKClient's fetch), honouring the retry back-off.
 
         Raises:
-            PyJWKClientConnectionError: the endpoint failed now, or failed less than
-                `retry_seconds` ago (no request is sent then).
-            PyJWKClientError, PyJWKSetError: the answer is not a usable key set.
+            PyJWKClientConnectionError: the endpoint failed now (unreachable, or an answer that
+                is not a JSON key set), or failed less than `retry_seconds` ago (no request is
+                sent then).
         """
         with self._lock:
             now = self._clock()
@@ -80,6 +82,15 @@ class ResilientJWKClient(PyJWKClient):
                 self._retry_not_before = now + self.retry_seconds
                 self._last_error = type(exc.__cause__ or exc).__name__
                 raise
+            except (ValueError, OSError, http.client.HTTPException, jwt.PyJWKClientError) as exc:
+                # PyJWKClient turns only URL, timeout and HTTP-status errors into connection
+                # errors; a body that is not JSON (an HTML error page, a truncated answer) or a
+                # connection reset mid-body is the same outage: back off and keep the last
+                # good keys rather than fail the request with a 500.
+                self._retry_not_before = now + self.retry_seconds
+                self._last_error = type(exc).__name__
+                raise PyJWKClientConnectionError(
+                    f"the certs endpoint gave an unusable answer ({type(exc).__name__})") from exc
             self._retry_not_before = 0.0
             return data
 

@@ -49,6 +49,8 @@ class CloudflareAccessAdminMiddleware:
                 auth.logout(request)
             return
         user = auth.authenticate(request, cf_access_token=token)
+        if user is not None and not user.is_staff:
+            user = None  # only staff use the admin: no session for anyone else
         if user is None:
             if current.is_authenticated:
                 auth.logout(request)

@@ -12,3 +12,15 @@ class AccessJWTScheme(OpenApiAuthenticationExtension):
                                "read from the `Cf-Access-Jwt-Assertion` header, the "
                                "`cf-access-token` header, the `CF_Authorization` cookie or "
                                "`Authorization: Bearer`, in that order."}
+
+
+class LocalSessionScheme(OpenApiAuthenticationExtension):
+    """The local mode's session login (browsable API), documented as Django's session cookie."""
+
+    target_class = "accounts.authentication.LocalSessionAuthentication"
+    name = "cookieAuth"
+    match_subclasses = True
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "apiKey", "in": "cookie", "name": "sessionid",
+                "description": "Django's session (local mode only, after /api-auth/login/)."}

@@ -67,12 +67,18 @@ def user_register(*, user_id: str, email: str) -> User:
         email: the token's `email` (non-empty).
 
     Raises:
-        ValidationFailed: `user_id` or `email` is empty.
+        ValidationFailed: `user_id` or `email` is empty or longer than 255 characters.
         Conflict: the email already belongs to another `sub`.
     """
     if not user_id or not email:
         raise ValidationFailed({"sub" if not user_id else "email": [
             "is empty: a user needs both a subject and an email."]})
+    # The columns hold 255 characters (seed 3.5). MySQL's INSERT IGNORE would cut a longer
+    # value silently (a warning, not an error), so a different identity could be stored.
+    for field, value in (("sub", user_id), ("email", email)):
+        if len(value) > 255:
+            raise ValidationFailed({field: [f"is {len(value)} characters; at most 255 are "
+                                            "accepted."]})
     user = User.objects.filter(pk=user_id).first()
     if user is not None:
         return user

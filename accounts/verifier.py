@@ -105,6 +105,9 @@ class TokenVerifier:
             raise InvalidToken("signing keys are unavailable; try again shortly") from None
         except (jwt.PyJWKClientError, jwt.PyJWKSetError, jwt.PyJWKError):
             raise InvalidToken(f"no signing key matches kid {kid!r}") from None
+        except Exception:  # whatever a key source does, a request gets a 401, never a 500
+            log.exception("unexpected error reading signing keys for kid %s", kid)
+            raise InvalidToken("signing keys are unavailable; try again shortly") from None
         if key.key_type != "RSA":
             raise InvalidToken("the signing key is not an RSA key")
         try:
@@ -127,6 +130,13 @@ class TokenVerifier:
             raise InvalidToken("token signature does not verify") from None
         except jwt.PyJWTError as exc:
             raise InvalidToken(f"token is invalid ({type(exc).__name__})") from None
+        for name in ("exp", "iat", "nbf"):
+            # RFC 7519 4.1.4-4.1.6: NumericDate values are JSON numbers; PyJWT would also take
+            # a numeric string.
+            value = claims.get(name)
+            if value is not None and (isinstance(value, bool)
+                                      or not isinstance(value, (int, float))):
+                raise InvalidToken(f"token claim {name!r} is not a number")
         return claims
 
 

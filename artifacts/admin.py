@@ -1,11 +1,13 @@
 """Django admin for artifacts: read-only, status changes only through transitions."""
 from django.contrib import admin
 
+from falcon_site.admin import StaffOperatorMixin
+
 from .models import Artifact
 
 
 @admin.register(Artifact)
-class ArtifactAdmin(admin.ModelAdmin):
+class ArtifactAdmin(StaffOperatorMixin, admin.ModelAdmin):
     list_display = ("id", "experiment", "path", "artifact_type", "status", "updated_at")
     list_filter = ("status", "artifact_type")
     search_fields = ("experiment__name", "path")

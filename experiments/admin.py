@@ -7,6 +7,7 @@ only admits staff (`AdminSite.has_permission`), and staff may abort or delete an
 from django.contrib import admin, messages
 
 from artifacts.models import Artifact
+from falcon_site.admin import StaffOperatorMixin
 from falcon_site.errors import FalconError
 from jobs.models import Job
 
@@ -73,7 +74,7 @@ def delete_experiments(modeladmin, request, queryset):
 
 
 @admin.register(Experiment)
-class ExperimentAdmin(admin.ModelAdmin):
+class ExperimentAdmin(StaffOperatorMixin, admin.ModelAdmin):
     """Experiments are created through the API; status fields change only through transitions."""
 
     list_display = ("id", "name", "exp_type", "cluster_name", "creator", "status", "created_at")

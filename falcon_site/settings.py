@@ -206,6 +206,15 @@ if FALCON_AUTH_MODE == "cloudflare" and not (FALCON_CF_TEAM_DOMAIN and FALCON_CF
         "https://acme.cloudflareaccess.com) and FALCON_CF_AUDIENCES (the Access application's "
         "AUD tag, comma-separated): the audience check is never skipped."
     )
+if FALCON_AUTH_MODE == "cloudflare":
+    from urllib.parse import urlsplit
+
+    _team = urlsplit(FALCON_CF_TEAM_DOMAIN)
+    if _team.scheme != "https" or not _team.hostname or _team.path.strip("/"):
+        raise ImproperlyConfigured(
+            f"FALCON_CF_TEAM_DOMAIN={FALCON_CF_TEAM_DOMAIN!r} is not a team domain: use "
+            "https://<team>.cloudflareaccess.com (https, a host, no path); it is the tokens' "
+            "issuer.")
 
 # Key-set fetching (PyJWKClient plus `accounts.jwks`): short timeouts so a slow certs endpoint
 # cannot stall requests; a bounded cache; at most one refetch per cooldown for unknown `kid`s;
@@ -258,7 +267,7 @@ FALCON_GRPC_TARGET = os.environ.get("FALCON_GRPC_TARGET", "127.0.0.1:50051")
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "accounts.authentication.AccessJWTAuthentication",
-        "rest_framework.authentication.SessionAuthentication",
+        "accounts.authentication.LocalSessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": [

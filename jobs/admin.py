@@ -1,11 +1,13 @@
 """Django admin for jobs: read-only, status changes only through transitions."""
 from django.contrib import admin
 
+from falcon_site.admin import StaffOperatorMixin
+
 from .models import Job
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(StaffOperatorMixin, admin.ModelAdmin):
     list_display = ("id", "experiment", "role", "cluster_name", "status", "updated_at")
     list_filter = ("status", "cluster_name", "exp_type")
     search_fields = ("experiment__name", "role")

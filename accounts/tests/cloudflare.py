@@ -93,6 +93,7 @@ class CertsServer:
         document: the JSON served at `/cdn-cgi/access/certs`.
         status: the HTTP status answered (503 simulates an outage).
         delay: seconds to wait before answering (a slow endpoint).
+        raw_body: bytes served instead of the document (an HTML error page, truncated JSON).
         hits: how many requests reached the endpoint.
     """
 
@@ -100,6 +101,7 @@ class CertsServer:
         self.document = document
         self.status = 200
         self.delay = 0.0
+        self.raw_body: bytes | None = None
         self.hits = 0
         owner = self
 
@@ -111,7 +113,8 @@ class CertsServer:
                 if self.path != CERTS_PATH:
                     self.send_error(404)
                     return
-                body = json.dumps(owner.document).encode()
+                body = (owner.raw_body if owner.raw_body is not None
+                        else json.dumps(owner.document).encode())
                 try:
                     self.send_response(owner.status)
                     self.send_header("Content-Type", "application/json")

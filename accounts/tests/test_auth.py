@@ -158,3 +158,16 @@ def test_a_createsuperuser_operator_can_log_in_with_a_local_token(api):
     assert who.status_code == 200, who.content
     assert who.json() == {"kind": "user", "user_id": ops.user_id, "email": "ops@example.com",
                           "is_staff": True}
+
+
+@pytest.mark.parametrize("overrides,field", [({"sub": "s" * 300}, "sub"),
+                                             ({"email": "a" * 290 + "@example.com"}, "email")])
+def test_over_long_identity_claims_are_refused_not_truncated(api, overrides, field):
+    res = get(api, sign(claims(**overrides)))
+    assert res.status_code == 401 and field in res.json()["detail"]
+    assert not User.objects.exists()
+
+
+def test_numeric_date_claims_must_be_numbers(api):
+    res = get(api, sign(claims(exp=str(int(time.time()) + 600))))
+    assert res.status_code == 401 and "exp" in res.json()["detail"]

@@ -70,6 +70,15 @@ def test_cloudflare_mode_refuses_to_start_without_team_or_audience(env, missing)
     assert "never skipped" in result.stderr
 
 
+@pytest.mark.parametrize("team", ["/", "http://acme.cloudflareaccess.com",
+                                  "https://acme.cloudflareaccess.com/cdn-cgi"])
+def test_cloudflare_mode_refuses_a_team_domain_that_is_not_one(team):
+    result = _start({"FALCON_AUTH_MODE": "cloudflare", "FALCON_CF_TEAM_DOMAIN": team,
+                     "FALCON_CF_AUDIENCES": AUD})
+    assert result.returncode != 0
+    assert "is not a team domain" in result.stderr
+
+
 def test_cloudflare_mode_starts_with_team_and_audience():
     result = _start({"FALCON_AUTH_MODE": "cloudflare", "FALCON_CF_TEAM_DOMAIN": TEAM,
                      "FALCON_CF_AUDIENCES": AUD})
@@ -445,3 +454,25 @@ def test_tokens_never_appear_in_logs(api, cloudflare, settings, caplog):
     for token in tokens + cf.issued:
         assert token not in caplog.text  # ... the tokens are not
         assert token.split(".")[-1] not in caplog.text
+
+
+@pytest.mark.parametrize("body", [b"<html><body>502 Bad Gateway</body></html>",
+                                  b'{"keys": [', b"[1, 2, 3]"])
+def test_a_malformed_certs_answer_is_an_outage_not_a_500(api, cloudflare, settings, body):
+    """An HTML error page or a truncated body from the certs endpoint: the last good keys keep
+    serving (warm cache), a cold cache answers 401, and the endpoint is not hammered."""
+    settings.FALCON_AUTH_JWKS_LIFESPAN_SECONDS = 0.2
+    settings.FALCON_AUTH_JWKS_STALE_SECONDS = 60
+    settings.FALCON_AUTH_JWKS_RETRY_SECONDS = 60
+    assert whoami(api, cloudflare.sign()).status_code == 200
+    cloudflare.certs.raw_body = body
+    time.sleep(0.3)
+    for _ in range(3):
+        assert whoami(api, cloudflare.sign()).status_code == 200
+    assert cloudflare.certs.hits == 2  # one failed fetch, then the back-off holds
+    from django.core.signals import setting_changed
+
+    setting_changed.send(sender=None, setting="FALCON_AUTH_MODE", value="cloudflare",
+                         enter=True)  # a cold cache
+    res = whoami(api, cloudflare.sign())
+    assert res.status_code == 401 and "unavailable" in detail(res)

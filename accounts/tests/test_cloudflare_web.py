@@ -37,9 +37,34 @@ def test_admin_refuses_a_non_staff_access_identity(client, cloudflare):
     token = cloudflare.sign(sub="cf-bob", email="bob@example.com")
     res = client.get("/admin/", HTTP_CF_ACCESS_JWT_ASSERTION=token)
     assert res.status_code == 302 and "/admin/login/" in res["Location"]
-    res = client.get(res["Location"], HTTP_CF_ACCESS_JWT_ASSERTION=token)
-    assert b"not authorized" in res.content  # Django's message to a logged-in non-staff user
+    assert "_auth_user_id" not in client.session  # no session for a non-staff identity
     assert User.objects.get(pk="cf-bob").is_staff is False
+
+
+def test_an_admin_session_alone_never_authenticates_the_api(client, cloudflare):
+    """Behind Access every API call carries its token; the admin's session cookie is not one."""
+    User.objects.create_user("ops@example.com", user_id="cf-ops", is_staff=True)
+    token = cloudflare.sign(sub="cf-ops", email="ops@example.com")
+    assert client.get("/admin/", HTTP_CF_ACCESS_JWT_ASSERTION=token).status_code == 200
+    assert client.session["_auth_user_id"] == "cf-ops"
+    assert client.get("/api/v1/auth/whoami").status_code == 401
+    assert client.get("/api/v1/auth/whoami", HTTP_CF_ACCESS_JWT_ASSERTION=token).status_code == 200
+
+
+def test_staff_without_superuser_see_and_act_on_experiments(client, cloudflare):
+    from experiments.tests.factories import make_exp
+
+    User.objects.create_user("ops@example.com", user_id="cf-ops", is_staff=True)
+    exp = make_exp(name="visible-to-ops")
+    token = cloudflare.sign(sub="cf-ops", email="ops@example.com")
+    res = client.get("/admin/experiments/experiment/", HTTP_CF_ACCESS_JWT_ASSERTION=token)
+    assert res.status_code == 200 and b"visible-to-ops" in res.content
+    res = client.post("/admin/experiments/experiment/", {
+        "action": "abort_experiments", "_selected_action": [exp.pk]},
+        HTTP_CF_ACCESS_JWT_ASSERTION=token)
+    assert res.status_code == 302
+    exp.refresh_from_db()
+    assert exp.status == "Aborting"
 
 
 @pytest.mark.parametrize("make", [

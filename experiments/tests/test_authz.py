@@ -206,3 +206,48 @@ def test_admin_actions_run_as_the_staff_user(client, people):
                 {"action": "abort_experiments", "_selected_action": [exp.pk]})
     exp.refresh_from_db()
     assert exp.status == "Aborting" and "ops@example.com" in exp.message
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("who", ["creator", "other", "staff"])
+def test_grpc_controller_only_rpcs_refuse_every_user(stubs, cloudflare, people, who):
+    """Only controllers move entities or edit an experiment's rows (seed 000, 3.3.1): a user,
+    even the creator or staff, gets PERMISSION_DENIED and nothing changes."""
+    from falcon_site.grpc.gen.falcon.v1 import artifact_pb2, job_pb2
+
+    exp = make_exp(creator=people["creator"])
+    job, artifact = exp.jobs.get(), exp.artifact
+    md = auth_metadata(token_of(cloudflare, people[who]))
+    calls = [
+        (stubs.exps.UpdateExpStatus, experiment_pb2.UpdateExpStatusReq(id=exp.pk,
+                                                                        status="Failed")),
+        (stubs.jobs.UpdateJobStatus, job_pb2.UpdateJobStatusReq(id=job.pk, status="Running")),
+        (stubs.jobs.CreateJob, job_pb2.CreateJobReq(exp_id=exp.pk, role="extra",
+                                                    task_spec_json='{"command": "true"}')),
+        (stubs.jobs.DeleteJob, job_pb2.DeleteJobReq(id=job.pk)),
+        (stubs.artifacts.UpdateArtifactStatus, artifact_pb2.UpdateArtifactStatusReq(
+            id=artifact.pk, status="Failed")),
+        (stubs.artifacts.CreateArtifact, artifact_pb2.CreateArtifactReq(exp_id=exp.pk)),
+        (stubs.artifacts.DeleteArtifact, artifact_pb2.DeleteArtifactReq(id=artifact.pk)),
+    ]
+    for method, request in calls:
+        err = _error(method, request, md)
+        assert err.code() == grpc.StatusCode.PERMISSION_DENIED, method
+        assert "controllers only" in err.details()
+    exp.refresh_from_db()
+    assert exp.status == "Created" and list(exp.jobs.values_list("role", "status")) == [
+        ("main", "Pending")]
+    assert exp.artifact.status == "Created"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_grpc_an_allowed_service_token_may_call_controller_rpcs(stubs, cloudflare, people,
+                                                                settings):
+    settings.FALCON_CF_SERVICE_TOKENS = ["falcon-controllers.access"]
+    from falcon_site.grpc.gen.falcon.v1 import job_pb2
+
+    exp = make_exp(creator=people["creator"])
+    md = auth_metadata(cloudflare.sign(cloudflare.service_claims("falcon-controllers.access")))
+    _call(stubs.jobs.UpdateJobStatus,
+          job_pb2.UpdateJobStatusReq(id=exp.jobs.get().pk, status="Running"), md)
+    assert exp.jobs.get().status == "Running"

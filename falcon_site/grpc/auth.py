@@ -131,6 +131,37 @@ def authenticate(metadata: Any) -> Principal:
     return Principal(kind="user", user=principal)
 
 
+# The internal RPCs of seed 000, 3.3.1 whose callers are Falcon's controllers (the resource
+# manager, the exp controller): they move entities through their state machines or edit an
+# experiment's rows directly. Users act through CreateExp, AbortExp and DeleteExp instead.
+CONTROLLER_ONLY_METHODS = frozenset({
+    "/falcon.v1.ExperimentService/UpdateExpStatus",
+    "/falcon.v1.JobService/CreateJob",
+    "/falcon.v1.JobService/UpdateJobStatus",
+    "/falcon.v1.JobService/DeleteJob",
+    "/falcon.v1.ArtifactService/CreateArtifact",
+    "/falcon.v1.ArtifactService/UpdateArtifactStatus",
+    "/falcon.v1.ArtifactService/DeleteArtifact",
+})
+
+
+def authorize(principal: Principal, method: str) -> None:
+    """Check that `principal` may call `method` (a full gRPC method name).
+
+    Any authenticated principal may call the read RPCs and CreateExp/AbortExp/DeleteExp (whose
+    services apply the creator-or-staff rule). The controller-only RPCs need a service
+    principal: the internal token (local mode) or a Cloudflare service token that operators
+    allowed.
+
+    Raises:
+        falcon_site.errors.PermissionDenied: a user called a controller-only RPC.
+    """
+    if method in CONTROLLER_ONLY_METHODS and principal.kind != "service":
+        name = method.rsplit("/", 1)[-1]
+        raise PermissionDenied(f"{name} is called by Falcon's controllers only; users abort or "
+                               "delete experiments with AbortExp and DeleteExp.")
+
+
 def current_principal() -> Principal:
     """Return the principal of the call being served.
 

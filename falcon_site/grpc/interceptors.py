@@ -17,7 +17,9 @@ from django.db import OperationalError, close_old_connections
 
 from falcon_site.errors import FalconError
 
-from .auth import AuthenticationFailed, authenticate, reset_principal, set_principal
+from .auth import (
+    AuthenticationFailed, authenticate, authorize, reset_principal, set_principal,
+)
 from .errors import (
     INTERNAL_CODE, UNAUTHENTICATED_CODE, UNAVAILABLE_CODE, abort_with_error, abort_with_status,
 )
@@ -95,6 +97,16 @@ def _wrap(behaviour: Callable, method: str) -> Callable:
                             exc_info=True)
                 abort_with_status(context, grpc.StatusCode.UNAVAILABLE, UNAVAILABLE_CODE,
                                   "the database is unavailable; retry shortly")
+            except Exception:
+                # Verification must never surface as UNKNOWN with an exception's text.
+                log.exception("unexpected error while authenticating %s", method)
+                abort_with_status(context, grpc.StatusCode.UNAUTHENTICATED,
+                                  UNAUTHENTICATED_CODE, "the token cannot be verified now; "
+                                  "retry shortly")
+            try:
+                authorize(principal, method)
+            except FalconError as exc:
+                abort_with_error(context, exc)
             token = set_principal(principal)
             try:
                 return behaviour(request, context)
