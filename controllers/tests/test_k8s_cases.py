@@ -27,7 +27,11 @@ from controllers.tests.fake_k8s import fake_kube, kubeconfig  # noqa: F401  (fix
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-CASES_FILE = Path(__file__).resolve().parents[2] / ".." / "shared" / "cases" / "k8s-job-status.yaml"
+# A copy of ../shared/cases/k8s-job-status.yaml, kept in the project so the tests run wherever the
+# repository is cloned (test_the_fixture_matches_the_shared_cases checks it is current).
+CASES_FILE = Path(__file__).resolve().parent / "fixtures" / "k8s-job-status.yaml"
+SHARED_CASES_FILE = (Path(__file__).resolve().parents[2].parent / "shared" / "cases"
+                     / "k8s-job-status.yaml")
 CASES = {c["id"]: c for c in yaml.safe_load(CASES_FILE.read_text())["cases"]}
 NS = "falcon-jobs"
 IMAGE = "gcr.io/acme/sglang_jax:no-such-tag"
@@ -266,3 +270,8 @@ def test_k9_a_restarted_manager_adopts_the_running_job(manager, fake_kube, falco
     job = fresh(job)
     assert job.status == "Running" and job.cluster_job_name == backend.cluster_job_name(view)
     assert fake_kube.count("POST", "jobs") == 1
+
+
+@pytest.mark.skipif(not SHARED_CASES_FILE.exists(), reason="no ../shared beside this checkout")
+def test_the_fixture_matches_the_shared_cases():
+    assert CASES_FILE.read_text() == SHARED_CASES_FILE.read_text()
