@@ -70,7 +70,7 @@ def exp_create(*, creator, name: Any, cluster_name: Any, exp_type: Any,
         name, cluster_name, exp_type: strings (see `experiments.specs.validate_create`).
         role_to_task_spec: `{role: TaskSpec mapping}`, at least one role.
         config: the user's config file as text, stored verbatim and injected as
-            `CUSTOM_CONFIG_KEY` (seed 3.3.4); at most 1 MiB.
+            `CUSTOM_CONFIG_KEY` (seed 3.3.4); under 128 KiB (`FALCON_CONFIG_MAX_BYTES`).
         priority: integer, default -1 (seed 3.5).
 
     Returns:
@@ -79,7 +79,7 @@ def exp_create(*, creator, name: Any, cluster_name: Any, exp_type: Any,
     Raises:
         PermissionDenied: `creator` is not a user (a service principal).
         ValidationFailed: a field is missing or malformed (nothing is written).
-        PayloadTooLarge: the config is over 1 MiB (nothing is written).
+        PayloadTooLarge: the config is over `FALCON_CONFIG_MAX_BYTES` (nothing is written).
     """
     if not isinstance(creator, User):
         raise PermissionDenied(f"{actor_label(creator)} cannot create experiments: an "

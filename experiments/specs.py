@@ -191,7 +191,8 @@ def validate_create(*, name: Any, cluster_name: Any, exp_type: Any, role_to_task
     device type, a topology matching `device_count`).
 
     Raises:
-        PayloadTooLarge: `config` is over `FALCON_CONFIG_MAX_BYTES` (1 MiB) in UTF-8 (HTTP 413).
+        PayloadTooLarge: `config` is over `FALCON_CONFIG_MAX_BYTES` (just under 128 KiB) in
+            UTF-8 (HTTP 413).
         ValidationFailed: any other field is missing or malformed, the cluster is unknown (the
             message lists the known clusters), or a TaskSpec cannot run on it; `errors` names
             each field (`cluster_name`, `role_to_task_spec.<role>.<field>`).
@@ -224,8 +225,9 @@ def validate_create(*, name: Any, cluster_name: Any, exp_type: Any, role_to_task
     elif len(config.encode("utf-8")) > settings.FALCON_CONFIG_MAX_BYTES:
         raise PayloadTooLarge({"config": [
             f"is {len(config.encode('utf-8'))} bytes; the limit is "
-            f"{settings.FALCON_CONFIG_MAX_BYTES} bytes (1 MiB). Keep large data in the "
-            "artifact store and reference it from the config."]})
+            f"{settings.FALCON_CONFIG_MAX_BYTES} bytes, because tasks receive it as the "
+            f"environment variable {CONFIG_ENV} and Linux caps one at 128 KiB. Keep large data "
+            "in the artifact store and reference it from the config."]})
 
     if priority is None:
         priority = -1

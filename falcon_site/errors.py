@@ -81,7 +81,7 @@ class ValidationFailed(FalconError):
 
 
 class PayloadTooLarge(ValidationFailed):
-    """A field is larger than its limit (for example the config over 1 MiB)."""
+    """A field is larger than its limit (for example the config over 128 KiB)."""
 
     code = "too_large"
     http_status = 413

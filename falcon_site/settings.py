@@ -161,7 +161,7 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 
-# Request bodies: the config limit (1 MiB, enforced with a 413 by the service layer) must be
+# Request bodies: the config limit (128 KiB, enforced with a 413 by the service layer) must be
 # reachable, so Django's own cap sits above it.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
 
@@ -169,7 +169,10 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
 FALCON_ARTIFACT_ROOT = os.environ.get(
     "FALCON_ARTIFACT_ROOT", (VAR_DIR / "artifacts").resolve().as_uri()
 )
-FALCON_CONFIG_MAX_BYTES = 1024 * 1024
+# The config reaches every task as the environment variable CUSTOM_CONFIG_KEY (seed 3.3.4), and
+# Linux caps one environment string, "NAME=value" and its NUL, at MAX_ARG_STRLEN = 32 pages =
+# 128 KiB (execve(2)): a larger config would be accepted and then fail every task with E2BIG.
+FALCON_CONFIG_MAX_BYTES = 128 * 1024 - len("CUSTOM_CONFIG_KEY=") - 1
 
 # --- auth (seed 000, 3.4; issue 5) ------------------------------------------------------------
 FALCON_AUTH_MODE = os.environ.get("FALCON_AUTH_MODE", "local")

@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from experiments.models import Experiment, ExpStatus
 from experiments.specs import DNS1123_LABEL, DNS1123_LABEL_MAX, validate_task_spec
-from falcon_site.errors import Conflict, ValidationFailed
+from falcon_site.errors import Conflict, NotFound, ValidationFailed
 from falcon_site.locks import lock_experiment_with_jobs
 from falcon_site.statemachine import apply_transition, delete_terminal
 
@@ -38,7 +38,8 @@ def job_create(*, exp_id: int, role: Any, task_spec: Any) -> Job:
         The created job (status Pending).
 
     Raises:
-        ValidationFailed: `role` or a `task_spec.<field>` is malformed (nothing is written).
+        ValidationFailed: `role` or a `task_spec.<field>` is malformed, or the spec cannot run
+            on the experiment's cluster (nothing is written).
         NotFound: no such experiment.
         Conflict: the experiment is terminal (Succeeded, Failed, Aborted) or Aborting, or
             already has a job for `role` (HTTP 409).
@@ -56,6 +57,20 @@ def job_create(*, exp_id: int, role: Any, task_spec: Any) -> Job:
         prefix = f"role_to_task_spec.{role}"
         for field, messages in spec_errors.items():
             errors["task_spec" + field[len(prefix):]] = messages
+    if not errors:
+        # The spec must also run on the experiment's cluster (an image and a known device type
+        # on Kubernetes), checked now as CreateExp does, not found out by a failing cluster Job.
+        # The cluster of an experiment never changes, so reading it first is safe.
+        from controllers.clusters import cluster_problems
+
+        cluster = (Experiment.objects.filter(pk=exp_id)
+                   .values_list("cluster_name", flat=True).first())
+        if cluster is None:
+            raise NotFound(f"Experiment {exp_id} does not exist.")
+        prefix = f"role_to_task_spec.{role}"
+        for field, messages in cluster_problems(cluster, {role: spec}).items():
+            errors["task_spec" + field[len(prefix):] if field.startswith(prefix)
+                   else field] = messages
     if errors:
         raise ValidationFailed(errors)
 

@@ -135,3 +135,24 @@ def test_an_edited_file_is_read_again(clusters, auth_api):
     data["clusters"]["gpu-b"] = {"backend": "local"}
     clusters.write_text(yaml.safe_dump(data))
     assert "gpu-b" in known_clusters()
+
+
+def test_createjob_checks_the_spec_against_the_experiments_cluster(clusters, auth_api):
+    """CreateJob (gRPC) applies the same cluster checks as CreateExp: a role added later to a
+    Kubernetes experiment without an image is refused, not left Pending on a failing Job."""
+    from falcon_site.errors import ValidationFailed
+    from jobs.services import job_create
+
+    res = auth_api.post("/api/v1/exps", body("tpu-v5p-a"), format="json")
+    assert res.status_code == 201, res.content
+    exp_id = res.json()["id"]
+    with pytest.raises(ValidationFailed) as err:
+        job_create(exp_id=exp_id, role="eval", task_spec={"command": "python eval.py"})
+    assert "task_spec.image" in err.value.errors
+    bad_topo = {**GOOD, "device_topo": "2x2x1"}
+    with pytest.raises(ValidationFailed) as err:
+        job_create(exp_id=exp_id, role="eval", task_spec=bad_topo)
+    assert "task_spec.device_topo" in err.value.errors
+    assert Experiment.objects.get(pk=exp_id).jobs.count() == 1
+    job = job_create(exp_id=exp_id, role="eval", task_spec=GOOD)
+    assert job.role == "eval"

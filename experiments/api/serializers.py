@@ -39,7 +39,7 @@ class ExpCreateInputSerializer(serializers.Serializer):
     role_to_task_spec = RoleToTaskSpecField()
     config = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False,
                                    default="", help_text="The config file's text, stored "
-                                   "verbatim and injected as CUSTOM_CONFIG_KEY (<= 1 MiB).")
+                                   "verbatim and injected as CUSTOM_CONFIG_KEY (< 128 KiB).")
     priority = serializers.IntegerField(required=False, default=-1)
 
 

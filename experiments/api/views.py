@@ -33,7 +33,7 @@ class ExpCursorPagination(StrictCursorPagination):
                                   400: OpenApiResponse(description="A field is invalid."),
                                   403: OpenApiResponse(description="A service principal "
                                                        "cannot create experiments."),
-                                  413: OpenApiResponse(description="The config is over 1 MiB.")}),
+                                  413: OpenApiResponse(description="The config is over 128 KiB.")}),
 )
 class ExpListCreateView(generics.ListAPIView):
     """List experiments (filters, search by name, ordering, cursor pages) or create one."""

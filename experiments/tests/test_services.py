@@ -95,11 +95,13 @@ def test_create_reports_every_bad_field_at_once(user):
             "role_to_task_spec.main.envs.1X"} <= set(err.value.errors)
 
 
-def test_config_over_one_mib_is_too_large(user):
-    create(user, config="x" * (1024 * 1024))  # exactly 1 MiB is allowed
+def test_config_over_the_environment_string_limit_is_too_large(user, settings):
+    limit = settings.FALCON_CONFIG_MAX_BYTES
+    assert len(f"CUSTOM_CONFIG_KEY={'x' * limit}".encode()) + 1 == 128 * 1024  # MAX_ARG_STRLEN
+    create(user, config="x" * limit)  # exactly the limit is allowed
     with pytest.raises(PayloadTooLarge) as err:
-        create(user, config="é" * (512 * 1024 + 1))  # 2 bytes each in UTF-8
-    assert "config" in err.value.errors
+        create(user, config="é" * (limit // 2 + 1))  # 2 bytes each in UTF-8
+    assert "128 KiB" in err.value.errors["config"][0]
     assert Experiment.objects.count() == 1
 
 

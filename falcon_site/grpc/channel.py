@@ -1,7 +1,7 @@
 """Channel settings shared by the gRPC server and its clients (no Django imports)."""
 from __future__ import annotations
 
-# Large enough for a 1 MiB config plus its task specs in every message; list pages stay under
+# Large enough for a config (< 128 KiB) plus its task specs in every message; list pages stay under
 # `falcon_site.grpc.paging.PAGE_BYTE_BUDGET`. Server and clients use the same limits.
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 CHANNEL_OPTIONS = (

@@ -20,7 +20,7 @@ from falcon_site.errors import ValidationFailed
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
 # Responses stay under this many encoded bytes (the server and client accept 16 MiB messages):
-# a page of jobs each carrying a 1 MiB config ends early instead of failing the call.
+# a page of jobs each carrying a large config ends early instead of failing the call.
 PAGE_BYTE_BUDGET = 8 * 1024 * 1024
 _TOKEN_PREFIX = "k1:"
 

@@ -224,14 +224,14 @@ def test_list_jobs_page_ends_early_under_the_byte_budget():
     from jobs.grpc.mappers import job_to_item
     from jobs.selectors import job_list
 
-    big = "x" * 300_000
+    big = "x" * 120_000
     for i in range(4):
         make_exp(name=f"big{i}", config=big)
     page = keyset_page(job_list(), page_size=10, page_token="", to_message=job_to_item,
-                       byte_budget=700_000)
+                       byte_budget=280_000)
     assert len(page.items) == 2 and page.next_page_token
     rest = keyset_page(job_list(), page_size=10, page_token=page.next_page_token,
-                       to_message=job_to_item, byte_budget=700_000)
+                       to_message=job_to_item, byte_budget=280_000)
     assert [j.id for j in page.items + rest.items] == sorted(
         Job.objects.values_list("id", flat=True))
     assert Experiment.objects.count() == 4
