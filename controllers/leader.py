@@ -35,6 +35,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from .kubeclient import KubeCaller
+from .runner import beat
 
 log = logging.getLogger("falcon.controllers.leader")
 
@@ -81,6 +82,41 @@ class ElectionConfig:
                              f"{self.renew_deadline}, {self.retry_period}")
 
 
+class MicroTime(datetime):
+    """A `datetime` that always serialises with six fractional digits (Kubernetes MicroTime).
+
+    The API server parses a Lease's `acquireTime` / `renewTime` with the Go layout
+    `2006-01-02T15:04:05.000000Z07:00` (k8s.io/apimachinery `metav1.RFC3339Micro`), so the
+    six digits are required. The `kubernetes` client serialises a `datetime` with
+    `isoformat()`, which drops the fraction when the microseconds are 0 (one write in a
+    million) and that write is refused. The client's models coerce a string back into a
+    plain `datetime` but keep a subclass, so the fix travels as this subclass.
+    """
+
+    def isoformat(self, sep: str = "T", timespec: str = "auto") -> str:
+        """Return ISO 8601 with microseconds always present and UTC as `Z`, as Go's layout
+        formats it (`timespec` is ignored)."""
+        text = super().isoformat(sep, "microseconds")
+        return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+def micro_time(moment: datetime) -> MicroTime:
+    """Return `moment` in UTC as a `MicroTime`.
+
+    Raises:
+        ValueError: `moment` is naive (a MicroTime carries its offset).
+    """
+    if moment.tzinfo is None:
+        raise ValueError("a MicroTime needs a timezone-aware datetime")
+    utc = moment.astimezone(timezone.utc)
+    return MicroTime(utc.year, utc.month, utc.day, utc.hour, utc.minute, utc.second,
+                     utc.microsecond, tzinfo=timezone.utc)
+
+
+def _utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
 def default_identity() -> str:
     """Return `POD_NAME` (downward API) or `<hostname>_<pid>_<random>`: unique per process."""
     return os.environ.get("POD_NAME") or \
@@ -96,14 +132,18 @@ class LeaseElector:
         caller: runs each API call with a timeout (its retries should be 0: the election
             loop itself retries every `retry_period`).
         clock: monotonic seconds; injectable for tests.
+        wall_clock: the current UTC time written as `acquireTime` / `renewTime` (only for
+            humans and other tools: expiry is judged on `clock`); injectable for tests.
     """
 
     def __init__(self, coordination: client.CoordinationV1Api, config: ElectionConfig, *,
-                 caller: KubeCaller, clock: Callable[[], float] = time.monotonic):
+                 caller: KubeCaller, clock: Callable[[], float] = time.monotonic,
+                 wall_clock: Callable[[], datetime] = _utc_now):
         self.api = coordination
         self.config = config
         self.caller = caller
         self.clock = clock
+        self.wall_clock = wall_clock
         self._lock = threading.Lock()
         self._leading = False
         self._last_renew: float | None = None
@@ -141,12 +181,14 @@ class LeaseElector:
 
     # -- API ----------------------------------------------------------------------------------
 
-    def _spec(self, *, acquire_time, transitions: int) -> client.V1LeaseSpec:
-        now = datetime.now(timezone.utc)
+    def _spec(self, *, acquire_time: datetime | None, transitions: int) -> client.V1LeaseSpec:
+        now = self.wall_clock()
+        # MicroTime, not plain datetimes: the API server wants six fractional digits.
         return client.V1LeaseSpec(
             holder_identity=self.config.identity,
             lease_duration_seconds=max(1, round(self.config.lease_duration)),
-            acquire_time=acquire_time or now, renew_time=now, lease_transitions=transitions)
+            acquire_time=micro_time(acquire_time or now), renew_time=micro_time(now),
+            lease_transitions=transitions)
 
     def try_acquire_or_renew(self) -> bool:
         """Make one attempt to acquire (follower) or renew (leader) the Lease.
@@ -232,7 +274,7 @@ class LeaseElector:
             lease = self.caller.call(self.api.read_namespaced_lease, name, ns)
             if (lease.spec.holder_identity if lease.spec else None) != self.config.identity:
                 return
-            now = datetime.now(timezone.utc)
+            now = micro_time(self.wall_clock())
             lease.spec = client.V1LeaseSpec(holder_identity=None, lease_duration_seconds=1,
                                             acquire_time=now, renew_time=now,
                                             lease_transitions=lease.spec.lease_transitions)
@@ -297,12 +339,17 @@ def run_elected(work: Callable[[threading.Event], Any], elector: LeaseElector, *
     `work` is a controller loop (`runner.run_loop` bound to its controller) that returns when
     `halt` is set. `halt` is set when `stop` is set or the Lease is lost; a lost Lease (or a
     `LeadershipLost` raised by a fenced write) sends this replica back to waiting as a
-    follower. When `work` raises anything else, renewing stops, the Lease is released and the
-    exception propagates (K10). When `stop` is set, or `work` returns by itself (`--once`),
-    the Lease is released and this returns.
+    follower that keeps trying to acquire (client-go's `LeaderElector.Run` stops at the first
+    loss; a controller process here would then sit idle or exit, so the loop goes on). When
+    `work` raises anything else, renewing stops, the Lease is released and the exception
+    propagates (K10). Only when `stop` is set, or `work` returns by itself (`--once`, with
+    `halt` unset), is the Lease released and this returns.
     """
     cfg = elector.config
     while not stop.is_set():
+        # A follower is alive too: without this beat the liveness probe would restart every
+        # replica that waits for the Lease.
+        beat()
         if not elector.try_acquire_or_renew():
             stop.wait(cfg.retry_period)
             continue
@@ -311,9 +358,14 @@ def run_elected(work: Callable[[threading.Event], Any], elector: LeaseElector, *
         renewer = threading.Thread(target=_renew_loop, args=(elector, stop, halt, work_done),
                                    name="lease-renewer", daemon=True)
         renewer.start()
+        fenced_out = False
         try:
             work(halt)
         except LeadershipLost as exc:
+            # A fenced write found the Lease unrenewed for renew_deadline (an API-server
+            # outage, a slow PUT) before the renewer gave up and set `halt`: leadership is
+            # lost exactly as if `halt` were set, so this replica follows again below.
+            fenced_out = True
             log.warning("stopped acting: %s", exc)
         except BaseException:
             work_done.set()
@@ -323,8 +375,11 @@ def run_elected(work: Callable[[threading.Event], Any], elector: LeaseElector, *
         finally:
             work_done.set()
         renewer.join(cfg.renew_deadline)
-        if stop.is_set() or not halt.is_set():
+        if stop.is_set() or not (halt.is_set() or fenced_out):
             # Asked to stop, or the loop returned on its own (`--once`, max ticks).
             elector.release()
             return
-        elector.lose("stopped acting")  # lost the Lease: wait as a follower again
+        # Lost the Lease: wait as a follower again, and keep trying to acquire it. Nothing is
+        # released: a Lease this replica no longer holds is not its to clear, and one it still
+        # holds (the outage ended) is simply renewed by the next attempt.
+        elector.lose("stopped acting")

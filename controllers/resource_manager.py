@@ -4,14 +4,19 @@ Each tick lists the jobs of the clusters it serves that need cluster work (Pendi
 Aborting) in one paged call, asks each cluster's backend for all of their states in one batched
 read, and then:
 - a Pending job with no cluster job yet is submitted (create, or adopt one that a previous run
-  of this controller created: behaviours K9); its cluster job name is recorded;
+  of this controller created: behaviours K9); its cluster job name is recorded. A cluster job
+  that exists while no name is recorded is submitted again before its name is recorded, so
+  whatever the interrupted `submit` did not finish (a Kubernetes headless Service) is made;
 - the cluster state is mapped back with UpdateJobStatus: Running only when every replica runs,
   Succeeded when all succeeded, Failed when any failed (exit code and stderr tail in the
   message), a cluster job that vanished -> Failed with a reason that says so (K7);
 - an Aborting job's cluster job is deleted (with its processes or pods), and the job is set
   Aborted once nothing of it is left (K5; a job already gone counts as done, K6).
 An optional pending timeout fails a job that cannot start (K3), after deleting its cluster job
-so that it cannot start later for a job Falcon calls Failed.
+so that it cannot start later for a job Falcon calls Failed; a suspended cluster job (held by a
+queue) is waiting, not stuck, and is never timed out. A submit the cluster refuses for
+good (`PermanentBackendError`: Kubernetes 422 Invalid, 403 Forbidden) fails the job with reason
+`ClusterRejected` at once; other backend errors are retried next tick.
 """
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ from dataclasses import dataclass, field
 from falcon_site.errors import FalconError
 
 from .api import FalconAPI, JobView, ListFilter
-from .backends.base import BackendError, ClusterBackend
+from .backends.base import BackendError, ClusterBackend, PermanentBackendError, SubmitResult
 
 log = logging.getLogger("falcon.controllers.resources")
 
@@ -148,15 +153,31 @@ class ResourceManager:
                              message=f"cluster job {job.cluster_job_name} disappeared (deleted "
                              "outside Falcon?); it is not re-created")
                 return
-            result = backend.submit(job)
+            result = self._submit(backend, job, stats)
+            if result is None:
+                return
             stats.submitted += 1
             self._pending_since[job.id] = time.monotonic()
             self._update(job, stats, "Pending", reason="Submitted",
                          message=result.message, cluster_job_name=result.cluster_job_name)
             return
+        if not job.cluster_job_name and not state.terminal:
+            # The cluster job exists but its name was never recorded: a previous tick (or a
+            # manager that died) created it and stopped before finishing `submit`, which may
+            # have left its companions missing (the headless Service a multi-host slice needs
+            # for pod-to-pod DNS). `submit` is idempotent (409 = adopt) and completes them;
+            # only then is the name recorded, so a failure here is retried next tick.
+            result = self._submit(backend, job, stats)
+            if result is None:
+                return
+            name = result.cluster_job_name
         cluster_job_name = None if job.cluster_job_name == name else name
         if state.status == "Pending":
-            if self._pending_too_long(job):
+            if state.suspended:
+                # Held back on purpose (a queue admits it later): the timeout is for jobs that
+                # cannot start, so the clock stops, and restarts when the job is resumed.
+                self._pending_since.pop(job.id, None)
+            elif self._pending_too_long(job):
                 # Delete first: a cluster job left behind could still start later (the image
                 # becomes pullable, a node frees up) and run for a job Falcon calls Failed. Its
                 # name is recorded by then (the first Pending observation wrote it), so a crash
@@ -177,6 +198,33 @@ class ResourceManager:
         else:
             self._update(job, stats, state.status, reason=state.reason,
                          message=state.message, cluster_job_name=cluster_job_name)
+
+    def _submit(self, backend: ClusterBackend, job: JobView,
+                stats: ResourceTickStats) -> SubmitResult | None:
+        """Submit `job`; fail it and return None when the cluster refuses it for good.
+
+        A `PermanentBackendError` (Kubernetes: 422 Invalid, 403 Forbidden on create) would
+        answer the same every tick, so the job fails now with reason `ClusterRejected` and the
+        cluster's own message. Whatever the refused submit did create (a Job whose Service was
+        refused) is deleted first, best effort: a Failed job is never looked at again, so
+        anything left would run unobserved. Transient `BackendError`s propagate to `_guard`,
+        which retries them next tick.
+        """
+        try:
+            return backend.submit(job)
+        except PermanentBackendError as exc:
+            try:
+                backend.delete(job)
+            except BackendError as cleanup:
+                log.warning("job %s: deleting what the refused submit left failed: %s",
+                            job.id, cleanup)
+            stats.failed += 1
+            stats.errors.append(str(exc))
+            log.warning("exp %s (id %s, job %s, role %s): refused by the cluster: %s",
+                        job.exp_name, job.exp_id, job.id, job.role, exc)
+            self._update(job, stats, "Failed", reason="ClusterRejected",
+                         message=f"the cluster refused this job: {exc}")
+            return None
 
     def _pending_too_long(self, job: JobView) -> bool:
         """Whether a Pending job's cluster job has been Pending longer than `pending_timeout`.

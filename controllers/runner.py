@@ -4,10 +4,18 @@ The loop installs SIGTERM/SIGINT handlers that finish the current tick and stop,
 tick's failure and goes on when the cause is transient (the API server briefly unreachable),
 and raises anything else so the process exits non-zero and its supervisor (Kubernetes,
 `runlocal`) restarts it.
+
+Liveness: after every tick the loop touches the file named by `FALCON_HEARTBEAT_FILE` (unset:
+no file), and a follower waiting for the Lease touches it too (`controllers.leader`). The
+Deployments' exec livenessProbe (`manage.py checkheartbeat`) fails when it is older than
+`--max-age`, so a loop stuck outside any timeout is restarted by the kubelet; a process that is
+merely failing ticks (API server down) keeps beating and is left alone, since restarting it
+would not help.
 """
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
@@ -25,10 +33,35 @@ class Controller(Protocol):
     def tick(self): ...
 
 
+HEARTBEAT_ENV = "FALCON_HEARTBEAT_FILE"
+
+
+def heartbeat_path() -> str:
+    """Return the heartbeat file's path from `FALCON_HEARTBEAT_FILE` ("" when unset)."""
+    return os.environ.get(HEARTBEAT_ENV, "")
+
+
+def beat() -> None:
+    """Set the heartbeat file's modification time to now (create it if missing).
+
+    A failure is logged, never raised: a full or read-only /tmp must not stop the loop; the
+    liveness probe then reports the stale file, which is the truth.
+    """
+    path = heartbeat_path()
+    if not path:
+        return
+    try:
+        with open(path, "a"):
+            pass
+        os.utime(path)
+    except OSError as exc:
+        log.warning("cannot touch heartbeat file %s: %s", path, exc)
+
+
 def run_loop(controller: Controller, *, interval: float, stop: threading.Event,
              is_transient: Callable[[BaseException], bool] = lambda exc: False,
              max_ticks: int | None = None) -> int:
-    """Call `controller.tick()` every `interval` seconds until `stop` is set.
+    """Call `controller.tick()` every `interval` seconds until `stop` is set; `beat()` after each.
 
     Args:
         controller: the reconciler.
@@ -51,6 +84,7 @@ def run_loop(controller: Controller, *, interval: float, stop: threading.Event,
             if not is_transient(exc):
                 raise
             log.warning("%s tick failed, retrying next tick: %s", controller.name, exc)
+        beat()  # after a failed transient tick too: the loop is alive, restarting won't help
         ticks += 1
         if max_ticks is not None and ticks >= max_ticks:
             break

@@ -10,6 +10,7 @@ from controllers.backends.base import (
     ClusterBackend,
     ClusterJobState,
     ClusterJobStatus,
+    PermanentBackendError,
     SubmitResult,
     cluster_job_name_for,
 )
@@ -21,6 +22,7 @@ __all__ = [
     "ClusterJobState",
     "ClusterJobStatus",
     "LocalBackend",
+    "PermanentBackendError",
     "SubmitResult",
     "cluster_job_name_for",
 ]

@@ -65,6 +65,10 @@ class ClusterJobState:
             its stderr (at most `STDERR_TAIL_LINES` lines / `STDERR_TAIL_BYTES` bytes).
         exit_code: the failing replica's exit code for Failed (128 + N when killed by signal N,
             as container runtimes report it), 0 for Succeeded, None otherwise or when unknown.
+        suspended: the cluster holds the job back on purpose (Kubernetes `spec.suspend: true`,
+            set by a queue such as Kueue until quota is free): reported as Pending, and the
+            resource manager's pending timeout does not run while it is set, because the job
+            is waiting its turn, not failing to start.
     """
 
     name: str
@@ -72,6 +76,7 @@ class ClusterJobState:
     reason: str = ""
     message: str = ""
     exit_code: int | None = None
+    suspended: bool = False
 
     @property
     def terminal(self) -> bool:
@@ -100,6 +105,18 @@ class BackendError(Exception):
 
     Backends raise it for transient or unexpected failures (API unreachable, a process that
     could not be started). Rules the user must fix are reported by `validate`, not raised.
+    """
+
+
+class PermanentBackendError(BackendError):
+    """The cluster refused the job for good: calling again with the same input cannot succeed.
+
+    Raised by `submit` when the cluster's API rejects what the backend sent in a way no retry
+    fixes (Kubernetes: a 4xx answer other than 409 Conflict/AlreadyExists, 429 Too Many
+    Requests, 408 Request Timeout and 401 Unauthorized, e.g. 422 Invalid or 403 Forbidden; API
+    conventions, "HTTP Status codes"). The resource manager fails the Falcon job with reason
+    `ClusterRejected` and this message instead of retrying every tick (the kopf
+    `PermanentError` idea, style rule 9).
     """
 
 
@@ -188,6 +205,7 @@ class ClusterBackend(ABC):
             job: a Pending Falcon job; `task_spec` is the validated TaskSpec.
 
         Raises:
+            PermanentBackendError: the cluster refused the job; retrying cannot help.
             BackendError: the cluster could not be reached or the job could not be started;
                 calling again later is safe.
         """

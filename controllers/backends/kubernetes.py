@@ -25,6 +25,7 @@ waiting reasons and exit codes go into the message). Status mapping is `job_stat
 """
 from __future__ import annotations
 
+import json
 import logging
 from collections import defaultdict
 from collections.abc import Mapping
@@ -42,6 +43,7 @@ from controllers.backends.base import (
     ClusterBackend,
     ClusterJobState,
     ClusterJobStatus,
+    PermanentBackendError,
     SubmitResult,
     cluster_job_name_for,
 )
@@ -69,6 +71,12 @@ STUCK_REASONS = ("ImagePullBackOff", "ErrImagePull", "InvalidImageName",
                  "CreateContainerConfigError", "CreateContainerError", "CrashLoopBackOff",
                  "RunContainerError")
 PROPAGATION_POLICIES = ("Foreground", "Background")
+# 4xx answers to a create that a later attempt can get past (API conventions, "HTTP Status
+# codes"): 409 is an adoption or a kept Service, 429 and 408 say "try again later", and 401
+# means this controller's credentials are stale (a rotated service-account token): failing
+# every Pending job for that would turn an operator's fix into mass failures. Every other 4xx
+# (400, 403, 404, 422, ...) is the API server's decision about this object: final.
+RETRYABLE_CLIENT_ERRORS = frozenset({401, 408, 409, 429})
 
 
 @dataclass(frozen=True)
@@ -103,6 +111,15 @@ class KubernetesClusterConfig:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     list_page_size: int = 500
     devices: DeviceTable = field(default_factory=DeviceTable)
+
+
+def _status_message(exc: ApiException) -> str:
+    """Return the `message` of the `meta/v1 Status` body of an API error ("" when absent)."""
+    try:
+        body = json.loads(exc.body or "")
+    except (TypeError, ValueError):
+        return ""
+    return str(body.get("message") or "") if isinstance(body, dict) else ""
 
 
 def _int_label(labels: Mapping[str, str] | None, key: str) -> int | None:
@@ -162,10 +179,32 @@ def pending_reasons(pods: list[client.V1Pod]) -> list[tuple[str, str]]:
     return [(reason, detail) for _rank, reason, detail in found]
 
 
+def disruption(pod: client.V1Pod) -> tuple[str, str] | None:
+    """Return `(reason, message)` when `pod` was evicted or preempted, else None.
+
+    Sources (core/v1 PodStatus): `status.reason: Evicted` with the kubelet's message (node
+    pressure eviction: "The node was low on resource: memory..."), and the `DisruptionTarget`
+    condition (Kubernetes >= 1.26, "Pod disruption conditions") whose reason says who ended
+    the Pod: `PreemptionByScheduler`, `EvictionByEvictionAPI`, `DeletionByTaintManager`,
+    `TerminationByKubelet`. Neither is the task's fault, so the message must say so; the
+    container's own exit code (137 for the SIGKILL) would otherwise read like a crash.
+    """
+    status = pod.status
+    if status is None:
+        return None
+    for cond in status.conditions or []:
+        if cond.type == "DisruptionTarget" and cond.status == "True":
+            return cond.reason or "DisruptionTarget", cond.message or ""
+    if status.reason == "Evicted":
+        return "Evicted", status.message or ""
+    return None
+
+
 def failure_details(pods: list[client.V1Pod]) -> tuple[str, int | None]:
     """Return a sentence on the failed containers of `pods` and the first failing exit code.
 
-    Reads `state.terminated` (else `lastState.terminated`) of every container that ended with a
+    Names every Pod that was evicted or preempted (`disruption`) first, then reads
+    `state.terminated` (else `lastState.terminated`) of every container that ended with a
     non-zero exit code: reason (`Error`, `OOMKilled`,
     ...), `exitCode` and the termination message (the tail of the container's output when the
     Pod sets `terminationMessagePolicy: FallbackToLogsOnError`, as Falcon's Pods do).
@@ -173,6 +212,13 @@ def failure_details(pods: list[client.V1Pod]) -> tuple[str, int | None]:
     parts: list[str] = []
     exit_code: int | None = None
     for pod in pods:
+        disrupted = disruption(pod)
+        if disrupted is not None:
+            reason, detail = disrupted
+            verb = "evicted" if reason in ("Evicted", "EvictionByEvictionAPI") else (
+                "preempted" if reason == "PreemptionByScheduler" else "disrupted")
+            text = f"pod {pod.metadata.name} (index {_pod_index(pod)}) {verb} ({reason})"
+            parts.append(f"{text}: {_tail(detail)}" if detail else text)
         for cs in _container_statuses(pod):
             term = (cs.state.terminated if cs.state else None) or (
                 cs.last_state.terminated if cs.last_state else None)
@@ -198,7 +244,10 @@ def job_state(name: str, job: client.V1Job | None, pods: list[client.V1Pod], *,
     - a `Failed` or `FailureTarget` condition: Failed, with the condition's reason
       (`BackoffLimitExceeded`, `DeadlineExceeded`, ...) and the failed containers' reason and
       exit code (FailureTarget is final: the Failed condition follows once Pods are gone);
-      `status.failed > 0` alone is NOT failure, the Job may still retry (K4);
+      `status.failed > 0` alone is NOT failure, the Job may still retry (K4); an evicted or
+      preempted Pod is named as such (`disruption`);
+    - `spec.suspend: true` or a `Suspended=True` condition (batch/v1 JobSpec `suspend`):
+      Pending with reason `Suspended` and `suspended` set (no pending timeout);
     - every index ready or done (`ready + succeeded >= pods_total`, at least one ready):
       Running. `status.active` counts Pending Pods too, so it never means running (K1);
     - otherwise Pending, with the Pods' reasons (`Unschedulable`, `ImagePullBackOff` and the
@@ -230,6 +279,14 @@ def job_state(name: str, job: client.V1Job | None, pods: list[client.V1Pod], *,
             message += f"; {details}"
         return ClusterJobState(name=name, status=ClusterJobStatus.FAILED, reason=reason,
                                message=message, exit_code=exit_code)
+    suspended = _condition(job, "Suspended")
+    if (job.spec is not None and job.spec.suspend) or suspended is not None:
+        # A suspended Job has no Pods on purpose (a queue such as Kueue admits it when quota
+        # is free, or an operator paused it): waiting its turn, not failing to start.
+        why = f": {suspended.message}" if suspended is not None and suspended.message else ""
+        return ClusterJobState(name=name, status=ClusterJobStatus.PENDING, reason="Suspended",
+                               message=f"Job {name} is suspended (spec.suspend: true){why}; "
+                               "it starts when resumed", suspended=True)
     ready = status.ready or 0
     succeeded = status.succeeded or 0
     if ready and ready + succeeded >= pods_total:
@@ -269,7 +326,8 @@ class KubernetesBackend(ClusterBackend):
             (so that CreateExp validation in the API server never touches the cluster).
 
     Every call goes through `KubeCaller`: a timeout, bounded retries with backoff, a QPS cap.
-    Failures the next tick may retry are raised as `BackendError`.
+    Failures the next tick may retry are raised as `BackendError`; a job the API server (or
+    this backend) refuses for good as `PermanentBackendError`.
     """
 
     name = "kubernetes"
@@ -305,8 +363,22 @@ class KubernetesBackend(ClusterBackend):
         return client.CoreV1Api(self.api)
 
     def _fail(self, what: str, exc: BaseException) -> BackendError:
-        detail = f"{exc.status} {exc.reason}" if isinstance(exc, ApiException) else repr(exc)
-        return BackendError(f"cluster {self.cluster_name}: {what}: {detail}")
+        """Return the error to raise for a failed call: permanent for a final 4xx.
+
+        The message carries the API server's own `Status.message` (e.g. `Job.batch "x" is
+        invalid: spec.template.spec.containers[0].image: Required value`), which says what to
+        fix; the status code and reason alone do not.
+        """
+        if not isinstance(exc, ApiException):
+            return BackendError(f"cluster {self.cluster_name}: {what}: {exc!r}")
+        detail = f"{exc.status} {exc.reason}"
+        message = _status_message(exc)
+        if message:
+            detail += f": {message}"
+        text = f"cluster {self.cluster_name}: {what}: {detail}"
+        if 400 <= (exc.status or 0) < 500 and exc.status not in RETRYABLE_CLIENT_ERRORS:
+            return PermanentBackendError(text)
+        return BackendError(text)
 
     # -- naming and building ----------------------------------------------------------------
 
@@ -321,15 +393,27 @@ class KubernetesBackend(ClusterBackend):
             return None
         device = self.config.devices.get(device_type)
         if device is None:
-            raise BackendError(f"cluster {self.cluster_name}: device_type {device_type!r} has "
-                               "no mapping (was the clusters file changed after CreateExp?)")
+            raise PermanentBackendError(
+                f"cluster {self.cluster_name}: device_type {device_type!r} has no mapping "
+                "(was the clusters file changed after CreateExp?)")
         return device
 
     def shape(self, spec: Mapping[str, Any]) -> tuple[int, int, DeviceType | None]:
-        """Return `(replica, hosts per replica, device)` of a validated TaskSpec."""
+        """Return `(replica, hosts per replica, device)` of a validated TaskSpec.
+
+        Raises:
+            PermanentBackendError: the device type has no mapping, or a TPU role asks for more
+                than one replica (accepted before `validate` refused it; one Job would be
+                wired by GKE as one slice, see `validate`).
+        """
         device = self._device(spec)
         hosts = device.hosts(int(spec.get("device_count") or 0)) if device else 1
-        return int(spec.get("replica") or 1), hosts, device
+        replica = int(spec.get("replica") or 1)
+        if device is not None and device.kind == "tpu" and replica > 1:
+            raise PermanentBackendError(
+                f"cluster {self.cluster_name}: replica is {replica}, but TPU slices run one "
+                "replica per role; use several roles")
+        return replica, hosts, device
 
     def labels(self, job: JobView) -> dict[str, str]:
         """Return the labels of the Job, its Pods and its Service."""
@@ -340,7 +424,7 @@ class KubernetesBackend(ClusterBackend):
         """Return the `batch/v1` Job for `job` (pure: no API call).
 
         Raises:
-            BackendError: the TaskSpec's device type is not in the device table.
+            PermanentBackendError: the TaskSpec cannot be run here (see `shape`).
         """
         name = name or self.cluster_job_name(job)
         spec = job.task_spec
@@ -432,10 +516,16 @@ class KubernetesBackend(ClusterBackend):
 
         A create answering 409 AlreadyExists is an adoption when the existing Job carries this
         Falcon Job's `falcon.io/job-id`; a Job of that name belonging to something else is an
-        error, never adopted.
+        error, never adopted. An adopted Job with more than one Pod gets its headless Service
+        created when it is missing (a previous `submit` may have died between the two
+        creates); a Service that exists answers 409 and is kept.
 
         Raises:
-            BackendError: the API failed, or the name is taken by another Job.
+            PermanentBackendError: the API server refused the Job or its Service with a final
+                4xx (422 Invalid, 403 Forbidden, ...; see `RETRYABLE_CLIENT_ERRORS`), or the
+                TaskSpec cannot be built (`shape`).
+            BackendError: the API failed in a way a retry may fix, or the name is taken by
+                another Job.
         """
         name = self.cluster_job_name(job)
         body = self.build_job(job, name)
@@ -567,7 +657,9 @@ class KubernetesBackend(ClusterBackend):
         """Return what this cluster cannot run in a TaskSpec, keyed by TaskSpec field.
 
         A Kubernetes Pod needs an image and a command; the device fields must map to a known
-        accelerator with a matching topology (`DeviceTable.check`).
+        accelerator with a matching topology (`DeviceTable.check`); a TPU role has one replica
+        (one slice per Job: GKE's TPU webhook treats every Pod of the Job as a worker of ONE
+        slice, see the `replica` check below).
         """
         problems: dict[str, list[str]] = {}
         image = task_spec.get("image")
@@ -580,6 +672,18 @@ class KubernetesBackend(ClusterBackend):
         if not isinstance(command, str) or not command.strip():
             problems["command"] = ["is required: the shell command the container runs."]
         count = task_spec.get("device_count") or 0
+        device = self.config.devices.get(task_spec.get("device_type") or "")
+        replica = task_spec.get("replica") or 1
+        if device is not None and device.kind == "tpu" and isinstance(replica, int) \
+                and replica > 1:
+            # All replicas of a role are one Indexed Job. GKE's TPU webhook sets
+            # TPU_WORKER_ID / TPU_WORKER_HOSTNAMES on every Pod of an Indexed Job that has a
+            # subdomain, parallelism > 1 and requests google.com/tpu ("Deploy TPU workloads in
+            # GKE Standard", multi-host section), so libtpu would join independent replicas
+            # into one slice that does not exist. One replica per role keeps one Job = one slice.
+            problems["replica"] = [
+                f"is {replica}, but TPU slices run one replica per role on the Kubernetes "
+                f"cluster {self.cluster_name}: use several roles for several slices."]
         if isinstance(count, int):
             for key, text in self.config.devices.check(
                     device_type=task_spec.get("device_type") or "", device_count=count,

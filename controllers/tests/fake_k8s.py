@@ -6,7 +6,10 @@ semantics Falcon depends on, from the Kubernetes API conventions:
 
 - every object gets `metadata.uid`, `creationTimestamp` and a `resourceVersion` from one
   counter that every write advances;
-- POST of an existing name answers 409 `AlreadyExists`; GET, PUT and DELETE of a missing
+- POST of an existing name answers 409 `AlreadyExists`; POST of a Job whose Pod template has
+  a container without an image answers 422 `Invalid` with the API server's message; a Lease
+  whose `acquireTime` / `renewTime` is not a MicroTime with six fractional digits answers 400
+  `BadRequest`; GET, PUT and DELETE of a missing
   object answer 404 `NotFound`; a PUT whose `metadata.resourceVersion` is not the stored one
   answers 409 `Conflict` (optimistic concurrency: how a Lease renewal loses a race);
 - LIST filters by `labelSelector` (=, ==, !=, in, notin, exists, !exists), pages with
@@ -388,6 +391,48 @@ class FakeKube:
         return copy.deepcopy(self.objects.get(key)) or _success(resource, name, obj)
 
 
+# How the API server names a kind in an Invalid message: `Job.batch "x" is invalid: ...`.
+_GROUP_SUFFIX = {"jobs": ".batch", "leases": ".coordination.k8s.io"}
+
+
+def _invalid(resource: str, body: dict[str, Any]) -> str:
+    """Return the first validation error the API server reports for a created object, or "".
+
+    Only the rules Falcon can break are checked: a container without an image (core/v1
+    Container `image` is required in a Pod template: `Required value`).
+    """
+    if resource != "jobs":
+        return ""
+    pod = (((body.get("spec") or {}).get("template") or {}).get("spec") or {})
+    for i, container in enumerate(pod.get("containers") or []):
+        if not (container.get("image") or "").strip():
+            return f"spec.template.spec.containers[{i}].image: Required value"
+    return ""
+
+
+# metav1.MicroTime's wire form (k8s.io/apimachinery RFC3339Micro, Go layout
+# `2006-01-02T15:04:05.000000Z07:00`): exactly six fractional digits, then Z or an offset.
+_MICRO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)")
+
+
+def _undecodable(resource: str, body: dict[str, Any]) -> str:
+    """Return why the API server could not decode `body` ("" when it can).
+
+    A Lease's `acquireTime` / `renewTime` are MicroTime: the real server answers 400 when one
+    is not in the RFC3339Micro layout (e.g. `2026-01-01T10:00:00+00:00`, no fraction).
+    """
+    if resource != "leases":
+        return ""
+    spec = body.get("spec") or {}
+    for key in ("acquireTime", "renewTime"):
+        value = spec.get(key)
+        if value is not None and not (isinstance(value, str) and _MICRO_TIME.fullmatch(value)):
+            return (f'Lease in version "v1" cannot be handled as a Lease: parsing time '
+                    f'"{value}" as "2006-01-02T15:04:05.000000Z07:00": cannot parse '
+                    f'spec.{key}')
+    return ""
+
+
 def _success(resource: str, name: str, obj: dict[str, Any]) -> dict[str, Any]:
     """Return the body of a DELETE that removed `obj`: the object as it was last stored
     (the API server answers a delete with the deleted object, not a Status)."""
@@ -474,6 +519,10 @@ class _Handler(BaseHTTPRequestHandler):
         _group, api_version, kind = KINDS[res]
         with kube.lock:
             key = (res, ns, name)
+            if method in ("POST", "PUT"):
+                undecodable = _undecodable(res, body)
+                if undecodable:
+                    return 400, status_body(400, "BadRequest", undecodable)
             if method == "GET" and name is None:
                 return self._list(res, ns, query)
             if method == "POST" and name is None:
@@ -486,6 +535,13 @@ class _Handler(BaseHTTPRequestHandler):
                     return 409, status_body(409, "AlreadyExists",
                                             f'{res} "{obj_name}" already exists',
                                             name=obj_name, kind=res)
+                invalid = _invalid(res, body)
+                if invalid:
+                    return 422, status_body(
+                        422, "Invalid", f'{kind}{_GROUP_SUFFIX.get(res, "")} "{obj_name}" is '
+                        f'invalid: {invalid}', name=obj_name, kind=kind,
+                        causes=[{"reason": "FieldValueRequired", "message": "Required value",
+                                 "field": invalid.split(":")[0]}])
                 obj = kube._stamp_new(res, ns, copy.deepcopy(body))
                 if res == "jobs":
                     self._default_job(obj)

@@ -102,6 +102,8 @@ def test_createexp_accepts_a_valid_kubernetes_spec_without_calling_the_cluster(c
     ({"device_topo": "2x2x1"}, "device_topo"),
     ({"device_type": "tpu-v9z"}, "device_type"),
     ({"device_type": "h100", "device_topo": "", "device_count": 16}, "device_count"),
+    # Several replicas of a TPU role would be one Indexed Job that GKE wires as ONE slice.
+    ({"replica": 2}, "replica"),
 ])
 def test_createexp_refuses_what_a_kubernetes_cluster_cannot_run(clusters, auth_api, spec,
                                                                 field):

@@ -105,6 +105,17 @@ def test_controllers_run_with_leader_election_and_secrets_come_from_a_secret():
         assert c["envFrom"] == [{"configMapRef": {"name": "falcon-auth"}}]
         assert "DATABASE_URL" not in env  # controllers reach data only through the API
         assert deps[name]["spec"]["replicas"] >= 2
+        # Liveness: the loop's heartbeat file, on the writable /tmp emptyDir (the root
+        # filesystem is read-only), checked by `manage.py checkheartbeat`.
+        beat_file = env["FALCON_HEARTBEAT_FILE"]["value"]
+        mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+        volumes = {v["name"]: v for v in deps[name]["spec"]["template"]["spec"]["volumes"]}
+        assert beat_file.startswith("/tmp/") and "emptyDir" in volumes[mounts["/tmp"]]
+        probe = c["livenessProbe"]
+        assert probe["exec"]["command"][:3] == ["python", "manage.py", "checkheartbeat"]
+        max_age = float(probe["exec"]["command"][probe["exec"]["command"].index("--max-age")
+                                                 + 1])
+        assert max_age >= 60 and probe["timeoutSeconds"] >= 5
     http = deps["falcon-api-http"]["spec"]["template"]["spec"]["containers"][0]
     assert http["envFrom"] == [{"configMapRef": {"name": "falcon-auth"}},
                                {"secretRef": {"name": "falcon-secrets"}}]
@@ -123,7 +134,7 @@ def test_the_clusters_configmap_is_a_valid_clusters_file():
 
 @pytest.mark.parametrize("spec", [
     {"replica": 1},
-    {"replica": 2, "device_type": "tpu-v5p", "device_count": 8, "device_topo": "2x2x2",
+    {"replica": 1, "device_type": "tpu-v5p", "device_count": 8, "device_topo": "2x2x2",
      "envs": {"JAX_PLATFORMS": "tpu"}},
     {"replica": 1, "device_type": "h100", "device_count": 8},
 ])
@@ -138,6 +149,53 @@ def test_built_jobs_and_services_are_valid_strictly(spec):
         backend.build_service(view, job["metadata"]["name"], "0b5e-uid"))
     kubernetes_validate.validate(svc, K8S_VERSION, strict=True)
     assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", job["metadata"]["name"])
+
+
+def test_checkheartbeat_passes_on_a_fresh_beat_and_fails_on_a_stale_or_missing_one(
+        tmp_path, monkeypatch):
+    import os
+    import threading
+
+    from django.core.management import CommandError, call_command
+
+    from controllers.runner import run_loop
+
+    beat_file = tmp_path / "heartbeat"
+    monkeypatch.setenv("FALCON_HEARTBEAT_FILE", str(beat_file))
+    with pytest.raises(CommandError, match="heartbeat"):
+        call_command("checkheartbeat", "--max-age", "120")  # no tick yet
+
+    class Tick:
+        name = "t"
+
+        def tick(self):
+            return None
+
+    run_loop(Tick(), interval=0, stop=threading.Event(), max_ticks=1)
+    call_command("checkheartbeat", "--max-age", "120")
+    old = beat_file.stat().st_mtime - 300
+    os.utime(beat_file, (old, old))  # a loop stuck for five minutes
+    with pytest.raises(CommandError, match="stuck"):
+        call_command("checkheartbeat", "--max-age", "120")
+
+
+def test_a_failing_transient_tick_still_beats(tmp_path, monkeypatch):
+    import threading
+
+    from controllers.runner import run_loop
+
+    beat_file = tmp_path / "heartbeat"
+    monkeypatch.setenv("FALCON_HEARTBEAT_FILE", str(beat_file))
+
+    class Down:
+        name = "down"
+
+        def tick(self):
+            raise ConnectionError("API server unreachable")
+
+    run_loop(Down(), interval=0, stop=threading.Event(), is_transient=lambda exc: True,
+             max_ticks=2)
+    assert beat_file.exists()
 
 
 def test_dockerfile_is_multi_stage_and_runs_as_a_non_root_user():

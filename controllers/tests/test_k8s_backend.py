@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client
 
 from controllers.api import JobView
-from controllers.backends.base import BackendError, ClusterJobStatus
+from controllers.backends.base import BackendError, ClusterJobStatus, PermanentBackendError
 from controllers.backends.devices import DeviceTable
 from controllers.backends.kubernetes import (
     K8S_JOB_NAME_MAX,
@@ -81,17 +81,30 @@ def test_a_cpu_job_is_an_indexed_job_with_every_replica_a_completion():
     assert job.metadata.labels == labels and spec.template.metadata.labels == labels
 
 
-def test_the_replica_and_host_index_come_from_the_completion_index(tmp_path):
+@pytest.mark.parametrize("spec,expect", [
+    # A multi-host TPU slice: one replica, one Pod per host.
+    ({"device_type": "tpu-v5p", "device_count": 8, "device_topo": "2x2x2"}, ["0/0", "0/1"]),
+    # GPU replicas: one Pod each.
+    ({"replica": 3, "device_type": "h100", "device_count": 8}, ["0/0", "1/0", "2/0"]),
+])
+def test_the_replica_and_host_index_come_from_the_completion_index(spec, expect):
     import subprocess
 
-    job = make_backend().build_job(job_view(replica=2, device_type="tpu-v5p", device_count=8,
-                                            device_topo="2x2x2",
-                                            command='echo "$FALCON_REPLICA_INDEX/$FALCON_HOST_INDEX"'))
+    job = make_backend().build_job(job_view(
+        command='echo "$FALCON_REPLICA_INDEX/$FALCON_HOST_INDEX"', **spec))
     script = job.spec.template.spec.containers[0].command
     outs = [subprocess.run(script, env={"JOB_COMPLETION_INDEX": str(i), "PATH": "/usr/bin:/bin"},
                            capture_output=True, text=True, check=True).stdout.strip()
-            for i in range(4)]
-    assert outs == ["0/0", "0/1", "1/0", "1/1"]
+            for i in range(job.spec.completions)]
+    assert outs == expect
+
+
+def test_a_tpu_role_with_several_replicas_is_never_built():
+    # An experiment accepted before validate refused it must not become one Job that GKE
+    # wires as one slice.
+    with pytest.raises(PermanentBackendError, match="one replica per role"):
+        make_backend().build_job(job_view(replica=2, device_type="tpu-v5p", device_count=8,
+                                          device_topo="2x2x2"))
 
 
 def test_multi_host_tpu_v5p_runs_one_pod_per_host_with_that_hosts_chips():
@@ -171,10 +184,39 @@ def test_names_are_deterministic_dns_labels_short_enough_for_pod_hostnames():
     ({"device_type": "h100", "device_count": 16}, "device_count"),
     ({"device_type": "h100", "device_count": 8, "device_topo": "2x4"}, "device_topo"),
     ({"device_count": 4}, "device_count"),
+    ({"replica": 2, "device_type": "tpu-v5p", "device_count": 4, "device_topo": "2x2x1"},
+     "replica"),
+    ({"replica": 3, "device_type": "tpu-v5p", "device_count": 8, "device_topo": "2x2x2"},
+     "replica"),
 ])
 def test_validate_names_the_field_a_cluster_cannot_run(spec, field):
     problems = make_backend().validate(job_view(**spec).task_spec)
     assert list(problems) == [field], problems
+
+
+def test_tpu_replicas_are_refused_with_a_hint_but_gpu_and_cpu_replicas_are_fine():
+    backend = make_backend()
+    problems = backend.validate(job_view(replica=2, device_type="tpu-v6e", device_count=4,
+                                         device_topo="2x2").task_spec)
+    assert "one replica per role" in problems["replica"][0]
+    assert "several roles" in problems["replica"][0]
+    assert backend.validate(job_view(replica=2, device_type="h100",
+                                     device_count=8).task_spec) == {}
+    assert backend.validate(job_view(replica=4).task_spec) == {}
+
+
+def test_a_single_host_single_replica_tpu_job_has_no_subdomain_and_no_service(backend,
+                                                                             fake_kube):
+    # GKE's TPU webhook injects multi-host worker variables into Indexed Jobs WITH a subdomain:
+    # a one-Pod slice must not look like one.
+    view = job_view(replica=1, device_type="tpu-v5p", device_count=4, device_topo="2x2x1")
+    job = backend.build_job(view)
+    assert job.spec.completions == 1 and job.spec.template.spec.subdomain is None
+    assert "FALCON_WORKER_HOSTNAMES" not in env_of(job)
+    backend.submit(view)
+    stored = fake_kube.get("jobs", NS, backend.cluster_job_name(view))
+    assert "subdomain" not in stored["spec"]["template"]["spec"]
+    assert fake_kube.list("services", NS) == [] and fake_kube.count("POST", "services") == 0
 
 
 def test_validate_lists_the_known_device_types():
@@ -206,6 +248,40 @@ def test_submit_adopts_an_existing_job_on_409_and_never_creates_twice(backend, f
     assert not again.created and again.cluster_job_name == "falcon-3-demo-main"
     assert len(fake_kube.list("jobs", NS)) == 1
     assert fake_kube.count("POST", "jobs") == 2  # the second answered 409 AlreadyExists
+
+
+def test_adopting_a_job_creates_its_missing_headless_service(backend, fake_kube):
+    view = job_view(replica=1, device_type="tpu-v5p", device_count=8, device_topo="2x2x2")
+    fake_kube.inject("POST", "services", status=503, times=4)  # 1 + 3 retries
+    with pytest.raises(BackendError, match="create Service"):
+        backend.submit(view)
+    name = backend.cluster_job_name(view)
+    assert fake_kube.get("jobs", NS, name) and fake_kube.get("services", NS, name) is None
+    again = backend.submit(view)
+    assert not again.created
+    assert fake_kube.get("services", NS, name)["metadata"]["ownerReferences"][0]["uid"] == \
+        fake_kube.get("jobs", NS, name)["metadata"]["uid"]
+    assert backend.submit(view).cluster_job_name == name  # a Service that exists is kept
+
+
+def test_an_invalid_job_is_a_permanent_error_with_the_api_servers_message(backend, fake_kube):
+    with pytest.raises(PermanentBackendError,
+                       match=r"422 .*spec\.template\.spec\.containers\[0\]\.image: "
+                             r"Required value"):
+        backend.submit(job_view(image=""))
+    assert fake_kube.count("POST", "jobs") == 1  # not retried: it would answer the same
+    assert fake_kube.list("jobs", NS) == []
+
+
+@pytest.mark.parametrize("status,permanent", [(403, True), (404, True), (400, True),
+                                              (422, True), (429, False), (401, False)])
+def test_final_4xx_on_create_is_permanent_and_the_rest_is_retried(backend, fake_kube, status,
+                                                                  permanent):
+    fake_kube.inject("POST", "jobs", status=status, reason="X", times=10)
+    with pytest.raises(BackendError, match=f"{status} ") as info:
+        backend.submit(job_view())
+    assert isinstance(info.value, PermanentBackendError) is permanent
+    assert fake_kube.count("POST", "jobs") == (1 if permanent or status != 429 else 4)
 
 
 def test_a_job_of_that_name_for_another_falcon_job_is_not_adopted(backend, fake_kube):

@@ -269,7 +269,134 @@ def test_k9_a_restarted_manager_adopts_the_running_job(manager, fake_kube, falco
     mgr.tick()
     job = fresh(job)
     assert job.status == "Running" and job.cluster_job_name == backend.cluster_job_name(view)
-    assert fake_kube.count("POST", "jobs") == 1
+    # The manager submits again before recording the name (to finish what the dead one left
+    # undone): the create answers 409 and the existing Job is adopted, never duplicated.
+    assert len(fake_kube.list("jobs", NS)) == 1 and fake_kube.count("POST", "jobs") == 2
+    mgr.tick()
+    assert fake_kube.count("POST", "jobs") == 2  # the name is recorded: no more submits
+
+
+def test_a_job_the_api_server_refuses_fails_with_its_message_and_is_not_retried(manager,
+                                                                             fake_kube):
+    mgr = manager()
+    exp = make_exp(name="noimage", cluster_name="k8s-a", image=IMAGE)
+    job = Job.objects.get(experiment=exp)
+    # A spec CreateExp would refuse today (say, accepted before a rule existed): the API
+    # server is the last judge and answers 422 Invalid.
+    Job.objects.filter(pk=job.pk).update(task_spec={**job.task_spec, "image": ""})
+    stats = mgr.tick()
+    job = fresh(job)
+    assert job.status == "Failed" and job.reason == "ClusterRejected", (job.reason, job.message)
+    assert "spec.template.spec.containers[0].image: Required value" in job.message
+    assert stats.failed == 1 and fake_kube.count("POST", "jobs") == 1
+    mgr.tick()
+    assert fake_kube.count("POST", "jobs") == 1 and fresh(job).status == "Failed"
+
+
+def test_a_forbidden_service_fails_the_job_and_deletes_the_job_it_made(manager, fake_kube):
+    mgr = manager()
+    exp = make_exp(name="rbac", cluster_name="k8s-a", image=IMAGE, device_type="tpu-v5p",
+                   device_count=8, device_topo="2x2x2")
+    job = Job.objects.get(experiment=exp)
+    fake_kube.inject("POST", "services", status=403, reason="Forbidden", times=1)
+    mgr.tick()
+    job = fresh(job)
+    assert job.status == "Failed" and job.reason == "ClusterRejected"
+    assert "403 Forbidden" in job.message and "injected 403" in job.message
+    # A Failed job is never observed again: the Job must not be left to run unwatched.
+    assert fake_kube.list("jobs", NS) == []
+
+
+BACKOFF_FAILED = {"failed": 1, "conditions": [
+    {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded",
+     "message": "Job has reached the specified backoff limit"},
+    {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+     "message": "Job has reached the specified backoff limit"}]}
+
+
+@pytest.mark.parametrize("pod,words", [
+    # Node-pressure eviction by the kubelet: phase Failed, status.reason Evicted.
+    ({"phase": "Failed", "reason": "Evicted",
+      "message": "The node was low on resource: memory. Threshold quantity: 100Mi.",
+      "containerStatuses": [{"name": "main", "state": {"terminated": {
+          "exitCode": 137, "reason": "Error"}}}]},
+     ["evicted (Evicted)", "The node was low on resource: memory", "exit code 137"]),
+    # Preemption by the scheduler: the DisruptionTarget condition says who ended the Pod.
+    ({"phase": "Failed", "conditions": [
+        {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+         "message": "Preempted in order to admit critical pod"}],
+      "containerStatuses": [{"name": "main", "state": {"terminated": {
+          "exitCode": 137, "reason": "Error"}}}]},
+     ["preempted (PreemptionByScheduler)", "Preempted in order to admit critical pod"]),
+])
+def test_an_evicted_or_preempted_pod_is_named_in_the_failed_message(manager, fake_kube, pod,
+                                                                     words):
+    mgr = manager()
+    job = submitted(mgr, replica=1)
+    fake_kube.put_pod(NS, job.cluster_job_name, 0, real_pod_status(pod))
+    fake_kube.set_job_status(NS, job.cluster_job_name, BACKOFF_FAILED)
+    mgr.tick()
+    job = fresh(job)
+    assert job.status == "Failed" and job.reason == "BackoffLimitExceeded"
+    for word in words:
+        assert word in job.message, job.message
+
+
+def test_a_suspended_job_is_pending_suspended_and_never_timed_out(manager, fake_kube):
+    mgr = manager(pending_timeout=0.3)
+    job = submitted(mgr, replica=1)
+    name = job.cluster_job_name
+
+    def suspend(on: bool):
+        # What Kueue (or `kubectl patch --type=merge -p '{"spec":{"suspend":true}}'`) and the
+        # Job controller then do: spec.suspend, and the Suspended condition.
+        with fake_kube.lock:
+            fake_kube.objects[("jobs", NS, name)]["spec"]["suspend"] = on
+        fake_kube.set_job_status(NS, name, {"conditions": [
+            {"type": "Suspended", "status": "True" if on else "False",
+             "reason": "JobSuspended" if on else "JobResumed",
+             "message": "Job suspended" if on else "Job resumed"}]})
+
+    suspend(True)
+    mgr.tick()
+    job = fresh(job)
+    assert job.status == "Pending" and job.reason == "Suspended", (job.reason, job.message)
+    assert "suspended" in job.message
+    time.sleep(0.4)  # longer than the pending timeout
+    mgr.tick()
+    job = fresh(job)
+    assert job.status == "Pending" and job.reason == "Suspended", (job.reason, job.message)
+    assert fake_kube.get("jobs", NS, name) is not None and fake_kube.count("DELETE") == 0
+    # Resumed: the clock starts now, not at submit, so it is not failed on the spot ...
+    suspend(False)
+    mgr.tick()
+    assert fresh(job).status == "Pending" and fake_kube.count("DELETE") == 0
+    # ... but a resumed job that then cannot start is timed out as usual.
+    time.sleep(0.4)
+    mgr.tick()
+    assert fresh(job).reason == "PendingTimeout"
+
+
+def test_a_service_whose_create_failed_is_made_when_the_job_is_adopted(manager, fake_kube):
+    mgr = manager()
+    exp = make_exp(name="slice", cluster_name="k8s-a", image=IMAGE, device_type="tpu-v5p",
+                   device_count=8, device_topo="2x2x2")
+    job = Job.objects.get(experiment=exp)
+    # The Job is created, then every attempt at its headless Service fails (the retries of
+    # one call run out): the tick fails after the Job exists, as a crash between them would.
+    fake_kube.inject("POST", "services", status=503, reason="ServiceUnavailable", times=4)
+    stats = mgr.tick()
+    assert stats.failed == 1 and fresh(job).cluster_job_name == ""
+    name = fake_kube.list("jobs", NS)[0]["metadata"]["name"]
+    assert fake_kube.get("services", NS, name) is None
+    mgr.tick()  # observes the Job with no recorded name: submits again, adopting it
+    svc = fake_kube.get("services", NS, name)
+    assert svc is not None and svc["spec"]["clusterIP"] == "None"
+    assert svc["metadata"]["ownerReferences"][0]["uid"] == \
+        fake_kube.get("jobs", NS, name)["metadata"]["uid"]
+    job = fresh(job)
+    assert job.cluster_job_name == name and job.status == "Pending"
+    assert len(fake_kube.list("jobs", NS)) == 1
 
 
 @pytest.mark.skipif(not SHARED_CASES_FILE.exists(), reason="no ../shared beside this checkout")

@@ -13,12 +13,14 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 import yaml
 from django.db import connection
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from controllers.kubeclient import KubeCaller, KubeConnection, api_client
 from controllers.leader import (
@@ -37,11 +39,13 @@ LEASE = "falcon-resources"
 FAST = {"lease_duration": 0.8, "renew_deadline": 0.5, "retry_period": 0.1}
 
 
-def make_elector(kubeconfig, identity: str, **timing) -> LeaseElector:
+def make_elector(kubeconfig, identity: str, wall_clock=None, **timing) -> LeaseElector:
     conn = KubeConnection(kubeconfig=str(kubeconfig), retries=0, request_timeout=0.3,
                           connect_timeout=0.3)
     cfg = ElectionConfig(lease_name=LEASE, namespace=NS, identity=identity, **{**FAST, **timing})
-    return LeaseElector(client.CoordinationV1Api(api_client(conn)), cfg, caller=KubeCaller(conn))
+    extra = {"wall_clock": wall_clock} if wall_clock else {}
+    return LeaseElector(client.CoordinationV1Api(api_client(conn)), cfg, caller=KubeCaller(conn),
+                        **extra)
 
 
 def lease_spec(fake) -> dict:
@@ -117,6 +121,29 @@ def test_a_leader_that_cannot_renew_stops_acting_before_the_lease_can_expire(kub
     assert FAST["renew_deadline"] - 0.1 <= stopped_after < FAST["lease_duration"]
 
 
+def test_lease_times_are_microtime_with_six_digits_even_on_a_whole_second(kubeconfig,
+                                                                         fake_kube):
+    whole = datetime(2026, 1, 1, 10, 0, 0, tzinfo=timezone.utc)
+    # The fake is as strict as the API server: the client's isoformat() of a whole second has
+    # no fraction, and such a Lease is refused.
+    api = client.CoordinationV1Api(api_client(KubeConnection(kubeconfig=str(kubeconfig))))
+    with pytest.raises(ApiException) as info:
+        api.create_namespaced_lease(NS, client.V1Lease(
+            metadata=client.V1ObjectMeta(name="raw"),
+            spec=client.V1LeaseSpec(holder_identity="x", acquire_time=whole, renew_time=whole)))
+    assert info.value.status == 400 and "2006-01-02T15:04:05.000000Z07:00" in info.value.body
+
+    a = make_elector(kubeconfig, "a", wall_clock=lambda: whole)
+    assert a.try_acquire_or_renew()  # create
+    assert a.try_acquire_or_renew()  # renew: acquireTime read back (a whole second) re-sent
+    spec = lease_spec(fake_kube)
+    assert spec["renewTime"] == spec["acquireTime"] == "2026-01-01T10:00:00.000000Z"
+    a.release()
+    spec = lease_spec(fake_kube)
+    assert spec.get("holderIdentity") in (None, "")
+    assert spec["renewTime"] == "2026-01-01T10:00:00.000000Z"
+
+
 def test_fenced_writes_raise_once_the_lease_is_lost(kubeconfig, fake_kube):
     a = make_elector(kubeconfig, "a")
     calls = []
@@ -173,6 +200,72 @@ def test_losing_the_lease_stops_the_loop_and_the_replica_waits_as_a_follower(kub
     stop.set()
     thread.join(5)
     assert not thread.is_alive()
+
+
+@pytest.mark.parametrize("outage", ["failing", "slow"])
+def test_a_leader_fenced_out_by_an_api_outage_follows_then_leads_again(kubeconfig, fake_kube,
+                                                                      outage):
+    a = make_elector(kubeconfig, "a")
+    stop = threading.Event()
+    runs: list[float] = []
+    writes: list[float] = []
+
+    def work(halt: threading.Event):
+        # The loop's writes are fenced and nothing here catches LeadershipLost: the first
+        # write after renew_deadline without a renewal raises out of `work`.
+        runs.append(time.monotonic())
+        while not halt.is_set():
+            a.fence()
+            writes.append(time.monotonic())
+            halt.wait(0.02)
+
+    thread = threading.Thread(target=run_elected, args=(work,), kwargs={"elector": a,
+                                                                       "stop": stop})
+    thread.start()
+    try:
+        wait_for(lambda: writes, 2, "the leader to work")
+        # Every Lease call fails (503) or stalls past the client timeout, for well over
+        # renew_deadline.
+        if outage == "failing":
+            fake_kube.inject(None, "leases", status=503, times=10_000)
+        else:
+            fake_kube.inject(None, "leases", delay=0.5, times=10_000)
+        wait_for(lambda: not a.is_leader(), 2, "a to stop acting")
+        time.sleep(FAST["renew_deadline"] * 2)
+        assert thread.is_alive(), "run_elected returned as if --once: the replica is gone"
+        lost_writes = len(writes)
+        with fake_kube.lock:
+            fake_kube.faults.clear()  # the API server is back
+        wait_for(lambda: len(runs) == 2 and len(writes) > lost_writes + 3, 5,
+                 "the same replica to lead and work again")
+        assert a.is_leader() and lease_spec(fake_kube)["holderIdentity"] == "a"
+        assert thread.is_alive()
+    finally:
+        stop.set()
+        thread.join(5)
+    assert not thread.is_alive()
+    assert lease_spec(fake_kube).get("holderIdentity") in (None, "")  # released on stop
+
+
+def test_a_follower_beats_so_the_liveness_probe_keeps_it(kubeconfig, fake_kube, tmp_path,
+                                                        monkeypatch):
+    beat_file = tmp_path / "heartbeat"
+    monkeypatch.setenv("FALCON_HEARTBEAT_FILE", str(beat_file))
+    a, b = make_elector(kubeconfig, "a"), make_elector(kubeconfig, "b")
+    assert a.try_acquire_or_renew()
+    stop = threading.Event()
+    thread = threading.Thread(target=run_elected, args=(lambda halt: None,),
+                              kwargs={"elector": b, "stop": stop})
+    thread.start()
+    try:
+        wait_for(beat_file.exists, 2, "the follower's first beat")
+        first = beat_file.stat().st_mtime_ns
+        wait_for(lambda: a.try_acquire_or_renew() and beat_file.stat().st_mtime_ns > first, 2,
+                 "a later beat while a still leads")
+        assert not b.is_leader()
+    finally:
+        stop.set()
+        thread.join(5)
 
 
 def test_k10_a_leader_whose_loop_dies_stops_renewing_releases_and_exits(kubeconfig, fake_kube):
