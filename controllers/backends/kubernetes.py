@@ -72,11 +72,14 @@ STUCK_REASONS = ("ImagePullBackOff", "ErrImagePull", "InvalidImageName",
                  "RunContainerError")
 PROPAGATION_POLICIES = ("Foreground", "Background")
 # 4xx answers to a create that a later attempt can get past (API conventions, "HTTP Status
-# codes"): 409 is an adoption or a kept Service, 429 and 408 say "try again later", and 401
-# means this controller's credentials are stale (a rotated service-account token): failing
-# every Pending job for that would turn an operator's fix into mass failures. Every other 4xx
-# (400, 403, 404, 422, ...) is the API server's decision about this object: final.
-RETRYABLE_CLIENT_ERRORS = frozenset({401, 408, 409, 429})
+# codes"): 409 is an adoption or a kept Service, 429 and 408 say "try again later", 401 means
+# this controller's credentials are stale (a rotated service-account token), and 403 is either
+# a full namespace ResourceQuota ("exceeded quota", which clears as other jobs finish) or an
+# RBAC rule an operator fixes; Kubernetes gives both the same status and reason, and failing
+# every Pending job for either would turn a passing squeeze or an operator's fix into mass
+# failures (the job's message names the refusal meanwhile). Every other 4xx (400, 404, 422, ...)
+# is the API server's decision about this object: final.
+RETRYABLE_CLIENT_ERRORS = frozenset({401, 403, 408, 409, 429})
 
 
 @dataclass(frozen=True)
@@ -522,7 +525,7 @@ class KubernetesBackend(ClusterBackend):
 
         Raises:
             PermanentBackendError: the API server refused the Job or its Service with a final
-                4xx (422 Invalid, 403 Forbidden, ...; see `RETRYABLE_CLIENT_ERRORS`), or the
+                4xx (422 Invalid, 400 Bad Request, ...; see `RETRYABLE_CLIENT_ERRORS`), or the
                 TaskSpec cannot be built (`shape`).
             BackendError: the API failed in a way a retry may fix, or the name is taken by
                 another Job.

@@ -293,16 +293,16 @@ def test_a_job_the_api_server_refuses_fails_with_its_message_and_is_not_retried(
     assert fake_kube.count("POST", "jobs") == 1 and fresh(job).status == "Failed"
 
 
-def test_a_forbidden_service_fails_the_job_and_deletes_the_job_it_made(manager, fake_kube):
+def test_a_rejected_service_fails_the_job_and_deletes_the_job_it_made(manager, fake_kube):
     mgr = manager()
     exp = make_exp(name="rbac", cluster_name="k8s-a", image=IMAGE, device_type="tpu-v5p",
                    device_count=8, device_topo="2x2x2")
     job = Job.objects.get(experiment=exp)
-    fake_kube.inject("POST", "services", status=403, reason="Forbidden", times=1)
+    fake_kube.inject("POST", "services", status=422, reason="Invalid", times=1)
     mgr.tick()
     job = fresh(job)
     assert job.status == "Failed" and job.reason == "ClusterRejected"
-    assert "403 Forbidden" in job.message and "injected 403" in job.message
+    assert "422" in job.message and "injected 422" in job.message
     # A Failed job is never observed again: the Job must not be left to run unwatched.
     assert fake_kube.list("jobs", NS) == []
 
@@ -402,3 +402,18 @@ def test_a_service_whose_create_failed_is_made_when_the_job_is_adopted(manager, 
 @pytest.mark.skipif(not SHARED_CASES_FILE.exists(), reason="no ../shared beside this checkout")
 def test_the_fixture_matches_the_shared_cases():
     assert CASES_FILE.read_text() == SHARED_CASES_FILE.read_text()
+
+
+def test_a_forbidden_create_is_retried_and_said_in_the_message(manager, fake_kube):
+    """403 is a full ResourceQuota or an RBAC rule: it clears or an operator fixes it; the job
+    waits with the refusal in its message instead of failing."""
+    mgr = manager()
+    exp = make_exp(name="quota", cluster_name="k8s-a", image=IMAGE)
+    job = Job.objects.get(experiment=exp)
+    fake_kube.inject("POST", "jobs", status=403, reason="Forbidden", times=1)
+    mgr.tick()
+    job = fresh(job)
+    assert job.status == "Pending" and job.reason == "ClusterError"
+    assert "403" in job.message
+    mgr.tick()  # the quota cleared: the next tick creates the Job
+    assert fresh(job).cluster_job_name and len(fake_kube.list("jobs", NS)) == 1
