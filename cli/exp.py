@@ -19,6 +19,8 @@ TERMINAL = frozenset({"Succeeded", "Failed", "Aborted"})
 DEFAULT_INTERVAL = 2.0  # seconds between polls of `exp wait`
 PAGE_SIZE = 500  # rows per ListExps page: the server's maximum, so few round trips
 TASK_EXAMPLE = "main: {command: 'python run.py', replica: 1}"
+# Seconds `exp wait` keeps polling a server that stopped answering (a restart) before giving up.
+UNAVAILABLE_GRACE = 60.0
 
 
 def _read_bytes(path: str, what: str) -> bytes:
@@ -342,7 +344,8 @@ def wait_for(env, client, exp_id: int, *, interval: float, timeout: float | None
 
     Raises:
         CLIError: EXP_FAILED when it ends Failed or Aborted, TIMEOUT when `timeout` elapses,
-            or any error of the request (AUTH when the session expires meanwhile).
+            UNAVAILABLE when the server stays unreachable for `UNAVAILABLE_GRACE` seconds, or
+            any other error of the request (AUTH when the session expires meanwhile).
     """
     from rich.live import Live
 
@@ -350,6 +353,7 @@ def wait_for(env, client, exp_id: int, *, interval: float, timeout: float | None
 
     console = env.console(stderr=output != "table")
     start = env.monotonic()
+    down_since: float | None = None
     exp = client.request("GET", f"{EXPS}/{exp_id}")
 
     class _View:  # re-rendered on each refresh, so the elapsed time keeps ticking
@@ -376,7 +380,17 @@ def wait_for(env, client, exp_id: int, *, interval: float, timeout: float | None
                                ExitCode.TIMEOUT)
             delay = interval if timeout is None else min(interval, start + timeout - now)
             env.sleep(max(delay, 0.0))
-            exp = client.request("GET", f"{EXPS}/{exp_id}")
+            try:
+                exp = client.request("GET", f"{EXPS}/{exp_id}")
+                down_since = None
+            except CLIError as exc:
+                # A server restarting (runlocal, a rolling deploy) is not the experiment's end:
+                # keep polling for UNAVAILABLE_GRACE seconds before giving up.
+                if exc.code != ExitCode.UNAVAILABLE:
+                    raise
+                down_since = env.monotonic() if down_since is None else down_since
+                if env.monotonic() - down_since > UNAVAILABLE_GRACE:
+                    raise
             if live is not None:
                 live.refresh()
     except KeyboardInterrupt:

@@ -167,3 +167,54 @@ def test_ctrl_c_stops_waiting_not_the_experiment(logged_in, files):
         f"error: stopped waiting; experiment {exp_id} is still Created (`falcon exp wait "
         f"{exp_id}` resumes, `falcon exp abort {exp_id}` stops it)")
     assert Experiment.objects.get(pk=exp_id).status == "Created"
+
+
+class Flaky:
+    """An httpx transport to the live server that refuses connections while `down` > 0."""
+
+    def __init__(self):
+        import httpx
+
+        self.real = httpx.HTTPTransport()
+        self.down = 0
+
+    def handle_request(self, request):
+        import httpx
+
+        if self.down:
+            self.down -= 1
+            raise httpx.ConnectError("connection refused", request=request)
+        return self.real.handle_request(request)
+
+    def close(self):
+        self.real.close()
+
+
+def test_wait_rides_out_a_server_restart(logged_in, files):
+    exp = _create(logged_in, files)
+    flaky = Flaky()
+    logged_in.transport = flaky
+
+    def restart():
+        flaky.down = 2
+
+    script = Script([restart, lambda: None, _end(exp["id"], exp["jobs"][0]["id"], "Succeeded")])
+    logged_in.sleep, logged_in.monotonic = script.sleep, script.monotonic
+    result = logged_in("exp", "wait", str(exp["id"]), "--interval", "5")
+    assert result.exit_code == 0, result.output
+    assert flaky.down == 0
+
+
+def test_wait_gives_up_when_the_server_stays_down(logged_in, files):
+    exp = _create(logged_in, files)
+    flaky = Flaky()
+    logged_in.transport = flaky
+
+    def gone():
+        flaky.down = 10**6
+
+    script = Script([gone])
+    logged_in.sleep, logged_in.monotonic = script.sleep, script.monotonic
+    result = logged_in("exp", "wait", str(exp["id"]), "--interval", "30")
+    assert result.exit_code == ExitCode.UNAVAILABLE
+    assert script.now > 60  # kept trying for the grace period first
