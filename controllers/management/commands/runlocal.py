@@ -34,7 +34,8 @@ class Command(BaseCommand):
         parser.add_argument("--grpc", default=os.environ.get("FALCON_GRPC_ADDR",
                                                             "127.0.0.1:50051"),
                             help="gRPC address host:port.")
-        parser.add_argument("--interval", type=float, default=1.0,
+        parser.add_argument("--interval", type=float,
+                            default=settings.FALCON_CONTROLLER_INTERVAL_SECONDS,
                             help="Seconds between two controller ticks.")
 
     def handle(self, *args, **options):
