@@ -9,10 +9,16 @@ Both writes are atomic (temp file, fsync, rename), so a resource manager that re
 moment reads either nothing or a whole value. The runner exists because a restarted resource
 manager is no longer the parent of the command and could not learn its exit status otherwise.
 
+The runner is also a child subreaper (prctl PR_SET_CHILD_SUBREAPER, Linux 3.4+): a process the
+command detaches with `setsid cmd &` or a double fork is reparented to the runner instead of
+init, so it is still found and stopped when the replica ends or is stopped, as a container's
+processes all end with the container.
+
 Standard library only and no Django: it starts in milliseconds and does not depend on settings.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -33,6 +39,58 @@ def write_atomic(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
+PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
+
+
+def become_subreaper() -> None:
+    """Adopt orphaned descendants (best effort: without it only the process group is stopped)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def descendants(root: int) -> list[int]:
+    """Return the pids below `root` in the process tree (read from /proc/<pid>/stat)."""
+    parent_of: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parent_of[int(entry)] = int(fields[1])
+    found, frontier = [], [root]
+    while frontier:
+        pid = frontier.pop()
+        children = [p for p, ppid in parent_of.items() if ppid == pid]
+        found.extend(children)
+        frontier.extend(children)
+    return found
+
+
+def signal_descendants(sig: int) -> None:
+    """Send `sig` to every process below this runner, escaped from its group or not."""
+    for pid in descendants(os.getpid()):
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def reap_orphans() -> None:
+    """Collect every exited child (adopted orphans included) so none stays a zombie."""
+    while True:
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
 def exit_code_of(returncode: int) -> int:
     """Map a Popen return code to a shell/container exit code: killed by signal N -> 128 + N."""
     return 128 - returncode if returncode < 0 else returncode
@@ -44,6 +102,7 @@ def main(argv: list[str]) -> int:
         print("usage: local_runner.py STARTED_FILE EXIT_FILE -- ARGV...", file=sys.stderr)
         return 2
     started_file, exit_file, command = argv[0], argv[1], argv[3:]
+    become_subreaper()
     try:
         child = subprocess.Popen(command)
     except OSError as exc:
@@ -54,15 +113,17 @@ def main(argv: list[str]) -> int:
         return 127
 
     def forward(signum, _frame):
-        try:
-            child.send_signal(signum)
-        except ProcessLookupError:
-            pass
+        # The command and everything it started, including processes that left the group.
+        signal_descendants(signum)
 
     for sig in FORWARDED:
         signal.signal(sig, forward)
     write_atomic(started_file, f"{child.pid}\n")
     code = exit_code_of(child.wait())
+    # The replica is over when its command is: what it left running (a detached helper) is
+    # stopped now, as a container's processes end with it.
+    signal_descendants(signal.SIGKILL)
+    reap_orphans()
     write_atomic(exit_file, f"{code}\n")
     return code
 

@@ -343,3 +343,26 @@ def test_a_failed_replica_stops_the_others_and_keeps_the_logs(backend, tmp_path)
     wait_for(lambda: not process_alive(survivor), what="replica 0 to be stopped")
     assert (backend.state_dir / backend.name_of(job)).exists()
     assert backend.observe([job])[job.id].status == "Failed"
+
+
+def test_abort_stops_a_process_that_left_the_group(backend, tmp_path):
+    """`setsid cmd &` escapes a process-group kill; the runner, a child subreaper, adopts and
+    stops it (as a container's processes end with the container)."""
+    escaped = tmp_path / "escaped.pid"
+    job = make_job(tmp_path, f'setsid sleep 300 & echo $! > "{escaped}"; sleep 300')
+    backend.submit(job)
+    wait_for(lambda: escaped.exists() and escaped.read_text().strip(), what="escaped pid")
+    pid = int(escaped.read_text())
+    assert process_alive(pid)
+    wait_for(lambda: backend.delete(job), what="delete")
+    wait_for(lambda: not process_alive(pid), what="the escaped process to stop")
+
+
+def test_what_a_finished_command_left_running_is_stopped(backend, tmp_path):
+    escaped = tmp_path / "escaped.pid"
+    job = make_job(tmp_path, f'setsid sleep 300 & echo $! > "{escaped}"; exit 0')
+    backend.submit(job)
+    state = wait_for(lambda: (s := backend.observe([job])[job.id]).terminal and s,
+                     what="Succeeded")
+    assert state.status == ClusterJobStatus.SUCCEEDED
+    wait_for(lambda: not process_alive(int(escaped.read_text())), what="the leftover to stop")
