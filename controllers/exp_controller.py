@@ -79,6 +79,12 @@ def _summary(jobs: list[JobView]) -> str:
     return ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
 
 
+def _abort_siblings(jobs: list[JobView], reason: str, cause: str) -> list[Update]:
+    """Abort every role still Pending or Running: one role's end ends the experiment."""
+    return [Update("job", j.id, "Aborting", reason, f"aborted because {cause}", j.id)
+            for j in jobs if j.status in ("Pending", "Running")]
+
+
 def decide(exp: ExpView, jobs: list[JobView], artifact: ArtifactView | None,
            has_files: Callable[[str], bool]) -> list[Update]:
     """Return the updates that move one experiment toward the state its jobs imply.
@@ -124,10 +130,7 @@ def decide(exp: ExpView, jobs: list[JobView], artifact: ArtifactView | None,
     if failed:
         first = failed[0]
         message = f"role {first.role} failed: {first.message or first.reason or 'no detail'}"
-        for other in jobs:
-            if other.status in ("Pending", "Running"):
-                updates.append(Update("job", other.id, "Aborting", "SiblingFailed",
-                                      f"aborted because role {first.role} failed", other.id))
+        updates += _abort_siblings(jobs, "SiblingFailed", f"role {first.role} failed")
         fail_artifact(first.reason or "JobFailed", message, first.id)
         updates.append(Update("exp", exp.id, "Failed", first.reason or "JobFailed", message,
                               first.id))
@@ -135,11 +138,7 @@ def decide(exp: ExpView, jobs: list[JobView], artifact: ArtifactView | None,
     if aborted:
         first = aborted[0]
         message = f"role {first.role} was aborted: {first.message or first.reason}"
-        for other in jobs:
-            if other.status in ("Pending", "Running"):
-                updates.append(Update("job", other.id, "Aborting", "SiblingAborted",
-                                      f"aborted because role {first.role} was aborted",
-                                      other.id))
+        updates += _abort_siblings(jobs, "SiblingAborted", f"role {first.role} was aborted")
         fail_artifact(JOB_ABORTED, message, first.id)
         updates.append(Update("exp", exp.id, "Aborting", JOB_ABORTED, message, first.id))
         if all(j.status not in JOB_NON_TERMINAL for j in jobs):
