@@ -7,7 +7,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from rest_framework import authentication, exceptions
 
-from falcon_site.errors import PermissionDenied
+from core.errors import PermissionDenied
 
 from .services import NoIdentity, principal_from_claims
 from .verifier import InvalidToken, default_verifier, token_from

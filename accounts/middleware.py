@@ -18,7 +18,7 @@ from django.conf import settings
 from django.contrib import auth
 from django.urls import NoReverseMatch, reverse
 
-BACKEND = "accounts.backends.CloudflareAccessBackend"
+BACKEND = "accounts.auth_backends.CloudflareAccessBackend"
 
 
 class CloudflareAccessAdminMiddleware:

@@ -1,7 +1,7 @@
 """User queries that read."""
 from __future__ import annotations
 
-from falcon_site.errors import NotFound
+from core.errors import NotFound
 
 from .models import User
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from falcon_site.errors import Conflict, PermissionDenied, ValidationFailed
+from core.errors import Conflict, PermissionDenied, ValidationFailed
 
 from .models import User
 from .principals import ServiceIdentity

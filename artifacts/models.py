@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from falcon_site.fields import StatusFields
+from core.fields import StatusFields
 
 
 class ArtifactStatus(models.TextChoices):

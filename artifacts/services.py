@@ -9,9 +9,9 @@ from urllib.parse import urlsplit
 from django.db import IntegrityError, transaction
 
 from experiments.models import ExpStatus
-from falcon_site.errors import Conflict, ValidationFailed
-from falcon_site.locks import lock_experiment_with_jobs
-from falcon_site.statemachine import apply_transition, delete_terminal
+from core.errors import Conflict, ValidationFailed
+from experiments.locks import lock_experiment_with_jobs
+from core.statemachine import apply_transition, delete_terminal
 
 from . import state
 from .models import Artifact
@@ -88,7 +88,7 @@ def artifact_update_status(*, artifact_id: int, status: str, reason: str | None 
                            ) -> tuple[Artifact, bool]:
     """UpdateArtifactStatus: apply a guarded transition of the Artifact state machine.
 
-    Returns `(artifact, changed)`; raises as `falcon_site.statemachine.apply_transition`.
+    Returns `(artifact, changed)`; raises as `core.statemachine.apply_transition`.
     """
     return apply_transition(state.MACHINE, Artifact.objects, pk=artifact_id, target=status,
                             reason=reason, message=message, expected=expected)

@@ -1,5 +1,5 @@
 """The Artifact state machine: Created -> Succeeded | Failed (seed 000 3.2.1)."""
-from falcon_site.statemachine import StateMachine
+from core.statemachine import StateMachine
 
 from .models import ArtifactStatus as S
 

@@ -33,8 +33,8 @@ import django  # noqa: E402
 
 django.setup()
 
-from controllers.api import JobView, ListFilter  # noqa: E402
-from controllers.backends.kubernetes import (  # noqa: E402
+from controllers.contract import JobView, ListFilter  # noqa: E402
+from controllers.cluster_backends.kubernetes import (  # noqa: E402
     KubernetesBackend, KubernetesClusterConfig,
 )
 from controllers.kubeclient import KubeConnection  # noqa: E402

@@ -247,7 +247,7 @@ def login(env, email: str | None, method: str, use_cloudflared: bool, no_browser
           server: str) -> None:
     """Log in and cache the session token for this server (file mode 0600)."""
     from .client import open_client
-    from .credentials import CredentialStore, Session, format_time, token_expiry
+    from .token_cache import CredentialStore, Session, format_time, token_expiry
 
     if use_cloudflared:
         if method not in ("auto", CloudflaredLogin.name):
@@ -287,7 +287,7 @@ def _token_issuer(token: str) -> str:
 
 
 def _status_data(session, now: float) -> dict[str, Any]:
-    from .credentials import format_time
+    from .token_cache import format_time
 
     return {"server": session.server, "email": session.email, "method": session.method,
             "issuer": _token_issuer(session.token),
@@ -305,7 +305,7 @@ def status(env, output: str, server: str) -> None:
     Exit code 5 when not logged in or the session has expired.
     """
     from . import output as out
-    from .credentials import CredentialStore, login_hint, normalize_server, token_expiry
+    from .token_cache import CredentialStore, login_hint, normalize_server, token_expiry
 
     server = normalize_server(server)
     session = CredentialStore(env.credentials_dir).get(server)
@@ -346,7 +346,7 @@ def logout(env, server: str) -> None:
     A Cloudflare Access login also left a session in the browser (and, with `--cloudflared`, a
     token in cloudflared's cache); the command says where to end those, as it cannot.
     """
-    from .credentials import CredentialStore, normalize_server
+    from .token_cache import CredentialStore, normalize_server
 
     server = normalize_server(server)
     store = CredentialStore(env.credentials_dir)

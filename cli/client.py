@@ -35,7 +35,7 @@ class RedirectedError(CLIError):
         super().__init__(message, ExitCode.ERROR)
         self.location = location
 
-# The API's stable error codes (falcon_site/errors.py) and DRF's authentication codes.
+# The API's stable error codes (core/errors.py) and DRF's authentication codes.
 CODE_TO_EXIT: dict[str, ExitCode] = {
     "not_found": ExitCode.NOT_FOUND,
     "conflict": ExitCode.CONFLICT,
@@ -254,7 +254,7 @@ def open_client(env, server: str, *, authenticated: bool = True) -> FalconClient
     Raises:
         CLIError(USAGE): `server` is not an http(s) URL.
     """
-    from .credentials import CredentialStore, normalize_server, session_token_provider
+    from .token_cache import CredentialStore, normalize_server, session_token_provider
 
     server = normalize_server(server)
     provider = None

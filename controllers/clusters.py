@@ -36,7 +36,7 @@ import yaml
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from .backends.base import ClusterBackend
+from .cluster_backends.base import ClusterBackend
 
 BACKENDS = ("local", "kubernetes")
 _LOCAL_KEYS = {"backend", "state_dir"}
@@ -145,8 +145,8 @@ def kubernetes_config(name: str, entry: Mapping[str, Any]):
     Raises:
         ImproperlyConfigured: a value has the wrong type or a device entry is malformed.
     """
-    from .backends.devices import DeviceConfigError, DeviceTable
-    from .backends.kubernetes import PROPAGATION_POLICIES, KubernetesClusterConfig
+    from clusters.devices import DeviceConfigError, DeviceTable
+    from .cluster_backends.kubernetes import PROPAGATION_POLICIES, KubernetesClusterConfig
     from .kubeclient import KubeConnection
 
     where = f"clusters.{name}"
@@ -191,12 +191,12 @@ def build_backend(name: str, entry: Mapping[str, Any]) -> ClusterBackend:
     """
     kind = entry.get("backend")
     if kind == "local":
-        from .backends.local import LocalBackend
+        from .cluster_backends.local import LocalBackend
 
         return LocalBackend(Path(entry.get("state_dir") or
                                  settings.VAR_DIR / "local-cluster" / name))
     if kind == "kubernetes":
-        from .backends.kubernetes import KubernetesBackend
+        from .cluster_backends.kubernetes import KubernetesBackend
 
         return KubernetesBackend(name, kubernetes_config(name, entry))
     raise ImproperlyConfigured(f"cluster {name!r}: backend {kind!r} is not supported; use "

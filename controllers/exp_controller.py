@@ -23,9 +23,9 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from falcon_site.errors import FalconError
+from core.errors import FalconError
 
-from .api import ArtifactView, ExpView, FalconAPI, JobView, ListFilter
+from .contract import ArtifactView, ExpView, FalconAPI, JobView, ListFilter
 
 log = logging.getLogger("falcon.controllers.exp")
 
@@ -178,7 +178,7 @@ class ExpController:
     """The expController loop body; `tick()` is one level-triggered, idempotent pass.
 
     Args:
-        api: the API server client (gRPC in production; see `controllers.api.FalconAPI`).
+        api: the API server client (gRPC in production; see `controllers.contract.FalconAPI`).
         has_files: `url -> bool` from the artifact store (`artifacts.store.store_for`).
     """
 

@@ -1,8 +1,8 @@
 """`FalconAPI` over gRPC: what the controllers use to reach the API server (seed 000, 3.6).
 
 Controllers never touch the database; every read and write goes through the falcon.v1 services.
-This client turns messages into the frozen views of `controllers.api` and failed calls back into
-the `FalconError` subclasses the server raised (`falcon_site.grpc.errors.error_from_rpc_error`):
+This client turns messages into the frozen views of `controllers.contract` and failed calls back into
+the `FalconError` subclasses the server raised (`core.grpc.errors.error_from_rpc_error`):
 NotFound, ValidationFailed, Conflict, InvalidTransition, TransitionRace, ..., and
 `ApiUnavailable` (retryable) / `ApiCallFailed` / `Unauthenticated` for transport failures.
 
@@ -20,14 +20,14 @@ from typing import Any, TypeVar
 
 import grpc
 
-from falcon_site.grpc.channel import CHANNEL_OPTIONS, auth_metadata
-from falcon_site.grpc.errors import error_from_rpc_error
-from falcon_site.grpc.gen.falcon.v1 import (
+from core.grpc.channel import CHANNEL_OPTIONS, auth_metadata
+from core.grpc.errors import error_from_rpc_error
+from falcon_proto.falcon.v1 import (
     artifact_pb2, artifact_pb2_grpc, common_pb2, experiment_pb2, experiment_pb2_grpc, job_pb2,
     job_pb2_grpc,
 )
 
-from .api import ArtifactView, ExpView, JobView, ListFilter
+from .contract import ArtifactView, ExpView, JobView, ListFilter
 
 V = TypeVar("V")
 
@@ -105,12 +105,12 @@ def list_request(flt: ListFilter) -> common_pb2.CommonListReq:
 
 
 class GrpcFalconAPI:
-    """The `controllers.api.FalconAPI` contract over the falcon.v1 gRPC services.
+    """The `controllers.contract.FalconAPI` contract over the falcon.v1 gRPC services.
 
     Args:
         target: the API server's `host:port` (a gRPC target string).
         token: the internal service token (`FALCON_INTERNAL_TOKEN`), a JWT, or a function
-            returning the current one (`controllers.credentials`: a Cloudflare service token is
+            returning the current one (`controllers.service_token`: a Cloudflare service token is
             refreshed before it expires); sent as `authorization: Bearer <token>` on every call.
         timeout: the deadline of every call (each page of a list), in seconds.
         channel: an existing channel to use instead of opening one to `target` (tests,
@@ -138,14 +138,14 @@ class GrpcFalconAPI:
     @classmethod
     def from_settings(cls, timeout: float = 10.0) -> GrpcFalconAPI:
         """Build a client from settings: `FALCON_GRPC_TARGET` and the auth mode's credentials
-        (`controllers.credentials.token_source_from_settings`).
+        (`controllers.service_token.token_source_from_settings`).
 
         Raises:
             django.core.exceptions.ImproperlyConfigured: the mode's credentials are not set.
         """
         from django.conf import settings
 
-        from .credentials import token_source_from_settings
+        from .service_token import token_source_from_settings
 
         target = getattr(settings, "FALCON_GRPC_TARGET", "") or "127.0.0.1:50051"
         return cls(target, token_source_from_settings(), timeout)

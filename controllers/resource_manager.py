@@ -25,10 +25,10 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from falcon_site.errors import FalconError
+from core.errors import FalconError
 
-from .api import FalconAPI, JobView, ListFilter
-from .backends.base import BackendError, ClusterBackend, PermanentBackendError, SubmitResult
+from .contract import FalconAPI, JobView, ListFilter
+from .cluster_backends.base import BackendError, ClusterBackend, PermanentBackendError, SubmitResult
 
 log = logging.getLogger("falcon.controllers.resources")
 
@@ -49,7 +49,7 @@ class ResourceManager:
     """The resource-manager loop body; `tick()` is one level-triggered, idempotent pass.
 
     Args:
-        api: the API server client (`controllers.api.FalconAPI`).
+        api: the API server client (`controllers.contract.FalconAPI`).
         backends: `{cluster_name: ClusterBackend}`: the clusters this manager serves.
         pending_timeout: seconds a job may stay Pending after its cluster job was created
             before it is failed (None: wait forever). The clock starts when this manager

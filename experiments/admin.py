@@ -7,8 +7,8 @@ only admits staff (`AdminSite.has_permission`), and staff may abort or delete an
 from django.contrib import admin, messages
 
 from artifacts.models import Artifact
-from falcon_site.admin import StaffOperatorMixin
-from falcon_site.errors import FalconError
+from core.admin import StaffOperatorMixin
+from core.errors import FalconError
 from jobs.models import Job
 
 from . import services

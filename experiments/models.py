@@ -4,7 +4,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from falcon_site.fields import StatusFields
+from core.fields import StatusFields
 
 
 class ExpStatus(models.TextChoices):

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from django.db.models import Prefetch, Q, QuerySet
 
-from falcon_site.errors import NotFound
+from core.errors import NotFound
 from jobs.models import Job
 
 from .models import Experiment

@@ -13,9 +13,9 @@ from django.db import transaction
 from accounts.models import User
 from accounts.principals import actor_label
 from artifacts.models import Artifact
-from falcon_site.errors import Conflict, PermissionDenied
-from falcon_site.locks import lock_experiment_with_jobs
-from falcon_site.statemachine import apply_transition, apply_transition_many
+from core.errors import Conflict, PermissionDenied
+from experiments.locks import lock_experiment_with_jobs
+from core.statemachine import apply_transition, apply_transition_many
 from jobs import state as job_state
 from jobs.models import Job, JobStatus
 
@@ -171,7 +171,7 @@ def exp_update_status(*, exp_id: int, status: str, reason: str | None = None,
                       ) -> tuple[Experiment, bool]:
     """UpdateExpStatus: apply a guarded transition of the Experiment state machine.
 
-    Returns `(experiment, changed)`; see `falcon_site.statemachine.apply_transition` for errors.
+    Returns `(experiment, changed)`; see `core.statemachine.apply_transition` for errors.
     """
     return apply_transition(state.MACHINE, Experiment.objects, pk=exp_id, target=status,
                             reason=reason, message=message, expected=expected)

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.conf import settings
 
-from falcon_site.errors import PayloadTooLarge, ValidationFailed
+from core.errors import PayloadTooLarge, ValidationFailed
 
 # Kubernetes DNS-1123 label (RFC 1123): role names become parts of Kubernetes object names.
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

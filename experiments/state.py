@@ -3,7 +3,7 @@
 Created -> Running -> Succeeded | Failed; any non-terminal -> Aborting -> Aborted. Polling can
 miss Running, so Created may go straight to Succeeded or Failed.
 """
-from falcon_site.statemachine import StateMachine
+from core.statemachine import StateMachine
 
 from .models import ExpStatus as S
 

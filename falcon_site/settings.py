@@ -198,7 +198,7 @@ FALCON_CF_AUDIENCES = env_list("FALCON_CF_AUDIENCES")
 # `accounts.ServicePrincipal` rows operators keep in the admin (behaviours.md A2).
 FALCON_CF_SERVICE_TOKENS = env_list("FALCON_CF_SERVICE_TOKENS")
 # The controllers' own Cloudflare Access service token (cloudflare mode): exchanged at this
-# Access-protected URL for the JWT they send to the gRPC API (controllers/credentials.py).
+# Access-protected URL for the JWT they send to the gRPC API (controllers/service_token.py).
 FALCON_CONTROLLER_ACCESS_URL = os.environ.get("FALCON_CONTROLLER_ACCESS_URL", "")
 FALCON_CF_CLIENT_ID = os.environ.get("FALCON_CF_CLIENT_ID", "")
 FALCON_CF_CLIENT_SECRET = os.environ.get("FALCON_CF_CLIENT_SECRET", "")
@@ -235,8 +235,8 @@ FALCON_AUTH_JWKS_RETRY_SECONDS = float(os.environ.get("FALCON_AUTH_JWKS_RETRY_SE
 # the request (`accounts.middleware`), never a password. Both backends check the mode at run
 # time, so both can stay listed and sessions made by either keep resolving.
 AUTHENTICATION_BACKENDS = [
-    "accounts.backends.LocalPasswordBackend",
-    "accounts.backends.CloudflareAccessBackend",
+    "accounts.auth_backends.LocalPasswordBackend",
+    "accounts.auth_backends.CloudflareAccessBackend",
 ]
 # Right after Django's AuthenticationMiddleware, which it builds on (request.user, the session).
 MIDDLEWARE.insert(MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware") + 1,
@@ -246,7 +246,7 @@ MIDDLEWARE.insert(MIDDLEWARE.index("django.contrib.auth.middleware.Authenticatio
 def _internal_token() -> str:
     """Return `FALCON_INTERNAL_TOKEN`, or in the local mode a random token kept under `var/`.
 
-    The token authenticates controllers to the gRPC API (`falcon_site.grpc.auth`) in the local
+    The token authenticates controllers to the gRPC API (`accounts.grpc_auth`) in the local
     mode only. Outside it there is no default, and the gRPC server refuses the token even when
     set (issue 5, item 4): there, services authenticate with Cloudflare service tokens.
     """
@@ -276,11 +276,11 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": [
         "django_filters.rest_framework.DjangoFilterBackend",
         "rest_framework.filters.SearchFilter",
-        "falcon_site.api.StrictOrderingFilter",
+        "core.drf.StrictOrderingFilter",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
-    "EXCEPTION_HANDLER": "falcon_site.api.exception_handler",
+    "EXCEPTION_HANDLER": "core.drf.exception_handler",
 }
 
 SPECTACULAR_SETTINGS = {

@@ -18,5 +18,5 @@ urlpatterns = [
     path("readyz", health.readyz, name="readyz"),
 ]
 
-handler404 = "falcon_site.api.not_found"
-handler500 = "falcon_site.api.internal_error"
+handler404 = "core.drf.not_found"
+handler500 = "core.drf.internal_error"

@@ -1,7 +1,7 @@
 """Django admin for jobs: read-only, status changes only through transitions."""
 from django.contrib import admin
 
-from falcon_site.admin import StaffOperatorMixin
+from core.admin import StaffOperatorMixin
 
 from .models import Job
 

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from django.db.models import QuerySet
 
-from falcon_site.errors import NotFound
+from core.errors import NotFound
 
 from .models import Job
 

@@ -8,9 +8,9 @@ from django.utils import timezone
 
 from experiments.models import Experiment, ExpStatus
 from experiments.specs import DNS1123_LABEL, DNS1123_LABEL_MAX, validate_task_spec
-from falcon_site.errors import Conflict, NotFound, ValidationFailed
-from falcon_site.locks import lock_experiment_with_jobs
-from falcon_site.statemachine import apply_transition, delete_terminal
+from core.errors import Conflict, NotFound, ValidationFailed
+from experiments.locks import lock_experiment_with_jobs
+from core.statemachine import apply_transition, delete_terminal
 
 from . import state
 from .models import Job

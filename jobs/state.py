@@ -4,7 +4,7 @@ Pending -> Running (all tasks running) -> Succeeded (all tasks succeeded) | Fail
 failed); Pending may go straight to Succeeded or Failed (polling can miss Running); any
 non-terminal -> Aborting -> Aborted.
 """
-from falcon_site.statemachine import StateMachine
+from core.statemachine import StateMachine
 
 from .models import JobStatus as S
 

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # Regenerate the Python code of the falcon.v1 gRPC API from protos/falcon/v1/*.proto.
 #
-# Usage: scripts/gen_protos.sh [OUT_DIR]     (default: falcon_site/grpc/gen)
+# Usage: scripts/gen_protos.sh [OUT_DIR]     (default: falcon_proto)
 #
 # The output is committed. protoc writes `from falcon.v1 import x_pb2` when protos import each
 # other, which would need `gen/` on sys.path; the imports are rewritten to relative ones
-# (`from . import x_pb2`) so the package imports as `falcon_site.grpc.gen.falcon.v1` with no
+# (`from . import x_pb2`) so the package imports as `falcon_proto.falcon.v1` with no
 # sys.path changes. experiments/tests/test_grpc.py checks that this script reproduces the
 # committed files byte for byte, so edit the .proto files and rerun this, never the output.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-OUT="${1:-$ROOT/falcon_site/grpc/gen}"
+OUT="${1:-$ROOT/falcon_proto}"
 PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
 [ -x "$PYTHON" ] || PYTHON=python3
 

@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 from accounts.models import User
 from experiments.services import exp_abort
 from experiments.tests.factories import make_exp
-from falcon_site.errors import InvalidTransition
+from core.errors import InvalidTransition
 from jobs.models import Job
 from jobs.services import job_update_status
 

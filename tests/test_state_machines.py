@@ -12,7 +12,7 @@ from experiments import state as exp_state
 from experiments.models import Experiment, ExpStatus
 from experiments.services import exp_update_status
 from experiments.tests.factories import make_exp
-from falcon_site.errors import InvalidTransition, NotFound, TransitionRace
+from core.errors import InvalidTransition, NotFound, TransitionRace
 from jobs import state as job_state
 from jobs.models import Job, JobStatus
 from jobs.services import job_update_status

@@ -6,13 +6,13 @@ propagate to `falcon_site.grpc.interceptors`, which maps them to gRPC status cod
 from __future__ import annotations
 
 from experiments.models import ExpStatus
-from falcon_site.grpc.gen.falcon.v1 import artifact_pb2, artifact_pb2_grpc
-from falcon_site.grpc.mappers import list_filters, optional, require_choice, require_id
-from falcon_site.grpc.paging import keyset_page
+from falcon_proto.falcon.v1 import artifact_pb2, artifact_pb2_grpc
+from core.grpc.from_proto import list_filters, optional, require_choice, require_id
+from core.grpc.paging import keyset_page
 
 from .. import selectors, services
 from ..models import ArtifactStatus
-from .mappers import artifact_to_item
+from .to_proto import artifact_to_item
 
 
 class ArtifactServicer(artifact_pb2_grpc.ArtifactServiceServicer):

@@ -10,8 +10,8 @@ from artifacts.services import artifact_update_status
 from experiments.models import ExpStatus
 from experiments.services import exp_abort, exp_update_status
 from experiments.tests.factories import make_exp
-from falcon_site.grpc.errors import ERROR_CODE_KEY
-from falcon_site.grpc.gen.falcon.v1 import artifact_pb2, common_pb2
+from core.grpc.errors import ERROR_CODE_KEY
+from falcon_proto.falcon.v1 import artifact_pb2, common_pb2
 from falcon_site.grpc.testing import grpc_channel, grpc_server, stubs  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -11,7 +11,7 @@ import jwt
 import pytest
 import yaml
 
-from cli.credentials import CredentialStore, Session, normalize_server
+from cli.token_cache import CredentialStore, Session, normalize_server
 from cli.exit_codes import ExitCode
 
 from .conftest import EMAIL, one_line

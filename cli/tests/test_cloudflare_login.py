@@ -24,7 +24,7 @@ import yaml
 from click.testing import CliRunner
 
 from cli.client import FalconClient
-from cli.credentials import CredentialStore, normalize_server
+from cli.token_cache import CredentialStore, normalize_server
 from cli.env import Environment
 from cli.exit_codes import ExitCode
 from cli.main import falcon

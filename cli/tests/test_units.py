@@ -8,7 +8,7 @@ import jwt
 import pytest
 
 from cli.client import error_from_response
-from cli.credentials import (CredentialStore, Session, normalize_server, session_token_provider,
+from cli.token_cache import (CredentialStore, Session, normalize_server, session_token_provider,
                              token_expiry)
 from cli.errors import CLIError
 from cli.exit_codes import ExitCode

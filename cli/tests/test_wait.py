@@ -134,7 +134,7 @@ def test_create_wait_follows_the_new_experiment(logged_in, files):
 
 
 def test_wait_stops_when_the_session_expires_meanwhile(logged_in, files, token_for):
-    from cli.credentials import CredentialStore, Session
+    from cli.token_cache import CredentialStore, Session
 
     exp_id = _create(logged_in, files)["id"]
     store = CredentialStore(logged_in.config_dir)

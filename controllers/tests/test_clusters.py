@@ -5,8 +5,8 @@ import pytest
 import yaml
 from django.core.exceptions import ImproperlyConfigured
 
-from controllers.backends.kubernetes import KubernetesBackend
-from controllers.backends.local import LocalBackend
+from controllers.cluster_backends.kubernetes import KubernetesBackend
+from controllers.cluster_backends.local import LocalBackend
 from controllers.clusters import known_clusters, load_backends, parse_clusters
 from experiments.models import Experiment
 
@@ -142,7 +142,7 @@ def test_an_edited_file_is_read_again(clusters, auth_api):
 def test_createjob_checks_the_spec_against_the_experiments_cluster(clusters, auth_api):
     """CreateJob (gRPC) applies the same cluster checks as CreateExp: a role added later to a
     Kubernetes experiment without an image is refused, not left Pending on a failing Job."""
-    from falcon_site.errors import ValidationFailed
+    from core.errors import ValidationFailed
     from jobs.services import job_create
 
     res = auth_api.post("/api/v1/exps", body("tpu-v5p-a"), format="json")

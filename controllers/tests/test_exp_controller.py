@@ -16,7 +16,7 @@ import pytest
 from accounts.tests.factories import UserFactory
 from artifacts.models import Artifact
 from artifacts.store import local_path, store_for
-from controllers.api import ListFilter
+from controllers.contract import ListFilter
 from controllers.exp_controller import ExpController
 from controllers.grpc_client import GrpcFalconAPI
 from experiments.models import Experiment

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from controllers.api import ArtifactView, ExpView, JobView
+from controllers.contract import ArtifactView, ExpView, JobView
 from controllers.exp_controller import Update, decide, job_status_to_exp_status
 
 

@@ -8,16 +8,16 @@ import grpc
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from controllers.api import ArtifactView, ExpView, FalconAPI, JobView, ListFilter
+from controllers.contract import ArtifactView, ExpView, FalconAPI, JobView, ListFilter
 from controllers.grpc_client import GrpcFalconAPI, from_settings
 from experiments.models import Experiment, ExpStatus
 from experiments.services import exp_update_status
 from experiments.tests.factories import make_exp
-from falcon_site.errors import (
+from core.errors import (
     Conflict, InvalidTransition, NotFound, TransitionRace, ValidationFailed,
 )
-from falcon_site.grpc.errors import ApiCallFailed, ApiUnavailable, Unauthenticated
-from falcon_site.grpc.gen.falcon.v1 import common_pb2, experiment_pb2, job_pb2
+from core.grpc.errors import ApiCallFailed, ApiUnavailable, Unauthenticated
+from falcon_proto.falcon.v1 import common_pb2, experiment_pb2, job_pb2
 from falcon_site.grpc.testing import INTERNAL_TOKEN, falcon_api, grpc_server  # noqa: F401
 from jobs.models import Job, JobStatus
 from jobs.services import job_update_status

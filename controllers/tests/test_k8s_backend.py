@@ -13,10 +13,10 @@ import time
 import pytest
 from kubernetes import client
 
-from controllers.api import JobView
-from controllers.backends.base import BackendError, ClusterJobStatus, PermanentBackendError
-from controllers.backends.devices import DeviceTable
-from controllers.backends.kubernetes import (
+from controllers.contract import JobView
+from controllers.cluster_backends.base import BackendError, ClusterJobStatus, PermanentBackendError
+from clusters.devices import DeviceTable
+from controllers.cluster_backends.kubernetes import (
     K8S_JOB_NAME_MAX,
     KubernetesBackend,
     KubernetesClusterConfig,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from controllers.api import ListFilter
+from controllers.contract import ListFilter
 from controllers.clusters import load_backends
 from controllers.resource_manager import ResourceManager
 from experiments.services import exp_abort, exp_update_status

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from controllers.api import JobView
-from controllers.backends import (
+from controllers.contract import JobView
+from controllers.cluster_backends import (
     ClusterJobStatus,
     LocalBackend,
     SubmitResult,
     cluster_job_name_for,
 )
-from controllers.backends.local import RUNNER
+from controllers.cluster_backends.local import RUNNER
 
 REPO = Path(__file__).resolve().parents[2]
 DEADLINE = 15.0
@@ -238,8 +238,8 @@ def test_abort_escalates_to_sigkill_after_grace(backend, tmp_path):
 
 def submit_from_other_process(state_dir: Path, job: JobView) -> dict:
     """Submit `job` from a separate resource-manager process that then exits (a restart)."""
-    script = ("import json, sys; from pathlib import Path; from controllers.api import JobView; "
-              "from controllers.backends import LocalBackend; "
+    script = ("import json, sys; from pathlib import Path; from controllers.contract import JobView; "
+              "from controllers.cluster_backends import LocalBackend; "
               "r = LocalBackend(Path(sys.argv[1])).submit(JobView(**json.loads(sys.argv[2]))); "
               "print(json.dumps({'name': r.cluster_job_name, 'created': r.created}))")
     out = subprocess.run([sys.executable, "-c", script, str(state_dir), json.dumps(asdict(job))],

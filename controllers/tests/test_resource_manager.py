@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from accounts.tests.factories import UserFactory
-from controllers.backends import LocalBackend, cluster_job_name_for
-from controllers.backends.local import RUNNER
+from controllers.cluster_backends import LocalBackend, cluster_job_name_for
+from controllers.cluster_backends.local import RUNNER
 from controllers.resource_manager import ResourceManager
 from experiments.models import Experiment
 from experiments.services import exp_abort

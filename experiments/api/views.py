@@ -1,7 +1,7 @@
 """HTTP gateway of the seed's ExperimentService (seed 000, 3.3.1; architecture page, Contracts).
 
 Views parse, call a service or selector, and serialize; domain errors become HTTP errors in
-`falcon_site.api.exception_handler`.
+`core.drf.exception_handler`.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from rest_framework import generics, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from falcon_site.api import StrictCursorPagination
+from core.drf import StrictCursorPagination
 
 from .. import selectors, services
 from .filters import ExpFilter

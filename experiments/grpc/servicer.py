@@ -6,14 +6,14 @@ to gRPC status codes once.
 """
 from __future__ import annotations
 
-from falcon_site.grpc.auth import creator_for, current_principal
-from falcon_site.grpc.gen.falcon.v1 import experiment_pb2, experiment_pb2_grpc
-from falcon_site.grpc.mappers import json_value, list_filters, optional, require_choice, require_id
-from falcon_site.grpc.paging import keyset_page
+from accounts.grpc_auth import creator_for, current_principal
+from falcon_proto.falcon.v1 import experiment_pb2, experiment_pb2_grpc
+from core.grpc.from_proto import json_value, list_filters, optional, require_choice, require_id
+from core.grpc.paging import keyset_page
 
 from .. import selectors, services
 from ..models import ExpStatus
-from .mappers import exp_to_item
+from .to_proto import exp_to_item
 
 
 def _detail(exp_id: int) -> experiment_pb2.ExpItem:

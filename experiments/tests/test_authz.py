@@ -12,10 +12,10 @@ from accounts.models import User
 from experiments.models import Experiment
 from experiments.services import exp_abort, exp_delete, exp_may_change, exp_update_status
 from experiments.tests.factories import make_exp
-from falcon_site.errors import PermissionDenied
-from falcon_site.grpc.channel import auth_metadata
-from falcon_site.grpc.errors import ERROR_CODE_KEY
-from falcon_site.grpc.gen.falcon.v1 import common_pb2, experiment_pb2
+from core.errors import PermissionDenied
+from core.grpc.channel import auth_metadata
+from core.grpc.errors import ERROR_CODE_KEY
+from falcon_proto.falcon.v1 import common_pb2, experiment_pb2
 from falcon_site.grpc.testing import (  # noqa: F401  (fixtures)
     grpc_channel, grpc_server, stubs,
 )
@@ -213,7 +213,7 @@ def test_admin_actions_run_as_the_staff_user(client, people):
 def test_grpc_controller_only_rpcs_refuse_every_user(stubs, cloudflare, people, who):
     """Only controllers move entities or edit an experiment's rows (seed 000, 3.3.1): a user,
     even the creator or staff, gets PERMISSION_DENIED and nothing changes."""
-    from falcon_site.grpc.gen.falcon.v1 import artifact_pb2, job_pb2
+    from falcon_proto.falcon.v1 import artifact_pb2, job_pb2
 
     exp = make_exp(creator=people["creator"])
     job, artifact = exp.jobs.get(), exp.artifact
@@ -244,7 +244,7 @@ def test_grpc_controller_only_rpcs_refuse_every_user(stubs, cloudflare, people, 
 def test_grpc_an_allowed_service_token_may_call_controller_rpcs(stubs, cloudflare, people,
                                                                 settings):
     settings.FALCON_CF_SERVICE_TOKENS = ["falcon-controllers.access"]
-    from falcon_site.grpc.gen.falcon.v1 import job_pb2
+    from falcon_proto.falcon.v1 import job_pb2
 
     exp = make_exp(creator=people["creator"])
     md = auth_metadata(cloudflare.sign(cloudflare.service_claims("falcon-controllers.access")))

@@ -24,9 +24,9 @@ from experiments.grpc.servicer import ExperimentServicer
 from experiments.models import Experiment, ExpStatus
 from experiments.services import exp_update_status
 from experiments.tests.factories import make_exp
-from falcon_site.grpc.channel import auth_metadata
-from falcon_site.grpc.errors import ERROR_CODE_KEY, ERROR_FIELDS_KEY
-from falcon_site.grpc.gen.falcon.v1 import common_pb2, experiment_pb2
+from core.grpc.channel import auth_metadata
+from core.grpc.errors import ERROR_CODE_KEY, ERROR_FIELDS_KEY
+from falcon_proto.falcon.v1 import common_pb2, experiment_pb2
 from falcon_site.grpc.testing import (  # noqa: F401  (fixtures)
     INTERNAL_TOKEN, grpc_channel, grpc_server, stubs,
 )
@@ -370,7 +370,7 @@ def test_reflection_lists_and_describes_the_services(grpc_channel):
 
 @pytest.mark.django_db(transaction=False)
 def test_regenerating_the_protos_reproduces_the_committed_code(tmp_path):
-    committed = ROOT / "falcon_site" / "grpc" / "gen"
+    committed = ROOT / "falcon_proto"
     subprocess.run(["bash", str(ROOT / "scripts" / "gen_protos.sh"), str(tmp_path)], check=True,
                    env={**os.environ, "PYTHON": sys.executable}, capture_output=True)
 

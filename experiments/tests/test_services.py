@@ -8,7 +8,7 @@ from artifacts.models import Artifact
 from experiments.models import Experiment
 from experiments.services import exp_abort, exp_create, exp_delete, exp_update_status
 from experiments.tests.factories import make_exp, task_spec
-from falcon_site.errors import Conflict, NotFound, PayloadTooLarge, ValidationFailed
+from core.errors import Conflict, NotFound, PayloadTooLarge, ValidationFailed
 from jobs.models import Job
 from jobs.services import job_update_status
 

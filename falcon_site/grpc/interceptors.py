@@ -15,12 +15,12 @@ import grpc
 from django.core.exceptions import ImproperlyConfigured
 from django.db import OperationalError, close_old_connections
 
-from falcon_site.errors import FalconError
+from core.errors import FalconError
 
-from .auth import (
+from accounts.grpc_auth import (
     AuthenticationFailed, authenticate, authorize, reset_principal, set_principal,
 )
-from .errors import (
+from core.grpc.errors import (
     INTERNAL_CODE, UNAUTHENTICATED_CODE, UNAVAILABLE_CODE, abort_with_error, abort_with_status,
 )
 
@@ -42,11 +42,11 @@ class FalconServerInterceptor(grpc.ServerInterceptor):
 
     1. `django.db.close_old_connections()`, so the call reads fresh data on a usable connection
        (behaviours.md D2), and again after the call, so a worker thread keeps no stale one;
-    2. `falcon_site.grpc.auth.authenticate` on the metadata: UNAUTHENTICATED (trailer code
+    2. `accounts.grpc_auth.authenticate` on the metadata: UNAUTHENTICATED (trailer code
        `unauthenticated`) when it fails, PERMISSION_DENIED for a service token operators have
        not allowed; the principal is current during the call;
     3. the servicer; a `FalconError` it raises ends the call with
-       `falcon_site.grpc.errors.abort_with_error` (the one mapping), a database
+       `core.grpc.errors.abort_with_error` (the one mapping), a database
        `OperationalError` (lock wait timeout, deadlock, lost connection) with UNAVAILABLE so
        clients retry, and anything else with INTERNAL (logged, details not leaked).
 

@@ -23,8 +23,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from .channel import CHANNEL_OPTIONS
-from .gen.falcon.v1 import (
+from core.grpc.channel import CHANNEL_OPTIONS
+from falcon_proto.falcon.v1 import (
     artifact_pb2, artifact_pb2_grpc, experiment_pb2, experiment_pb2_grpc, job_pb2, job_pb2_grpc,
 )
 from .interceptors import FalconServerInterceptor

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
-from .channel import CHANNEL_OPTIONS
+from core.grpc.channel import CHANNEL_OPTIONS
 from .server import FalconGrpcServer, build_server
 
 
@@ -59,8 +59,8 @@ def grpc_channel(grpc_server) -> Iterator[grpc.Channel]:
 @pytest.fixture
 def stubs(grpc_channel):
     """The falcon.v1 stubs on `grpc_channel`, and `md`: the internal token's metadata."""
-    from .channel import auth_metadata
-    from .gen.falcon.v1 import artifact_pb2_grpc, experiment_pb2_grpc, job_pb2_grpc
+    from core.grpc.channel import auth_metadata
+    from falcon_proto.falcon.v1 import artifact_pb2_grpc, experiment_pb2_grpc, job_pb2_grpc
 
     class Stubs:
         exps = experiment_pb2_grpc.ExperimentServiceStub(grpc_channel)

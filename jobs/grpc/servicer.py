@@ -6,13 +6,13 @@ to `falcon_site.grpc.interceptors`, which maps them to gRPC status codes once.
 from __future__ import annotations
 
 from experiments.models import ExpStatus
-from falcon_site.grpc.gen.falcon.v1 import job_pb2, job_pb2_grpc
-from falcon_site.grpc.mappers import json_value, list_filters, optional, require_choice, require_id
-from falcon_site.grpc.paging import keyset_page
+from falcon_proto.falcon.v1 import job_pb2, job_pb2_grpc
+from core.grpc.from_proto import json_value, list_filters, optional, require_choice, require_id
+from core.grpc.paging import keyset_page
 
 from .. import selectors, services
 from ..models import JobStatus
-from .mappers import job_to_item
+from .to_proto import job_to_item
 
 
 def _item(job_id: int) -> job_pb2.JobItem:

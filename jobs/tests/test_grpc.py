@@ -9,8 +9,8 @@ import pytest
 from experiments.models import Experiment, ExpStatus
 from experiments.services import exp_abort, exp_update_status
 from experiments.tests.factories import make_exp
-from falcon_site.grpc.errors import ERROR_CODE_KEY, ERROR_FIELDS_KEY
-from falcon_site.grpc.gen.falcon.v1 import common_pb2, job_pb2
+from core.grpc.errors import ERROR_CODE_KEY, ERROR_FIELDS_KEY
+from falcon_proto.falcon.v1 import common_pb2, job_pb2
 from falcon_site.grpc.testing import grpc_channel, grpc_server, stubs  # noqa: F401 (fixtures)
 from jobs.grpc.servicer import JobServicer
 from jobs.models import Job, JobStatus
@@ -220,8 +220,8 @@ def test_list_jobs_page_is_one_query_and_carries_the_experiment(django_assert_nu
 
 
 def test_list_jobs_page_ends_early_under_the_byte_budget():
-    from falcon_site.grpc.paging import keyset_page
-    from jobs.grpc.mappers import job_to_item
+    from core.grpc.paging import keyset_page
+    from jobs.grpc.to_proto import job_to_item
     from jobs.selectors import job_list
 
     big = "x" * 120_000

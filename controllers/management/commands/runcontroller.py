@@ -63,7 +63,7 @@ def default_lease_name(prefix: str, controller: str, clusters: list[str] | None)
     Resource managers serving different cluster sets must not share a Lease; the same set in
     any order gives the same name. Names too long for a DNS subdomain end in a hash.
     """
-    from controllers.backends.base import _dns_part
+    from controllers.cluster_backends.base import _dns_part
 
     name = _dns_part(f"{prefix}-{controller}")
     if clusters:

@@ -5,7 +5,7 @@ from django.db import models
 class StatusFields(models.Model):
     """Status, its cause and the timestamps users expect, for an entity with a state machine.
 
-    `status` changes only through `falcon_site.statemachine.apply_transition`.
+    `status` changes only through `core.statemachine.apply_transition`.
     """
 
     reason = models.CharField(max_length=255, blank=True, default="")

@@ -12,8 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from controllers.api import ListFilter
-from controllers.credentials import (
+from controllers.contract import ListFilter
+from controllers.service_token import (
     CloudflareServiceToken, CredentialsError, token_source_from_settings,
 )
 from controllers.grpc_client import GrpcFalconAPI
@@ -70,7 +70,7 @@ def test_controller_calls_the_api_with_a_service_token(edge, grpc_server, settin
 
 def test_service_token_not_allowed_by_operators_is_refused(edge, grpc_server, settings,  # noqa: F811
                                                            cloudflare):
-    from falcon_site.errors import PermissionDenied
+    from core.errors import PermissionDenied
 
     url, _ = edge
     settings.FALCON_CF_SERVICE_TOKENS = []

@@ -17,7 +17,7 @@ from django.db import models
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from falcon_site.errors import InvalidTransition, NotFound, TransitionRace
+from core.errors import InvalidTransition, NotFound, TransitionRace
 
 
 @dataclass(frozen=True)
@@ -175,7 +175,7 @@ def delete_terminal(machine: StateMachine, queryset: models.QuerySet, *, pk: int
         NotFound: no row has this pk.
         Conflict: the row is not terminal (HTTP 409).
     """
-    from falcon_site.errors import Conflict
+    from core.errors import Conflict
 
     deleted, _ = queryset.filter(pk=pk, status__in=machine.terminal).delete()
     if deleted:

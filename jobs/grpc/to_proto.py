@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import json
 
-from falcon_site.grpc.gen.falcon.v1 import job_pb2
-from falcon_site.grpc.mappers import timestamp
+from falcon_proto.falcon.v1 import job_pb2
+from core.grpc.from_proto import timestamp
 
 from ..models import Job
 

@@ -25,7 +25,7 @@ from typing import Any
 from django.conf import settings
 
 from accounts.principals import INTERNAL_SERVICE, ServiceIdentity
-from falcon_site.errors import NotFound, PermissionDenied, ValidationFailed
+from core.errors import NotFound, PermissionDenied, ValidationFailed
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def authenticate(metadata: Any) -> Principal:
         AuthenticationFailed: no token; the internal token outside the local mode; or neither
             the internal token nor a valid access JWT naming a user or an allowed service (with
             the verifier's one-line reason; the token is never logged).
-        falcon_site.errors.PermissionDenied: a valid service token operators have not allowed.
+        core.errors.PermissionDenied: a valid service token operators have not allowed.
     """
     token = bearer_token(metadata)
     if token is None:
@@ -154,7 +154,7 @@ def authorize(principal: Principal, method: str) -> None:
     allowed.
 
     Raises:
-        falcon_site.errors.PermissionDenied: a user called a controller-only RPC.
+        core.errors.PermissionDenied: a user called a controller-only RPC.
     """
     if method in CONTROLLER_ONLY_METHODS and principal.kind != "service":
         name = method.rsplit("/", 1)[-1]

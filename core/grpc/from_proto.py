@@ -12,7 +12,7 @@ from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from falcon_site.errors import ValidationFailed
+from core.errors import ValidationFailed
 
 LIST_FILTER_FIELDS = ("statuses", "exp_statuses", "cluster_names", "exp_types", "ids", "exp_ids")
 

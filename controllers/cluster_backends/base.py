@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from controllers.api import JobView
+from controllers.contract import JobView
 
 # Kubernetes object names used as label values (`job-name`, `batch.kubernetes.io/job-name`) must
 # be DNS-1123 labels of at most 63 characters, so the Job name is held to the same limit.

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 # Large enough for a config (< 128 KiB) plus its task specs in every message; list pages stay under
-# `falcon_site.grpc.paging.PAGE_BYTE_BUDGET`. Server and clients use the same limits.
+# `core.grpc.paging.PAGE_BYTE_BUDGET`. Server and clients use the same limits.
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 CHANNEL_OPTIONS = (
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),

@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 
-from falcon_site.errors import (
+from core.errors import (
     Conflict, FalconError, NotFound, PermissionDenied, TransitionRace, ValidationFailed,
 )
 

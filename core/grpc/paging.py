@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from falcon_site.errors import ValidationFailed
+from core.errors import ValidationFailed
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000

@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from artifacts.store import local_path
-from controllers.api import JobView
-from controllers.backends.base import (
+from controllers.contract import JobView
+from controllers.cluster_backends.base import (
     STDERR_TAIL_BYTES,
     STDERR_TAIL_LINES,
     BackendError,
@@ -48,7 +48,7 @@ from controllers.backends.base import (
     SubmitResult,
     ignored_fields_note,
 )
-from controllers.backends.local_runner import write_atomic
+from controllers.cluster_backends.local_runner import write_atomic
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import json
 
-from artifacts.grpc.mappers import artifact_to_item
-from falcon_site.grpc.gen.falcon.v1 import experiment_pb2
-from falcon_site.grpc.mappers import timestamp
-from jobs.grpc.mappers import job_to_item
+from artifacts.grpc.to_proto import artifact_to_item
+from falcon_proto.falcon.v1 import experiment_pb2
+from core.grpc.from_proto import timestamp
+from jobs.grpc.to_proto import job_to_item
 
 from ..models import Experiment
 

@@ -36,8 +36,8 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from controllers.api import JobView
-from controllers.backends.base import (
+from controllers.contract import JobView
+from controllers.cluster_backends.base import (
     STDERR_TAIL_BYTES,
     BackendError,
     ClusterBackend,
@@ -47,7 +47,7 @@ from controllers.backends.base import (
     SubmitResult,
     cluster_job_name_for,
 )
-from controllers.backends.devices import TPU_TOPOLOGY_LABEL, DeviceTable, DeviceType
+from clusters.devices import TPU_TOPOLOGY_LABEL, DeviceTable, DeviceType
 from controllers.kubeclient import KubeCaller, KubeConnection, api_client
 
 log = logging.getLogger("falcon.controllers.kubernetes")

@@ -5,7 +5,7 @@ processes; `KubernetesBackend` (kubernetes.py, imported on demand so the local m
 the `kubernetes` client) runs one batch/v1 Indexed Job per Falcon Job, with the accelerator
 table in devices.py.
 """
-from controllers.backends.base import (
+from controllers.cluster_backends.base import (
     BackendError,
     ClusterBackend,
     ClusterJobState,
@@ -14,7 +14,7 @@ from controllers.backends.base import (
     SubmitResult,
     cluster_job_name_for,
 )
-from controllers.backends.local import LocalBackend
+from controllers.cluster_backends.local import LocalBackend
 
 __all__ = [
     "BackendError",

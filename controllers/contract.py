@@ -83,7 +83,7 @@ class ListFilter:
 class FalconAPI(Protocol):
     """The API server calls the controllers make. List calls follow page tokens to the end.
 
-    Errors are `falcon_site.errors.FalconError` subclasses (NotFound, InvalidTransition,
+    Errors are `core.errors.FalconError` subclasses (NotFound, InvalidTransition,
     TransitionRace, ...) rebuilt from the gRPC status, so controllers branch on the type.
     """
 

@@ -6,7 +6,7 @@ SQLite ignores `SELECT ... FOR UPDATE` (its writers are serialised by the databa
 """
 from __future__ import annotations
 
-from falcon_site.errors import NotFound
+from core.errors import NotFound
 
 
 def lock_experiment_with_jobs(exp_id: int):

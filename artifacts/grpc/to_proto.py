@@ -1,8 +1,8 @@
 """Artifact rows -> `falcon.v1.ArtifactItem`."""
 from __future__ import annotations
 
-from falcon_site.grpc.gen.falcon.v1 import artifact_pb2
-from falcon_site.grpc.mappers import timestamp
+from falcon_proto.falcon.v1 import artifact_pb2
+from core.grpc.from_proto import timestamp
 
 from ..models import Artifact
 
