@@ -1,23 +1,26 @@
-"""Guarded state transitions shared by every entity's state machine.
+"""The guarded transition engine behind every entity's state machine.
 
-Each app's `state.py` holds ONE table `TRANSITIONS: {target: frozenset(allowed sources)}` and a
-`TERMINAL` set. `apply_transition` moves one row with a conditional UPDATE
-(`UPDATE ... WHERE pk=%s AND status IN (sources)`), so two writers racing on one row cannot both
-win, and repeating a transition already applied is a no-op. This is django-fsm's
-`ConcurrentTransitionMixin` idea without the dependency (../shared/docs/style.md, rule 3).
+Each model holds ONE transition table, a `StateMachine` (`{target: frozenset(allowed sources)}`
+and the terminal set), as its `machine` attribute; its state-machine methods
+(`core.models.StatefulModel`) call `apply_transition`, which moves one row with a conditional
+UPDATE (`UPDATE ... WHERE pk=%s AND status IN (sources)`), so two writers racing on one row
+cannot both win, and repeating a transition already applied is a no-op. This is django-fsm's
+`ConcurrentTransitionMixin` idea without the dependency: a status is never assigned and saved,
+because a full `save()` would silently revert columns another process just changed.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from django.db import models
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from core.errors import InvalidTransition, NotFound, TransitionRace
+from core.errors import Conflict, InvalidTransition, NotFound, TransitionRace
 
 
 @dataclass(frozen=True)
@@ -175,8 +178,6 @@ def delete_terminal(machine: StateMachine, queryset: models.QuerySet, *, pk: int
         NotFound: no row has this pk.
         Conflict: the row is not terminal (HTTP 409).
     """
-    from core.errors import Conflict
-
     deleted, _ = queryset.filter(pk=pk, status__in=machine.terminal).delete()
     if deleted:
         return
@@ -185,3 +186,37 @@ def delete_terminal(machine: StateMachine, queryset: models.QuerySet, *, pk: int
         raise NotFound(f"{machine.name} {pk} does not exist.")
     raise Conflict(f"{machine.name} {pk} is {row.status}; only "
                    f"{', '.join(sorted(machine.terminal))} rows can be deleted." + hint)
+
+
+def run_lifecycle(name: str, statuses: type[StrEnum]) -> StateMachine:
+    """Return the table of a run, shared by Experiment and Job (docs/architecture.md).
+
+    `<initial> -> Running -> Succeeded | Failed`; the initial state (the enum's first member,
+    Created or Pending) may go straight to Succeeded or Failed, because polling can miss
+    Running; any non-terminal state -> Aborting -> Aborted. `started_at` is set the first time
+    the row runs, `finished_at` when it ends, `aborting_at` and `aborted_at` on the way out.
+
+    Args:
+        name: the entity's name for messages ("Experiment").
+        statuses: its status enum; must have RUNNING, SUCCEEDED, FAILED, ABORTING, ABORTED
+            after its initial member.
+    """
+    initial = next(iter(statuses))
+    running, succeeded, failed = statuses["RUNNING"], statuses["SUCCEEDED"], statuses["FAILED"]
+    aborting, aborted = statuses["ABORTING"], statuses["ABORTED"]
+    live = frozenset({initial, running})
+    return StateMachine(
+        name=name,
+        transitions={
+            initial: frozenset(),  # entered on create only
+            running: frozenset({initial}),
+            succeeded: live,
+            failed: live,
+            aborting: live,
+            aborted: frozenset({aborting}),
+        },
+        terminal=frozenset({succeeded, failed, aborted}),
+        set_on_enter={succeeded: ("finished_at",), failed: ("finished_at",),
+                      aborting: ("aborting_at",), aborted: ("aborted_at", "finished_at")},
+        set_once_on_enter={running: ("started_at",)},
+    )

@@ -1,28 +1,20 @@
-"""The Experiment entity (seed 000, sections 3.2.1 and 3.5)."""
+"""The Experiment entity: the aggregate root of its Jobs and its Artifact."""
 from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
 
-from core.fields import StatusFields
+from core.models import StatefulModel
+from core.statemachine import run_lifecycle
+from core.statuses import ExpStatus, choices
 
 
-class ExpStatus(models.TextChoices):
-    """Experiment states (seed 000, 3.2.1)."""
 
-    CREATED = "Created"
-    RUNNING = "Running"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-    ABORTING = "Aborting"
-    ABORTED = "Aborted"
-
-
-class Experiment(StatusFields):
+class Experiment(StatefulModel):
     """One experiment: a cluster, a type, one task spec per role and a verbatim config.
 
-    `config` is stored exactly as sent (seed 3.3.4: "服务端不解析") so runs can be compared, and
-    is injected into every task as `CUSTOM_CONFIG_KEY`. Jobs (one per role) and the Artifact are
+    `config` is stored exactly as sent (the server never parses it) so runs can be compared, and
+    is injected into every task as `CUSTOM_CONFIG_KEY` (`core.statuses.CONFIG_ENV`). Jobs (one per role) and the Artifact are
     created with it in one transaction by `experiments.services.exp_create`.
     """
 
@@ -37,7 +29,7 @@ class Experiment(StatusFields):
     config = models.TextField(blank=True, default="")
     artifact_path = models.CharField(max_length=512, blank=True, default="")
     priority = models.IntegerField(default=-1)
-    status = models.CharField(max_length=16, choices=ExpStatus.choices, default=ExpStatus.CREATED,
+    status = models.CharField(max_length=16, choices=choices(ExpStatus), default=ExpStatus.CREATED,
                               db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
     aborting_at = models.DateTimeField(null=True, blank=True)
@@ -47,5 +39,30 @@ class Experiment(StatusFields):
         db_table = "experiments"
         ordering = ["-created_at", "-id"]
 
+    machine = run_lifecycle("Experiment", ExpStatus)
+
     def __str__(self) -> str:
         return f"{self.name} ({self.pk})"
+
+    # State-machine methods: each is one guarded conditional UPDATE (`StatefulModel.transition`)
+    # and returns whether it changed the row.
+
+    def mark_running(self, *, reason: str | None = None, message: str | None = None) -> bool:
+        """Created -> Running: a job of the experiment runs."""
+        return self.transition(ExpStatus.RUNNING, reason=reason, message=message)
+
+    def mark_succeeded(self, *, reason: str | None = None, message: str | None = None) -> bool:
+        """Created | Running -> Succeeded: every job and the artifact succeeded."""
+        return self.transition(ExpStatus.SUCCEEDED, reason=reason, message=message)
+
+    def mark_failed(self, *, reason: str | None = None, message: str | None = None) -> bool:
+        """Created | Running -> Failed: a job or the artifact failed."""
+        return self.transition(ExpStatus.FAILED, reason=reason, message=message)
+
+    def request_abort(self, *, reason: str | None = None, message: str | None = None) -> bool:
+        """Created | Running -> Aborting: sets `aborting_at`; the controllers finish it."""
+        return self.transition(ExpStatus.ABORTING, reason=reason, message=message)
+
+    def mark_aborted(self, *, reason: str | None = None, message: str | None = None) -> bool:
+        """Aborting -> Aborted: every job stopped."""
+        return self.transition(ExpStatus.ABORTED, reason=reason, message=message)

@@ -1,27 +1,40 @@
-"""Experiment use cases that write (seed 000, 3.3.1): CreateExp, AbortExp, DeleteExp, UpdateExpStatus.
+"""Use cases that write to an experiment and the rows it owns: CreateExp, AbortExp, DeleteExp,
+UpdateExpStatus, and CreateJob and CreateArtifact, which add a row to an open experiment.
 
-Every interface (DRF views, gRPC servicers, admin actions, controllers) calls these functions, so
-no interface can skip a rule.
+The Experiment is the aggregate root of its Jobs and its Artifact: every use case whose rule
+depends on the experiment's state takes the experiment's row lock first (`experiments.locks`),
+so it lives here, and the jobs and artifacts apps never import this one. Every interface (DRF
+views, gRPC servicers, admin actions, controllers) calls these functions, so no interface can
+skip a rule.
 """
 from __future__ import annotations
 
+import re
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from accounts.models import User
 from accounts.principals import actor_label
 from artifacts.models import Artifact
-from core.errors import Conflict, PermissionDenied
-from experiments.locks import lock_experiment_with_jobs
-from core.statemachine import apply_transition, apply_transition_many
-from jobs import state as job_state
-from jobs.models import Job, JobStatus
+from core.cluster_settings import cluster_problems
+from core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
+from core.statuses import EXP_ACTIVE, EXP_TERMINAL, ExpStatus, JobStatus
+from jobs.models import Job
+from jobs.specs import validate_role, validate_task_spec
 
-from . import state
-from .models import Experiment, ExpStatus
+from .locks import lock_experiment_with_jobs
+from .models import Experiment
 from .specs import validate_create
+
+# The artifact stores Falcon writes to (architecture page, "Embedded defaults": GCS or a local
+# directory), as in FALCON_ARTIFACT_ROOT.
+ARTIFACT_SCHEMES = ("file", "gs")
+ARTIFACT_TYPE = re.compile(r"^[a-z][a-z0-9_-]*$")
+# An artifact may be added only while its experiment can still produce it.
 
 
 def artifact_path_for(*, exp_id: int, name: str, root: str | None = None) -> str:
@@ -40,8 +53,8 @@ def artifact_path_for(*, exp_id: int, name: str, root: str | None = None) -> str
 def exp_may_change(*, exp: Experiment, actor) -> bool:
     """True when `actor` may abort or delete `exp`: its creator, or a staff principal.
 
-    Issue 5, item 5: any authenticated principal may read; only the experiment's creator or a
-    staff user (set in the admin) may abort or delete it. Services are staff only when they are
+    Any authenticated principal may read; only the experiment's creator or a staff user (set in
+    the admin) may abort or delete it. Services are staff only when they are
     the local mode's internal token (`accounts.principals.INTERNAL_SERVICE`).
 
     Args:
@@ -126,16 +139,13 @@ def exp_abort(*, exp_id: int, actor) -> Experiment:
         _require_may_change(exp, actor, "abort")
         if exp.status in (ExpStatus.ABORTING, ExpStatus.ABORTED):
             return exp
-        if exp.status in state.TERMINAL:
+        if exp.status in EXP_TERMINAL:
             raise Conflict(f"Experiment {exp_id} already {exp.status}; only Created or Running "
                            "experiments can be aborted.")
         message = f"Abort requested by {actor_label(actor)}."
-        exp, _ = apply_transition(state.MACHINE, Experiment.objects, pk=exp_id,
-                                  target=ExpStatus.ABORTING, reason="AbortRequested",
-                                  message=message)
-        apply_transition_many(job_state.MACHINE, Job.objects.filter(experiment_id=exp_id),
-                              target=JobStatus.ABORTING, reason="AbortRequested",
-                              message=message)
+        exp.request_abort(reason="AbortRequested", message=message)
+        Job.objects.filter(experiment_id=exp_id).transition(
+            JobStatus.ABORTING, reason="AbortRequested", message=message)
     return exp
 
 
@@ -158,12 +168,12 @@ def exp_delete(*, exp_id: int, actor) -> None:
     with transaction.atomic():
         exp, _jobs = lock_experiment_with_jobs(exp_id)
         _require_may_change(exp, actor, "delete")
-        if exp.status not in state.TERMINAL:
+        if exp.status not in EXP_TERMINAL:
             raise Conflict(f"Experiment {exp_id} is {exp.status}; only Succeeded, Failed or "
                            "Aborted experiments can be deleted. Abort it first.")
         Artifact.objects.filter(experiment_id=exp_id).delete()
         Job.objects.filter(experiment_id=exp_id).delete()
-        Experiment.objects.filter(pk=exp_id, status__in=state.TERMINAL).delete()
+        Experiment.objects.filter(pk=exp_id, status__in=EXP_TERMINAL).delete()
 
 
 def exp_update_status(*, exp_id: int, status: str, reason: str | None = None,
@@ -171,7 +181,140 @@ def exp_update_status(*, exp_id: int, status: str, reason: str | None = None,
                       ) -> tuple[Experiment, bool]:
     """UpdateExpStatus: apply a guarded transition of the Experiment state machine.
 
-    Returns `(experiment, changed)`; see `core.statemachine.apply_transition` for errors.
+    Returns `(experiment, changed)`.
+
+    Raises:
+        NotFound, InvalidTransition, TransitionRace: see `StatefulModel.transition_pk`.
     """
-    return apply_transition(state.MACHINE, Experiment.objects, pk=exp_id, target=status,
-                            reason=reason, message=message, expected=expected)
+    return Experiment.transition_pk(exp_id, status, reason=reason, message=message,
+                                    expected=expected)
+
+
+def job_create(*, exp_id: int, role: Any, task_spec: Any) -> Job:
+    """CreateJob: add a Pending job for a new role to an existing, open experiment.
+
+    The job copies the experiment's cluster, type and priority, writes under
+    `<experiment artifact_path>/<role>` (as `exp_create` does), and the role is added to the
+    experiment's `role_to_task_spec`, so the experiment keeps one job per role of its spec
+    (docs/architecture.md, Experiment state machine). One transaction, experiment row locked.
+
+    Args:
+        exp_id: the experiment's id.
+        role: a Kubernetes DNS-1123 label not yet used by the experiment's jobs.
+        task_spec: a TaskSpec mapping (`jobs.specs`: `command`, `replica`, `image`,
+            `device_count`, `device_type`, `device_topo`, `envs`), validated as in CreateExp.
+
+    Returns:
+        The created job (status Pending).
+
+    Raises:
+        ValidationFailed: `role` or a `task_spec.<field>` is malformed, or the spec cannot run
+            on the experiment's cluster (nothing is written).
+        NotFound: no such experiment.
+        Conflict: the experiment is terminal (Succeeded, Failed, Aborted) or Aborting, or
+            already has a job for `role` (HTTP 409).
+    """
+    errors: dict[str, list[str]] = {}
+    spec: dict[str, Any] = {}
+    if problem := validate_role(role):
+        errors["role"] = [f"{role!r} {problem}"]
+    else:
+        spec_errors: dict[str, list[str]] = {}
+        spec = validate_task_spec(role, task_spec, spec_errors)
+        prefix = f"role_to_task_spec.{role}"
+        for field, messages in spec_errors.items():
+            errors["task_spec" + field[len(prefix):]] = messages
+    if not errors:
+        # The spec must also run on the experiment's cluster (an image and a known device type
+        # on Kubernetes), checked now as CreateExp does, not found out by a failing cluster Job.
+        # The cluster of an experiment never changes, so reading it first is safe.
+        cluster = (Experiment.objects.filter(pk=exp_id)
+                   .values_list("cluster_name", flat=True).first())
+        if cluster is None:
+            raise NotFound(f"Experiment {exp_id} does not exist.")
+        prefix = f"role_to_task_spec.{role}"
+        for field, messages in cluster_problems(cluster, {role: spec}).items():
+            errors["task_spec" + field[len(prefix):] if field.startswith(prefix)
+                   else field] = messages
+    if errors:
+        raise ValidationFailed(errors)
+
+    with transaction.atomic():
+        exp, jobs = lock_experiment_with_jobs(exp_id)
+        if exp.status not in EXP_ACTIVE:
+            raise Conflict(f"Experiment {exp_id} is {exp.status}; jobs can be added only to "
+                           "Created or Running experiments.")
+        if any(job.role == role for job in jobs):
+            raise Conflict(f"Experiment {exp_id} already has a job for role {role!r}; "
+                           "use another role name.")
+        try:
+            with transaction.atomic():
+                job = Job.objects.create(
+                    experiment=exp, cluster_name=exp.cluster_name, exp_type=exp.exp_type,
+                    role=role, task_spec=spec, artifact_path=f"{exp.artifact_path}/{role}",
+                    priority=exp.priority)
+        except IntegrityError:  # uk_job_exp_role: a writer that does not lock got there first
+            raise Conflict(f"Experiment {exp_id} already has a job for role {role!r}; "
+                           "use another role name.") from None
+        Experiment.objects.filter(pk=exp_id).update(
+            role_to_task_spec={**exp.role_to_task_spec, role: spec}, updated_at=timezone.now())
+    return job
+
+
+def artifact_create(*, exp_id: int, path: Any = "", artifact_type: Any = "") -> Artifact:
+    """CreateArtifact: create the artifact record of an open experiment that has none.
+
+    An experiment has at most one artifact; CreateExp makes it, so this call serves
+    an experiment whose record was deleted with DeleteArtifact. One transaction, experiment row
+    locked.
+
+    Args:
+        exp_id: the experiment's id.
+        path: `file://...` or `gs://bucket/...`, at most 512 characters; empty means the
+            experiment's `artifact_path`.
+        artifact_type: a lowercase type (`profiling`), at most 255 characters; empty means the
+            experiment's `exp_type`.
+
+    Returns:
+        The created artifact (status Created).
+
+    Raises:
+        ValidationFailed: `path` or `artifact_type` is malformed (nothing is written).
+        NotFound: no such experiment.
+        Conflict: the experiment is terminal (Succeeded, Failed, Aborted) or Aborting, or
+            already has an artifact (HTTP 409).
+    """
+    errors: dict[str, list[str]] = {}
+    path = "" if path is None else path
+    artifact_type = "" if artifact_type is None else artifact_type
+    if not isinstance(path, str):
+        errors["path"] = ["must be a string URL (file://... or gs://bucket/...)."]
+    elif path:
+        parts = urlsplit(path)
+        if len(path) > 512 or parts.scheme not in ARTIFACT_SCHEMES or not (parts.netloc
+                                                                            or parts.path):
+            errors["path"] = [f"{path[:80]!r} is not valid: a file://... or gs://bucket/... URL "
+                              "of at most 512 characters; leave it empty for the experiment's "
+                              "artifact_path."]
+    if not isinstance(artifact_type, str):
+        errors["artifact_type"] = ["must be a string such as profiling."]
+    elif artifact_type and (len(artifact_type) > 255 or not ARTIFACT_TYPE.match(artifact_type)):
+        errors["artifact_type"] = [f"{artifact_type[:80]!r} is not valid: a lowercase type such "
+                                   "as profiling; leave it empty for the experiment's exp_type."]
+    if errors:
+        raise ValidationFailed(errors)
+
+    with transaction.atomic():
+        exp, _jobs = lock_experiment_with_jobs(exp_id)
+        if exp.status not in EXP_ACTIVE:
+            raise Conflict(f"Experiment {exp_id} is {exp.status}; an artifact can be added only "
+                           "to a Created or Running experiment.")
+        if Artifact.objects.filter(experiment_id=exp_id).exists():
+            raise Conflict(f"Experiment {exp_id} already has an artifact; delete it first.")
+        try:
+            with transaction.atomic():
+                return Artifact.objects.create(experiment=exp, path=path or exp.artifact_path,
+                                               artifact_type=artifact_type or exp.exp_type)
+        except IntegrityError:  # the one-to-one key: a writer that does not lock came first
+            raise Conflict(f"Experiment {exp_id} already has an artifact; delete it first."
+                           ) from None

@@ -20,6 +20,9 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from core.statuses import ArtifactStatus, ExpStatus, JobStatus
+from core.statuses import choices as status_choices
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("FALCON_VAR_DIR", BASE_DIR / "var"))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
@@ -293,9 +296,10 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_NAME_OVERRIDES": {
-        "ExpStatusEnum": "experiments.models.ExpStatus",
-        "JobStatusEnum": "jobs.models.JobStatus",
-        "ArtifactStatusEnum": "artifacts.models.ArtifactStatus",
+        # The same (value, label) pairs as the models' choices.
+        "ExpStatusEnum": status_choices(ExpStatus),
+        "JobStatusEnum": status_choices(JobStatus),
+        "ArtifactStatusEnum": status_choices(ArtifactStatus),
     },
 }
 

@@ -5,25 +5,25 @@ import itertools
 
 import pytest
 
-from artifacts import state as artifact_state
-from artifacts.models import Artifact, ArtifactStatus
+from artifacts.models import Artifact
+from core.statuses import ArtifactStatus
 from artifacts.services import artifact_update_status
-from experiments import state as exp_state
-from experiments.models import Experiment, ExpStatus
+from experiments.models import Experiment
+from core.statuses import ExpStatus
 from experiments.services import exp_update_status
 from experiments.tests.factories import make_exp
 from core.errors import InvalidTransition, NotFound, TransitionRace
-from jobs import state as job_state
-from jobs.models import Job, JobStatus
+from jobs.models import Job
+from core.statuses import JobStatus
 from jobs.services import job_update_status
 
 # (machine, model, states, update function, id kwarg, row getter)
 MACHINES = {
-    "exp": (exp_state.MACHINE, Experiment, ExpStatus,
+    "exp": (Experiment.machine, Experiment, ExpStatus,
             lambda pk, **kw: exp_update_status(exp_id=pk, **kw), lambda e: e),
-    "job": (job_state.MACHINE, Job, JobStatus,
+    "job": (Job.machine, Job, JobStatus,
             lambda pk, **kw: job_update_status(job_id=pk, **kw), lambda e: e.jobs.get()),
-    "artifact": (artifact_state.MACHINE, Artifact, ArtifactStatus,
+    "artifact": (Artifact.machine, Artifact, ArtifactStatus,
                  lambda pk, **kw: artifact_update_status(artifact_id=pk, **kw),
                  lambda e: e.artifact),
 }
@@ -113,3 +113,43 @@ def test_expected_status_reports_a_race():
     with pytest.raises(TransitionRace):
         job_update_status(job_id=job.pk, status="Succeeded", expected="Pending")
     assert Job.objects.get(pk=job.pk).status == "Running"
+
+
+@pytest.mark.django_db
+def test_the_models_state_machine_methods_are_guarded_transitions():
+    exp = make_exp()
+    job = exp.jobs.get()
+    assert job.mark_running(reason="Running", message="2/2 running")
+    assert job.status == JobStatus.RUNNING and job.started_at is not None
+    assert not job.mark_running()  # repeating a transition is a no-op
+    assert job.request_abort(reason="AbortRequested", message="by a test")
+    assert Job.objects.get(pk=job.pk).status == JobStatus.ABORTING
+    with pytest.raises(InvalidTransition):
+        job.mark_succeeded()  # Aborting may only end Aborted
+    assert job.mark_aborted(reason="Aborted") and job.is_terminal
+    artifact = exp.artifact
+    assert artifact.mark_failed(reason="ArtifactEmpty", message="no files")
+    assert Artifact.objects.get(pk=artifact.pk).finished_at is not None
+    assert exp.request_abort(message="by a test") and exp.aborting_at is not None
+    assert exp.mark_aborted() and exp.status == ExpStatus.ABORTED
+
+
+@pytest.mark.django_db
+def test_a_stale_instance_cannot_overwrite_a_newer_status():
+    exp = make_exp()
+    stale = Job.objects.get(pk=exp.jobs.get().pk)
+    fresh = Job.objects.get(pk=stale.pk)
+    assert fresh.mark_failed(reason="Error")
+    with pytest.raises(InvalidTransition):
+        stale.mark_running()  # the guard reads the row, not the stale instance
+    assert Job.objects.get(pk=stale.pk).status == JobStatus.FAILED
+
+
+@pytest.mark.django_db
+def test_a_queryset_moves_only_the_rows_its_table_allows():
+    exp = make_exp(roles=("a", "b"))
+    first, second = exp.jobs.order_by("pk")
+    first.mark_succeeded()
+    assert Job.objects.filter(experiment=exp).transition(JobStatus.ABORTING, reason="R") == 1
+    assert Job.objects.get(pk=second.pk).status == JobStatus.ABORTING
+    assert Job.objects.get(pk=first.pk).status == JobStatus.SUCCEEDED

@@ -4,10 +4,11 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from artifacts.grpc.servicer import ArtifactServicer
-from artifacts.models import Artifact, ArtifactStatus
+from experiments.grpc.artifact_servicer import ArtifactServicer
+from artifacts.models import Artifact
+from core.statuses import ArtifactStatus
 from artifacts.services import artifact_update_status
-from experiments.models import ExpStatus
+from core.statuses import ExpStatus
 from experiments.services import exp_abort, exp_update_status
 from experiments.tests.factories import make_exp
 from core.grpc.errors import ERROR_CODE_KEY

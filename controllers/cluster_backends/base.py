@@ -244,7 +244,7 @@ class ClusterBackend(ABC):
     def validate(self, task_spec: dict[str, Any]) -> dict[str, list[str]]:
         """Return backend-specific problems of a TaskSpec, keyed by TaskSpec field name.
 
-        The common shape rules live in `experiments.specs`; this adds what only this kind of
+        The common shape rules live in `jobs.specs`; this adds what only this kind of
         cluster cares about (for Kubernetes: a missing image, an unknown device type). The
         caller prefixes the keys with `role_to_task_spec.<role>.`. An empty dict means valid.
         """

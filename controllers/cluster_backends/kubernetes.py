@@ -47,6 +47,7 @@ from controllers.cluster_backends.base import (
     SubmitResult,
     cluster_job_name_for,
 )
+from clusters.validation import kubernetes_task_spec_problems
 from clusters.devices import TPU_TOPOLOGY_LABEL, DeviceTable, DeviceType
 from controllers.kubeclient import KubeCaller, KubeConnection, api_client
 
@@ -659,37 +660,7 @@ class KubernetesBackend(ClusterBackend):
     def validate(self, task_spec: dict[str, Any]) -> dict[str, list[str]]:
         """Return what this cluster cannot run in a TaskSpec, keyed by TaskSpec field.
 
-        A Kubernetes Pod needs an image and a command; the device fields must map to a known
-        accelerator with a matching topology (`DeviceTable.check`); a TPU role has one replica
-        (one slice per Job: GKE's TPU webhook treats every Pod of the Job as a worker of ONE
-        slice, see the `replica` check below).
+        The same rules the API server applies at CreateExp
+        (`clusters.validation.kubernetes_task_spec_problems`).
         """
-        problems: dict[str, list[str]] = {}
-        image = task_spec.get("image")
-        if not isinstance(image, str) or not image.strip():
-            problems["image"] = [f"is required on the Kubernetes cluster {self.cluster_name}: "
-                                 "the container image the task runs in."]
-        elif any(ch.isspace() for ch in image):
-            problems["image"] = [f"{image!r} is not an image reference (no spaces allowed)."]
-        command = task_spec.get("command")
-        if not isinstance(command, str) or not command.strip():
-            problems["command"] = ["is required: the shell command the container runs."]
-        count = task_spec.get("device_count") or 0
-        device = self.config.devices.get(task_spec.get("device_type") or "")
-        replica = task_spec.get("replica") or 1
-        if device is not None and device.kind == "tpu" and isinstance(replica, int) \
-                and replica > 1:
-            # All replicas of a role are one Indexed Job. GKE's TPU webhook sets
-            # TPU_WORKER_ID / TPU_WORKER_HOSTNAMES on every Pod of an Indexed Job that has a
-            # subdomain, parallelism > 1 and requests google.com/tpu ("Deploy TPU workloads in
-            # GKE Standard", multi-host section), so libtpu would join independent replicas
-            # into one slice that does not exist. One replica per role keeps one Job = one slice.
-            problems["replica"] = [
-                f"is {replica}, but TPU slices run one replica per role on the Kubernetes "
-                f"cluster {self.cluster_name}: use several roles for several slices."]
-        if isinstance(count, int):
-            for key, text in self.config.devices.check(
-                    device_type=task_spec.get("device_type") or "", device_count=count,
-                    device_topo=task_spec.get("device_topo") or "").items():
-                problems.setdefault(key, []).append(text)
-        return problems
+        return kubernetes_task_spec_problems(self.cluster_name, self.config.devices, task_spec)

@@ -509,7 +509,7 @@ class LocalBackend(ClusterBackend):
     # -- validate ---------------------------------------------------------------------------
 
     def validate(self, task_spec: dict[str, Any]) -> dict[str, list[str]]:
-        """Return {}: any TaskSpec that passed `experiments.specs` runs locally.
+        """Return {}: any TaskSpec that passed `jobs.specs` runs locally.
 
         `image` and the device fields cannot be honoured by a local process; that is reported
         as a note on submit and in observed messages rather than refused, so the same

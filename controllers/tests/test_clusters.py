@@ -1,4 +1,4 @@
-"""The clusters file (FALCON_CLUSTERS_FILE) and CreateExp's cluster checks (issue 4 item 5)."""
+"""The clusters file (FALCON_CLUSTERS_FILE) and CreateExp's cluster checks."""
 from __future__ import annotations
 
 import pytest
@@ -7,7 +7,9 @@ from django.core.exceptions import ImproperlyConfigured
 
 from controllers.cluster_backends.kubernetes import KubernetesBackend
 from controllers.cluster_backends.local import LocalBackend
-from controllers.clusters import known_clusters, load_backends, parse_clusters
+from clusters.config import ClusterConfigError, parse_clusters
+from controllers.cluster_backends.loading import load_backends
+from core.cluster_settings import known_clusters
 from experiments.models import Experiment
 
 GOOD = {"command": "python -u bench.py", "replica": 1, "image": "gcr.io/acme/t:1",
@@ -64,7 +66,7 @@ def test_without_a_file_the_embedded_local_cluster_applies(settings):
     ("clusterz: {a: {backend: local}}\n", "clusters"),
 ])
 def test_a_malformed_file_is_refused_naming_the_problem(text, match):
-    with pytest.raises(ImproperlyConfigured, match=match):
+    with pytest.raises(ClusterConfigError, match=match):
         parse_clusters(text)
 
 
@@ -143,7 +145,7 @@ def test_createjob_checks_the_spec_against_the_experiments_cluster(clusters, aut
     """CreateJob (gRPC) applies the same cluster checks as CreateExp: a role added later to a
     Kubernetes experiment without an image is refused, not left Pending on a failing Job."""
     from core.errors import ValidationFailed
-    from jobs.services import job_create
+    from experiments.services import job_create
 
     res = auth_api.post("/api/v1/exps", body("tpu-v5p-a"), format="json")
     assert res.status_code == 201, res.content
@@ -158,3 +160,11 @@ def test_createjob_checks_the_spec_against_the_experiments_cluster(clusters, aut
     assert Experiment.objects.get(pk=exp_id).jobs.count() == 1
     job = job_create(exp_id=exp_id, role="eval", task_spec=GOOD)
     assert job.role == "eval"
+
+
+def test_a_malformed_file_is_a_configuration_error_on_the_django_side(settings, tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("clusters: {a: {backend: slurm}}\n")
+    settings.FALCON_CLUSTERS_FILE = str(path)
+    with pytest.raises(ImproperlyConfigured, match="slurm"):
+        known_clusters()

@@ -123,7 +123,8 @@ def test_controllers_run_with_leader_election_and_secrets_come_from_a_secret():
 
 
 def test_the_clusters_configmap_is_a_valid_clusters_file():
-    from controllers.clusters import kubernetes_config, parse_clusters
+    from clusters.config import parse_clusters
+    from controllers.cluster_backends.loading import kubernetes_config
 
     cm = next(o for o in all_objects() if o["kind"] == "ConfigMap"
               and o["metadata"]["name"] == "falcon-clusters")

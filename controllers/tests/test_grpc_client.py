@@ -10,7 +10,8 @@ from django.core.exceptions import ImproperlyConfigured
 
 from controllers.contract import ArtifactView, ExpView, FalconAPI, JobView, ListFilter
 from controllers.grpc_client import GrpcFalconAPI, from_settings
-from experiments.models import Experiment, ExpStatus
+from experiments.models import Experiment
+from core.statuses import ExpStatus
 from experiments.services import exp_update_status
 from experiments.tests.factories import make_exp
 from core.errors import (
@@ -19,7 +20,8 @@ from core.errors import (
 from core.grpc.errors import ApiCallFailed, ApiUnavailable, Unauthenticated
 from falcon_proto.falcon.v1 import common_pb2, experiment_pb2, job_pb2
 from falcon_site.grpc.testing import INTERNAL_TOKEN, falcon_api, grpc_server  # noqa: F401
-from jobs.models import Job, JobStatus
+from jobs.models import Job
+from core.statuses import JobStatus
 from jobs.services import job_update_status
 
 pytestmark = pytest.mark.django_db(transaction=True)

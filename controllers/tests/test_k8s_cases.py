@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from controllers.contract import ListFilter
-from controllers.clusters import load_backends
+from controllers.cluster_backends.loading import load_backends
 from controllers.resource_manager import ResourceManager
 from experiments.services import exp_abort, exp_update_status
 from experiments.tests.factories import make_exp

@@ -3,14 +3,16 @@ from __future__ import annotations
 
 import django_filters
 
-from ..models import Experiment, ExpStatus
+from core.statuses import ExpStatus, choices
+
+from ..models import Experiment
 from ..selectors import exp_list
 
 
 class ExpFilter(django_filters.FilterSet):
     """`?status=Running&status=Created&exp_type=&cluster_name=&creator=` (creator: email or id)."""
 
-    status = django_filters.MultipleChoiceFilter(choices=ExpStatus.choices)
+    status = django_filters.MultipleChoiceFilter(choices=choices(ExpStatus))
     exp_type = django_filters.CharFilter()
     cluster_name = django_filters.CharFilter()
     creator = django_filters.CharFilter(help_text="The creator's email or user id.")

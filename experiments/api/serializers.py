@@ -27,7 +27,7 @@ TASK_SPEC_SCHEMA = {
 @extend_schema_field({"type": "object", "additionalProperties": TASK_SPEC_SCHEMA,
                       "example": {"main": {"command": "python bench.py", "replica": 1}}})
 class RoleToTaskSpecField(serializers.JSONField):
-    """`{role: TaskSpec}`; its content is validated by the domain (`experiments.specs`)."""
+    """`{role: TaskSpec}`; its content is validated by the domain (`experiments.specs`, `jobs.specs`)."""
 
 
 class ExpCreateInputSerializer(serializers.Serializer):

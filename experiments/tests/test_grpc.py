@@ -20,8 +20,9 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 from google.protobuf.descriptor_pool import DescriptorPool
 
 from accounts.tests.factories import UserFactory
-from experiments.grpc.servicer import ExperimentServicer
-from experiments.models import Experiment, ExpStatus
+from experiments.grpc.experiment_servicer import ExperimentServicer
+from experiments.models import Experiment
+from core.statuses import ExpStatus
 from experiments.services import exp_update_status
 from experiments.tests.factories import make_exp
 from core.grpc.channel import auth_metadata
@@ -30,7 +31,8 @@ from falcon_proto.falcon.v1 import common_pb2, experiment_pb2
 from falcon_site.grpc.testing import (  # noqa: F401  (fixtures)
     INTERNAL_TOKEN, grpc_channel, grpc_server, stubs,
 )
-from jobs.models import Job, JobStatus
+from jobs.models import Job
+from core.statuses import JobStatus
 from jobs.services import job_update_status
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -74,9 +74,9 @@ def build_server(addr: str, *, max_workers: int = 16) -> FalconGrpcServer:
     Raises:
         RuntimeError: the address cannot be bound.
     """
-    from artifacts.grpc.servicer import ArtifactServicer
-    from experiments.grpc.servicer import ExperimentServicer
-    from jobs.grpc.servicer import JobServicer
+    from experiments.grpc.artifact_servicer import ArtifactServicer
+    from experiments.grpc.experiment_servicer import ExperimentServicer
+    from experiments.grpc.job_servicer import JobServicer
 
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="falcon-grpc"),

@@ -44,7 +44,7 @@ def build_exp_controller(options, fence=None):
 
 
 def build_resource_manager(options, fence=None):
-    from controllers.clusters import load_backends
+    from controllers.cluster_backends.loading import load_backends
     from controllers.grpc_client import GrpcFalconAPI
     from controllers.resource_manager import ResourceManager
 

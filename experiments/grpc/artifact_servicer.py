@@ -1,26 +1,28 @@
 """ArtifactService (falcon.v1): parse the request, call the service or selector, map the result.
 
-No business rules here: they are in `artifacts.services` / `artifacts.selectors`. Domain errors
-propagate to `falcon_site.grpc.interceptors`, which maps them to gRPC status codes once.
+No business rules here: they are in `artifacts.services` / `artifacts.selectors`, and in
+`experiments.services.artifact_create`, which adds a row to an experiment under its row lock. The
+servicer lives with the experiment, the aggregate root, so the artifacts app never imports
+experiments. Domain errors propagate to `falcon_site.grpc.interceptors`, which maps them to gRPC
+status codes once.
 """
 from __future__ import annotations
 
-from experiments.models import ExpStatus
-from falcon_proto.falcon.v1 import artifact_pb2, artifact_pb2_grpc
+from artifacts import selectors, services
+from artifacts.grpc.to_proto import artifact_to_item
 from core.grpc.from_proto import list_filters, optional, require_choice, require_id
 from core.grpc.paging import keyset_page
-
-from .. import selectors, services
-from ..models import ArtifactStatus
-from .to_proto import artifact_to_item
+from core.statuses import ArtifactStatus, ExpStatus
+from experiments.services import artifact_create
+from falcon_proto.falcon.v1 import artifact_pb2, artifact_pb2_grpc
 
 
 class ArtifactServicer(artifact_pb2_grpc.ArtifactServiceServicer):
-    """The seed's ArtifactService (seed 000, 3.3.1 and 3.5) over the service layer."""
+    """ArtifactService over the service layer."""
 
     def CreateArtifact(self, request, context):
-        """CreateArtifact -> `services.artifact_create` (open experiments without one)."""
-        artifact = services.artifact_create(exp_id=require_id(request.exp_id, "exp_id"),
+        """CreateArtifact -> `experiments.services.artifact_create` (open experiments without one)."""
+        artifact = artifact_create(exp_id=require_id(request.exp_id, "exp_id"),
                                             path=request.path,
                                             artifact_type=request.artifact_type)
         return artifact_pb2.ArtifactCommonResp(artifact=artifact_to_item(artifact), changed=True,
@@ -32,10 +34,10 @@ class ArtifactServicer(artifact_pb2_grpc.ArtifactServiceServicer):
         expected = optional(request, "expected")
         artifact, changed = services.artifact_update_status(
             artifact_id=artifact_id,
-            status=require_choice(request.status, "status", ArtifactStatus.values),
+            status=require_choice(request.status, "status", list(ArtifactStatus)),
             reason=optional(request, "reason"), message=optional(request, "message"),
             expected=None if expected is None else require_choice(expected, "expected",
-                                                                  ArtifactStatus.values))
+                                                                  list(ArtifactStatus)))
         return artifact_pb2.ArtifactCommonResp(artifact=artifact_to_item(artifact),
                                                changed=changed, id=artifact.pk)
 
@@ -48,8 +50,8 @@ class ArtifactServicer(artifact_pb2_grpc.ArtifactServiceServicer):
         filters = list_filters(request, rpc="ListArtifacts",
                                supported=("statuses", "exp_statuses", "cluster_names",
                                           "exp_types", "ids", "exp_ids"),
-                               status_choices=ArtifactStatus.values,
-                               exp_status_choices=ExpStatus.values)
+                               status_choices=list(ArtifactStatus),
+                               exp_status_choices=list(ExpStatus))
         page = keyset_page(selectors.artifact_list(**filters), page_size=request.page_size,
                            page_token=request.page_token, to_message=artifact_to_item)
         return artifact_pb2.ListArtifactsResp(artifacts=page.items,

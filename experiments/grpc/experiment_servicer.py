@@ -12,7 +12,7 @@ from core.grpc.from_proto import json_value, list_filters, optional, require_cho
 from core.grpc.paging import keyset_page
 
 from .. import selectors, services
-from ..models import ExpStatus
+from core.statuses import ExpStatus
 from .to_proto import exp_to_item
 
 
@@ -39,10 +39,10 @@ class ExperimentServicer(experiment_pb2_grpc.ExperimentServiceServicer):
         exp_id = require_id(request.id)
         expected = optional(request, "expected")
         exp, changed = services.exp_update_status(
-            exp_id=exp_id, status=require_choice(request.status, "status", ExpStatus.values),
+            exp_id=exp_id, status=require_choice(request.status, "status", list(ExpStatus)),
             reason=optional(request, "reason"), message=optional(request, "message"),
             expected=None if expected is None else require_choice(expected, "expected",
-                                                                  ExpStatus.values))
+                                                                  list(ExpStatus)))
         return experiment_pb2.ExpCommonResp(exp=_detail(exp.pk), changed=changed, id=exp.pk)
 
     def AbortExp(self, request, context):
@@ -59,7 +59,7 @@ class ExperimentServicer(experiment_pb2_grpc.ExperimentServiceServicer):
         """ListExps -> `selectors.exp_list` over `exp_summary_queryset`, one keyset page."""
         filters = list_filters(request, rpc="ListExps",
                                supported=("statuses", "cluster_names", "exp_types", "ids"),
-                               status_choices=ExpStatus.values)
+                               status_choices=list(ExpStatus))
         qs = selectors.exp_list(queryset=selectors.exp_summary_queryset(), **filters)
         page = keyset_page(qs, page_size=request.page_size, page_token=request.page_token,
                            to_message=lambda exp: exp_to_item(exp, detail=False))

@@ -1,18 +1,20 @@
 """JobService (falcon.v1): parse the request, call the service or selector, map the result.
 
-No business rules here: they are in `jobs.services` / `jobs.selectors`. Domain errors propagate
-to `falcon_site.grpc.interceptors`, which maps them to gRPC status codes once.
+No business rules here: they are in `jobs.services` / `jobs.selectors`, and in
+`experiments.services.job_create`, which adds a row to an experiment under its row lock. The
+servicer lives with the experiment, the aggregate root, so the jobs app never imports
+experiments. Domain errors propagate to `falcon_site.grpc.interceptors`, which maps them to gRPC
+status codes once.
 """
 from __future__ import annotations
 
-from experiments.models import ExpStatus
-from falcon_proto.falcon.v1 import job_pb2, job_pb2_grpc
+from jobs import selectors, services
+from jobs.grpc.to_proto import job_to_item
 from core.grpc.from_proto import json_value, list_filters, optional, require_choice, require_id
 from core.grpc.paging import keyset_page
-
-from .. import selectors, services
-from ..models import JobStatus
-from .to_proto import job_to_item
+from core.statuses import ExpStatus, JobStatus
+from experiments.services import job_create
+from falcon_proto.falcon.v1 import job_pb2, job_pb2_grpc
 
 
 def _item(job_id: int) -> job_pb2.JobItem:
@@ -20,11 +22,11 @@ def _item(job_id: int) -> job_pb2.JobItem:
 
 
 class JobServicer(job_pb2_grpc.JobServiceServicer):
-    """The seed's JobService (seed 000, 3.3.1 and 3.5) over the service layer."""
+    """JobService over the service layer."""
 
     def CreateJob(self, request, context):
-        """CreateJob -> `services.job_create` (open experiments, new role only)."""
-        job = services.job_create(exp_id=require_id(request.exp_id, "exp_id"), role=request.role,
+        """CreateJob -> `experiments.services.job_create` (open experiments, new role only)."""
+        job = job_create(exp_id=require_id(request.exp_id, "exp_id"), role=request.role,
                                   task_spec=json_value(request.task_spec_json, "task_spec_json"))
         return job_pb2.JobCommonResp(job=_item(job.pk), changed=True, id=job.pk)
 
@@ -33,10 +35,10 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         job_id = require_id(request.id)
         expected = optional(request, "expected")
         job, changed = services.job_update_status(
-            job_id=job_id, status=require_choice(request.status, "status", JobStatus.values),
+            job_id=job_id, status=require_choice(request.status, "status", list(JobStatus)),
             reason=optional(request, "reason"), message=optional(request, "message"),
             expected=None if expected is None else require_choice(expected, "expected",
-                                                                  JobStatus.values),
+                                                                  list(JobStatus)),
             cluster_job_name=optional(request, "cluster_job_name"))
         return job_pb2.JobCommonResp(job=_item(job.pk), changed=changed, id=job.pk)
 
@@ -49,8 +51,8 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         filters = list_filters(request, rpc="ListJobs",
                                supported=("statuses", "exp_statuses", "cluster_names",
                                           "exp_types", "ids", "exp_ids"),
-                               status_choices=JobStatus.values,
-                               exp_status_choices=ExpStatus.values)
+                               status_choices=list(JobStatus),
+                               exp_status_choices=list(ExpStatus))
         page = keyset_page(selectors.job_list(**filters), page_size=request.page_size,
                            page_token=request.page_token, to_message=job_to_item)
         return job_pb2.ListJobsResp(jobs=page.items, next_page_token=page.next_page_token)

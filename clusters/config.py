@@ -1,0 +1,133 @@
+"""The clusters file: which clusters Falcon knows and the backend of each (`FALCON_CLUSTERS_FILE`).
+
+The file is YAML. The API server (CreateExp refuses unknown clusters and checks each TaskSpec
+against the cluster's rules, `clusters.validation`) and the resource manager (which serves some
+or all of the clusters) read the same file::
+
+    clusters:
+      local:                       # the embedded default: replicas as local processes
+        backend: local
+        state_dir: /var/lib/falcon/local-cluster   # optional
+      tpu-v5p-a:
+        backend: kubernetes
+        namespace: falcon-jobs     # required: where Jobs, Pods and Services go
+        in_cluster: true           # or kubeconfig: /etc/falcon/kubeconfig + context: NAME
+        backoff_limit: 0           # optional Job settings, see KubernetesClusterConfig
+        ttl_seconds_after_finished: 86400
+        qps: 50                    # optional client limits, see kubeclient.KubeConnection
+        devices: {}                # optional: device types for this cluster only
+    devices: {}                    # optional: device types for every kubernetes cluster
+
+This module imports no Django and opens no cluster connection, so the API server's validation
+and the controllers share it. The file is read again when its modification time or size
+changes, so an operator who mounts it from a ConfigMap does not restart the API server to add a
+cluster.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+BACKENDS = ("local", "kubernetes")
+LOCAL_KEYS = frozenset({"backend", "state_dir"})
+CONNECTION_KEYS = frozenset({"kubeconfig", "context", "in_cluster", "qps", "burst",
+                             "connect_timeout", "request_timeout", "retries", "backoff_initial",
+                             "backoff_max"})
+# Integer Job settings of a kubernetes cluster and the smallest value each accepts.
+K8S_INT_KEYS = {"backoff_limit": 0, "ttl_seconds_after_finished": 0,
+                "active_deadline_seconds": 1, "termination_grace_period_seconds": 0,
+                "list_page_size": 1}
+K8S_KEYS = (frozenset({"backend", "namespace", "propagation_policy", "service_account",
+                       "image_pull_secrets", "node_selector", "devices"})
+            | CONNECTION_KEYS | frozenset(K8S_INT_KEYS))
+
+
+class ClusterConfigError(ValueError):
+    """The clusters file cannot be read or is malformed; the message names the file and key."""
+
+
+def _check_cluster(raw: Any, where: str) -> dict[str, Any]:
+    if not isinstance(raw, Mapping):
+        raise ClusterConfigError(f"{where}: must be a mapping with at least `backend`")
+    kind = raw.get("backend")
+    if kind not in BACKENDS:
+        raise ClusterConfigError(f"{where}.backend: {kind!r} is not supported; use one of "
+                                 f"{', '.join(BACKENDS)}")
+    allowed = LOCAL_KEYS if kind == "local" else K8S_KEYS
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise ClusterConfigError(f"{where}: unknown keys {unknown} for backend {kind}; "
+                                 f"allowed: {sorted(allowed)}")
+    if kind == "kubernetes":
+        ns = raw.get("namespace")
+        if not isinstance(ns, str) or not ns:
+            raise ClusterConfigError(f"{where}.namespace: required for a kubernetes cluster")
+    return dict(raw)
+
+
+def parse_clusters(text: str, *, source: str = "clusters file") -> dict[str, dict[str, Any]]:
+    """Parse a clusters file and return `{cluster_name: entry}` with top-level `devices` merged.
+
+    Each kubernetes entry gets `devices` = the top-level entries updated by its own.
+
+    Raises:
+        ClusterConfigError: the YAML is invalid, `clusters` is missing or empty, or an entry is
+            malformed; the message names `source` and the key.
+    """
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ClusterConfigError(f"{source}: not valid YAML: {exc}") from exc
+    if not isinstance(data, Mapping) or not isinstance(data.get("clusters"), Mapping) \
+            or not data["clusters"]:
+        raise ClusterConfigError(f"{source}: needs a non-empty `clusters:` mapping of "
+                                 "cluster_name to backend settings")
+    unknown = sorted(set(data) - {"clusters", "devices"})
+    if unknown:
+        raise ClusterConfigError(f"{source}: unknown top-level keys {unknown}")
+    shared_devices = data.get("devices") or {}
+    if not isinstance(shared_devices, Mapping):
+        raise ClusterConfigError(f"{source}: devices must be a mapping")
+    out: dict[str, dict[str, Any]] = {}
+    for name, raw in data["clusters"].items():
+        entry = _check_cluster(raw, f"{source}: clusters.{name}")
+        if entry["backend"] == "kubernetes":
+            entry["devices"] = {**shared_devices, **(entry.get("devices") or {})}
+        out[str(name)] = entry
+    return out
+
+
+_cache_lock = threading.Lock()
+_cache: dict[tuple[str, int, int], dict[str, dict[str, Any]]] = {}
+
+
+def read_clusters(path: str | os.PathLike | None,
+                  default: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Return `{cluster_name: entry}` from the clusters file at `path`, else `default`.
+
+    Args:
+        path: the clusters file; empty or None means "use `default`".
+        default: the embedded default entries (one `local` cluster).
+
+    Raises:
+        ClusterConfigError: the file cannot be read or is malformed.
+    """
+    if not path:
+        return {str(k): dict(v) for k, v in default.items()}
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise ClusterConfigError(f"FALCON_CLUSTERS_FILE={str(path)!r} cannot be read: {exc}"
+                                 ) from exc
+    key = (str(path), st.st_mtime_ns, st.st_size)
+    with _cache_lock:
+        if key not in _cache:
+            text = Path(path).read_text(encoding="utf-8")
+            _cache.clear()
+            _cache[key] = parse_clusters(text, source=str(path))
+        return _cache[key]
