@@ -9,13 +9,14 @@ from typing import Any
 
 import rich_click as click
 
+from core.statuses import EXP_TERMINAL, ExpStatus
+
 from .errors import CLIError
 from .exit_codes import ExitCode
 from .options import output_option, pass_env, server_option
 
 EXPS = "/api/v1/exps"
-STATUSES = ("Created", "Running", "Succeeded", "Failed", "Aborting", "Aborted")
-TERMINAL = frozenset({"Succeeded", "Failed", "Aborted"})
+STATUSES = tuple(status.value for status in ExpStatus)  # plain strings: click shows enum names
 DEFAULT_INTERVAL = 2.0  # seconds between polls of `exp wait`
 PAGE_SIZE = 500  # rows per ListExps page: the server's maximum, so few round trips
 TASK_EXAMPLE = "main: {command: 'python run.py', replica: 1}"
@@ -371,7 +372,7 @@ def wait_for(env, client, exp_id: int, *, interval: float, timeout: float | None
                 last = _fingerprint(exp)
                 console.file.write(_status_line(exp, env.monotonic() - start) + "\n")
                 console.file.flush()
-            if exp.get("status") in TERMINAL:
+            if exp.get("status") in EXP_TERMINAL:
                 break
             now = env.monotonic()
             if timeout is not None and now - start >= timeout:
@@ -405,12 +406,12 @@ def wait_for(env, client, exp_id: int, *, interval: float, timeout: float | None
     if output != "table":
         out.emit(env, exp, output, out.exp_detail)
     status = exp.get("status")
-    if status != "Succeeded":
+    if status != ExpStatus.SUCCEEDED:
         detail = ": ".join(str(v) for v in (exp.get("reason"), exp.get("message")) if v)
         raise CLIError(f"experiment {exp_id} ended {status}" + (f" ({detail})" if detail else ""),
                        ExitCode.EXP_FAILED)
     if output == "table":
-        env.print_out(f"experiment {exp_id} Succeeded")
+        env.print_out(f"experiment {exp_id} {ExpStatus.SUCCEEDED}")
 
 
 __all__ = ["exp_group", "read_config_file", "read_tasks_file", "wait_for"]

@@ -17,9 +17,12 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from core.statuses import ExpStatus, JobStatus
+
 STATUS_STYLES = {
-    "Created": "cyan", "Pending": "cyan", "Running": "yellow", "Succeeded": "green",
-    "Failed": "red", "Aborting": "magenta", "Aborted": "magenta",
+    ExpStatus.CREATED: "cyan", JobStatus.PENDING: "cyan", ExpStatus.RUNNING: "yellow",
+    ExpStatus.SUCCEEDED: "green", ExpStatus.FAILED: "red", ExpStatus.ABORTING: "magenta",
+    ExpStatus.ABORTED: "magenta",
 }
 
 

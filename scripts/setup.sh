@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # mysqlclient builds from source: it needs the MySQL/MariaDB client headers and pkg-config
-# (../shared/docs/libraries.md, mysqlclient row).
+# (mysqlclient builds against them; see docs/decisions.md).
 missing=()
 for pkg in default-libmysqlclient-dev pkg-config; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")

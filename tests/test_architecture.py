@@ -1,0 +1,45 @@
+"""The house's import rules hold: the import-linter contracts of pyproject.toml are kept.
+
+The contracts say that dependencies point one way (falcon_site > controllers | cli > experiments
+> jobs | artifacts > accounts > core > clusters | falcon_proto), that controllers reach data only
+over gRPC, and that what the CLI and both sides of the gRPC API share imports no Django.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("falcon_site", "controllers", "cli", "experiments", "jobs", "artifacts", "accounts",
+            "core", "clusters", "falcon_proto")
+
+
+def lint_imports() -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", "from importlinter.cli import lint_imports_command;"
+                           "lint_imports_command()", "--no-cache"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_every_import_contract_is_kept():
+    result = lint_imports()
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert "3 kept, 0 broken" in result.stdout
+
+
+def test_the_contracts_catch_a_domain_app_importing_the_controllers(tmp_path):
+    """The check is not vacuous: a copy of the tree with one forbidden import fails it."""
+    copy = tmp_path / "tree"
+    copy.mkdir()
+    shutil.copy(ROOT / "pyproject.toml", copy)
+    for package in PACKAGES:
+        shutil.copytree(ROOT / package, copy / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    with (copy / "jobs" / "selectors.py").open("a") as fh:
+        fh.write("\nimport controllers.contract  # a forbidden import\n")
+    result = subprocess.run([sys.executable, "-c", "from importlinter.cli import "
+                             "lint_imports_command; lint_imports_command()", "--no-cache"],
+                            cwd=copy, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert "jobs.selectors -> controllers.contract" in result.stdout
