@@ -1,6 +1,6 @@
 # Falcon: one image for the API server (HTTP and gRPC) and the controllers.
 # Stage 1 builds the wheels that need a compiler (mysqlclient needs the MySQL client headers and
-# pkg-config, ../shared/docs/libraries.md); stage 2 carries only the virtualenv and the code.
+# pkg-config); stage 2 carries only the virtualenv and the code.
 FROM python:3.11-slim-bookworm AS build
 RUN apt-get update \
  && apt-get install -y --no-install-recommends build-essential default-libmysqlclient-dev pkg-config \

@@ -1,9 +1,9 @@
 """Django authentication backends: a password in the local mode, the Access identity otherwise.
 
-Issue 5, item 5: the Django admin is reachable with the same Cloudflare identity for staff users
-(no separate password behind Access), and with a password in the local mode. Both backends stay
-in `AUTHENTICATION_BACKENDS` and check `FALCON_AUTH_MODE` at run time, so a password can never
-log anyone in while the server runs behind Cloudflare Access.
+The Django admin is reachable with the same Cloudflare identity for staff users (no separate
+password behind Access), and with a password in the local mode. Both backends stay in
+`AUTHENTICATION_BACKENDS` and check `FALCON_AUTH_MODE` at run time, so a password can never log
+anyone in while the server runs behind Cloudflare Access.
 """
 from __future__ import annotations
 

@@ -59,11 +59,11 @@ class AccessJWTAuthentication(authentication.BaseAuthentication):
     """Authenticate with an RS256 access JWT; register the user or admit the service.
 
     The token is taken from `Cf-Access-Jwt-Assertion`, `cf-access-token`, the `CF_Authorization`
-    cookie or `Authorization: Bearer`, in that order (issue 5, item 1). No token: returns None
-    (DRF then answers 401 unless another scheme succeeds). A bad token: 401 with the verifier's
-    one-line reason; a service token operators have not allowed: 403. A person becomes
-    `request.user` as an `accounts.User` (auto-registered, seed 3.4.4); an allowed service token
-    as an `accounts.principals.ServiceIdentity`. The token itself is never logged.
+    cookie or `Authorization: Bearer`, in that order. No token: returns None (DRF then answers 401
+    unless another scheme succeeds). A bad token: 401 with the verifier's one-line reason; a
+    service token operators have not allowed: 403. A person becomes `request.user` as an
+    `accounts.User` (registered on first sight); an allowed service token as an
+    `accounts.principals.ServiceIdentity`. The token itself is never logged.
     """
 
     def authenticate(self, request):
@@ -80,8 +80,8 @@ class AccessJWTAuthentication(authentication.BaseAuthentication):
 class LocalSessionAuthentication(authentication.SessionAuthentication):
     """Django's session login for the browsable API, in the local mode only.
 
-    In the cloudflare mode every API call must carry a token the verifier checks (seed 3.4.3,
-    defence in depth): an admin session cookie alone never authenticates an API request.
+    In the cloudflare mode every API call must carry a token the verifier checks (defence in
+    depth): an admin session cookie alone never authenticates an API request.
     """
 
     def authenticate(self, request):

@@ -1,8 +1,8 @@
 """The embedded local token issuer: RS256 JWTs signed with the server's own key.
 
-The local mode stands in for Cloudflare Access (architecture page, "Embedded defaults"): the
-server signs tokens shaped like Cloudflare's (seed 000, 3.4.1: `aud` list, `iss`, `sub`, `email`,
-`iat`, `exp`, `type`) and publishes its JWKS, and the same verifier checks them.
+The local mode stands in for Cloudflare Access (decisions.md#dec-auth): the server signs tokens
+shaped like Cloudflare's (`aud` list, `iss`, `sub`, `email`, `iat`, `exp`, `type`) and publishes
+its JWKS, and the same verifier checks them.
 """
 from __future__ import annotations
 

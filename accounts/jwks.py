@@ -6,7 +6,7 @@ does not follow redirects; and on a failed fetch it no longer wipes the cache (p
 What it does NOT do: once the cached set is older than `lifespan`, `JWKSetCache.get()` answers
 None, so every request tries the endpoint again and fails while it is down. A certs outage longer
 than the lifespan (5 minutes) is then a total auth outage, and with a slow endpoint every request
-waits for the fetch timeout under the client's lock (behaviours.md A3).
+waits for the fetch timeout under the client's lock (decisions.md#auth-3).
 
 `ResilientJWKClient` is the thin wrapper that closes that gap: it remembers the last key set it
 fetched successfully and, when a fetch fails, keeps serving that set for at most

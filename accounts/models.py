@@ -1,4 +1,4 @@
-"""Users: one row per Cloudflare Access identity (seed 000, sections 3.4.4 and 3.5)."""
+"""Users: one row per Cloudflare Access identity, registered on first sight."""
 from __future__ import annotations
 
 from django.contrib.auth.base_user import AbstractBaseUser, BaseUserManager
@@ -39,7 +39,7 @@ class UserManager(BaseUserManager):
 class User(AbstractBaseUser, PermissionsMixin):
     """A person or service that uses Falcon.
 
-    `user_id` is the Cloudflare Access `sub` claim (primary key, seed 3.5); `email` is unique.
+    `user_id` is the Cloudflare Access `sub` claim (primary key); `email` is unique.
     Rows are auto-registered on the first authenticated request (`accounts.services.user_register`).
     """
 
@@ -68,7 +68,7 @@ class ServicePrincipal(models.Model):
     """A Cloudflare Access service token an operator allows to call the API.
 
     Service tokens carry `common_name` (the token's client id), an empty `sub` and no `email`
-    (Cloudflare "Validate JWTs"); they are never a `User` (behaviours.md A2). A token is allowed
+    (Cloudflare "Validate JWTs"); they are never a `User` (decisions.md#auth-2). A token is allowed
     when its common name is in `settings.FALCON_CF_SERVICE_TOKENS` or has an active row here;
     a row with `is_active` off refuses it even when the setting lists it, so the admin is the
     quick way to cut one off.

@@ -1,7 +1,7 @@
 """Non-user principals: callers that prove a machine identity, not a person.
 
 A Cloudflare Access service token (`common_name` set, `sub` empty, no `email`) is never a `User`
-row (behaviours.md A2). Once an operator allows it, it authenticates as a `ServiceIdentity`: a
+row (decisions.md#auth-2). Once an operator allows it, it authenticates as a `ServiceIdentity`: a
 small object shaped enough like a Django user for DRF (`is_authenticated`) and for the services'
 authorization rules (`is_staff`), with no database row behind it.
 """
@@ -42,7 +42,7 @@ class ServiceIdentity:
 
     @property
     def email(self) -> str:
-        """Services have no email: '' (seed 3.4.1 gives email only to people)."""
+        """Services have no email: '' (Cloudflare Access gives an email only to people)."""
         return ""
 
     def get_username(self) -> str:

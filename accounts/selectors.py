@@ -10,7 +10,7 @@ def user_get_by_email(*, email: str) -> User:
     """Return the active user with this email (case-insensitive).
 
     Used where a trusted service acts for a user (gRPC CreateExp with `creator_email`): the
-    user must exist, i.e. have logged in once (seed 3.4.4 registers users on first request).
+    user must exist, i.e. have logged in once (users are registered on their first request).
 
     Raises:
         NotFound: no active user has this email.
@@ -24,7 +24,7 @@ def user_get_by_email(*, email: str) -> User:
 
 
 def service_principal_allowed(*, common_name: str) -> bool:
-    """True when operators allow the Cloudflare service token `common_name` (behaviours.md A2).
+    """True when operators allow the Cloudflare service token `common_name` (decisions.md#auth-2).
 
     Allowed: listed in `settings.FALCON_CF_SERVICE_TOKENS`, or an active `ServicePrincipal` row.
     A row with `is_active` off refuses it even when the setting lists it: switching it off in

@@ -1,4 +1,4 @@
-"""Who a verified token is: auto-registration of users (seed 3.4.4) and service principals."""
+"""Who a verified token is: auto-registration of users and service principals."""
 from __future__ import annotations
 
 from typing import Any
@@ -22,11 +22,11 @@ def principal_from_claims(claims: dict[str, Any]) -> User | ServiceIdentity:
     """Return who the claims of a VERIFIED token are: a registered user or an allowed service.
 
     - A person: non-empty string `sub` and `email` -> the `User`, inserted on first sight
-      (`user_register`, seed 3.4.4).
+      (`user_register`).
     - A Cloudflare service token: non-empty `common_name`, empty `sub`, no `email` -> a
       `ServiceIdentity` when operators allow it (`selectors.service_principal_allowed`).
     - Anything else (empty `sub` without a common name, `sub` without `email`, ...) names nobody;
-      in particular never a user with an empty `sub` or email (behaviours.md A2).
+      in particular never a user with an empty `sub` or email (decisions.md#auth-2).
 
     Raises:
         NoIdentity: the claims name nobody usable, the email belongs to another identity, or
@@ -57,10 +57,10 @@ def principal_from_claims(claims: dict[str, Any]) -> User | ServiceIdentity:
 def user_register(*, user_id: str, email: str) -> User:
     """Return the user with primary key `user_id`, inserting it first if it does not exist.
 
-    Seed 000, 3.4.4: look the user up by `sub`; insert `(sub, email)` if missing; otherwise do
-    nothing. The insert is `INSERT IGNORE` (MySQL) / `ON CONFLICT DO NOTHING` (SQLite), so two
-    first requests at once make one row and both succeed. It runs in autocommit, so the read
-    after it sees the winner's row even under MariaDB's REPEATABLE READ (behaviours.md D1).
+    Look the user up by `sub`; insert `(sub, email)` if missing; otherwise do nothing. The insert
+    is `INSERT IGNORE` (MySQL) / `ON CONFLICT DO NOTHING` (SQLite), so two first requests at once
+    make one row and both succeed. It runs in autocommit, so the read after it sees the winner's
+    row even under MariaDB's REPEATABLE READ (decisions.md#auth-4).
 
     Args:
         user_id: the token's `sub` (non-empty).
@@ -73,7 +73,7 @@ def user_register(*, user_id: str, email: str) -> User:
     if not user_id or not email:
         raise ValidationFailed({"sub" if not user_id else "email": [
             "is empty: a user needs both a subject and an email."]})
-    # The columns hold 255 characters (seed 3.5). MySQL's INSERT IGNORE would cut a longer
+    # The columns hold 255 characters (docs/limits.md). MySQL's INSERT IGNORE would cut a longer
     # value silently (a warning, not an error), so a different identity could be stored.
     for field, value in (("sub", user_id), ("email", email)):
         if len(value) > 255:

@@ -1,7 +1,8 @@
 """Verification of access JWTs (RS256 against a JWKS), shared by HTTP, gRPC and the admin.
 
-Seed 000, 3.4: the API server verifies every JWT as defence in depth. One `TokenVerifier` serves
-both modes; only where its settings come from differs (`verifier_settings`):
+The API server verifies every JWT as defence in depth (decisions.md#dec-auth). One
+`TokenVerifier` serves both modes; only where its settings come from differs
+(`verifier_settings`):
 
 - `local`: the embedded issuer's key (or `FALCON_AUTH_JWKS_URL`), `FALCON_AUTH_AUDIENCE`,
   `FALCON_AUTH_ISSUER`;
@@ -180,7 +181,7 @@ def verifier_settings() -> VerifierSettings:
 
     Raises:
         ImproperlyConfigured: cloudflare mode without a team domain or without an audience
-            (behaviours.md A1: the audience check is never skipped), or local mode without an
+            (decisions.md#auth-1: the audience check is never skipped), or local mode without an
             audience.
     """
     leeway = int(settings.FALCON_AUTH_LEEWAY_SECONDS)
@@ -226,10 +227,10 @@ def default_verifier() -> TokenVerifier:
                          leeway=conf.leeway)
 
 
-# Where a request carries its token, in the order they are tried (issue 5, item 1): the header
-# Cloudflare Access sets at the origin (recommended over the cookie, which is not guaranteed),
-# the header a CLI sends to the edge (`cloudflared access curl` uses it), the Access cookie,
-# then the standard bearer header (RFC 6750) used by direct callers and the local mode.
+# Where a request carries its token, in the order they are tried: the header Cloudflare Access sets
+# at the origin (recommended over the cookie, which is not guaranteed), the header a CLI sends to
+# the edge (`cloudflared access curl` uses it), the Access cookie, then the standard bearer header
+# (RFC 6750) used by direct callers and the local mode.
 TOKEN_HEADERS = ("cf-access-jwt-assertion", "cf-access-token")
 TOKEN_COOKIE = "CF_Authorization"
 

@@ -1,10 +1,10 @@
-"""The browser page of `falcon auth login` in the cloudflare mode (seed 000, 3.4.2).
+"""The browser page of `falcon auth login` in the cloudflare mode.
 
-Flow ("Cloudflare Access + local server", issue 5 item 6): the CLI listens on a random loopback
-port and opens the browser at `/auth/cli-login?port=<port>&state=<state>`. That page sits behind
-Cloudflare Access, so by the time the request reaches Falcon the user has logged in and the edge
-has put their application token in `Cf-Access-Jwt-Assertion`. The page verifies it (defence in
-depth, as every request) and redirects the browser to
+Flow ("Cloudflare Access + local server"): the CLI listens on a random loopback port and opens the
+browser at `/auth/cli-login?port=<port>&state=<state>`. That page sits behind Cloudflare Access, so
+by the time the request reaches Falcon the user has logged in and the edge has put their
+application token in `Cf-Access-Jwt-Assertion`. The page verifies it (defence in depth, as every
+request) and redirects the browser to
 `http://127.0.0.1:<port>/callback?token=<token>&state=<state>`, where the CLI checks `state` and
 caches the token.
 

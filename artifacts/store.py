@@ -1,8 +1,8 @@
 """Where experiments write their artifacts: a local directory (`file://`) or GCS (`gs://`).
 
 The exp controller asks a store whether an artifact path really holds files before it marks the
-Artifact Succeeded (architecture: "the artifact succeeds when its job(s) succeeded and its path
-really holds files in the store"); the local cluster backend turns `file://` URLs into paths
+Artifact Succeeded (it succeeds only when all its jobs succeeded and files exist under its path:
+docs/architecture.md, State machines); the local cluster backend turns `file://` URLs into paths
 for `FALCON_ARTIFACT_PATH`. No Django imports: controllers use this without settings.
 
 An artifact path is a directory-like prefix: "files under it" means files below `<path>/`.
@@ -17,7 +17,8 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 DEFAULT_LIST_LIMIT = 1000
-# Client-side timeout for every GCS call, seconds (behaviours K8: no call may block forever).
+# Client-side timeout for every GCS call, seconds (cluster-behaviours.md#cb-16: no call may block
+# forever).
 GCS_TIMEOUT_SECONDS = 30.0
 
 

@@ -5,8 +5,8 @@ with experiments of 2 Running jobs each, and times `ExpController.tick()` throug
 `GrpcFalconAPI`, counting gRPC calls with a client interceptor. Two ticks per size:
 - "first": every experiment moves Created -> Running (one UpdateExpStatus per experiment);
 - "steady": nothing changed since, so the tick only reads (the call count that matters).
-Target (issue 3): steady tick under 2 s for 10,000 jobs; list calls = ceil(rows / 1000) per
-list, independent of anything but the page size.
+Target: a steady tick under 2 s (the controller interval) for 10,000 jobs; list calls =
+ceil(rows / 1000) per list, independent of anything but the page size.
 
     .venv/bin/python bench/reconcile.py [--sizes 1000 10000]
 """

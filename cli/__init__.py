@@ -1,4 +1,4 @@
-"""The `falcon` command line client (architecture page, "CLI"; seed 000, 3.3.4 and 3.4).
+"""The `falcon` command line client (docs/architecture.md, Processes and Packages).
 
 It is its own layer: it imports no Django and talks to the API server over HTTP only. Modules:
 `main` (the top-level group and entry point), `auth` and `exp` (one module per command group),

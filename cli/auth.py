@@ -1,12 +1,13 @@
-"""`falcon auth`: log in to an API server, show the cached session, log out (seed 000, 3.4).
+"""`falcon auth`: log in to an API server, show the cached session, log out.
 
 Login is pluggable: each way of obtaining a token is a `LoginFlow` registered in `LOGIN_FLOWS`
 under the name `--method` selects:
 
-- `local`: the server's embedded issuer (architecture page, "Embedded defaults");
-- `cloudflare`: the browser flow of seed 3.4.2 ("Cloudflare Access + local server"): a loopback
-  listener, the browser at the server's Access-protected `/auth/cli-login`, the token handed back
-  with a `state` the CLI checks;
+- `local`: the server's embedded issuer (docs/architecture.md, "Embedded defaults and
+  production"; decisions.md#dec-auth);
+- `cloudflare`: the browser flow ("Cloudflare Access + local server"): a loopback listener, the
+  browser at the server's Access-protected `/auth/cli-login`, the token handed back with a
+  `state` the CLI checks;
 - `cloudflared`: `cloudflared access login` / `cloudflared access token`, when it is installed.
 
 Without `--method` the CLI asks the server (`GET /api/v1/auth/config`) which mode it runs in.
@@ -114,11 +115,10 @@ def _confirm_identity(env, client, token: str) -> str:
 class CloudflareBrowserLogin(LoginFlow):
     """Cloudflare mode: log in through Access in the browser, token back over loopback.
 
-    Seed 3.4.2 ("Cloudflare Access + local server"), issue 5 item 6: listen on 127.0.0.1 at a
-    port the kernel picks, open `<server><login_path>?port=<port>&state=<random>` in the
-    browser (or print it with `--no-browser`), wait up to `env.login_timeout` seconds for the
-    server's redirect to `/callback` with the same `state`, then confirm the token with the
-    server.
+    Listen on 127.0.0.1 at a port the kernel picks, open
+    `<server><login_path>?port=<port>&state=<random>` in the browser (or print it with
+    `--no-browser`), wait up to `env.login_timeout` seconds for the server's redirect to
+    `/callback` with the same `state`, then confirm the token with the server.
     """
 
     name = "cloudflare"

@@ -1,12 +1,13 @@
-"""HTTP client of the Falcon API (architecture page, Contracts), with the session checks.
+"""HTTP client of the Falcon API (docs/architecture.md, How a request travels), with the session
+checks.
 
 Every authenticated request first asks the token provider for the token of THIS server; the
-provider checks the cached token's expiry (seed 000, 3.4.3: the CLI refuses to call with an
-expired token and asks for a new login). Redirects are never followed, so the
-`Authorization: Bearer` header cannot be carried to another host.
+provider checks the cached token's expiry (the CLI refuses to call with an expired token and asks
+for a new login). Redirects are never followed, so the `Authorization: Bearer` header cannot be
+carried to another host.
 
 Errors become `CLIError`s with one line and an `ExitCode` chosen from the response's stable
-`code` (house style, rule 6) or, when there is none, from the HTTP status: never from the text.
+`code` (decisions.md#dec-errors) or, when there is none, from the HTTP status: never from the text.
 """
 from __future__ import annotations
 

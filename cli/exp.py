@@ -1,4 +1,4 @@
-"""`falcon exp`: the seed's ExperimentService over HTTP (seed 000, 3.3.1 and 3.3.4).
+"""`falcon exp`: the ExperimentService over HTTP.
 
 Only click is imported at module level; httpx, rich and yaml are imported inside the commands.
 """
@@ -88,7 +88,7 @@ def _unique_key_loader():
 
 
 def read_tasks_file(path: str) -> dict[str, dict[str, Any]]:
-    """Read the `--role-to-task-spec` file: YAML mapping each role to its TaskSpec (seed 3.3.4).
+    """Read the `--role-to-task-spec` file: YAML mapping each role to its TaskSpec.
 
     Only the shape is checked here (a non-empty mapping of role name -> mapping); the fields of
     each TaskSpec are checked by the server, which names the field that is wrong.
@@ -151,7 +151,8 @@ def _yaml_kind(value: Any) -> str:
 def read_config_file(path: str) -> str:
     """Read the `--config` file as UTF-8 text, byte for byte (no newline translation).
 
-    The text is sent unparsed, stored verbatim and injected as CUSTOM_CONFIG_KEY (seed 3.3.4).
+    The text is sent unparsed, stored verbatim and injected as CUSTOM_CONFIG_KEY
+    (decisions.md#dec-config).
 
     Raises:
         CLIError(USAGE): the file is missing, unreadable or not UTF-8.

@@ -1,4 +1,4 @@
-"""The loopback listener of the browser login (seed 000, 3.4.2, "Cloudflare Access + local server").
+"""The loopback listener of the browser login ("Cloudflare Access + local server").
 
 `falcon auth login` listens on 127.0.0.1 at a port the kernel picks, then sends the browser to the
 server's Access-protected login page, which redirects back to

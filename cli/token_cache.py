@@ -1,7 +1,7 @@
 """The local token cache: one session per API server, in a 0600 JSON file.
 
-Seed 000, 3.4: the CLI caches the JWT it obtained at login and sends it with every request; it
-checks the token's expiry itself before each request (3.4.3) and the server verifies it again.
+The CLI caches the JWT it obtained at login and sends it with every request; it checks the
+token's expiry itself before each request and the server verifies it again.
 A session is keyed by the server's origin (`scheme://host:port`), and the client only ever reads
 the session of the server it is about to call, so a token never reaches another server.
 
@@ -205,8 +205,8 @@ def session_token_provider(store: CredentialStore, server: str, *,
                            clock: Callable[[], float]) -> Callable[[], str]:
     """Return a function that yields `server`'s cached token after checking it has not expired.
 
-    The check runs on every call, i.e. before each request (seed 000, 3.4.3), and re-reads the
-    file, so a login made in another terminal during `exp wait` is picked up.
+    The check runs on every call, i.e. before each request, and re-reads the file, so a login made
+    in another terminal during `exp wait` is picked up.
 
     Args:
         store: the credential cache.

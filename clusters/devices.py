@@ -1,7 +1,7 @@
 """Accelerator types a Kubernetes cluster offers: the ONE table an operator extends.
 
-A TaskSpec names its accelerator with `device_type`, `device_count` and `device_topo` (seed 000,
-3.3.4 `tasks.yaml`). This module turns those three fields into what GKE schedules on:
+A TaskSpec names its accelerator with `device_type`, `device_count` and `device_topo` (their
+limits: docs/limits.md). This module turns those three fields into what GKE schedules on:
 
 - TPU (GKE "Deploy TPU workloads in GKE Standard", "Plan TPUs in GKE"): each Pod requests
   `google.com/tpu: <chips of its host>` and selects its node pool with the node labels

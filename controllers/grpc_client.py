@@ -1,6 +1,7 @@
-"""`FalconAPI` over gRPC: what the controllers use to reach the API server (seed 000, 3.6).
+"""`FalconAPI` over gRPC: what the controllers use to reach the API server.
 
-Controllers never touch the database; every read and write goes through the falcon.v1 services.
+Controllers never touch the database; every read and write goes through the falcon.v1 services
+(decisions.md#dec-grpc-only).
 This client turns messages into the frozen views of `controllers.contract` and failed calls back into
 the `FalconError` subclasses the server raised (`core.grpc.errors.error_from_rpc_error`):
 NotFound, ValidationFailed, Conflict, InvalidTransition, TransitionRace, ..., and

@@ -1,9 +1,9 @@
-"""Leader election for controller loops on a `coordination.k8s.io/v1` Lease (seed 001, 3.2).
+"""Leader election for controller loops on a `coordination.k8s.io/v1` Lease.
 
 Several replicas of a controller may run; the one holding the Lease acts, the others wait.
 This is client-go's `leaderelection` algorithm on `CoordinationV1Api`, written here because the
 `kubernetes` package's own elector builds its API client from the global default configuration,
-calls `sys.exit()` on bad arguments, and never releases the Lease (../shared/docs/libraries.md):
+calls `sys.exit()` on bad arguments, and never releases the Lease (decisions.md#dec-lease):
 
 - acquire: read the Lease; create it if missing (409: someone else created it first); take it
   over when its holder did not renew it for `leaseDurationSeconds` as observed on THIS
@@ -15,7 +15,7 @@ calls `sys.exit()` on bad arguments, and never releases the Lease (../shared/doc
   controller goes through `fence()`, which raises `LeadershipLost` instead of writing;
 - a leader whose work loop dies stops renewing, releases the Lease (so another replica takes
   over within one retry period, or within lease duration + retry period if the release fails)
-  and re-raises, so the process exits non-zero (behaviours K10).
+  and re-raises, so the process exits non-zero (cluster-behaviours.md#cb-18).
 """
 from __future__ import annotations
 
@@ -342,8 +342,8 @@ def run_elected(work: Callable[[threading.Event], Any], elector: LeaseElector, *
     follower that keeps trying to acquire (client-go's `LeaderElector.Run` stops at the first
     loss; a controller process here would then sit idle or exit, so the loop goes on). When
     `work` raises anything else, renewing stops, the Lease is released and the exception
-    propagates (K10). Only when `stop` is set, or `work` returns by itself (`--once`, with
-    `halt` unset), is the Lease released and this returns.
+    propagates (cluster-behaviours.md#cb-18). Only when `stop` is set, or `work` returns by
+    itself (`--once`, with `halt` unset), is the Lease released and this returns.
     """
     cfg = elector.config
     while not stop.is_set():

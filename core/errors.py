@@ -2,7 +2,7 @@
 
 Services raise these; `core.drf.exception_handler` maps them to HTTP status codes and the
 gRPC layer maps them to `grpc.StatusCode`s. Clients branch on `code`, never on the text
-(house style, rule 6).
+(decisions.md#dec-errors).
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ class Conflict(FalconError):
 
 
 class InvalidTransition(Conflict):
-    """A state machine refuses the requested transition (architecture page, state machines)."""
+    """A state machine refuses the requested transition (docs/architecture.md, State machines)."""
 
     code = "invalid_transition"
 

@@ -1,4 +1,4 @@
-"""Row locks, taken only here and always in primary-key order (../shared/docs/style.md, rule 4).
+"""Row locks, taken only here and always in primary-key order (decisions.md#dec-aggregate).
 
 Locks are needed only where a rule depends on several rows: aborting or deleting an experiment
 reads the experiment, then acts on its jobs. Callers must be inside `transaction.atomic()`.

@@ -1,7 +1,7 @@
 """Races between separate connections: guarded transitions and user auto-registration.
 
 Each thread has its own Django connection (connections are thread-local), so these run the real
-database's locking: on MariaDB under REPEATABLE READ (behaviours.md D1), on SQLite with its
+database's locking: on MariaDB under REPEATABLE READ (decisions.md#auth-4), on SQLite with its
 database lock.
 """
 from __future__ import annotations

@@ -28,7 +28,7 @@ MACHINES = {
                  lambda e: e.artifact),
 }
 
-# The architecture page's tables, written out independently of the code under test.
+# The state machines of docs/architecture.md, written out independently of the code under test.
 EXPECTED_ALLOWED = {
     "exp": {("Created", "Running"), ("Created", "Succeeded"), ("Created", "Failed"),
             ("Running", "Succeeded"), ("Running", "Failed"), ("Created", "Aborting"),

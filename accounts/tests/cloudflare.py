@@ -3,7 +3,7 @@
 Loaded as a pytest plugin by the root conftest, so every app's tests can use the `cloudflare`
 fixture. The certs document has Cloudflare's shape (Cloudflare "Validate JWTs"): `keys` (a JWKS
 with the current and previous key), plus `public_cert` and `public_certs` (PEM copies), which
-the verifier must never read. Tokens carry Cloudflare's claims (seed 000, 3.4.1).
+the verifier must never read. Tokens carry Cloudflare's claims.
 """
 from __future__ import annotations
 
@@ -149,7 +149,7 @@ class CloudflareAccess:
     issued: list[str] = field(default_factory=list)
 
     def claims(self, **overrides) -> dict[str, Any]:
-        """A person's claims (seed 3.4.1); `name=None` drops a claim."""
+        """A person's claims, as Access signs them; `name=None` drops a claim."""
         now = int(time.time())
         base = {"aud": [AUD], "email": "bob@example.com", "sub": "cf-sub-bob",
                 "iss": TEAM, "iat": now, "nbf": now, "exp": now + 3600, "type": "app",

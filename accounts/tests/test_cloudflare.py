@@ -1,7 +1,8 @@
 """Cloudflare mode of the verifier, offline: tokens signed here, certs served on loopback.
 
-Issue 5 items 1-3, 7 and "Bad input"; behaviours.md A1 (no audience, no start), A2 (service
-tokens), A3 (certs outage) and D1 (two first requests of a new user).
+Accepted and refused tokens, bad input, logs without tokens, and the rules of decisions.md:
+AUTH-1 (no audience, no start), AUTH-2 (service tokens), AUTH-3 (certs outage) and AUTH-4 (two
+first requests of a new user).
 """
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def detail(res) -> str:
     return line
 
 
-# -- A1: refuse to start without a team domain and an audience ----------------------------------
+# -- AUTH-1: refuse to start without a team domain and an audience ------------------------------
 
 def _start(env: dict[str, str]) -> subprocess.CompletedProcess:
     full = {**os.environ, "DJANGO_SETTINGS_MODULE": "falcon_site.settings", **env}
@@ -253,7 +254,7 @@ def test_jwks_with_only_garbage_is_401_not_500(api, cloudflare):
     detail(res)
 
 
-# -- A3: rotation, rate-limited refetch, outages ---------------------------------------------------
+# -- AUTH-3: rotation, rate-limited refetch, outages -----------------------------------------------
 
 def test_rotation_new_kid_is_accepted_after_exactly_one_refetch(api, cloudflare, settings):
     settings.FALCON_AUTH_JWKS_COOLDOWN_SECONDS = 0
@@ -338,7 +339,7 @@ def test_a_slow_certs_endpoint_cannot_stall_requests(api, cloudflare, settings):
     assert cloudflare.certs.hits == 1
 
 
-# -- A2: service tokens ----------------------------------------------------------------------------
+# -- AUTH-2: service tokens ------------------------------------------------------------------------
 
 def test_service_token_allowed_by_setting(api, cloudflare, settings):
     settings.FALCON_CF_SERVICE_TOKENS = ["ci-runner.access"]
@@ -407,7 +408,7 @@ def test_service_principal_admin_lists_and_edits(client, cloudflare):
     assert b"ci.access" in client.get("/admin/accounts/serviceprincipal/").content
 
 
-# -- D1: two first requests of a new user at once --------------------------------------------------
+# -- AUTH-4: two first requests of a new user at once ----------------------------------------------
 
 @pytest.mark.django_db(transaction=True)
 def test_two_concurrent_first_requests_make_one_user_and_both_succeed(live_server, cloudflare):

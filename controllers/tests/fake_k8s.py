@@ -1,8 +1,8 @@
 """A small Kubernetes API server on loopback that the real `kubernetes` client talks to over HTTP.
 
-`kmock` answers 404 to every PUT, sets no resourceVersion and ignores label selectors
-(../shared/docs/libraries.md), so a test could pass only because it is lax. This fake keeps the
-semantics Falcon depends on, from the Kubernetes API conventions:
+`kmock` answers 404 to every PUT, sets no resourceVersion and ignores label selectors, so a
+test could pass only because it is lax. This fake keeps the semantics Falcon depends on, from the
+Kubernetes API conventions:
 
 - every object gets `metadata.uid`, `creationTimestamp` and a `resourceVersion` from one
   counter that every write advances;
@@ -16,12 +16,13 @@ semantics Falcon depends on, from the Kubernetes API conventions:
   `limit` / `continue`, and answers 410 `Expired` for a continue token older than the last
   `compact()`;
 - DELETE of a Job follows `propagationPolicy`: `Orphan` (the default for batch/v1 Jobs deleted
-  through the API, behaviours K5) leaves its Pods, `Background` deletes the Job then its Pods
-  and Services (owner references), `Foreground` keeps the Job with a deletionTimestamp until
-  its Pods are gone. With `linger_pods`, deleted Pods stay Terminating until `reap()`;
+  through the API, cluster-behaviours.md#cb-13) leaves its Pods, `Background` deletes the Job
+  then its Pods and Services (owner references), `Foreground` keeps the Job with a
+  deletionTimestamp until its Pods are gone. With `linger_pods`, deleted Pods stay Terminating
+  until `reap()`;
 - the Job controller is played by the test: `spawn_pods` creates a Job's Pods from its template
   with the labels and hostnames the real controller sets, and `set_job_status` / `put_pod`
-  install the shapes of ../shared/cases/k8s-job-status.yaml;
+  install the shapes of fixtures/k8s-job-status.yaml;
 - `inject` makes matching requests answer an error status (410, 500, ...) or stall longer than
   the client's timeout; `requests` records every request (method, resource, name, query).
 """

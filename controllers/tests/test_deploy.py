@@ -1,4 +1,4 @@
-"""The deployment files, validated offline (issue 4 item 7).
+"""The deployment files, validated offline.
 
 Every manifest under k8s/ and every Job and Service the Kubernetes backend builds is checked
 against the Kubernetes 1.37 OpenAPI schemas with `kubernetes-validate` (strict: unknown fields
@@ -230,7 +230,7 @@ def test_docker_compose_runs_mysql_the_api_and_the_controllers_on_the_local_back
 
 def test_deployed_processes_run_in_the_cloudflare_mode_with_an_audience():
     """The local mode issues a token for any email: it must never be what a cluster runs
-    (behaviours A1: no audience, no start)."""
+    (decisions.md#auth-1: no audience, no start)."""
     cm = next(o for o in all_objects() if o["kind"] == "ConfigMap"
               and o["metadata"]["name"] == "falcon-auth")
     assert cm["data"]["FALCON_AUTH_MODE"] == "cloudflare"

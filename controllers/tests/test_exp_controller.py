@@ -1,5 +1,5 @@
-"""The exp controller over the real gRPC API (seed 000 3.2.3): every rule, re-entrancy, call
-count, fresh reads (behaviours D2).
+"""The exp controller over the real gRPC API: every rule (docs/architecture.md, State machines),
+re-entrancy, call count, fresh reads (cluster-behaviours.md#cb-17).
 
 State is set up through the service functions (guarded transitions), the controller talks to an
 in-process API server over a real socket with `GrpcFalconAPI`, and every assertion reads the
@@ -210,7 +210,7 @@ def snapshot(exps: dict[str, Experiment]) -> dict:
     return out
 
 
-# -- 1. every rule of seed 3.2.3 ----------------------------------------------------------------
+# -- 1. every rule that moves an experiment, its artifact and its jobs ------------------------
 
 def test_all_jobs_succeeded_with_files_succeeds_artifact_then_exp(falcon_api):
     exp = succeeded_with_files(UserFactory())
@@ -421,7 +421,7 @@ def test_one_tick_makes_three_list_calls_whatever_the_number_of_exps(grpc_server
     assert fresh(exps[0]).status == "Running" and fresh(exps[1]).message == "2 Pending"
 
 
-# -- 5. every tick reads fresh data (behaviours D2) ---------------------------------------------
+# -- 5. every tick reads fresh data (cluster-behaviours.md#cb-17) ------------------------------
 
 def test_each_tick_sees_rows_changed_by_another_connection(settings):
     settings.FALCON_INTERNAL_TOKEN = INTERNAL_TOKEN

@@ -1,4 +1,5 @@
-"""Every rule of seed 000 3.2.3 on scripted job states: what the exp controller decides."""
+"""What the exp controller decides from scripted job states: every rule that moves an
+experiment, its artifact and its sibling jobs (docs/architecture.md, State machines)."""
 from __future__ import annotations
 
 import pytest

@@ -1,9 +1,10 @@
 """The Kubernetes backend through the real `kubernetes` client against the loopback fake API.
 
-Covers issue 4 items 1, 3, 4: the Job a Falcon Job becomes (Indexed, completions = parallelism
-= replica x hosts, TPU/GPU mapping, env, labels, names), create / adopt (K9), one LIST per
-cluster per tick, paging and 410 Gone, retries with backoff and timeouts (K8), delete with
-propagation that removes Pods (K5, K6), and the QPS bound.
+Covers, by the IDs of docs/cluster-behaviours.md: the Job a Falcon Job becomes (Indexed,
+completions = parallelism = replica x hosts, TPU/GPU mapping, env, labels, names: CB-1, CB-9),
+create / adopt (CB-3), one LIST per cluster per tick and the QPS bound (CB-4), paging and 410
+Gone, retries with backoff and timeouts (CB-16), delete with propagation that removes Pods
+(CB-13, CB-14).
 """
 from __future__ import annotations
 
@@ -243,7 +244,7 @@ def test_submit_creates_the_job_and_a_headless_service_owned_by_it(backend, fake
 def test_submit_adopts_an_existing_job_on_409_and_never_creates_twice(backend, fake_kube):
     view = job_view()
     assert backend.submit(view).created
-    # A restarted resource manager (new backend object) submits the same job again (K9).
+    # A restarted resource manager (new backend object) submits the same job again (CB-3).
     again = make_backend(backend.config.connection.kubeconfig).submit(view)
     assert not again.created and again.cluster_job_name == "falcon-3-demo-main"
     assert len(fake_kube.list("jobs", NS)) == 1
@@ -374,7 +375,7 @@ def test_a_stalled_call_times_out_and_is_retried(kubeconfig, fake_kube):
     fake_kube.inject("GET", "jobs", delay=2.0, times=1)
     started = time.monotonic()
     assert backend.observe([job_view()])[7].status == ClusterJobStatus.MISSING
-    assert time.monotonic() - started < 1.5  # K8: never blocked for the stall
+    assert time.monotonic() - started < 1.5  # never blocked for the stall (CB-16)
     assert fake_kube.count("GET", "jobs") == 2
 
 
@@ -409,7 +410,7 @@ def test_delete_removes_pending_pods_and_is_done_only_once_none_is_left(kubeconf
          "state": {"waiting": {"reason": "ImagePullBackOff"}}}]},
         {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
                                              "reason": "Unschedulable"}]}])
-    assert backend.delete(view) is False  # Pods are terminating (K5)
+    assert backend.delete(view) is False  # Pods are terminating (CB-13)
     delete = next(r for r in fake_kube.requests if r.method == "DELETE")
     assert delete.name == name
     pods = fake_kube.list("pods", NS)
@@ -422,7 +423,7 @@ def test_delete_removes_pending_pods_and_is_done_only_once_none_is_left(kubeconf
 
 
 def test_delete_of_a_job_already_gone_is_done(backend, fake_kube):
-    assert backend.delete(job_view()) is True  # 404 means done (K6)
+    assert backend.delete(job_view()) is True  # 404 means done (CB-14)
     assert fake_kube.count("DELETE", "jobs") == 1
 
 
@@ -431,7 +432,7 @@ def test_delete_cleans_up_pods_a_hand_delete_orphaned(backend, fake_kube):
     backend.submit(view)
     name = backend.cluster_job_name(view)
     fake_kube.spawn_pods(NS, name, status={"phase": "Running"})
-    # `DELETE` without a propagation policy orphans a batch/v1 Job's Pods (K5).
+    # `DELETE` without a propagation policy orphans a batch/v1 Job's Pods (CB-13).
     client.BatchV1Api(backend.api).delete_namespaced_job(name, NS)
     assert fake_kube.get("jobs", NS, name) is None and len(fake_kube.list("pods", NS)) == 2
     assert backend.delete(view) is False  # it deleted the orphans; they were still there

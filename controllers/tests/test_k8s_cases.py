@@ -1,4 +1,4 @@
-"""The 13 cases of ../shared/cases/k8s-job-status.yaml and behaviours K1-K9, end to end.
+"""The 13 cases of fixtures/k8s-job-status.yaml and docs/cluster-behaviours.md, end to end.
 
 Each test creates an experiment through CreateExp on a `kubernetes` cluster of the clusters file,
 runs the real `ResourceManager` against the in-process gRPC API server, and its Kubernetes
@@ -27,11 +27,9 @@ from controllers.tests.fake_k8s import fake_kube, kubeconfig  # noqa: F401  (fix
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-# A copy of ../shared/cases/k8s-job-status.yaml, kept in the project so the tests run wherever the
-# repository is cloned (test_the_fixture_matches_the_shared_cases checks it is current).
+# The project's own Kubernetes status cases: a Job status and Pods as a real API server returns
+# them, and the Falcon status each must map to (docs/cluster-behaviours.md). Edit them here.
 CASES_FILE = Path(__file__).resolve().parent / "fixtures" / "k8s-job-status.yaml"
-SHARED_CASES_FILE = (Path(__file__).resolve().parents[2].parent / "shared" / "cases"
-                     / "k8s-job-status.yaml")
 CASES = {c["id"]: c for c in yaml.safe_load(CASES_FILE.read_text())["cases"]}
 NS = "falcon-jobs"
 IMAGE = "gcr.io/acme/sglang_jax:no-such-tag"
@@ -112,7 +110,8 @@ def test_case_maps_to_the_expected_falcon_status(case_id, manager, fake_kube):
     mgr = manager()
     job = submitted(mgr, replica=case["replica"])
     job_spec = fake_kube.get("jobs", NS, job.cluster_job_name)["spec"]
-    assert job_spec["completions"] == job_spec["parallelism"] == case["replica"]  # K2
+    # cluster-behaviours.md#cb-9: every replica is a completion.
+    assert job_spec["completions"] == job_spec["parallelism"] == case["replica"]
     install(fake_kube, job, case)
     mgr.tick()
     job = fresh(job)
@@ -144,7 +143,7 @@ def test_case_job_deleted_behind_falcon_fails_within_one_tick(manager, fake_kube
     assert fresh(job).status == case["falcon_status_before"]
     with fake_kube.lock:
         del fake_kube.objects[("jobs", NS, job.cluster_job_name)]
-    mgr.tick()  # one tick (K7)
+    mgr.tick()  # one tick (cluster-behaviours.md#cb-12)
     job = fresh(job)
     assert job.status == case["expect"]["status"]
     assert all(w in job.message for w in case["expect"]["message_has"]), job.message
@@ -166,9 +165,9 @@ def test_case_abort_of_a_job_already_gone_is_aborted(manager, fake_kube):
     assert fake_kube.count("DELETE", "jobs") == 1
 
 
-# -- behaviours K1-K9 through the resource manager ------------------------------------------------
+# -- cluster-behaviours.md through the resource manager -------------------------------------------
 
-def test_k1_active_pending_pods_are_not_running(manager, fake_kube):
+def test_active_pending_pods_are_not_running(manager, fake_kube):
     mgr = manager()
     job = submitted(mgr, replica=2)
     install(fake_kube, job, CASES["pending-unschedulable"])
@@ -178,8 +177,8 @@ def test_k1_active_pending_pods_are_not_running(manager, fake_kube):
     assert "Insufficient google.com/tpu" in job.message and "0/2 pods ready" in job.message
 
 
-def test_k3_image_pull_backoff_names_the_image_and_the_pending_timeout_fails_it(manager,
-                                                                              fake_kube):
+def test_image_pull_backoff_names_the_image_and_the_pending_timeout_fails_it(manager,
+                                                                           fake_kube):
     mgr = manager(pending_timeout=0.3)
     job = submitted(mgr, replica=1)
     install(fake_kube, job, CASES["image-pull-backoff"])
@@ -196,7 +195,7 @@ def test_k3_image_pull_backoff_names_the_image_and_the_pending_timeout_fails_it(
     assert fake_kube.list("jobs", NS) == [] and fake_kube.list("pods", NS) == []
 
 
-def test_k4_a_terminal_status_never_changes_afterwards(manager, fake_kube):
+def test_a_terminal_status_never_changes_afterwards(manager, fake_kube):
     mgr = manager()
     job = submitted(mgr, replica=1)
     install(fake_kube, job, CASES["complete"], status=CASES["complete"]["job_status"])
@@ -207,7 +206,7 @@ def test_k4_a_terminal_status_never_changes_afterwards(manager, fake_kube):
     assert fresh(job).status == "Succeeded"
 
 
-def test_k5_abort_waits_until_no_pod_is_left(manager, fake_kube):
+def test_abort_waits_until_no_pod_is_left(manager, fake_kube):
     fake_kube.linger_pods = True
     mgr = manager()
     job = submitted(mgr, replica=2)
@@ -226,7 +225,7 @@ def test_k5_abort_waits_until_no_pod_is_left(manager, fake_kube):
     assert fake_kube.list("pods", NS) == [] and fake_kube.list("jobs", NS) == []
 
 
-def test_k6_abort_of_a_finished_experiment_is_a_clean_409(manager, fake_kube, auth_api):
+def test_abort_of_a_finished_experiment_is_a_clean_409(manager, fake_kube, auth_api):
     mgr = manager()
     res = auth_api.post("/api/v1/exps", {
         "name": "done", "cluster_name": "k8s-a", "exp_type": "profiling",
@@ -245,7 +244,7 @@ def test_k6_abort_of_a_finished_experiment_is_a_clean_409(manager, fake_kube, au
     assert fake_kube.count("DELETE") == 0
 
 
-def test_k8_a_cluster_that_stalls_fails_one_tick_and_the_next_tick_runs(manager, fake_kube):
+def test_a_cluster_that_stalls_fails_one_tick_and_the_next_tick_runs(manager, fake_kube):
     mgr = manager(request_timeout=0.2, retries=1)
     job = submitted(mgr, replica=1)
     fake_kube.inject("GET", "jobs", delay=1.0, times=2)
@@ -257,7 +256,7 @@ def test_k8_a_cluster_that_stalls_fails_one_tick_and_the_next_tick_runs(manager,
     assert fresh(job).status == "Running"
 
 
-def test_k9_a_restarted_manager_adopts_the_running_job(manager, fake_kube, falcon_api):
+def test_a_restarted_manager_adopts_the_running_job(manager, fake_kube, falcon_api):
     mgr = manager()
     exp = make_exp(name="adopt", cluster_name="k8s-a", image=IMAGE)
     job = Job.objects.get(experiment=exp)
@@ -397,11 +396,6 @@ def test_a_service_whose_create_failed_is_made_when_the_job_is_adopted(manager, 
     job = fresh(job)
     assert job.cluster_job_name == name and job.status == "Pending"
     assert len(fake_kube.list("jobs", NS)) == 1
-
-
-@pytest.mark.skipif(not SHARED_CASES_FILE.exists(), reason="no ../shared beside this checkout")
-def test_the_fixture_matches_the_shared_cases():
-    assert CASES_FILE.read_text() == SHARED_CASES_FILE.read_text()
 
 
 def test_a_forbidden_create_is_retried_and_said_in_the_message(manager, fake_kube):

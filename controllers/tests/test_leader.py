@@ -1,4 +1,5 @@
-"""Leader election on a coordination.k8s.io/v1 Lease (issue 4 item 6; seed 001 3.2; K10).
+"""Leader election on a coordination.k8s.io/v1 Lease (decisions.md#dec-lease,
+cluster-behaviours.md#cb-18).
 
 The electors talk to the loopback fake API through the real `kubernetes` client; the fake
 enforces optimistic concurrency, so a renewal with a stale resourceVersion really gets 409.
@@ -268,7 +269,7 @@ def test_a_follower_beats_so_the_liveness_probe_keeps_it(kubeconfig, fake_kube, 
         thread.join(5)
 
 
-def test_k10_a_leader_whose_loop_dies_stops_renewing_releases_and_exits(kubeconfig, fake_kube):
+def test_a_leader_whose_loop_dies_stops_renewing_releases_and_exits(kubeconfig, fake_kube):
     a, b = make_elector(kubeconfig, "a"), make_elector(kubeconfig, "b")
 
     def work(halt):
@@ -284,7 +285,7 @@ def test_k10_a_leader_whose_loop_dies_stops_renewing_releases_and_exits(kubeconf
     assert b.try_acquire_or_renew()  # at once: the Lease was released
 
 
-def test_k10_without_a_release_another_replica_takes_over_within_duration_plus_retry(
+def test_without_a_release_another_replica_takes_over_within_duration_plus_retry(
         kubeconfig, fake_kube):
     a, b = make_elector(kubeconfig, "a"), make_elector(kubeconfig, "b")
 

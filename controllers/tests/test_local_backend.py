@@ -1,5 +1,6 @@
-"""LocalBackend with real processes: env, status mapping (K1, K2), abort (K5, K6), restart (K9),
-vanished jobs (K7). No database; every wait polls with a deadline."""
+"""LocalBackend with real processes, per docs/cluster-behaviours.md: env, status mapping (CB-5,
+CB-6, CB-9), abort (CB-13, CB-14), restart (CB-3), vanished jobs (CB-12). No database; every wait
+polls with a deadline."""
 from __future__ import annotations
 
 import json
@@ -175,7 +176,7 @@ def test_failing_replica_fails_job_with_exit_code_and_stderr_tail(backend, tmp_p
 def test_running_only_when_every_replica_runs(backend, state_dir, tmp_path):
     gate = tmp_path / "gate"
     # A runner launcher that holds replica 1 back until the gate exists: a slow-to-start
-    # replica, as an unschedulable pod would be (behaviours K1).
+    # replica, as an unschedulable pod would be (cluster-behaviours.md#cb-5).
     launcher = tmp_path / "launcher.sh"
     launcher.write_text(
         "#!/bin/sh\n"
@@ -217,7 +218,7 @@ def test_abort_kills_the_whole_process_group(backend, tmp_path):
     runner = pids[0]
     assert not Path(f"/proc/{runner}").exists()  # our child was reaped, not left a zombie
     assert not (backend.state_dir / backend.name_of(job)).exists()
-    assert backend.delete(job) is True  # idempotent (K6)
+    assert backend.delete(job) is True  # idempotent (cluster-behaviours.md#cb-14)
     assert backend.observe([job])[job.id].status == ClusterJobStatus.MISSING
 
 

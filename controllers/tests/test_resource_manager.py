@@ -1,5 +1,5 @@
-"""The resource manager over the real gRPC API and the real LocalBackend (seed 000 3.3.3;
-behaviours K1-K3, K5-K7, K9).
+"""The resource manager over the real gRPC API and the real LocalBackend
+(docs/cluster-behaviours.md: CB-3, CB-5 to CB-7, CB-9, CB-12 to CB-14).
 
 Jobs are created through the services, the manager talks to an in-process API server with
 `GrpcFalconAPI`, and the cluster is `LocalBackend` on a temporary state directory: real
@@ -105,7 +105,7 @@ def gated_runner(tmp_path: Path, gate: Path, replica: str = "1") -> list[str]:
     """A runner launcher that holds replica `replica` back until `gate` exists ("*": all).
 
     A replica that does not start is the local stand-in for an unschedulable Pod or an image
-    that cannot be pulled (behaviours K1, K3).
+    that cannot be pulled (cluster-behaviours.md#cb-6, #cb-7).
     """
     launcher = tmp_path / f"launcher-{gate.name}.sh"
     test = "true" if replica == "*" else f'[ "$FALCON_REPLICA_INDEX" = {replica} ]'
@@ -147,7 +147,7 @@ def fresh(job: Job) -> Job:
     return Job.objects.get(pk=job.pk)
 
 
-# -- submit, Running (K1), Succeeded, Failed ----------------------------------------------------
+# -- submit, Running (CB-5), Succeeded, Failed --------------------------------------------------
 
 def test_pending_job_is_submitted_running_only_when_every_replica_runs_then_succeeds(
         falcon_api, state_dir, tmp_path):
@@ -190,7 +190,7 @@ def test_failed_replica_fails_the_job_with_exit_code_and_stderr_tail(falcon_api,
     assert job.finished_at is not None
 
 
-# -- abort (K5, K6) -------------------------------------------------------------------------
+# -- abort (CB-13, CB-14) --------------------------------------------------------------------
 
 def test_abort_stops_every_process_before_the_job_is_aborted(falcon_api, state_dir, tmp_path):
     pidfile = tmp_path / "pid"
@@ -236,7 +236,7 @@ def test_abort_of_a_job_never_submitted_is_aborted(falcon_api, state_dir):
     assert not any(state_dir.glob("falcon-*"))  # nothing was started for it
 
 
-# -- a cluster job that vanished (K7) -----------------------------------------------------------
+# -- a cluster job that vanished (CB-12) --------------------------------------------------------
 
 def test_vanished_cluster_job_fails_within_one_tick_and_is_not_recreated(falcon_api, state_dir,
                                                                          tmp_path):
@@ -261,7 +261,7 @@ def test_vanished_cluster_job_fails_within_one_tick_and_is_not_recreated(falcon_
         kill_groups(runners)
 
 
-# -- restart: adopt, never start twice (K9) -----------------------------------------------------
+# -- restart: adopt, never start twice (CB-3) ---------------------------------------------------
 
 @pytest.mark.parametrize("crash_before_recording", [False, True])
 def test_restarted_manager_adopts_the_running_job_and_finishes_it(falcon_api, state_dir, tmp_path,
@@ -294,7 +294,7 @@ def test_restarted_manager_adopts_the_running_job_and_finishes_it(falcon_api, st
     assert sorted(starts(marker)) == ["0", "1"]
 
 
-# -- pending timeout (K3) ---------------------------------------------------------------------
+# -- pending timeout (CB-7) -------------------------------------------------------------------
 
 def test_pending_timeout_fails_a_job_that_cannot_start_and_removes_its_cluster_job(
         falcon_api, state_dir, tmp_path):

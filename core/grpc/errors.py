@@ -1,4 +1,4 @@
-"""Domain errors <-> gRPC status, mapped ONCE here (style rule 6; architecture page).
+"""Domain errors <-> gRPC status, mapped ONCE here (decisions.md#dec-errors).
 
 Server side, `abort_with_error` answers a `FalconError` with `grpc.StatusCode[error.grpc_status]`
 (NOT_FOUND, INVALID_ARGUMENT, FAILED_PRECONDITION, ABORTED for `TransitionRace`, ...) and puts the

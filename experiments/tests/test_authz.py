@@ -1,6 +1,6 @@
-"""Who may do what (issue 5, item 5): anyone authenticated reads; only the experiment's creator
-or a staff user aborts or deletes it. One rule in `experiments.services`, obeyed by HTTP, gRPC
-and the admin; here in the cloudflare mode, with tokens signed by the offline Access double."""
+"""Who may do what: anyone authenticated reads; only the experiment's creator or a staff user
+aborts or deletes it. One rule in `experiments.services`, obeyed by HTTP, gRPC and the admin; here
+in the cloudflare mode, with tokens signed by the offline Access double."""
 from __future__ import annotations
 
 import json
@@ -211,7 +211,7 @@ def test_admin_actions_run_as_the_staff_user(client, people):
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("who", ["creator", "other", "staff"])
 def test_grpc_controller_only_rpcs_refuse_every_user(stubs, cloudflare, people, who):
-    """Only controllers move entities or edit an experiment's rows (seed 000, 3.3.1): a user,
+    """Only controllers move entities or edit an experiment's rows (docs/limits.md): a user,
     even the creator or staff, gets PERMISSION_DENIED and nothing changes."""
     from falcon_proto.falcon.v1 import artifact_pb2, job_pb2
 

@@ -128,7 +128,7 @@ def test_create_exp_with_service_token_needs_a_known_creator(stubs):
 def test_create_exp_with_user_jwt_uses_the_caller_as_creator(stubs, token_for):
     md = auth_metadata(token_for("dave@example.com"))
     exp = stubs.exps.CreateExp(create_req(creator_email=""), metadata=md, timeout=10).exp
-    assert exp.creator_email == "dave@example.com"  # auto-registered (seed 3.4.4)
+    assert exp.creator_email == "dave@example.com"  # registered on first sight
     err = rpc_error(stubs.exps.CreateExp, create_req(creator_email="carol@example.com"),
                     metadata=md)
     assert err.code() == grpc.StatusCode.PERMISSION_DENIED

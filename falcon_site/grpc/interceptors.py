@@ -41,7 +41,8 @@ class FalconServerInterceptor(grpc.ServerInterceptor):
     For every method except health and reflection (which pass through untouched):
 
     1. `django.db.close_old_connections()`, so the call reads fresh data on a usable connection
-       (behaviours.md D2), and again after the call, so a worker thread keeps no stale one;
+       (cluster-behaviours.md#cb-17), and again after the call, so a worker thread keeps no
+       stale one;
     2. `accounts.grpc_auth.authenticate` on the metadata: UNAUTHENTICATED (trailer code
        `unauthenticated`) when it fails, PERMISSION_DENIED for a service token operators have
        not allowed; the principal is current during the call;

@@ -1,13 +1,13 @@
 """The gRPC API server: falcon.v1 services, health checking and reflection on one port.
 
-Plain grpcio servicers over the service layer, not django-socio-grpc (../shared/docs/
-libraries.md): socio-grpc derives `.proto` files and RPCs from DRF serializers and model
-viewsets (List/Retrieve/Create/Update/Destroy on one model), while the seed fixes the API
-(seed 000, 3.5: `CreateExp`, `UpdateExpStatus`, `AbortExp`, ... with its own request and
-response messages). Bending it to those names needs a `@grpc_action` per RPC and hand-written
-messages anyway, and its serializers would become a second place for validation beside
-`experiments.specs`. Hand-written protos plus thin servicers keep one contract (the seed's) and
-one validation path (the services), exactly as the HTTP views do.
+Plain grpcio servicers over the service layer, not django-socio-grpc (decisions.md#dec-grpc):
+socio-grpc derives `.proto` files and RPCs from DRF serializers and model viewsets
+(List/Retrieve/Create/Update/Destroy on one model), while Falcon's API has fixed names
+(`CreateExp`, `UpdateExpStatus`, `AbortExp`, ... with their own request and response messages).
+Bending it to those names needs a `@grpc_action` per RPC and hand-written messages anyway, and
+its serializers would become a second place for validation beside `experiments.specs`.
+Hand-written protos plus thin servicers keep one contract (protos/falcon/v1/) and one
+validation path (the services), exactly as the HTTP views do.
 
 Each call runs on a worker of a `ThreadPoolExecutor`; `FalconServerInterceptor` authenticates it,
 gives it fresh database connections (`close_old_connections()` before and after) and maps domain

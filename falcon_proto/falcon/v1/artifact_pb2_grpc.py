@@ -27,7 +27,7 @@ if _version_not_supported:
 
 
 class ArtifactServiceStub:
-    """The seed's ArtifactService: the artifact record of each experiment.
+    """ArtifactService: the artifact record of each experiment.
     """
 
     def __init__(self, channel):
@@ -64,7 +64,7 @@ class ArtifactServiceStub:
 
 
 class ArtifactServiceServicer:
-    """The seed's ArtifactService: the artifact record of each experiment.
+    """ArtifactService: the artifact record of each experiment.
     """
 
     def CreateArtifact(self, request, context):
@@ -140,7 +140,7 @@ def add_ArtifactServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class ArtifactService:
-    """The seed's ArtifactService: the artifact record of each experiment.
+    """ArtifactService: the artifact record of each experiment.
     """
 
     @staticmethod

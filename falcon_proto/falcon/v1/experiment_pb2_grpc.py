@@ -27,8 +27,8 @@ if _version_not_supported:
 
 
 class ExperimentServiceStub:
-    """The seed's ExperimentService: experiments and their lifecycle (HTTP serves the same use cases
-    to the CLI under /api/v1/exps).
+    """ExperimentService: experiments and their lifecycle (HTTP serves the same use cases to the CLI
+    under /api/v1/exps).
     """
 
     def __init__(self, channel):
@@ -70,8 +70,8 @@ class ExperimentServiceStub:
 
 
 class ExperimentServiceServicer:
-    """The seed's ExperimentService: experiments and their lifecycle (HTTP serves the same use cases
-    to the CLI under /api/v1/exps).
+    """ExperimentService: experiments and their lifecycle (HTTP serves the same use cases to the CLI
+    under /api/v1/exps).
     """
 
     def CreateExp(self, request, context):
@@ -160,8 +160,8 @@ def add_ExperimentServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class ExperimentService:
-    """The seed's ExperimentService: experiments and their lifecycle (HTTP serves the same use cases
-    to the CLI under /api/v1/exps).
+    """ExperimentService: experiments and their lifecycle (HTTP serves the same use cases to the CLI
+    under /api/v1/exps).
     """
 
     @staticmethod

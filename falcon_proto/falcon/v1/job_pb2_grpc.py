@@ -27,7 +27,7 @@ if _version_not_supported:
 
 
 class JobServiceStub:
-    """The seed's JobService: one job per role of an experiment, driven by the resource manager.
+    """JobService: one job per role of an experiment, driven by the resource manager.
     """
 
     def __init__(self, channel):
@@ -64,7 +64,7 @@ class JobServiceStub:
 
 
 class JobServiceServicer:
-    """The seed's JobService: one job per role of an experiment, driven by the resource manager.
+    """JobService: one job per role of an experiment, driven by the resource manager.
     """
 
     def CreateJob(self, request, context):
@@ -139,7 +139,7 @@ def add_JobServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class JobService:
-    """The seed's JobService: one job per role of an experiment, driven by the resource manager.
+    """JobService: one job per role of an experiment, driven by the resource manager.
     """
 
     @staticmethod

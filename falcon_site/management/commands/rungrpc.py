@@ -1,4 +1,4 @@
-"""`manage.py rungrpc`: serve the internal gRPC API (architecture page, Processes).
+"""`manage.py rungrpc`: serve the internal gRPC API (docs/architecture.md, Processes).
 
 Serves ExperimentService, JobService and ArtifactService (falcon.v1) with gRPC health checking
 and reflection until SIGINT or SIGTERM, then reports NOT_SERVING, lets calls in flight finish for
