@@ -1,23 +1,20 @@
-"""Django admin for artifacts: read-only, status changes only through transitions."""
+"""Django admin for artifacts: read-only, filtered by `ArtifactFilter`; status changes only
+through transitions."""
 from django.contrib import admin
 
-from core.admin import StaffOperatorMixin
+from core.admin import FilterSetAdminMixin, ReadOnlyAdminMixin, filterset_list_filter
 
+from .filters import ArtifactFilter
 from .models import Artifact
 
 
 @admin.register(Artifact)
-class ArtifactAdmin(StaffOperatorMixin, admin.ModelAdmin):
+class ArtifactAdmin(ReadOnlyAdminMixin, FilterSetAdminMixin, admin.ModelAdmin):
+    """Artifacts are created with their experiment; the changelist filters as ListArtifacts."""
+
     list_display = ("id", "experiment", "path", "artifact_type", "status", "updated_at")
-    list_filter = ("status", "artifact_type")
-    search_fields = ("experiment__name", "path")
+    filterset_class = ArtifactFilter
+    list_filter = [filterset_list_filter(ArtifactFilter, name)
+                   for name in ("status", "exp_status", "cluster_name", "exp_type",
+                                "artifact_type")]
     list_select_related = ("experiment",)
-
-    def get_readonly_fields(self, request, obj=None):
-        return [f.name for f in self.model._meta.fields]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

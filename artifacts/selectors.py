@@ -1,52 +1,40 @@
-"""Artifact queries that read (seed 000, 3.3.1): GetArtifact, ListArtifacts."""
+"""Artifact queries that read: GetArtifact, ListArtifacts (filtered by `artifacts.filters`)."""
 from __future__ import annotations
 
-from collections.abc import Iterable
-from datetime import datetime
+from collections.abc import Mapping
+from typing import Any
 
 from django.db.models import QuerySet
 
 from core.errors import NotFound
 
+from .filters import ArtifactFilter
 from .models import Artifact
 
 
 def artifact_get(*, artifact_id: int) -> Artifact:
-    """GetArtifact: return one artifact. Raises NotFound."""
+    """GetArtifact: return artifact `artifact_id`.
+
+    Raises:
+        NotFound: no artifact has this id.
+    """
     artifact = Artifact.objects.filter(pk=artifact_id).first()
     if artifact is None:
         raise NotFound(f"Artifact {artifact_id} does not exist.")
     return artifact
 
 
-def artifact_list(*, statuses: Iterable[str] | None = None, ids: Iterable[int] | None = None,
-                  exp_ids: Iterable[int] | None = None,
-                  updated_since: datetime | None = None,
-                  exp_statuses: Iterable[str] | None = None,
-                  cluster_names: Iterable[str] | None = None,
-                  exp_types: Iterable[str] | None = None) -> QuerySet[Artifact]:
-    """ListArtifacts: artifacts matching every filter given, by id.
+def artifact_list(*, filters: Mapping[str, Any] | None = None) -> QuerySet[Artifact]:
+    """ListArtifacts: the artifacts matching every filter given, by id.
 
     Args:
-        statuses: keep artifacts in these statuses.
-        ids, exp_ids: keep these artifacts / the artifacts of these experiments.
-        updated_since: keep artifacts updated at or after this instant.
-        exp_statuses, cluster_names, exp_types: keep artifacts whose experiment's status,
-            cluster or type is one of these (joined in the same query).
+        filters: validated values by `ArtifactFilter` name, as `ArtifactFilter.validate` or
+            `core.grpc.from_proto.list_filters` return them: `{"status": ["Created"],
+            "exp_status": [...], "cluster_name": [...], "exp_type": [...], "id": [...],
+            "exp_id": [...], "updated_since": datetime}`; the experiment's fields are joined
+            in the same query.
+
+    Raises:
+        ValueError: `filters` names a filter `ArtifactFilter` does not declare.
     """
-    qs = Artifact.objects.order_by("id")
-    if statuses:
-        qs = qs.filter(status__in=list(statuses))
-    if ids:
-        qs = qs.filter(pk__in=list(ids))
-    if exp_ids:
-        qs = qs.filter(experiment_id__in=list(exp_ids))
-    if updated_since:
-        qs = qs.filter(updated_at__gte=updated_since)
-    if exp_statuses:
-        qs = qs.filter(experiment__status__in=list(exp_statuses))
-    if cluster_names:
-        qs = qs.filter(experiment__cluster_name__in=list(cluster_names))
-    if exp_types:
-        qs = qs.filter(experiment__exp_type__in=list(exp_types))
-    return qs
+    return ArtifactFilter.apply(Artifact.objects.order_by("id"), filters or {})

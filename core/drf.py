@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest, JsonResponse
 from django.views.defaults import page_not_found, server_error
+from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework.exceptions import APIException, NotFound, ValidationError
 from rest_framework.filters import OrderingFilter
 from rest_framework.pagination import CursorPagination
@@ -65,6 +66,27 @@ def internal_error(request: HttpRequest):
         return JsonResponse({"detail": "Internal server error; the server log has the cause.",
                              "code": "error"}, status=500)
     return server_error(request)
+
+
+class FilterSetBackend(DjangoFilterBackend):
+    """django-filter's backend over the view's `FalconFilterSet` (`filterset_class`).
+
+    The query string is validated by `FalconFilterSet.validate`, so a bad value is the same
+    `ValidationFailed` the gRPC list raises (400 `invalid`, keyed by the filter's name), and the
+    values are applied by `FalconFilterSet.apply`. Query names the FilterSet does not declare
+    (`ordering`, `page_size`, `cursor`) are left to the other backends and the paginator.
+    """
+
+    def filter_queryset(self, request, queryset, view):
+        """Return `queryset` narrowed by the request's filters.
+
+        Raises:
+            ValidationFailed: a filter's value is invalid (named in the error).
+        """
+        filterset_class = self.get_filterset_class(view, queryset)
+        if filterset_class is None:
+            return queryset
+        return filterset_class.apply(queryset, filterset_class.validate(request.query_params))
 
 
 class StrictOrderingFilter(OrderingFilter):

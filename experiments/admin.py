@@ -7,39 +7,34 @@ only admits staff (`AdminSite.has_permission`), and staff may abort or delete an
 from django.contrib import admin, messages
 
 from artifacts.models import Artifact
-from core.admin import StaffOperatorMixin
+from core.admin import FilterSetAdminMixin, ReadOnlyAdminMixin, filterset_list_filter
 from core.errors import FalconError
 from jobs.models import Job
 
 from . import services
+from .filters import ExperimentFilter
 from .models import Experiment
 
 STATUS_FIELDS = ("status", "reason", "message", "created_at", "updated_at", "started_at",
                  "finished_at", "aborting_at", "aborted_at")
 
 
-class JobInline(admin.TabularInline):
+class JobInline(ReadOnlyAdminMixin, admin.TabularInline):
+    """The experiment's jobs, read-only, each linking to its own page."""
+
     model = Job
     extra = 0
-    can_delete = False
     fields = ("role", "status", "reason", "message", "cluster_job_name", "started_at",
               "finished_at")
-    readonly_fields = fields
     show_change_link = True
 
-    def has_add_permission(self, request, obj=None):
-        return False
 
+class ArtifactInline(ReadOnlyAdminMixin, admin.StackedInline):
+    """The experiment's artifact, read-only."""
 
-class ArtifactInline(admin.StackedInline):
     model = Artifact
     extra = 0
-    can_delete = False
     fields = ("path", "artifact_type", "status", "reason", "message", "finished_at")
-    readonly_fields = fields
-
-    def has_add_permission(self, request, obj=None):
-        return False
 
 
 def _for_each(modeladmin, request, queryset, service, done: str) -> None:
@@ -59,14 +54,15 @@ def _for_each(modeladmin, request, queryset, service, done: str) -> None:
         modeladmin.message_user(request, done.format(count=count))
 
 
-@admin.action(description="Abort selected experiments")
+@admin.action(description="Abort selected experiments", permissions=["operate"])
 def abort_experiments(modeladmin, request, queryset):
     """Call AbortExp for each selected experiment; report the ones that cannot be aborted."""
     _for_each(modeladmin, request, queryset, services.exp_abort,
               "Abort requested for {count} experiment(s).")
 
 
-@admin.action(description="Delete selected experiments (finished ones only)")
+@admin.action(description="Delete selected experiments (finished ones only)",
+              permissions=["operate"])
 def delete_experiments(modeladmin, request, queryset):
     """Call DeleteExp for each selected experiment; running ones are refused, not deleted."""
     _for_each(modeladmin, request, queryset, services.exp_delete,
@@ -74,24 +70,24 @@ def delete_experiments(modeladmin, request, queryset):
 
 
 @admin.register(Experiment)
-class ExperimentAdmin(StaffOperatorMixin, admin.ModelAdmin):
-    """Experiments are created through the API; status fields change only through transitions."""
+class ExperimentAdmin(ReadOnlyAdminMixin, FilterSetAdminMixin, admin.ModelAdmin):
+    """Experiments are created through the API; status fields change only through transitions.
+
+    Everything is read-only: a name or spec changed here would no longer match the artifact
+    path and cluster jobs made from it. Aborting and deleting are the actions, which call the
+    services. The changelist filters and searches with `ExperimentFilter`, as ListExps does.
+    """
 
     list_display = ("id", "name", "exp_type", "cluster_name", "creator", "status", "created_at")
-    list_filter = ("status", "exp_type", "cluster_name", "creator")
-    search_fields = ("name",)
+    filterset_class = ExperimentFilter
+    list_filter = [
+        filterset_list_filter(ExperimentFilter, "status"),
+        filterset_list_filter(ExperimentFilter, "exp_type"),
+        filterset_list_filter(ExperimentFilter, "cluster_name"),
+        filterset_list_filter(ExperimentFilter, "creator", values_from="creator__email"),
+    ]
     list_select_related = ("creator",)
     inlines = [JobInline, ArtifactInline]
     actions = [abort_experiments, delete_experiments]
-    # Everything is read-only: a name or spec changed here would no longer match the artifact
-    # path and cluster jobs made from it, and status changes only through transitions.
-    readonly_fields = ("name", "priority", "creator", "cluster_name", "exp_type",
-                       "role_to_task_spec", "config", "artifact_path") + STATUS_FIELDS
-    fields = readonly_fields
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        # Deleting goes through DeleteExp (terminal experiments only), not a raw admin delete.
-        return False
+    fields = ("name", "priority", "creator", "cluster_name", "exp_type", "role_to_task_spec",
+              "config", "artifact_path") + STATUS_FIELDS

@@ -1,14 +1,15 @@
-"""Experiment queries that read (seed 000, 3.3.1): GetExp, ListExps."""
+"""Experiment queries that read: GetExp, ListExps (filtered by `experiments.filters`)."""
 from __future__ import annotations
 
-from collections.abc import Iterable
-from datetime import datetime
+from collections.abc import Mapping
+from typing import Any
 
-from django.db.models import Prefetch, Q, QuerySet
+from django.db.models import Prefetch, QuerySet
 
 from core.errors import NotFound
 from jobs.models import Job
 
+from .filters import ExperimentFilter
 from .models import Experiment
 
 
@@ -39,42 +40,19 @@ def exp_get(*, exp_id: int) -> Experiment:
     return exp
 
 
-def exp_list(*, statuses: Iterable[str] | None = None, exp_type: str | None = None,
-             cluster_name: str | None = None, creator: str | None = None,
-             search: str | None = None, ids: Iterable[int] | None = None,
-             updated_since: datetime | None = None,
-             exp_types: Iterable[str] | None = None,
-             cluster_names: Iterable[str] | None = None,
+def exp_list(*, filters: Mapping[str, Any] | None = None,
              queryset: QuerySet[Experiment] | None = None) -> QuerySet[Experiment]:
-    """ListExps: experiments matching every filter given, newest first.
+    """ListExps: the experiments matching every filter given, newest first.
 
     Args:
+        filters: validated values by `ExperimentFilter` name, as `ExperimentFilter.validate`
+            (HTTP) or `core.grpc.from_proto.list_filters` (gRPC) return them:
+            `{"status": ["Running"], "exp_type": [...], "cluster_name": [...], "id": [3],
+            "updated_since": datetime, "creator": "bob@example.com", "search": "llama"}`.
         queryset: the experiments to filter (default `exp_queryset()`).
-        statuses: keep these statuses only.
-        exp_type, cluster_name: exact matches.
-        creator: the creator's email or user id.
-        search: case-insensitive substring of the name.
-        ids: keep these ids only.
-        updated_since: keep rows updated at or after this instant.
-        exp_types, cluster_names: keep rows whose value is one of these (gRPC CommonListReq).
+
+    Raises:
+        ValueError: `filters` names a filter `ExperimentFilter` does not declare.
     """
     qs = exp_queryset() if queryset is None else queryset
-    if statuses:
-        qs = qs.filter(status__in=list(statuses))
-    if exp_type:
-        qs = qs.filter(exp_type=exp_type)
-    if cluster_name:
-        qs = qs.filter(cluster_name=cluster_name)
-    if exp_types:
-        qs = qs.filter(exp_type__in=list(exp_types))
-    if cluster_names:
-        qs = qs.filter(cluster_name__in=list(cluster_names))
-    if creator:
-        qs = qs.filter(Q(creator__email=creator) | Q(creator_id=creator))
-    if search:
-        qs = qs.filter(name__icontains=search)
-    if ids:
-        qs = qs.filter(pk__in=list(ids))
-    if updated_since:
-        qs = qs.filter(updated_at__gte=updated_since)
-    return qs
+    return ExperimentFilter.apply(qs, filters or {})

@@ -1,23 +1,19 @@
-"""Django admin for jobs: read-only, status changes only through transitions."""
+"""Django admin for jobs: read-only, filtered by `JobFilter`; status changes only through
+transitions."""
 from django.contrib import admin
 
-from core.admin import StaffOperatorMixin
+from core.admin import FilterSetAdminMixin, ReadOnlyAdminMixin, filterset_list_filter
 
+from .filters import JobFilter
 from .models import Job
 
 
 @admin.register(Job)
-class JobAdmin(StaffOperatorMixin, admin.ModelAdmin):
+class JobAdmin(ReadOnlyAdminMixin, FilterSetAdminMixin, admin.ModelAdmin):
+    """Jobs are created with their experiment; the changelist filters as ListJobs does."""
+
     list_display = ("id", "experiment", "role", "cluster_name", "status", "updated_at")
-    list_filter = ("status", "cluster_name", "exp_type")
-    search_fields = ("experiment__name", "role")
+    filterset_class = JobFilter
+    list_filter = [filterset_list_filter(JobFilter, name)
+                   for name in ("status", "exp_status", "cluster_name", "exp_type")]
     list_select_related = ("experiment",)
-
-    def get_readonly_fields(self, request, obj=None):
-        return [f.name for f in self.model._meta.fields]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

@@ -8,13 +8,27 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from core.errors import ValidationFailed
 
-LIST_FILTER_FIELDS = ("statuses", "exp_statuses", "cluster_names", "exp_types", "ids", "exp_ids")
+if TYPE_CHECKING:
+    from core.filters import FalconFilterSet
+
+# CommonListReq field -> the filter it sets in the entity's FilterSet (`core.filters`): the one
+# place where the proto's names meet the names of the HTTP API and the admin.
+LIST_FILTER_NAMES: dict[str, str] = {
+    "statuses": "status",
+    "exp_statuses": "exp_status",
+    "cluster_names": "cluster_name",
+    "exp_types": "exp_type",
+    "ids": "id",
+    "exp_ids": "exp_id",
+    "updated_since": "updated_since",
+}
+PROTO_FIELD_OF: dict[str, str] = {name: field for field, name in LIST_FILTER_NAMES.items()}
 
 
 def timestamp(value: datetime | None) -> Timestamp | None:
@@ -75,46 +89,49 @@ def json_value(text: str, field: str) -> Any:
         raise ValidationFailed({field: [f"is not valid JSON ({exc})."]}) from None
 
 
-def list_filters(request: Any, *, rpc: str, supported: Iterable[str],
-                 status_choices: Iterable[str],
-                 exp_status_choices: Iterable[str] = ()) -> dict[str, Any]:
-    """Return a CommonListReq's filters as selector keyword arguments.
+def list_filters(request: Any, filterset_class: type[FalconFilterSet], *,
+                 rpc: str) -> dict[str, Any]:
+    """Return a CommonListReq's filters as the validated values of the entity's FilterSet.
+
+    The proto's fields map onto the FilterSet's filter names through `LIST_FILTER_NAMES`, so
+    `statuses` is the HTTP API's and the admin's `status`, and so on; the values are checked by
+    the same FilterSet as over HTTP, and errors are reported under the request's field names.
 
     Args:
         request: a `falcon.v1.CommonListReq`.
+        filterset_class: the listed entity's FilterSet (`ExperimentFilter`, `JobFilter`,
+            `ArtifactFilter`): the filters it declares are the ones this RPC applies.
         rpc: the RPC's name, for messages (`ListJobs`).
-        supported: the filter fields this RPC applies (of `LIST_FILTER_FIELDS`).
-        status_choices: the listed entity's statuses.
-        exp_status_choices: the experiment statuses (for `exp_statuses`).
 
     Returns:
-        `{"statuses": [...], ..., "updated_since": datetime | None}` with only the filters given.
+        `{"status": [...], "id": [...], "updated_since": datetime, ...}` with only the filters
+        given, as `FalconFilterSet.validate` returns them: pass it to the entity's selector.
 
     Raises:
         ValidationFailed: a filter this RPC does not apply is set, a status is unknown, or an
-            id is not positive; each reported under its field.
+            id is not positive; each reported under its request field (`statuses`, `ids`, ...).
     """
-    supported = set(supported)
+    declared = set(filterset_class.filter_names())
+    supported = sorted(field for field, name in LIST_FILTER_NAMES.items() if name in declared)
     errors: dict[str, list[str]] = {}
-    out: dict[str, Any] = {}
-    for field in LIST_FILTER_FIELDS:
-        values = list(getattr(request, field))
-        if not values:
+    data: dict[str, Any] = {}
+    for field, name in LIST_FILTER_NAMES.items():
+        if field == "updated_since":
+            value = datetime_of(request, field)
+        else:
+            value = list(getattr(request, field)) or None
+        if value is None:
             continue
-        if field not in supported:
-            errors[field] = [f"is not a filter of {rpc}; use "
-                             f"{', '.join(sorted(supported))} or leave it empty."]
+        if name not in declared:
+            errors[field] = [f"is not a filter of {rpc}; use {', '.join(supported)} or leave it "
+                             "empty."]
             continue
-        if field in ("statuses", "exp_statuses"):
-            choices = list(status_choices if field == "statuses" else exp_status_choices)
-            bad = [value for value in values if value not in choices]
-            if bad:
-                errors[field] = [f"{', '.join(map(repr, bad))} not known; use "
-                                 f"{', '.join(choices)}."]
-        if field in ("ids", "exp_ids") and any(value < 1 for value in values):
-            errors[field] = ["must hold positive integer ids."]
-        out[field] = values
+        data[name] = value
+    try:
+        values = filterset_class.validate(data)
+    except ValidationFailed as exc:
+        errors.update({PROTO_FIELD_OF.get(name, name): messages
+                       for name, messages in exc.errors.items()})
     if errors:
         raise ValidationFailed(errors)
-    out["updated_since"] = datetime_of(request, "updated_since")
-    return out
+    return values

@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 from core.drf import StrictCursorPagination
 
 from .. import selectors, services
-from .filters import ExpFilter
+from ..filters import ExperimentFilter
 from .serializers import ExpCreateInputSerializer, ExpDetailSerializer, ExpListItemSerializer
 
 
@@ -40,8 +40,7 @@ class ExpListCreateView(generics.ListAPIView):
 
     serializer_class = ExpListItemSerializer
     pagination_class = ExpCursorPagination
-    filterset_class = ExpFilter
-    search_fields = ["name"]
+    filterset_class = ExperimentFilter  # the gRPC ListExps and the admin use it too
     ordering_fields = ["created_at", "updated_at", "name", "status", "priority", "id"]
     ordering = ["-created_at"]
 

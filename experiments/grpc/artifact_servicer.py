@@ -9,10 +9,11 @@ status codes once.
 from __future__ import annotations
 
 from artifacts import selectors, services
+from artifacts.filters import ArtifactFilter
 from artifacts.grpc.to_proto import artifact_to_item
 from core.grpc.from_proto import list_filters, optional, require_choice, require_id
 from core.grpc.paging import keyset_page
-from core.statuses import ArtifactStatus, ExpStatus
+from core.statuses import ArtifactStatus
 from experiments.services import artifact_create
 from falcon_proto.falcon.v1 import artifact_pb2, artifact_pb2_grpc
 
@@ -46,13 +47,12 @@ class ArtifactServicer(artifact_pb2_grpc.ArtifactServiceServicer):
         return artifact_to_item(selectors.artifact_get(artifact_id=require_id(request.id)))
 
     def ListArtifacts(self, request, context):
-        """ListArtifacts -> `selectors.artifact_list`, one keyset page."""
-        filters = list_filters(request, rpc="ListArtifacts",
-                               supported=("statuses", "exp_statuses", "cluster_names",
-                                          "exp_types", "ids", "exp_ids"),
-                               status_choices=list(ArtifactStatus),
-                               exp_status_choices=list(ExpStatus))
-        page = keyset_page(selectors.artifact_list(**filters), page_size=request.page_size,
+        """ListArtifacts -> `selectors.artifact_list`, one keyset page.
+
+        The filters are `ArtifactFilter`'s (`list_filters` maps the request's fields onto them).
+        """
+        filters = list_filters(request, ArtifactFilter, rpc="ListArtifacts")
+        page = keyset_page(selectors.artifact_list(filters=filters), page_size=request.page_size,
                            page_token=request.page_token, to_message=artifact_to_item)
         return artifact_pb2.ListArtifactsResp(artifacts=page.items,
                                               next_page_token=page.next_page_token)

@@ -12,6 +12,7 @@ from core.grpc.from_proto import json_value, list_filters, optional, require_cho
 from core.grpc.paging import keyset_page
 
 from .. import selectors, services
+from ..filters import ExperimentFilter
 from core.statuses import ExpStatus
 from .to_proto import exp_to_item
 
@@ -56,11 +57,12 @@ class ExperimentServicer(experiment_pb2_grpc.ExperimentServiceServicer):
         return _detail(require_id(request.id))
 
     def ListExps(self, request, context):
-        """ListExps -> `selectors.exp_list` over `exp_summary_queryset`, one keyset page."""
-        filters = list_filters(request, rpc="ListExps",
-                               supported=("statuses", "cluster_names", "exp_types", "ids"),
-                               status_choices=list(ExpStatus))
-        qs = selectors.exp_list(queryset=selectors.exp_summary_queryset(), **filters)
+        """ListExps -> `selectors.exp_list` over `exp_summary_queryset`, one keyset page.
+
+        The filters are `ExperimentFilter`'s, as over HTTP (`list_filters` maps the fields).
+        """
+        filters = list_filters(request, ExperimentFilter, rpc="ListExps")
+        qs = selectors.exp_list(filters=filters, queryset=selectors.exp_summary_queryset())
         page = keyset_page(qs, page_size=request.page_size, page_token=request.page_token,
                            to_message=lambda exp: exp_to_item(exp, detail=False))
         return experiment_pb2.ListExpsResp(exps=page.items, next_page_token=page.next_page_token)

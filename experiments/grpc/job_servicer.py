@@ -9,10 +9,11 @@ status codes once.
 from __future__ import annotations
 
 from jobs import selectors, services
+from jobs.filters import JobFilter
 from jobs.grpc.to_proto import job_to_item
 from core.grpc.from_proto import json_value, list_filters, optional, require_choice, require_id
 from core.grpc.paging import keyset_page
-from core.statuses import ExpStatus, JobStatus
+from core.statuses import JobStatus
 from experiments.services import job_create
 from falcon_proto.falcon.v1 import job_pb2, job_pb2_grpc
 
@@ -47,13 +48,12 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         return _item(require_id(request.id))
 
     def ListJobs(self, request, context):
-        """ListJobs -> `selectors.job_list`, one keyset page (the expController's input)."""
-        filters = list_filters(request, rpc="ListJobs",
-                               supported=("statuses", "exp_statuses", "cluster_names",
-                                          "exp_types", "ids", "exp_ids"),
-                               status_choices=list(JobStatus),
-                               exp_status_choices=list(ExpStatus))
-        page = keyset_page(selectors.job_list(**filters), page_size=request.page_size,
+        """ListJobs -> `selectors.job_list`, one keyset page (the expController's input).
+
+        The filters are `JobFilter`'s (`list_filters` maps the request's fields onto them).
+        """
+        filters = list_filters(request, JobFilter, rpc="ListJobs")
+        page = keyset_page(selectors.job_list(filters=filters), page_size=request.page_size,
                            page_token=request.page_token, to_message=job_to_item)
         return job_pb2.ListJobsResp(jobs=page.items, next_page_token=page.next_page_token)
 

@@ -1,0 +1,285 @@
+"""One filter vocabulary for every list: the HTTP API, the gRPC API and the admin.
+
+Each entity declares its filters once, as a django-filter FilterSet built on `FalconFilterSet`
+(`experiments.filters.ExperimentFilter`, `jobs.filters.JobFilter`,
+`artifacts.filters.ArtifactFilter`). The HTTP list reads them from the query string
+(`core.drf.FilterSetBackend`), the gRPC list maps `CommonListReq` onto them
+(`core.grpc.from_proto.list_filters`) and the admin's changelist filters and search apply them
+(`core.admin.FilterSetAdminMixin`), so a name means the same rows everywhere and a bad value gives
+the same `ValidationFailed`, naming the filter.
+
+Multi-value filters (`status`, `exp_type`, `cluster_name`, `id`, ...) take repeated values
+(`?status=Running&status=Created`), comma lists (`?status=Running,Created`) or both; a gRPC
+repeated field arrives as a list. Values are AND-ed across filters and OR-ed within one.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from functools import reduce
+from operator import or_
+from typing import Any
+
+import django_filters
+from django import forms
+from django.db.models import Q, QuerySet
+from django.utils.text import smart_split, unescape_string_literal
+from django_filters.constants import EMPTY_VALUES
+
+from core.errors import ValidationFailed
+
+# Longest value a name filter (`exp_type`, `cluster_name`, ...) accepts: the model fields' size.
+MAX_NAME_CHARS = 255
+
+
+def _listed(items: Sequence[Any], limit: int = 10) -> str:
+    """Return `items` for a message, quoted as text (`0` and `"0"` alike), each cut at 40
+    characters, at most `limit` of them."""
+    shown = [text if len(text := repr(str(item))) <= 40 else text[:37] + "..."
+             for item in items[:limit]]
+    more = f" and {len(items) - limit} more" if len(items) > limit else ""
+    return ", ".join(shown) + more
+
+
+class CommaListWidget(forms.TextInput):
+    """Reads every value a query string or dict gives a name: repeated keys and lists alike."""
+
+    def value_from_datadict(self, data: Any, files: Any, name: str) -> list[Any]:
+        """Return the raw values of `name`: `QueryDict.getlist`, or a dict's value as a list."""
+        if hasattr(data, "getlist"):
+            return list(data.getlist(name))
+        value = data.get(name)
+        if value is None:
+            return []
+        if isinstance(value, (list, tuple, set, frozenset)):
+            return list(value)
+        return [value]
+
+    def value_omitted_from_data(self, data: Any, files: Any, name: str) -> bool:
+        return name not in data
+
+    def format_value(self, value: Any) -> str | None:
+        """Render a list as the comma list the field reads back (the browsable API's form)."""
+        if isinstance(value, (list, tuple)):
+            return ",".join(str(item) for item in value) or None
+        return super().format_value(value)
+
+
+class MultiValueField(forms.Field):
+    """A form field holding a list: repeated values and comma lists, flattened and de-duplicated.
+
+    Subclasses check each item in `clean_item`; every bad item is reported in one message.
+    """
+
+    widget = CommaListWidget
+
+    def to_python(self, value: Any) -> list[Any]:
+        """Return the items of `value` (a list or one value), comma lists split, blanks dropped.
+
+        Raises:
+            django.forms.ValidationError: an item is not valid (`clean_item`); the message lists
+                every bad item and what is allowed.
+        """
+        if value in EMPTY_VALUES:
+            return []
+        raw_items = value if isinstance(value, (list, tuple, set, frozenset)) else [value]
+        items: list[Any] = []
+        for raw in raw_items:
+            if isinstance(raw, str):
+                items.extend(part.strip() for part in raw.split(","))
+            else:
+                items.append(raw)
+        cleaned: list[Any] = []
+        bad: list[Any] = []
+        for item in items:
+            if item in EMPTY_VALUES:
+                continue
+            try:
+                item = self.clean_item(item)
+            except ValueError:
+                bad.append(item)
+                continue
+            if item not in cleaned:
+                cleaned.append(item)
+        if bad:
+            raise forms.ValidationError(self.bad_items_message(bad), code="invalid")
+        return cleaned
+
+    def clean_item(self, item: Any) -> Any:
+        """Return `item` cleaned. Raises ValueError when it is not valid."""
+        return item
+
+    def bad_items_message(self, bad: list[Any]) -> str:
+        """Return the error message for the items `clean_item` refused."""
+        return f"has the invalid values {_listed(bad)}."
+
+
+class NameListField(MultiValueField):
+    """A list of names (`exp_type`, `cluster_name`): non-empty strings of at most 255 chars."""
+
+    def clean_item(self, item: Any) -> str:
+        if not isinstance(item, str) or len(item) > MAX_NAME_CHARS:
+            raise ValueError(item)
+        return item
+
+    def bad_items_message(self, bad: list[Any]) -> str:
+        return f"must be names of at most {MAX_NAME_CHARS} characters; got {_listed(bad)}."
+
+
+class IdListField(MultiValueField):
+    """A list of database ids: positive integers (ints, or strings of digits)."""
+
+    def clean_item(self, item: Any) -> int:
+        if isinstance(item, bool):
+            raise ValueError(item)
+        if isinstance(item, str):
+            if not item.isascii() or not item.isdigit():
+                raise ValueError(item)
+            item = int(item)
+        if not isinstance(item, int) or item < 1:
+            raise ValueError(item)
+        return item
+
+    def bad_items_message(self, bad: list[Any]) -> str:
+        return f"must be positive integer ids; got {_listed(bad)}."
+
+
+class ChoiceListField(MultiValueField):
+    """A list of values out of `choices` (`[(value, label)]`, e.g. `core.statuses.choices`)."""
+
+    def __init__(self, *, choices: Iterable[tuple[Any, Any]], **kwargs: Any):
+        self.choices = [(str(value), label) for value, label in choices]
+        super().__init__(**kwargs)
+
+    def clean_item(self, item: Any) -> str:
+        if not isinstance(item, str) or item not in {value for value, _ in self.choices}:
+            raise ValueError(item)
+        return item
+
+    def bad_items_message(self, bad: list[Any]) -> str:
+        allowed = ", ".join(value for value, _ in self.choices)
+        return f"must be one of {allowed}; got {_listed(bad)}."
+
+
+class MultiValueFilter(django_filters.MultipleChoiceFilter):
+    """Keep rows whose `field_name` is one of the values given (one `__in`, no DISTINCT).
+
+    A MultipleChoiceFilter only so that the OpenAPI schema shows an exploded array parameter;
+    the values are checked by `field_class` (names by default).
+    """
+
+    field_class = NameListField
+
+    def __init__(self, field_name: str | None = None, **kwargs: Any):
+        kwargs.setdefault("distinct", False)
+        super().__init__(field_name, **kwargs)
+
+    def filter(self, qs: QuerySet, value: list[Any]) -> QuerySet:
+        """Return `qs` where `field_name` is in `value`; `qs` itself when `value` is empty."""
+        if not value:
+            return qs
+        return self.get_method(qs)(**{f"{self.field_name}__in": list(value)})
+
+
+class IdListFilter(MultiValueFilter):
+    """Keep rows whose id (or foreign key, `field_name`) is one of the positive ids given."""
+
+    field_class = IdListField
+
+
+class ChoiceListFilter(MultiValueFilter):
+    """Keep rows whose `field_name` is one of the values given, each out of `choices`."""
+
+    field_class = ChoiceListField
+
+
+class UpdatedSinceFilter(django_filters.IsoDateTimeFilter):
+    """Keep rows updated at or after an instant (ISO 8601 text, or a datetime from gRPC)."""
+
+    def __init__(self, field_name: str = "updated_at", **kwargs: Any):
+        kwargs.setdefault("help_text", "Only rows updated at or after this instant (ISO 8601, "
+                                       "e.g. 2024-05-01T12:00:00Z).")
+        kwargs.setdefault("error_messages", {
+            "invalid": "is not an ISO 8601 date-time such as 2024-05-01T12:00:00Z."})
+        super().__init__(field_name, lookup_expr="gte", **kwargs)
+
+
+def search_terms(text: str) -> list[str]:
+    """Split a search text into terms as the admin does: on spaces, keeping "quoted phrases"."""
+    terms = []
+    for term in smart_split(text):
+        if term[:1] in ("'", '"') and term[-1:] == term[:1] and len(term) > 1:
+            term = unescape_string_literal(term)
+        if term:
+            terms.append(term)
+    return terms
+
+
+class SearchFilter(django_filters.CharFilter):
+    """Case-insensitive search: every term must be in one of `fields` (the admin's semantics).
+
+    Args:
+        fields: the model paths searched (`("name",)`, `("experiment__name", "role")`).
+    """
+
+    def __init__(self, *, fields: Sequence[str], **kwargs: Any):
+        self.search_fields = tuple(fields)
+        super().__init__(**kwargs)
+
+    def filter(self, qs: QuerySet, value: str) -> QuerySet:
+        """Return the rows of `qs` matching every term of `value`; `qs` when it has none."""
+        for term in search_terms(value or ""):
+            qs = qs.filter(reduce(or_, (Q(**{f"{field}__icontains": term})
+                                        for field in self.search_fields)))
+        return qs
+
+
+class FalconFilterSet(django_filters.FilterSet):
+    """A FilterSet whose values are validated once (`validate`) and applied anywhere (`apply`).
+
+    Subclasses declare their filters (`ChoiceListFilter`, `IdListFilter`, `MultiValueFilter`,
+    `SearchFilter`, django-filter's own) and `Meta.model`, with `Meta.fields = []`.
+    """
+
+    @classmethod
+    def validate(cls, data: Mapping[str, Any]) -> dict[str, Any]:
+        """Return the clean values of the filters `data` sets, by filter name.
+
+        Args:
+            data: raw values by filter name: a `QueryDict` (an HTTP query string) or a dict of
+                one value or a list of values each (`{"status": ["Running"], "id": [3, 5]}`);
+                names that are not filters of this FilterSet are ignored.
+
+        Returns:
+            `{name: value}` for the filters given a non-empty value only: lists for multi-value
+            filters, an aware datetime for `updated_since`, a string for `search` / `creator`.
+
+        Raises:
+            ValidationFailed: a value is invalid; each such filter is named with what is allowed.
+        """
+        filterset = cls(data=data, queryset=cls._meta.model._default_manager.none())
+        form = filterset.form
+        if not form.is_valid():
+            raise ValidationFailed({name: [error["message"] for error in errors]
+                                    for name, errors in form.errors.get_json_data().items()})
+        return {name: value for name, value in form.cleaned_data.items()
+                if value not in EMPTY_VALUES}
+
+    @classmethod
+    def apply(cls, queryset: QuerySet, values: Mapping[str, Any]) -> QuerySet:
+        """Return `queryset` narrowed by every filter in `values` (as `validate` returns them).
+
+        Raises:
+            ValueError: `values` names a filter this FilterSet does not declare (a caller's bug).
+        """
+        filterset = cls(queryset=queryset)
+        for name, value in values.items():
+            if name not in filterset.filters:
+                raise ValueError(f"{cls.__name__} has no filter {name!r}; it has "
+                                 f"{', '.join(filterset.filters)}.")
+            queryset = filterset.filters[name].filter(queryset, value)
+        return queryset
+
+    @classmethod
+    def filter_names(cls) -> list[str]:
+        """Return the names of the filters this FilterSet declares, in declaration order."""
+        return list(cls.base_filters)

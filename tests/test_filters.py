@@ -1,0 +1,95 @@
+"""The FilterSets (`core.filters`): one definition per entity, validated once, applied anywhere."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+from django.http import QueryDict
+
+from artifacts.filters import ArtifactFilter
+from artifacts.selectors import artifact_list
+from core.errors import ValidationFailed
+from core.grpc.from_proto import LIST_FILTER_NAMES
+from core.statuses import ArtifactStatus, ExpStatus, JobStatus
+from experiments.filters import ExperimentFilter
+from experiments.selectors import exp_list
+from experiments.services import exp_update_status
+from experiments.tests.factories import make_exp
+from jobs.filters import JobFilter
+from jobs.selectors import job_list
+from jobs.services import job_update_status
+
+
+@pytest.mark.parametrize("query", [
+    "status=Running&status=Created",
+    "status=Running,Created",
+    "status=Running,&status=Created,Running",
+    "status= Running , Created",
+])
+def test_repeated_values_and_comma_lists_are_the_same(query):
+    assert ExperimentFilter.validate(QueryDict(query)) == {"status": ["Running", "Created"]}
+
+
+def test_validate_returns_typed_values_and_drops_empty_ones():
+    values = ExperimentFilter.validate(QueryDict(
+        "id=3,5&id=3&exp_type=&cluster_name=c1&updated_since=2024-05-01T12:00:00Z&search=x"))
+    assert values == {"id": [3, 5], "cluster_name": ["c1"], "search": "x",
+                      "updated_since": datetime(2024, 5, 1, 12, tzinfo=timezone.utc)}
+    # A dict of lists (what gRPC maps its request onto) gives the same values.
+    assert JobFilter.validate({"id": [3, 5], "exp_status": ["Created"], "cluster_name": "c1"}) \
+        == {"id": [3, 5], "exp_status": ["Created"], "cluster_name": ["c1"]}
+    assert ExperimentFilter.validate(QueryDict("")) == {}
+    assert ExperimentFilter.validate(QueryDict("page_size=3&ordering=name")) == {}
+
+
+def test_invalid_values_raise_one_validation_failed_naming_each_filter():
+    with pytest.raises(ValidationFailed) as info:
+        JobFilter.validate({"status": ["Running", "Created"], "exp_status": ["Pending"],
+                            "id": [0, "x", 4], "updated_since": "soon"})
+    errors = info.value.errors
+    assert set(errors) == {"status", "exp_status", "id", "updated_since"}
+    assert errors["status"] == [f"must be one of {', '.join(JobStatus)}; got 'Created'."]
+    assert errors["exp_status"] == [f"must be one of {', '.join(ExpStatus)}; got 'Pending'."]
+    assert errors["id"] == ["must be positive integer ids; got '0', 'x'."]
+    assert "ISO 8601" in errors["updated_since"][0]
+    with pytest.raises(ValidationFailed) as info:
+        ArtifactFilter.validate({"status": ["Running"]})
+    assert ", ".join(ArtifactStatus) in info.value.errors["status"][0]
+
+
+def test_apply_refuses_a_name_the_filterset_does_not_declare():
+    with pytest.raises(ValueError, match="exp_id"):
+        ExperimentFilter.apply(ExperimentFilter._meta.model.objects.all(), {"exp_id": [1]})
+
+
+def test_every_commonlistreq_filter_maps_onto_the_job_and_artifact_filters():
+    for filterset in (JobFilter, ArtifactFilter):
+        assert set(LIST_FILTER_NAMES.values()) <= set(filterset.filter_names()), filterset
+    for name in ("status", "exp_type", "cluster_name", "id", "updated_since"):
+        assert name in ExperimentFilter.filter_names()
+
+
+@pytest.mark.django_db
+def test_selectors_apply_the_validated_values():
+    a = make_exp(name="llama-a", cluster_name="c1", exp_type="profiling", roles=("x", "y"))
+    b = make_exp(name="resnet-b", cluster_name="c2", exp_type="benchmark")
+    exp_update_status(exp_id=b.pk, status=ExpStatus.RUNNING)
+    job_update_status(job_id=a.jobs.get(role="y").pk, status=JobStatus.RUNNING)
+
+    def ids(qs):
+        return sorted(qs.values_list("pk", flat=True))
+
+    assert ids(exp_list(filters=ExperimentFilter.validate(QueryDict("search=LLAMA")))) == [a.pk]
+    assert ids(exp_list(filters=ExperimentFilter.validate(
+        QueryDict("status=Running,Created&exp_type=benchmark")))) == [b.pk]
+    assert ids(exp_list()) == sorted([a.pk, b.pk])
+    jobs = job_list(filters=JobFilter.validate({"exp_status": ["Created"], "status": ["Pending"]}))
+    assert [job.role for job in jobs] == ["x"]
+    assert [job.role for job in job_list(filters=JobFilter.validate({"search": "llama y"}))] \
+        == ["y"]
+    arts = artifact_list(filters=ArtifactFilter.validate({"cluster_name": "c2,c9",
+                                                          "exp_type": ["benchmark"]}))
+    assert [art.experiment_id for art in arts] == [b.pk]
+    assert [art.experiment_id for art in artifact_list(
+        filters=ArtifactFilter.validate({"exp_id": [a.pk], "artifact_type": ["profiling"]}))] \
+        == [a.pk]
