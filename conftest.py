@@ -1,5 +1,7 @@
-"""Fixtures shared by every app's tests."""
+"""Fixtures shared by every app's tests, the local state and the test database's name."""
 from __future__ import annotations
+
+import os
 
 import pytest
 import yaml
@@ -14,11 +16,63 @@ pytest_plugins = ["accounts.tests.cloudflare"]
 TEST_CLUSTERS = ("local", "tpu-v5p-cluster-a", "gpu-a", "tpu-a", "a", "b", "c", "c1", "c2")
 
 
+def pytest_configure(config):
+    """Create the local state (FALCON_VAR_DIR, the secret files) before the first test.
+
+    pytest-django imports the settings before this file, so on a fresh checkout they were read
+    with no secret files: `prepare_local_state` creates them and refreshes those settings. The
+    SQLite test database lives in FALCON_VAR_DIR too.
+    """
+    from falcon_site.startup import prepare_local_state
+
+    prepare_local_state()
+
+
+@pytest.fixture(scope="session")
+def _falcon_test_database_names():
+    """Name the test databases (test-only settings, kept out of `falcon_site.settings`).
+
+    - MariaDB/MySQL: the server is shared by everything on the machine, so each run creates and
+      drops its own database, named by FALCON_TEST_DB_NAME (the Makefile makes it unique per
+      run), else `test_falcon_<pid>`; utf8mb4 as in production.
+    - SQLite: a file under FALCON_VAR_DIR, not the in-memory shared cache, so that threads and
+      processes lock the database as they do in the local mode (the shared cache fails at once
+      with "table is locked"), and subprocesses of the tests can open it.
+    """
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    test = db.setdefault("TEST", {})
+    if db["ENGINE"] == "django.db.backends.mysql":
+        test.update({"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci",
+                     "NAME": os.environ.get("FALCON_TEST_DB_NAME", f"test_falcon_{os.getpid()}")})
+    elif db["ENGINE"] == "django.db.backends.sqlite3":
+        test["NAME"] = str(settings.VAR_DIR / f"test-{os.getpid()}.sqlite3")
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(_falcon_test_database_names,
+                                 django_db_modify_db_settings_parallel_suffix):
+    """pytest-django's hook before the test databases are created: our names, then its suffix."""
+
+
+@pytest.fixture(scope="session")
+def _signing_key(tmp_path_factory):
+    """One local-issuer key for the session (RSA generation is slow), outside FALCON_VAR_DIR."""
+    from accounts.issuer import new_signing_key_pem
+    from falcon_site.startup import create_file_once
+
+    path = tmp_path_factory.mktemp("local-state") / "jwt-signing-key.pem"
+    create_file_once(path, new_signing_key_pem)
+    return path
+
+
 @pytest.fixture(autouse=True)
-def _isolated_var(settings, tmp_path):
-    """Give every test its own artifact root and signing key, so tests never share files."""
+def _isolated_var(settings, tmp_path, _signing_key):
+    """Give every test its own artifact root, and the session's signing key (never written to):
+    tests do not touch the files of FALCON_VAR_DIR."""
     settings.FALCON_ARTIFACT_ROOT = (tmp_path / "artifacts").as_uri()
-    settings.FALCON_LOCAL_SIGNING_KEY = tmp_path / "jwt-signing-key.pem"
+    settings.FALCON_LOCAL_SIGNING_KEY = _signing_key
 
 
 @pytest.fixture(autouse=True)

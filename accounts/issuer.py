@@ -2,14 +2,14 @@
 
 The local mode stands in for Cloudflare Access (decisions.md#dec-auth): the server signs tokens
 shaped like Cloudflare's (`aud` list, `iss`, `sub`, `email`, `iat`, `exp`, `type`) and publishes
-its JWKS, and the same verifier checks them.
+its JWKS, and the same verifier checks them. The key is created by `manage.py prepare`
+(`falcon_site.startup`), never here: this module only reads it.
 """
 from __future__ import annotations
 
 import base64
 import hashlib
 import json
-import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -20,37 +20,33 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 
 def _b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
-def load_or_create_key(path: Path) -> rsa.RSAPrivateKey:
-    """Load the PEM private key at `path`, creating a 2048-bit RSA key there on first use.
+def new_signing_key_pem() -> bytes:
+    """Return a new 2048-bit RSA private key, PEM-encoded (PKCS #8, unencrypted)."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
 
-    Creation is atomic (written to a temporary file, then hard-linked into place), so two
-    processes starting at once end up with the same key. The file is mode 0600.
+
+def load_key(path: Path) -> rsa.RSAPrivateKey:
+    """Load the PEM private key at `path`.
+
+    Raises:
+        ImproperlyConfigured: there is no such file; `manage.py prepare` creates it.
     """
     try:
-        return serialization.load_pem_private_key(path.read_bytes(), password=None)
+        pem = path.read_bytes()
     except FileNotFoundError:
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption())
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(pem)
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        pass  # another process won the race: use its key
-    finally:
-        tmp.unlink(missing_ok=True)
-    return serialization.load_pem_private_key(path.read_bytes(), password=None)
+        raise ImproperlyConfigured(
+            f"The local issuer's signing key {path} does not exist: create it with "
+            "`python manage.py prepare`.") from None
+    return serialization.load_pem_private_key(pem, password=None)
 
 
 def local_subject(email: str) -> str:
@@ -107,7 +103,7 @@ class LocalIssuer:
 
 @lru_cache(maxsize=1)
 def local_issuer() -> LocalIssuer:
-    """Return the process's local issuer, with its key under `var/` (created on first use)."""
-    return LocalIssuer(load_or_create_key(Path(settings.FALCON_LOCAL_SIGNING_KEY)),
+    """Return the process's local issuer, with its key read from FALCON_LOCAL_SIGNING_KEY."""
+    return LocalIssuer(load_key(Path(settings.FALCON_LOCAL_SIGNING_KEY)),
                        issuer=settings.FALCON_AUTH_ISSUER,
                        audience=list(settings.FALCON_AUTH_AUDIENCE))

@@ -4,8 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# mysqlclient builds from source: it needs the MySQL/MariaDB client headers and pkg-config
-# (mysqlclient builds against them; see docs/decisions.md).
+# mysqlclient builds from source: it needs the MySQL/MariaDB client headers and pkg-config.
 missing=()
 for pkg in default-libmysqlclient-dev pkg-config; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
@@ -30,5 +29,8 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/pip install -q --disable-pip-version-check --no-deps -e .
   echo "$want" > "$stamp"
 fi
+# The local state the settings read (var/, the secret key, the internal token, the local
+# issuer's signing key; existing files are kept), then the database.
+.venv/bin/python manage.py prepare | sed "s/^/setup: /"
 .venv/bin/python manage.py migrate --noinput -v0
 echo "setup: done (python: .venv/bin/python, CLI: .venv/bin/falcon)"

@@ -333,6 +333,9 @@ def test_two_resource_managers_one_lease_the_leader_killed_the_other_finishes(
             FALCON_CLUSTERS_FILE=str(clusters), FALCON_INTERNAL_TOKEN=INTERNAL_TOKEN,
             FALCON_GRPC_TARGET=f"127.0.0.1:{server.port}", FALCON_LEASE_KUBECONFIG=str(kubeconfig),
             FALCON_LEASE_IN_CLUSTER="0", FALCON_LEASE_NAMESPACE=NS, PYTHONUNBUFFERED="1")
+        # Their own FALCON_VAR_DIR starts empty: create its local state, as a deployment does.
+        subprocess.run([sys.executable, str(ROOT / "manage.py"), "prepare"], cwd=ROOT,
+                       env=base_env, check=True, capture_output=True, timeout=60)
 
         def start(identity: str) -> subprocess.Popen:
             log = open(tmp_path / f"{identity}.log", "w")

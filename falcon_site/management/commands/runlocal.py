@@ -3,7 +3,9 @@
 Starts, as child processes of this one: the HTTP API (`runserver`), the gRPC API (`rungrpc`),
 the exp controller and the resource manager (`runcontroller exp|resources`), all on the embedded
 defaults (SQLite under var/, the local cluster backend, the local artifact directory and the
-local token issuer; architecture page, "Embedded defaults"). Ctrl-C or SIGTERM stops them all
+local token issuer). It first creates the local state they read (`manage.py prepare`: var/, the
+secret key, the internal token, the signing key), so every child reads the same secrets, and
+migrates the database. Ctrl-C or SIGTERM stops them all
 (SIGTERM, then SIGKILL after a grace period); if one of them dies, the others are stopped and
 the command exits non-zero. Tasks already running on the local backend keep running in their
 own process groups and are adopted by the next resource manager.
@@ -23,22 +25,27 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from falcon_site.startup import prepare_local_state
+
 GRACE_SECONDS = 10.0
 
 
 class Command(BaseCommand):
     help = "Run the HTTP API, the gRPC API and both controllers on the embedded defaults."
+    # Checked in handle(), once the local state the checks look for has been created.
+    requires_system_checks: list = []
 
     def add_arguments(self, parser):
         parser.add_argument("--http", default="127.0.0.1:8000", help="HTTP address host:port.")
-        parser.add_argument("--grpc", default=os.environ.get("FALCON_GRPC_ADDR",
-                                                            "127.0.0.1:50051"),
-                            help="gRPC address host:port.")
+        parser.add_argument("--grpc", default=settings.FALCON_GRPC_ADDR,
+                            help="gRPC address host:port (default: FALCON_GRPC_ADDR).")
         parser.add_argument("--interval", type=float,
                             default=settings.FALCON_CONTROLLER_INTERVAL_SECONDS,
                             help="Seconds between two controller ticks.")
 
     def handle(self, *args, **options):
+        prepare_local_state()
+        self.check()
         call_command("migrate", interactive=False, verbosity=0)
         manage = str(Path(settings.BASE_DIR) / "manage.py")
         env = dict(os.environ, FALCON_GRPC_ADDR=options["grpc"],

@@ -1,0 +1,199 @@
+"""Django core settings: apps, middleware, database, templates, static files, logging, the REST
+framework and the OpenAPI schema; plus the helpers the other settings modules read with.
+
+Importing the settings only reads the environment, and files that already exist: nothing is
+created here. The local state (the folder `FALCON_VAR_DIR`, the secret key file, the internal
+token, the local issuer's signing key) is created by `python manage.py prepare`
+(`falcon_site.startup.prepare_local_state`, also run by `migrate` and `runlocal`), and a system
+check names what is missing.
+
+Environment variables:
+
+- `FALCON_VAR_DIR`: the folder of the local state (default `<repository>/var`): the SQLite
+  database, the secret files, the local cluster's and the local artifacts' files.
+- `DJANGO_SECRET_KEY`: Django's secret key. Unset or empty: read from
+  `$FALCON_VAR_DIR/django-secret-key` (`FALCON_SECRET_KEY_FILE`).
+- `DJANGO_DEBUG`: `1`, `true`, `yes` or `on` turns Django's debug mode on (default off).
+- `DJANGO_ALLOWED_HOSTS`: the host names served, comma-separated (default
+  `localhost,127.0.0.1,[::1],testserver`).
+- `DATABASE_URL`: e.g. `mysql://user:pass@host:3306/falcon` (mysqlclient, utf8mb4, strict
+  mode); default `sqlite:///$FALCON_VAR_DIR/falcon.sqlite3`.
+- `FALCON_DB_CONN_MAX_AGE`: seconds a database connection is kept for reuse (default 0: a new
+  connection per request).
+- `FALCON_LOG_LEVEL`: the root logger's level (default `INFO`).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+from core.statuses import ArtifactStatus, ExpStatus, JobStatus
+from core.statuses import choices as status_choices
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+VAR_DIR = Path(os.environ.get("FALCON_VAR_DIR", BASE_DIR / "var"))
+
+
+def env_bool(name: str, default: bool) -> bool:
+    """Read a boolean environment variable (`1/true/yes/on` are true)."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    return raw.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_list(name: str, default: str = "") -> list[str]:
+    """Read a comma-separated environment variable into a list of non-empty items."""
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def read_secret(path: Path | None) -> str:
+    """Return the secret kept in `path`, or "" when there is no such file (yet) or no path.
+
+    `manage.py prepare` creates the file; until then the setting is empty and the system check
+    `falcon.E002`/`falcon.E003` says so.
+    """
+    if path is None:
+        return ""
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        return ""
+
+
+# Where SECRET_KEY comes from when DJANGO_SECRET_KEY is unset (None when it is set). Derived, not
+# read from the environment.
+_SECRET_KEY_ENV = os.environ.get("DJANGO_SECRET_KEY", "")
+FALCON_SECRET_KEY_FILE = None if _SECRET_KEY_ENV else VAR_DIR / "django-secret-key"
+SECRET_KEY = _SECRET_KEY_ENV or read_secret(FALCON_SECRET_KEY_FILE)
+# Off unless asked for: DEBUG pages leak settings and answer API clients with HTML.
+DEBUG = env_bool("DJANGO_DEBUG", False)
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI's files served by us, not a CDN (works offline)
+    "falcon_site",
+    "accounts",
+    "experiments",
+    "jobs",
+    "artifacts",
+    "controllers",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # The admin login through Cloudflare Access (see `falcon_site.settings.auth`): right after
+    # Django's AuthenticationMiddleware, which it builds on (request.user, the session).
+    "accounts.middleware.CloudflareAccessAdminMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "falcon_site.urls"
+WSGI_APPLICATION = "falcon_site.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- database -------------------------------------------------------------------------------
+# The test database's name is set by the test suite (the root conftest.py), not here.
+DATABASES = {
+    "default": dj_database_url.parse(
+        os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'falcon.sqlite3'}"),
+        conn_max_age=int(os.environ.get("FALCON_DB_CONN_MAX_AGE", "0")),
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
+    # utf8mb4 for names and configs in any language; strict mode so MySQL refuses a value that
+    # does not fit instead of truncating it.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {"charset": "utf8mb4", "init_command": "SET sql_mode='STRICT_TRANS_TABLES'"}
+    )
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Several processes (HTTP, gRPC) share one SQLite file in the local mode: wait for the
+    # write lock instead of failing at once with "database is locked".
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {"timeout": 20, "transaction_mode": "IMMEDIATE"}
+    )
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+AUTH_USER_MODEL = "accounts.User"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+# Request bodies, in bytes (4 MiB): the config limit (FALCON_CONFIG_MAX_BYTES, about 128 KiB,
+# enforced with a 413 by the service layer) must be reachable, so Django's own cap sits above it.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "accounts.authentication.AccessJWTAuthentication",
+        "accounts.authentication.LocalSessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_FILTER_BACKENDS": [
+        "core.drf.FilterSetBackend",  # the view's FilterSet, `search` included
+        "core.drf.StrictOrderingFilter",
+    ],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "EXCEPTION_HANDLER": "core.drf.exception_handler",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Falcon API",
+    "DESCRIPTION": "Experiments, jobs and artifacts of the Falcon experiment platform.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        # The same (value, label) pairs as the models' choices.
+        "ExpStatusEnum": status_choices(ExpStatus),
+        "JobStatusEnum": status_choices(JobStatus),
+        "ArtifactStatusEnum": status_choices(ArtifactStatus),
+    },
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("FALCON_LOG_LEVEL", "INFO")},
+}
