@@ -4,12 +4,11 @@ Only click is imported at module level; httpx, rich and yaml are imported inside
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import rich_click as click
 
-from core.statuses import EXP_TERMINAL, ExpStatus
+from core.statuses import CONFIG_ENV, EXP_TERMINAL, ExpStatus
 
 from .errors import CLIError
 from .exit_codes import ExitCode
@@ -20,27 +19,12 @@ STATUSES = tuple(status.value for status in ExpStatus)  # plain strings: click s
 DEFAULT_INTERVAL = 2.0  # seconds between polls of `exp wait`
 PAGE_SIZE = 500  # rows per ListExps page: the server's maximum, so few round trips
 TASK_EXAMPLE = "main: {command: 'python run.py', replica: 1}"
+# The server's FALCON_CONFIG_MAX_BYTES: the config reaches a task as `CUSTOM_CONFIG_KEY=<config>`,
+# and Linux caps one environment string with its NUL at MAX_ARG_STRLEN = 128 KiB.
+CONFIG_MAX_BYTES = 128 * 1024 - len(f"{CONFIG_ENV}=") - 1
+TASKS_MAX_BYTES = 1024 * 1024  # a tasks file of a few roles is a few KiB
 # Seconds `exp wait` keeps polling a server that stopped answering (a restart) before giving up.
 UNAVAILABLE_GRACE = 60.0
-
-
-def _read_bytes(path: str, what: str) -> bytes:
-    try:
-        return Path(path).read_bytes()
-    except FileNotFoundError:
-        raise CLIError(f"{what} {path}: no such file", ExitCode.USAGE) from None
-    except IsADirectoryError:
-        raise CLIError(f"{what} {path}: is a directory, not a file", ExitCode.USAGE) from None
-    except OSError as exc:
-        raise CLIError(f"{what} {path}: cannot be read ({exc.strerror})", ExitCode.USAGE) from None
-
-
-def _decode(data: bytes, path: str, what: str) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise CLIError(f"{what} {path} is not UTF-8 text (byte 0x{data[exc.start]:02x} at "
-                       f"offset {exc.start}); save it as UTF-8", ExitCode.USAGE) from None
 
 
 def _json_problem(value: Any, path: str) -> str | None:
@@ -100,12 +84,16 @@ def read_tasks_file(path: str) -> dict[str, dict[str, Any]]:
         `{role: {field: value}}`, ready to send as JSON.
 
     Raises:
-        CLIError(USAGE): the file is missing, not UTF-8, not YAML, or not that shape.
+        CLIError(USAGE): the file is missing, not a regular file, over `TASKS_MAX_BYTES`, not
+            UTF-8, not YAML, or not that shape.
     """
     import yaml
 
+    from .files import decode_utf8, read_limited
+
     what = "tasks file"
-    text = _decode(_read_bytes(path, what), path, what)
+    data = read_limited(path, what, TASKS_MAX_BYTES, "a tasks file may hold")
+    text = decode_utf8(data, path, what)
     try:
         data = yaml.load(text, Loader=_unique_key_loader())  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as exc:
@@ -155,10 +143,16 @@ def read_config_file(path: str) -> str:
     (decisions.md#dec-config).
 
     Raises:
-        CLIError(USAGE): the file is missing, unreadable or not UTF-8.
+        CLIError(USAGE): the file is missing, not a regular file, over `CONFIG_MAX_BYTES`,
+            unreadable or not UTF-8.
     """
+    from .files import decode_utf8, read_limited
+
     what = "config file"
-    return _decode(_read_bytes(path, what), path, what)
+    data = read_limited(path, what, CONFIG_MAX_BYTES,
+                        f"the server accepts a config (given to every task as {CONFIG_ENV}, "
+                        "which Linux caps with its name at 128 KiB) of")
+    return decode_utf8(data, path, what)
 
 
 @click.group("exp")
