@@ -18,7 +18,6 @@ EXPS = "/api/v1/exps"
 STATUSES = tuple(status.value for status in ExpStatus)  # plain strings: click shows enum names
 DEFAULT_INTERVAL = 2.0  # seconds between polls of `exp wait`
 PAGE_SIZE = 500  # rows per ListExps page: the server's maximum, so few round trips
-TASK_EXAMPLE = "main: {command: 'python run.py', replica: 1}"
 # The server's FALCON_CONFIG_MAX_BYTES: the config reaches a task as `CUSTOM_CONFIG_KEY=<config>`,
 # and Linux caps one environment string with its NUL at MAX_ARG_STRLEN = 128 KiB.
 CONFIG_MAX_BYTES = 128 * 1024 - len(f"{CONFIG_ENV}=") - 1
@@ -27,55 +26,14 @@ TASKS_MAX_BYTES = 1024 * 1024  # a tasks file of a few roles is a few KiB
 UNAVAILABLE_GRACE = 60.0
 
 
-def _json_problem(value: Any, path: str) -> str | None:
-    """Return where `value` holds something JSON cannot carry (a date, a set...), or None."""
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return None
-    if isinstance(value, dict):
-        for key, sub in value.items():
-            if not isinstance(key, str):
-                return f"key {key!r} under {path or 'the top level'} must be a string; quote it"
-            problem = _json_problem(sub, f"{path}.{key}" if path else key)
-            if problem:
-                return problem
-        return None
-    if isinstance(value, list):
-        for index, sub in enumerate(value):
-            problem = _json_problem(sub, f"{path}[{index}]")
-            if problem:
-                return problem
-        return None
-    return f"{path} is a YAML {type(value).__name__}, which cannot be sent; quote it as a string"
-
-
-def _unique_key_loader():
-    """A PyYAML SafeLoader that refuses duplicate mapping keys.
-
-    YAML 1.2 (section 3.2.1.1) requires keys to be unique, but PyYAML keeps the last value of a
-    repeated key silently: a role written twice would lose its first task spec unseen.
-    """
-    import yaml
-
-    class UniqueKeyLoader(yaml.SafeLoader):
-        def construct_mapping(self, node, deep=False):
-            seen = set()
-            for key_node, _value_node in node.value:
-                key = self.construct_object(key_node, deep=deep)
-                if key in seen:
-                    raise yaml.constructor.ConstructorError(
-                        "while constructing a mapping", node.start_mark,
-                        f"found duplicate key {key!r}", key_node.start_mark)
-                seen.add(key)
-            return super().construct_mapping(node, deep=deep)
-
-    return UniqueKeyLoader
-
-
 def read_tasks_file(path: str) -> dict[str, dict[str, Any]]:
     """Read the `--role-to-task-spec` file: YAML mapping each role to its TaskSpec.
 
-    Only the shape is checked here (a non-empty mapping of role name -> mapping); the fields of
-    each TaskSpec are checked by the server, which names the field that is wrong.
+    The file is read by YAML 1.2 core-schema rules, names and env values as written, without
+    anchors or aliases (`cli/tasks_yaml.py`), and at most `TASKS_MAX_BYTES`. Only the shape is
+    checked here (a non-empty mapping of role name -> mapping, decimal `replica` and
+    `device_count`, finite numbers); the fields of each TaskSpec are checked by the server, which
+    names the field that is wrong.
 
     Args:
         path: the YAML file, e.g. `./tasks.yaml` with `main: {command: ..., replica: 1}`.
@@ -87,53 +45,12 @@ def read_tasks_file(path: str) -> dict[str, dict[str, Any]]:
         CLIError(USAGE): the file is missing, not a regular file, over `TASKS_MAX_BYTES`, not
             UTF-8, not YAML, or not that shape.
     """
-    import yaml
-
     from .files import decode_utf8, read_limited
+    from .tasks_yaml import parse_tasks
 
     what = "tasks file"
     data = read_limited(path, what, TASKS_MAX_BYTES, "a tasks file may hold")
-    text = decode_utf8(data, path, what)
-    try:
-        data = yaml.load(text, Loader=_unique_key_loader())  # noqa: S506 (a SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or type(exc).__name__
-        raise CLIError(f"{what} {path} is not valid YAML{where}: {problem}",
-                       ExitCode.USAGE) from None
-    if data is None or data == {}:
-        raise CLIError(f"{what} {path} is empty: it must map each role name to a task spec, "
-                       f"e.g. {TASK_EXAMPLE}", ExitCode.USAGE)
-    if not isinstance(data, dict):
-        raise CLIError(f"{what} {path} must be a mapping of role name to task spec (e.g. "
-                       f"{TASK_EXAMPLE}); it is a YAML {_yaml_kind(data)}", ExitCode.USAGE)
-    for role, spec in data.items():
-        if not isinstance(role, str):
-            raise CLIError(f"{what} {path}: role name {role!r} must be a string",
-                           ExitCode.USAGE)
-        if not isinstance(spec, dict):
-            raise CLIError(f"{what} {path}: role {role!r} must be a mapping of task spec fields "
-                           f"(command, replica, image, ...); it is a YAML {_yaml_kind(spec)}",
-                           ExitCode.USAGE)
-    problem = _json_problem(data, "")
-    if problem:
-        raise CLIError(f"{what} {path}: {problem}", ExitCode.USAGE)
-    return data
-
-
-def _yaml_kind(value: Any) -> str:
-    if isinstance(value, list):
-        return "list"
-    if value is None:
-        return "null"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    return type(value).__name__
+    return parse_tasks(decode_utf8(data, path, what), path, what)
 
 
 def read_config_file(path: str) -> str:

@@ -96,8 +96,9 @@ def test_delete_asks_for_confirmation(logged_in, files):
     ("# only a comment\n", "is empty"),
     ("{}\n", "is empty"),
     ("main: echo hello\n", "role 'main' must be a mapping of task spec fields"),
-    ("1: {command: echo}\n", "role name 1 must be a string"),
-    ("main: {command: echo, envs: {DAY: 2024-01-01}}\n", "main.envs.DAY is a YAML date"),
+    ("[a, b]: {command: echo}\n", "a role name must be a plain name, not a YAML list"),
+    ("main: {command: echo, image: !!timestamp 2024-01-01}\n",
+     "main.image: the tag !!timestamp makes a YAML date, which cannot be sent"),
     (b"main: {command: \xff}\n", "is not UTF-8 text"),
 ])
 def test_a_bad_tasks_file_is_one_line_and_nothing_is_sent(logged_in, files, tasks, problem):
@@ -209,3 +210,27 @@ def test_list_filters_and_follows_pages(logged_in, files, monkeypatch):
 
     result = logged_in("exp", "list", "--status", "Bogus")
     assert result.exit_code == ExitCode.USAGE
+
+
+def test_env_values_are_stored_as_written_and_a_leading_zero_replica_is_refused(logged_in,
+                                                                                files):
+    tasks = ("main:\n  command: echo\n  replica: 2\n"
+             "  envs: {FLAG: on, VERSION: 3.10, PORTS: 22:22, MODE: 0755, LR: .inf}\n")
+    result = _create(logged_in, files, "-o", "json", tasks=tasks)
+    assert result.exit_code == 0, result.output
+    spec = json.loads(result.stdout)["jobs"][0]["task_spec"]
+    assert spec["replica"] == 2
+    assert spec["envs"] == {"FLAG": "on", "VERSION": "3.10", "PORTS": "22:22", "MODE": "0755",
+                            "LR": ".inf"}
+    assert Experiment.objects.get().jobs.get().task_spec["envs"]["MODE"] == "0755"
+
+    logged_in.transport.requests.clear()
+    path = files("zero.yaml", "main:\n  command: echo\n  replica: 010\n")
+    result = logged_in("exp", "create", "--name", "y", "--cluster", "c", "--type", "t",
+                       "--role-to-task-spec", path)
+    assert result.exit_code == ExitCode.USAGE
+    assert one_line(result.stderr) == (
+        f"error: tasks file {path}, line 3, column 12: main.replica: 010 has a leading zero, "
+        "which YAML 1.1 reads as octal (8) and YAML 1.2 as decimal (10); write the number "
+        "without leading zeros, e.g. 10")
+    assert logged_in.transport.requests == []
