@@ -44,7 +44,7 @@ CODE_TO_EXIT: dict[str, ExitCode] = {
     "transition_race": ExitCode.CONFLICT,
     "invalid": ExitCode.INVALID,
     "too_large": ExitCode.INVALID,
-    "permission_denied": ExitCode.AUTH,
+    "permission_denied": ExitCode.FORBIDDEN,
     "not_authenticated": ExitCode.AUTH,
     "authentication_failed": ExitCode.AUTH,
 }
@@ -52,7 +52,7 @@ CODE_TO_EXIT: dict[str, ExitCode] = {
 STATUS_TO_EXIT: dict[int, ExitCode] = {
     400: ExitCode.INVALID,
     401: ExitCode.AUTH,
-    403: ExitCode.AUTH,
+    403: ExitCode.FORBIDDEN,
     404: ExitCode.NOT_FOUND,
     409: ExitCode.CONFLICT,
     413: ExitCode.INVALID,
@@ -160,8 +160,8 @@ class FalconClient:
             authenticated: send `Authorization: Bearer <token>` (checked first for expiry).
 
         Raises:
-            CLIError: AUTH (no or expired session, 401/403), NOT_FOUND, CONFLICT, INVALID,
-                UNAVAILABLE (unreachable, timed out) or ERROR (5xx, malformed answer).
+            CLIError: AUTH (no or expired session, 401), FORBIDDEN (403), NOT_FOUND, CONFLICT,
+                INVALID, UNAVAILABLE (unreachable, timed out) or ERROR (5xx, malformed answer).
         """
         headers = {}
         if authenticated:

@@ -13,11 +13,13 @@ Scripts branch on these numbers, so they are stable: never renumber, only add.
 | 4    | CONFLICT    | the entity's state does not allow it, e.g. deleting a Running experiment  |
 |      |             | (HTTP 409)                                                                |
 | 5    | AUTH        | not logged in, the cached session expired, or the server refused the      |
-|      |             | token (HTTP 401/403): run `falcon auth login`                             |
+|      |             | token (HTTP 401): run `falcon auth login`                                 |
 | 6    | EXP_FAILED  | `exp wait` / `exp create --wait`: the experiment ended Failed or Aborted  |
 | 7    | TIMEOUT     | `exp wait --timeout` elapsed before the experiment reached a final state  |
 | 8    | INVALID     | the server rejected the input (HTTP 400/413 field errors)                 |
 | 9    | UNAVAILABLE | the server could not be reached or did not answer in time                 |
+| 10   | FORBIDDEN   | logged in, but not allowed to do this, e.g. aborting another user's       |
+|      |             | experiment (HTTP 403); logging in again does not help                     |
 | 130  | INTERRUPTED | Ctrl-C (SIGINT) stopped the command (`exp wait`: the experiment goes on)   |
 """
 from __future__ import annotations
@@ -38,4 +40,5 @@ class ExitCode(IntEnum):
     TIMEOUT = 7
     INVALID = 8
     UNAVAILABLE = 9
+    FORBIDDEN = 10  # 7 is TIMEOUT already: codes are never renumbered
     INTERRUPTED = 130  # 128 + SIGINT, the shell's convention

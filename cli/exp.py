@@ -12,7 +12,7 @@ from core.statuses import CONFIG_ENV, EXP_TERMINAL, ExpStatus
 
 from .errors import CLIError
 from .exit_codes import ExitCode
-from .options import output_option, pass_env, server_option
+from .options import exp_id_argument, output_option, pass_env, server_option
 
 EXPS = "/api/v1/exps"
 STATUSES = tuple(status.value for status in ExpStatus)  # plain strings: click shows enum names
@@ -114,7 +114,7 @@ def create(env, name: str, cluster_name: str, exp_type: str, tasks_file: str,
 
 
 @exp_group.command("get")
-@click.argument("exp_id", type=int, metavar="ID")
+@exp_id_argument
 @output_option
 @server_option
 @pass_env
@@ -161,7 +161,7 @@ def list_(env, statuses: tuple[str, ...], exp_type: str | None, cluster_name: st
 
 
 @exp_group.command("abort")
-@click.argument("exp_id", type=int, metavar="ID")
+@exp_id_argument
 @output_option
 @server_option
 @pass_env
@@ -179,7 +179,7 @@ def abort(env, exp_id: int, output: str, server: str) -> None:
 
 
 @exp_group.command("delete")
-@click.argument("exp_id", type=int, metavar="ID")
+@exp_id_argument
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @server_option
 @pass_env
@@ -204,7 +204,7 @@ def delete(env, exp_id: int, yes: bool, server: str) -> None:
 
 
 @exp_group.command("wait")
-@click.argument("exp_id", type=int, metavar="ID")
+@exp_id_argument
 @click.option("--interval", type=click.FloatRange(min=0.1), default=DEFAULT_INTERVAL,
               show_default=True, help="Seconds between two polls.")
 @click.option("--timeout", type=click.FloatRange(min=0), default=None,

@@ -56,8 +56,9 @@ def falcon(ctx: click.Context) -> None:
 
     Log in once with `falcon auth login`, then e.g. `falcon exp create --name ... --cluster ...
     --type ... --role-to-task-spec tasks.yaml --config config.yaml`.
-    Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 conflict, 5 auth, 6 experiment failed,
-    7 timeout, 8 invalid input, 9 server unavailable, 130 interrupted (Ctrl-C).
+    Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 conflict, 5 not logged in, 6 experiment
+    failed, 7 timeout, 8 invalid input, 9 server unavailable, 10 forbidden, 130 interrupted
+    (Ctrl-C).
     """
     ctx.ensure_object(Environment)
 

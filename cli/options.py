@@ -6,6 +6,7 @@ import rich_click as click
 from .env import DEFAULT_SERVER, Environment
 
 OUTPUT_FORMATS = ("table", "json", "yaml")
+MAX_ID = 2**63 - 1  # ids are the database's 64-bit primary keys
 
 pass_env = click.make_pass_decorator(Environment, ensure=True)
 """Pass the run's `Environment` (created from the process when the caller gave none)."""
@@ -26,3 +27,25 @@ def output_option(func):
         "-o", "--output", "output", type=click.Choice(OUTPUT_FORMATS), default="table",
         show_default=True, help="table for people; json or yaml for scripts (stdout only).",
     )(func)
+
+
+class ExpIdType(click.ParamType):
+    """An experiment id: ASCII digits, from 1 to `MAX_ID`, checked before any request.
+
+    click's `int` would take `-1`, `+5`, `1_000` or non-ASCII digits, and the server would only
+    answer that no such endpoint exists.
+    """
+
+    name = "ID"
+
+    def convert(self, value, param, ctx):
+        text = str(value)
+        if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_ID:
+            self.fail(f"{text!r} is not an experiment id: ids are whole numbers from 1 to "
+                      f"{MAX_ID} (see `falcon exp list`)", param, ctx)
+        return int(text)
+
+
+def exp_id_argument(func):
+    """Add the `ID` argument: an experiment id (`ExpIdType`)."""
+    return click.argument("exp_id", type=ExpIdType(), metavar="ID")(func)

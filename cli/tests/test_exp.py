@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -233,4 +234,30 @@ def test_env_values_are_stored_as_written_and_a_leading_zero_replica_is_refused(
         f"error: tasks file {path}, line 3, column 12: main.replica: 010 has a leading zero, "
         "which YAML 1.1 reads as octal (8) and YAML 1.2 as decimal (10); write the number "
         "without leading zeros, e.g. 10")
+    assert logged_in.transport.requests == []
+
+
+def test_another_users_experiment_is_forbidden_not_a_login_problem(logged_in, files, tmp_path):
+    from .conftest import Falcon
+
+    exp_id = json.loads(_create(logged_in, files, "-o", "json").stdout)["id"]
+    bob = Falcon(server=logged_in.server, config_dir=tmp_path / "bob-config")
+    bob.login("bob@example.com")
+    result = bob("exp", "abort", str(exp_id))
+    assert result.exit_code == ExitCode.FORBIDDEN == 10, result.output
+    assert one_line(result.stderr).startswith("error: ")
+    assert "falcon auth login" not in result.stderr
+    assert Experiment.objects.get(pk=exp_id).status == "Created"
+
+
+@pytest.mark.parametrize("exp_id", ["-1", "0", "+5", "1_000", "1.0", "abc", "", " 7",
+                                    "\u0663", "9223372036854775808"])
+@pytest.mark.parametrize("command", [["get"], ["abort"], ["delete", "--yes"], ["wait"]])
+def test_ids_are_positive_integers_checked_before_any_request(logged_in, command, exp_id):
+    result = logged_in("exp", *command, "--", exp_id)
+    assert result.exit_code == ExitCode.USAGE, result.output
+    text = re.sub(r"[\s│]+", " ", result.stderr)  # the error box of rich-click, unwrapped
+    assert (f"{exp_id!r} is not an experiment id: ids are whole numbers from 1 to "
+            "9223372036854775807 (see `falcon exp list`)") in text
+    assert "No API endpoint" not in result.output
     assert logged_in.transport.requests == []

@@ -53,6 +53,14 @@ def test_bad_server_urls_are_usage_errors(url):
     (413, {"config": ["is too big."], "code": "too_large"}, ExitCode.INVALID,
      "config: is too big."),
     (502, None, ExitCode.ERROR, "the server failed (HTTP 502): the server answered HTTP 502 to u"),
+    # 403 is "not allowed", not "not logged in": logging in again would not help.
+    (403, {"detail": "Only the creator or a staff user may abort experiment 3.",
+           "code": "permission_denied"}, ExitCode.FORBIDDEN,
+     "Only the creator or a staff user may abort experiment 3."),
+    (403, None, ExitCode.FORBIDDEN, "the server answered HTTP 403 to u"),
+    (403, {"detail": "Authentication credentials were not provided.",
+           "code": "not_authenticated"}, ExitCode.AUTH,
+     "Authentication credentials were not provided."),
 ])
 def test_error_bodies_become_one_line_and_a_code(status, body, code, line):
     err = error_from_response(status, body, url="u")
