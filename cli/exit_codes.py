@@ -21,6 +21,10 @@ Scripts branch on these numbers, so they are stable: never renumber, only add.
 | 10   | FORBIDDEN   | logged in, but not allowed to do this, e.g. aborting another user's       |
 |      |             | experiment (HTTP 403); logging in again does not help                     |
 | 130  | INTERRUPTED | Ctrl-C (SIGINT) stopped the command (`exp wait`: the experiment goes on)   |
+| 141  | OUTPUT_     | the reader of stdout or stderr went away (`falcon ... | head -1`): the     |
+|      | CLOSED      | command stopped quietly, without a message (an experiment it created or   |
+|      |             | waited for goes on); 128 + SIGPIPE, what a shell reports for a program    |
+|      |             | ended by a closed pipe                                                    |
 """
 from __future__ import annotations
 
@@ -42,3 +46,4 @@ class ExitCode(IntEnum):
     UNAVAILABLE = 9
     FORBIDDEN = 10  # 7 is TIMEOUT already: codes are never renumbered
     INTERRUPTED = 130  # 128 + SIGINT, the shell's convention
+    OUTPUT_CLOSED = 141  # 128 + SIGPIPE, the same convention

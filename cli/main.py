@@ -6,6 +6,9 @@ only click/rich-click; httpx, rich, yaml and pyjwt are imported inside the comma
 """
 from __future__ import annotations
 
+import os
+import sys
+
 import rich_click as click
 
 from .auth import auth_group
@@ -24,10 +27,29 @@ class FalconGroup(click.RichGroup):
     user never sees a traceback for a server's answer.
     """
 
+    def make_context(self, info_name, args, parent=None, **extra):
+        """Parse the command line (`--help` and `--version` print here): a closed pipe is quiet."""
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except BrokenPipeError:
+            raise _output_closed() from None
+
     def invoke(self, ctx: click.Context):
-        """Invoke the chosen command and map its `CLIError` to `error: ...` and an exit code."""
+        """Invoke the chosen command and map its `CLIError` to `error: ...` and an exit code.
+
+        A reader that closed stdout or stderr (`falcon ... | head -1`) ends the command quietly
+        with exit code 141 (`ExitCode.OUTPUT_CLOSED`), even while an error is being reported.
+        """
+        try:
+            return self._invoke(ctx)
+        except BrokenPipeError:
+            raise _output_closed() from None
+
+    def _invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:
+            raise
         except CLIError as exc:
             _env(ctx).print_err(f"error: {exc.message}")
             ctx.exit(int(exc.code))
@@ -41,6 +63,31 @@ class FalconGroup(click.RichGroup):
             env.print_err(f"error: unexpected {type(exc).__name__}: {exc} "
                           "(set FALCON_DEBUG=1 to see the traceback)")
             ctx.exit(int(ExitCode.ERROR))
+
+
+def _silence_closed_streams() -> None:
+    """Point the process's stdout and stderr at /dev/null, so that nothing else fails on them.
+
+    Python flushes stdout at exit; on a closed pipe that flush fails again and prints "Exception
+    ignored ... BrokenPipeError" (https://docs.python.org/3/library/signal.html#note-on-sigpipe).
+    Streams without a file descriptor (a test's capture) are left alone.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            fd = stream.fileno()
+        except (AttributeError, OSError, ValueError):
+            continue
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, fd)
+        finally:
+            os.close(devnull)
+
+
+def _output_closed() -> click.exceptions.Exit:
+    """The exit of a command whose output pipe was closed: quiet, code 141 (128 + SIGPIPE)."""
+    _silence_closed_streams()
+    return click.exceptions.Exit(int(ExitCode.OUTPUT_CLOSED))
 
 
 def _env(ctx: click.Context) -> Environment:
@@ -58,7 +105,7 @@ def falcon(ctx: click.Context) -> None:
     --type ... --role-to-task-spec tasks.yaml --config config.yaml`.
     Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 conflict, 5 not logged in, 6 experiment
     failed, 7 timeout, 8 invalid input, 9 server unavailable, 10 forbidden, 130 interrupted
-    (Ctrl-C).
+    (Ctrl-C), 141 output closed (e.g. `| head`; the command stopped quietly).
     """
     ctx.ensure_object(Environment)
 
@@ -69,7 +116,11 @@ falcon.add_command(exp_group)
 
 def main(argv: list[str] | None = None) -> None:
     """Run `falcon` with `argv` (default: `sys.argv[1:]`); exits the process with its code."""
-    falcon.main(args=argv, prog_name="falcon")
+    try:
+        falcon.main(args=argv, prog_name="falcon")
+    except BrokenPipeError:  # while click reported a usage error on a closed stderr
+        _silence_closed_streams()
+        sys.exit(int(ExitCode.OUTPUT_CLOSED))
 
 
 if __name__ == "__main__":

@@ -58,11 +58,13 @@ class Falcon:
     sleep: object = None
     monotonic: object = None
     clock: object = None
+    stdout: object = None  # a stream for results; None: click's captured stdout
+    environ: dict = field(default_factory=dict)
 
     def env(self) -> Environment:
-        kwargs = {"config_dir": self.config_dir, "environ": {}, "transport": self.transport,
-                  "http_timeout": 10.0}
-        for name in ("sleep", "monotonic", "clock"):
+        kwargs = {"config_dir": self.config_dir, "environ": dict(self.environ),
+                  "transport": self.transport, "http_timeout": 10.0}
+        for name in ("sleep", "monotonic", "clock", "stdout"):
             if getattr(self, name) is not None:
                 kwargs[name] = getattr(self, name)
         return Environment(**kwargs)
