@@ -15,6 +15,8 @@ from typing import IO, Any
 
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 PIPE_WIDTH = 200  # columns of tables written to a pipe or file
+FALLBACK_WIDTH = 80  # columns when COLUMNS is set but is not a positive integer
+MAX_WIDTH = 10_000  # at most this many columns: rich pads every help line to the width
 DEFAULT_HTTP_TIMEOUT = 30.0  # seconds per request (read); connecting gets at most 5 s
 DEFAULT_LOGIN_TIMEOUT = 300.0  # seconds the browser login may take (an SSO round trip with MFA)
 
@@ -36,6 +38,23 @@ def default_config_dir(environ: Mapping[str, str]) -> Path:
     if value:
         return Path(value).expanduser()
     return Path("~/.config/falcon").expanduser()
+
+
+def columns_from(environ: Mapping[str, str]) -> int | None:
+    """Return the width `COLUMNS` asks for: None when unset or empty, `FALLBACK_WIDTH` when it is
+    not a positive integer (`0`, `-3`, `abc`), which would otherwise make tables 0 columns wide
+    and print nothing, and at most `MAX_WIDTH` (a width of 10^8 made `--help` pad each line to
+    100 MB).
+
+    Args:
+        environ: the process environment (or a test's stand-in).
+    """
+    value = environ.get("COLUMNS", "").strip()
+    if not value:
+        return None
+    if value.isascii() and value.isdigit() and int(value) >= 1:
+        return min(int(value), MAX_WIDTH)
+    return FALLBACK_WIDTH
 
 
 @dataclass
@@ -101,9 +120,14 @@ class Environment:
             from rich.console import Console
 
             cached = Console(file=stream, highlight=False, soft_wrap=False)
-            if not cached.is_terminal:
+            width = columns_from(self.environ)
+            if width is not None:
+                cached.width = width
+            elif not cached.is_terminal:
                 # Piped output is for grep and logs: do not squeeze tables into 80 columns.
-                cached.width = int(self.environ.get("COLUMNS") or PIPE_WIDTH)
+                cached.width = PIPE_WIDTH
+            elif cached.width < 1:  # a terminal that reports no size
+                cached.width = FALLBACK_WIDTH
             self._consoles[key] = cached
         return cached
 

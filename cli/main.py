@@ -12,7 +12,7 @@ import sys
 import rich_click as click
 
 from .auth import auth_group
-from .env import Environment
+from .env import Environment, columns_from
 from .errors import CLIError
 from .exit_codes import ExitCode
 from .exp import exp_group
@@ -28,7 +28,17 @@ class FalconGroup(click.RichGroup):
     """
 
     def make_context(self, info_name, args, parent=None, **extra):
-        """Parse the command line (`--help` and `--version` print here): a closed pipe is quiet."""
+        """Parse the command line (`--help` and `--version` print here): a closed pipe is quiet.
+
+        A `COLUMNS` that is not a positive integer gives the help and usage errors 80 columns
+        (rich would take `0` literally and print nothing).
+        """
+        if parent is None and extra.get("terminal_width") is None:
+            env = extra.get("obj")
+            environ = env.environ if isinstance(env, Environment) else os.environ
+            width = columns_from(environ)
+            if width is not None:
+                extra["terminal_width"] = width
         try:
             return super().make_context(info_name, args, parent=parent, **extra)
         except BrokenPipeError:

@@ -1,4 +1,5 @@
-"""What `falcon` writes: a closed pipe ends it quietly (exit 141)."""
+"""What `falcon` writes: a closed pipe ends it quietly (exit 141); a bad COLUMNS still gives a
+table."""
 from __future__ import annotations
 
 import io
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from cli.env import Environment, columns_from
 from cli.exit_codes import ExitCode
 from experiments.models import Experiment
 
@@ -75,3 +77,39 @@ def test_create_wait_into_head_1_ends_quietly_with_141(logged_in, files):
     exp = Experiment.objects.get(name="piped")
     assert logged_in.stdout.getvalue() == f"created experiment {exp.pk} (piped)\n"
     assert exp.status == "Created"  # the experiment goes on
+
+
+@pytest.mark.parametrize("value,width", [
+    (None, None), ("", None), (" ", None), ("0", 80), ("-3", 80), ("abc", 80), ("1.5", 80),
+    ("\u0663", 80), ("1", 1), ("100", 100), (" 120 ", 120), ("100000000", 10_000)])
+def test_columns_is_used_only_when_it_is_a_positive_integer(value, width):
+    environ = {} if value is None else {"COLUMNS": value}
+    assert columns_from(environ) == width
+
+
+@pytest.mark.parametrize("value,width", [(None, 200), ("0", 80), ("abc", 80), ("120", 120)])
+def test_a_piped_table_is_200_columns_unless_columns_says_otherwise(value, width):
+    environ = {} if value is None else {"COLUMNS": value}
+    assert Environment(environ=environ, stdout=io.StringIO()).console().width == width
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("columns", ["0", "-1", "wide"])
+def test_exp_list_with_a_bad_columns_prints_an_80_column_table(logged_in, files, columns):
+    result = logged_in("exp", "create", "--name", "shown", "--cluster", "c", "--type", "t",
+                       "--role-to-task-spec", files("t.yaml", TASKS_YAML))
+    assert result.exit_code == 0, result.output
+    logged_in.environ = {"COLUMNS": columns}
+    result = logged_in("exp", "list")
+    assert result.exit_code == 0, result.output
+    assert "shown" in result.stdout and "Created" in result.stdout and "Pend" in result.stdout
+    assert max(len(line) for line in result.stdout.splitlines()) <= 80
+
+
+@pytest.mark.parametrize("columns,widest", [("0", 80), ("100000000", 10_000)])
+def test_help_with_a_bad_or_absurd_columns_is_printed(columns, widest):
+    done = subprocess.run([sys.executable, "-m", "cli", "exp", "--help"], cwd=ROOT, timeout=60,
+                          capture_output=True, text=True, env={**os.environ, "COLUMNS": columns})
+    assert done.returncode == 0, done.stderr
+    assert "Usage: falcon exp" in done.stdout
+    assert max(len(line) for line in done.stdout.splitlines()) == widest
