@@ -24,6 +24,7 @@ import rich_click as click
 from .errors import CLIError
 from .exit_codes import ExitCode
 from .options import output_option, pass_env, server_option
+from .visible import visible
 
 TOKEN_PATH = "/api/v1/auth/token"
 CONFIG_PATH = "/api/v1/auth/config"
@@ -271,8 +272,8 @@ def login(env, email: str | None, method: str, use_cloudflared: bool, no_browser
                           method=method, obtained_at=int(env.clock()))
     store = CredentialStore(env.credentials_dir)
     store.put(session)
-    env.print_out(f"logged in to {session.server} as {who}; the session ends at "
-                  f"{format_time(expires_at)}")
+    env.print_out(visible(f"logged in to {session.server} as {who}; the session ends at "
+                          f"{format_time(expires_at)}"))
 
 
 def _token_issuer(token: str) -> str:
@@ -329,7 +330,7 @@ def status(env, output: str, server: str) -> None:
         for key, value in (("server", data["server"]), ("user", data["email"]),
                            ("method", data["method"]), ("issuer", data["issuer"] or "-"),
                            ("session", ends)):
-            console.print(Text(f"{key + ':':9}{value}"))
+            console.print(Text(visible(f"{key + ':':9}{value}")))
 
     out.emit(env, data, output, table)
     if data["expired"]:

@@ -2,17 +2,19 @@
 from __future__ import annotations
 
 from .exit_codes import ExitCode
+from .visible import visible
 
 
 class CLIError(Exception):
     """Stop the command: print `error: <message>` as one line on stderr and exit with `code`.
 
     Args:
-        message: one line for a human, saying what went wrong and what to do.
+        message: one line for a human, saying what went wrong and what to do; its whitespace is
+            folded and its control characters escaped (it often quotes the server or a file).
         code: the process exit status (`ExitCode`).
     """
 
     def __init__(self, message: str, code: ExitCode = ExitCode.ERROR):
         super().__init__(message)
-        self.message = " ".join(message.split())  # one line, whatever the server sent
+        self.message = visible(" ".join(message.split()))  # one line, whatever the server sent
         self.code = code

@@ -13,6 +13,7 @@ from core.statuses import CONFIG_ENV, EXP_TERMINAL, ExpStatus
 from .errors import CLIError
 from .exit_codes import ExitCode
 from .options import exp_id_argument, output_option, pass_env, server_option
+from .visible import visible
 
 EXPS = "/api/v1/exps"
 STATUSES = tuple(status.value for status in ExpStatus)  # plain strings: click shows enum names
@@ -109,7 +110,7 @@ def create(env, name: str, cluster_name: str, exp_type: str, tasks_file: str,
             out.emit(env, exp, output, out.exp_detail)
             return
         if output == "table":
-            env.print_out(f"created experiment {exp['id']} ({exp['name']})")
+            env.print_out(visible(f"created experiment {exp['id']} ({exp['name']})"))
         wait_for(env, client, exp["id"], interval=DEFAULT_INTERVAL, timeout=None, output=output)
 
 
@@ -173,7 +174,7 @@ def abort(env, exp_id: int, output: str, server: str) -> None:
     with open_client(env, server) as client:
         exp = client.request("POST", f"{EXPS}/{exp_id}/abort")
     if output == "table":
-        env.print_out(f"experiment {exp['id']} ({exp['name']}) is {exp['status']}")
+        env.print_out(visible(f"experiment {exp['id']} ({exp['name']}) is {exp['status']}"))
     else:
         out.emit(env, exp, output, out.exp_detail)
 
@@ -191,8 +192,8 @@ def delete(env, exp_id: int, yes: bool, server: str) -> None:
         if not yes:
             exp = client.request("GET", f"{EXPS}/{exp_id}")
             try:
-                confirmed = click.confirm(f"Delete experiment {exp_id} ({exp['name']}, "
-                                          f"{exp['status']})?", default=False, err=True)
+                confirmed = click.confirm(visible(f"Delete experiment {exp_id} ({exp['name']}, "
+                                                  f"{exp['status']})?"), default=False, err=True)
             except click.exceptions.Abort:  # end of input or Ctrl-C at the prompt
                 env.print_err("")
                 confirmed = False
@@ -235,8 +236,8 @@ def _status_line(exp: dict[str, Any], elapsed: float) -> str:
 
     jobs = " ".join(f"{j.get('role')}:{j.get('status')}" for j in exp.get("jobs") or [])
     artifact = (exp.get("artifact") or {}).get("status", "-")
-    return (f"[{duration(elapsed)}] experiment {exp.get('id')} {exp.get('status')}"
-            f" (jobs {jobs or '-'}; artifact {artifact})")
+    return visible(f"[{duration(elapsed)}] experiment {exp.get('id')} {exp.get('status')}"
+                   f" (jobs {jobs or '-'}; artifact {artifact})")
 
 
 def wait_for(env, client, exp_id: int, *, interval: float, timeout: float | None,

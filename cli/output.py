@@ -1,7 +1,8 @@
 """Rendering of API objects: rich tables for people, JSON or YAML for scripts.
 
-JSON and YAML are written as plain text to stdout (no colours, no wrapping) so they parse back;
-tables go through `rich`. `rich` and `yaml` are imported here, and this module is imported only
+JSON and YAML are written as plain text to stdout (no colours, no wrapping) so they parse back,
+exactly; tables go through `rich`, with the control characters of every text from the server made
+visible (`cli/visible.py`), so a name or a task's output cannot drive the terminal. `rich` and `yaml` are imported here, and this module is imported only
 inside commands, so `falcon --help` does not pay for them.
 """
 from __future__ import annotations
@@ -18,6 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 from core.statuses import ExpStatus, JobStatus
+
+from .visible import visible
 
 STATUS_STYLES = {
     ExpStatus.CREATED: "cyan", JobStatus.PENDING: "cyan", ExpStatus.RUNNING: "yellow",
@@ -66,14 +69,19 @@ def when(value: Any) -> str:
 def status_text(status: Any) -> Text:
     """Return a status as coloured text (colour only shows on a terminal)."""
     status = str(status or "-")
-    return Text(status, style=STATUS_STYLES.get(status, ""))
+    return Text(visible(status), style=STATUS_STYLES.get(status, ""))
 
 
-def plain(value: Any) -> Text:
-    """Return a value as literal text: user data is never read as rich markup."""
+def plain(value: Any, *, multiline: bool = False) -> Text:
+    """Return a value as literal text: never read as rich markup, control characters escaped.
+
+    Args:
+        value: a value from the server (None and "" show as `-`).
+        multiline: keep its newlines and tabs (a job's output, a config).
+    """
     if value is None or value == "":
         return Text("-")
-    return Text(str(value))
+    return Text(visible(str(value), multiline=multiline))
 
 
 def _jobs_summary(exp: dict[str, Any]) -> Text:
@@ -81,7 +89,7 @@ def _jobs_summary(exp: dict[str, Any]) -> Text:
     for index, job in enumerate(exp.get("jobs") or []):
         if index:
             out.append(" ")
-        out.append(f"{job.get('role')}:")
+        out.append(visible(f"{job.get('role')}:"))
         out.append_text(status_text(job.get("status")))
     return out if out.plain else Text("-")
 
@@ -118,7 +126,7 @@ def exp_summary(exp: dict[str, Any]) -> Table:
         ("name", plain(exp.get("name"))),
         ("status", status_text(exp.get("status"))),
         ("reason", plain(exp.get("reason"))),
-        ("message", plain(exp.get("message"))),
+        ("message", plain(exp.get("message"), multiline=True)),
         ("type", plain(exp.get("exp_type"))),
         ("cluster", plain(exp.get("cluster_name"))),
         ("priority", plain(exp.get("priority"))),
@@ -146,7 +154,7 @@ def jobs_table(exp: dict[str, Any]) -> Table:
         table.add_row(plain(job.get("id")), plain(job.get("role")), status_text(job.get("status")),
                       plain(spec.get("replica")), plain(devices),
                       plain(job.get("cluster_job_name")), plain(job.get("reason")),
-                      plain(job.get("message")))
+                      plain(job.get("message"), multiline=True))
     return table
 
 
@@ -159,7 +167,8 @@ def artifact_table(exp: dict[str, Any]) -> Table:
     if artifact:
         table.add_row(plain(artifact.get("id")), plain(artifact.get("artifact_type")),
                       status_text(artifact.get("status")), plain(artifact.get("path")),
-                      plain(artifact.get("reason")), plain(artifact.get("message")))
+                      plain(artifact.get("reason")),
+                      plain(artifact.get("message"), multiline=True))
     return table
 
 
@@ -168,7 +177,7 @@ def exp_detail(console: Console, exp: dict[str, Any]) -> None:
     parts: list[Any] = [exp_summary(exp), Text(""), jobs_table(exp), artifact_table(exp)]
     config = exp.get("config")
     if config:
-        parts += [Text("config", style="bold"), Text(config)]
+        parts += [Text("config", style="bold"), plain(config, multiline=True)]
     console.print(Group(*parts))
 
 
@@ -180,10 +189,10 @@ def exp_progress(exp: dict[str, Any], elapsed: float) -> Group:
         elapsed: seconds since the wait started.
     """
     head = Text()
-    head.append(f"experiment {exp.get('id')} {exp.get('name')}: ")
+    head.append(visible(f"experiment {exp.get('id')} {exp.get('name')}: "))
     head.append_text(status_text(exp.get("status")))
     if exp.get("reason"):
-        head.append(f" ({exp['reason']})")
+        head.append(visible(f" ({exp['reason']})"))
     head.append(f"  [{duration(elapsed)}]", style="dim")
     return Group(head, jobs_table(exp), artifact_table(exp))
 

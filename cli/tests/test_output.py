@@ -1,8 +1,10 @@
 """What `falcon` writes: a closed pipe ends it quietly (exit 141); a bad COLUMNS still gives a
-table."""
+table; text from the server reaches a terminal with its control characters made visible, while
+JSON and YAML stay exact."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -113,3 +115,99 @@ def test_help_with_a_bad_or_absurd_columns_is_printed(columns, widest):
     assert done.returncode == 0, done.stderr
     assert "Usage: falcon exp" in done.stdout
     assert max(len(line) for line in done.stdout.splitlines()) == widest
+
+
+# --- control characters ---------------------------------------------------------------------------
+
+ESC_CLEAR = "\x1b[2J\x1b]0;pwned\x07"  # clear the screen, retitle the window
+
+
+@pytest.mark.parametrize("text,one_line,multi_line", [
+    ("plain text, \u6a21\u578b \U0001f985", "plain text, \u6a21\u578b \U0001f985",
+     "plain text, \u6a21\u578b \U0001f985"),
+    (ESC_CLEAR, "\\x1b[2J\\x1b]0;pwned\\x07", "\\x1b[2J\\x1b]0;pwned\\x07"),
+    ("a\nb\tc", "a\\nb\\tc", "a\nb\tc"),
+    ("line 1\r\nline 2\r\n", "line 1\\r\\nline 2\\r\\n", "line 1\nline 2\n"),
+    ("progress 10%\rprogress 99%", "progress 10%\\rprogress 99%", "progress 10%\\rprogress 99%"),
+    ("\x00\x08\x7f\x85\x9b", "\\x00\\x08\\x7f\\x85\\x9b", "\\x00\\x08\\x7f\\x85\\x9b"),
+    ("safe\u202eexe.txt", "safe\\u202eexe.txt", "safe\\u202eexe.txt"),
+    ("a\u2028b", "a\\u2028b", "a\\u2028b"),
+])
+def test_control_characters_are_escaped(text, one_line, multi_line):
+    from cli.visible import visible
+
+    assert visible(text) == one_line
+    assert visible(text, multiline=True) == multi_line
+
+
+def _hostile_exp() -> dict:
+    return {"id": 7, "name": "n\x1b[31m", "status": "Failed", "reason": "Oops\x1b[2J",
+            "message": "line 1\n\x1b]0;pwned\x07line 2", "exp_type": "t\x9b",
+            "cluster_name": "c", "creator": "a@b\x1b", "config": "k: v\r\n\tx: \x1b[5m\n",
+            "jobs": [{"id": 1, "role": "main\x1b", "status": "Failed", "reason": "R\x1b",
+                      "message": "out\n\x1b[A", "task_spec": {"replica": 1}}],
+            "artifact": {"id": 1, "status": "Failed", "path": "file:///x\x1b", "reason": None,
+                         "message": "m\x1b"}}
+
+
+@pytest.mark.parametrize("draw", ["exp_detail", "exp_list_table", "exp_progress"])
+def test_tables_never_write_a_control_character(draw):
+    from cli import output
+
+    exp = _hostile_exp()
+    buffer = io.StringIO()
+    console = Environment(environ={}, stdout=buffer).console()
+    if draw == "exp_detail":
+        output.exp_detail(console, exp)
+    elif draw == "exp_list_table":
+        output.exp_list_table(console, [exp])
+    else:
+        console.print(output.exp_progress(exp, 3.0))
+    text = buffer.getvalue()
+    assert not any(ord(c) < 32 and c != "\n" or 0x7f <= ord(c) <= 0x9f for c in text), text
+    assert "n\\x1b[31m" in text
+    if draw == "exp_detail":
+        assert "line 1" in text and "\\x1b]0;pwned\\x07line 2" in text
+        assert "k: v\n" in text and "\\x1b[5m" in text and "\\x9b" in text
+
+
+def test_error_lines_from_the_server_escape_control_characters():
+    from cli.client import error_from_response
+
+    err = error_from_response(400, {"name": ["bad \x1b[2Jname"], "code": "invalid"}, url="u")
+    assert err.message == "name: bad \\x1b[2Jname"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_exp_get_escapes_on_a_terminal_and_json_yaml_stay_exact(logged_in, files):
+    import yaml
+
+    from experiments.services import exp_update_status
+    from jobs.services import job_update_status
+
+    config = "model: x\r\n\tcolour: \x1b[31mred\x1b[0m\n"
+    result = logged_in("exp", "create", "--name", "esc", "--cluster", "c", "--type", "t",
+                       "--role-to-task-spec", files("t.yaml", TASKS_YAML),
+                       "--config", files("c.yaml", config), "-o", "json")
+    assert result.exit_code == 0, result.output
+    exp = json.loads(result.stdout)
+    job_update_status(job_id=exp["jobs"][0]["id"], status="Failed", reason="TaskFailed",
+                      message="step 1\n\x1b[2J\x1b]0;owned\x07step 2")
+    exp_update_status(exp_id=exp["id"], status="Failed", reason="Task\x1bFailed")
+
+    table = logged_in("exp", "get", str(exp["id"]))
+    assert table.exit_code == 0, table.output
+    assert "\x1b" not in table.stdout and "\x07" not in table.stdout
+    assert "\\x1b[31mred\\x1b[0m" in table.stdout and "\\x1b]0;owned\\x07" in table.stdout
+    assert "Task\\x1bFailed" in table.stdout
+
+    as_json = json.loads(logged_in("exp", "get", str(exp["id"]), "-o", "json").stdout)
+    assert as_json["config"] == config
+    assert as_json["jobs"][0]["message"] == "step 1\n\x1b[2J\x1b]0;owned\x07step 2"
+    as_yaml = yaml.safe_load(logged_in("exp", "get", str(exp["id"]), "-o", "yaml").stdout)
+    assert as_yaml["config"] == config and as_yaml["reason"] == "Task\x1bFailed"
+
+    wait = logged_in("exp", "wait", str(exp["id"]))
+    assert wait.exit_code == ExitCode.EXP_FAILED
+    assert "\x1b" not in wait.stdout + wait.stderr
+    assert "ended Failed (Task\\x1bFailed)" in wait.stderr
