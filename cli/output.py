@@ -2,8 +2,9 @@
 
 JSON and YAML are written as plain text to stdout (no colours, no wrapping) so they parse back,
 exactly; tables go through `rich`, with the control characters of every text from the server made
-visible (`cli/visible.py`), so a name or a task's output cannot drive the terminal. `rich` and `yaml` are imported here, and this module is imported only
-inside commands, so `falcon --help` does not pay for them.
+visible (`cli/visible.py`), so a name or a task's output cannot drive the terminal. `rich` and
+`yaml` are imported here, and this module is imported only inside commands, so `falcon --help`
+does not pay for them.
 """
 from __future__ import annotations
 

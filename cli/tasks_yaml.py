@@ -1,4 +1,4 @@
-"""Parsing the tasks file (`--role-to-task-spec`): YAML with the YAML 1.2 core schema, names and env
+"""Parsing the tasks file (`--role-to-task-spec`): YAML by the YAML 1.2 core schema, names and env
 values taken as written.
 
 PyYAML resolves plain scalars by YAML 1.1 rules, which turn what a user writes into something else:

@@ -5,8 +5,8 @@ ESC starts a terminal escape sequence (it can recolour, retitle, move the cursor
 lines before it), and bidirectional overrides reorder what is read. Table output therefore shows
 such characters as escapes: ESC as `\\x1b`, other C0 and C1 controls and DEL as `\\xNN`, the
 bidirectional and line-separator format characters as `\\uNNNN`, a tab or newline in a one-line
-field as `\\t` / `\\n`. Multi-line fields (the config, a job's message) keep their newlines and tabs;
-a CR that ends a line (CRLF files) is dropped, a lone CR is shown as `\\r`.
+field as `\\t` / `\\n`. Multi-line fields (the config, a job's message) keep their newlines and
+tabs; a CR that ends a line (CRLF files) is dropped, a lone CR is shown as `\\r`.
 
 JSON and YAML output never go through this: they stay exact.
 

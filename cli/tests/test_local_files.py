@@ -21,7 +21,7 @@ def _refusal(text: str) -> str:
     return err.value.message
 
 
-# --- YAML 1.2 core schema -------------------------------------------------------------------------
+# --- YAML 1.2 core schema ------------------------------------------------------------------------
 
 def test_env_values_reach_the_task_exactly_as_written():
     data = parse_tasks(
@@ -157,7 +157,7 @@ def test_an_explicit_str_tag_on_an_env_value_is_fine():
         {"V": "3.10"}
 
 
-# --- sizes and kinds of files ---------------------------------------------------------------------
+# --- sizes and kinds of files --------------------------------------------------------------------
 
 def test_the_cli_config_limit_is_the_servers(settings):
     assert CONFIG_MAX_BYTES == settings.FALCON_CONFIG_MAX_BYTES == 131_053

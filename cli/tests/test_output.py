@@ -117,7 +117,7 @@ def test_help_with_a_bad_or_absurd_columns_is_printed(columns, widest):
     assert max(len(line) for line in done.stdout.splitlines()) == widest
 
 
-# --- control characters ---------------------------------------------------------------------------
+# --- control characters --------------------------------------------------------------------------
 
 ESC_CLEAR = "\x1b[2J\x1b]0;pwned\x07"  # clear the screen, retitle the window
 
