@@ -9,13 +9,16 @@ from typing import Any
 
 import rich_click as click
 
+from core.statuses import EXP_TERMINAL, ExpStatus
+
 from .errors import CLIError
 from .exit_codes import ExitCode
 from .options import output_option, pass_env, server_option
 
 EXPS = "/api/v1/exps"
-STATUSES = ("Created", "Running", "Succeeded", "Failed", "Aborting", "Aborted")
-TERMINAL = frozenset({"Succeeded", "Failed", "Aborted"})
+# Plain strings: click.Choice would offer an enum's member names (CREATED), not its values.
+STATUSES = tuple(status.value for status in ExpStatus)
+TERMINAL = EXP_TERMINAL
 DEFAULT_INTERVAL = 2.0  # seconds between polls of `exp wait`
 PAGE_SIZE = 500  # rows per ListExps page: the server's maximum, so few round trips
 TASK_EXAMPLE = "main: {command: 'python run.py', replica: 1}"
@@ -405,7 +408,7 @@ def wait_for(env, client, exp_id: int, *, interval: float, timeout: float | None
     if output != "table":
         out.emit(env, exp, output, out.exp_detail)
     status = exp.get("status")
-    if status != "Succeeded":
+    if status != ExpStatus.SUCCEEDED:
         detail = ": ".join(str(v) for v in (exp.get("reason"), exp.get("message")) if v)
         raise CLIError(f"experiment {exp_id} ended {status}" + (f" ({detail})" if detail else ""),
                        ExitCode.EXP_FAILED)

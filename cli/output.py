@@ -17,9 +17,14 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from core.statuses import ExpStatus, JobStatus
+
+# A member equals (and hashes as) its value: a job's or artifact's status gets the colour of the
+# experiment status of the same name.
 STATUS_STYLES = {
-    "Created": "cyan", "Pending": "cyan", "Running": "yellow", "Succeeded": "green",
-    "Failed": "red", "Aborting": "magenta", "Aborted": "magenta",
+    ExpStatus.CREATED: "cyan", JobStatus.PENDING: "cyan", ExpStatus.RUNNING: "yellow",
+    ExpStatus.SUCCEEDED: "green", ExpStatus.FAILED: "red", ExpStatus.ABORTING: "magenta",
+    ExpStatus.ABORTED: "magenta",
 }
 
 

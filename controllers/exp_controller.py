@@ -24,17 +24,30 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from core.errors import FalconError
+from core.statuses import (
+    EXP_OPEN,
+    JOB_ACTIVE,
+    JOB_OPEN,
+    ArtifactStatus,
+    ExpStatus,
+    JobStatus,
+)
 
 from .contract import ArtifactView, ExpView, FalconAPI, JobView, ListFilter
 
 log = logging.getLogger("falcon.controllers.exp")
 
-EXP_NON_TERMINAL = ("Created", "Running", "Aborting")
+# The experiments a tick reads (and whose jobs and artifacts it reads), in the enum's order: a
+# list filter is a tuple.
+EXP_NON_TERMINAL = tuple(s for s in ExpStatus if s in EXP_OPEN)
 # The largest page the API serves: a tick's call count is ceil(rows / PAGE) per list.
 PAGE = {"page_size": 1000}
-JOB_NON_TERMINAL = frozenset({"Pending", "Running", "Aborting"})
+JOB_NON_TERMINAL = JOB_OPEN
 # The reason this controller gives an experiment it aborts because one of its jobs was aborted.
 JOB_ABORTED = "JobAborted"
+# The reasons of an experiment that ends by abort or success: the status, as a word.
+REASON_ABORTED = ExpStatus.ABORTED.value
+REASON_SUCCEEDED = ExpStatus.SUCCEEDED.value
 
 
 def job_status_to_exp_status(job_statuses: list[str]) -> str:
@@ -44,9 +57,11 @@ def job_status_to_exp_status(job_statuses: list[str]) -> str:
         job_statuses: the statuses of all jobs of one experiment, none Failed or Aborted.
 
     Returns:
-        "Running" once any job is Running or Succeeded (its work has started), else "Created".
+        `ExpStatus.RUNNING` once any job is Running or Succeeded (its work has started), else
+        `ExpStatus.CREATED`.
     """
-    return "Running" if any(s in ("Running", "Succeeded") for s in job_statuses) else "Created"
+    started = (JobStatus.RUNNING, JobStatus.SUCCEEDED)
+    return ExpStatus.RUNNING if any(s in started for s in job_statuses) else ExpStatus.CREATED
 
 
 @dataclass(frozen=True)
@@ -81,8 +96,8 @@ def _summary(jobs: list[JobView]) -> str:
 
 def _abort_siblings(jobs: list[JobView], reason: str, cause: str) -> list[Update]:
     """Abort every role still Pending or Running: one role's end ends the experiment."""
-    return [Update("job", j.id, "Aborting", reason, f"aborted because {cause}", j.id)
-            for j in jobs if j.status in ("Pending", "Running")]
+    return [Update("job", j.id, JobStatus.ABORTING, reason, f"aborted because {cause}", j.id)
+            for j in jobs if j.status in JOB_ACTIVE]
 
 
 def decide(exp: ExpView, jobs: list[JobView], artifact: ArtifactView | None,
@@ -99,72 +114,76 @@ def decide(exp: ExpView, jobs: list[JobView], artifact: ArtifactView | None,
         has_files: `url -> bool`, whether the artifact store holds a file under `url`.
     """
     updates: list[Update] = []
-    art_open = artifact is not None and artifact.status == "Created"
+    art_open = artifact is not None and artifact.status == ArtifactStatus.CREATED
 
     def fail_artifact(reason: str, message: str, job_id: int | None = None) -> None:
         if art_open:
-            updates.append(Update("artifact", artifact.id, "Failed", reason, message, job_id))
+            updates.append(Update("artifact", artifact.id, ArtifactStatus.FAILED, reason, message,
+                                  job_id))
 
     if not jobs:
         fail_artifact("NoJobs", "the experiment has no jobs")
-        updates.append(Update("exp", exp.id, "Failed", "NoJobs", "the experiment has no jobs"))
+        updates.append(Update("exp", exp.id, ExpStatus.FAILED, "NoJobs",
+                              "the experiment has no jobs"))
         return updates
 
-    if exp.status == "Aborting":
+    if exp.status == ExpStatus.ABORTING:
         if all(j.status not in JOB_NON_TERMINAL for j in jobs):
             if exp.reason == JOB_ABORTED:
                 # This controller set Aborting because a role was aborted (below) and stopped
                 # before Aborted: finish with that reason and message, so a re-run ends where
                 # an uninterrupted tick does (re-entrant, seed 3.2.3).
                 fail_artifact(JOB_ABORTED, exp.message)
-                updates.append(Update("exp", exp.id, "Aborted", JOB_ABORTED, exp.message))
+                updates.append(Update("exp", exp.id, ExpStatus.ABORTED, JOB_ABORTED, exp.message))
                 return updates
             message = f"aborted ({_summary(jobs)})"
-            fail_artifact("Aborted", "the experiment was aborted before its artifacts were "
+            fail_artifact(REASON_ABORTED, "the experiment was aborted before its artifacts were "
                           "complete")
-            updates.append(Update("exp", exp.id, "Aborted", "Aborted", message))
+            updates.append(Update("exp", exp.id, ExpStatus.ABORTED, REASON_ABORTED, message))
         return updates
 
-    failed = [j for j in jobs if j.status == "Failed"]
-    aborted = [j for j in jobs if j.status == "Aborted"]
+    failed = [j for j in jobs if j.status == JobStatus.FAILED]
+    aborted = [j for j in jobs if j.status == JobStatus.ABORTED]
     if failed:
         first = failed[0]
         message = f"role {first.role} failed: {first.message or first.reason or 'no detail'}"
         updates += _abort_siblings(jobs, "SiblingFailed", f"role {first.role} failed")
         fail_artifact(first.reason or "JobFailed", message, first.id)
-        updates.append(Update("exp", exp.id, "Failed", first.reason or "JobFailed", message,
-                              first.id))
+        updates.append(Update("exp", exp.id, ExpStatus.FAILED, first.reason or "JobFailed",
+                              message, first.id))
         return updates
     if aborted:
         first = aborted[0]
         message = f"role {first.role} was aborted: {first.message or first.reason}"
         updates += _abort_siblings(jobs, "SiblingAborted", f"role {first.role} was aborted")
         fail_artifact(JOB_ABORTED, message, first.id)
-        updates.append(Update("exp", exp.id, "Aborting", JOB_ABORTED, message, first.id))
+        updates.append(Update("exp", exp.id, ExpStatus.ABORTING, JOB_ABORTED, message, first.id))
         if all(j.status not in JOB_NON_TERMINAL for j in jobs):
-            updates.append(Update("exp", exp.id, "Aborted", JOB_ABORTED, message, first.id))
+            updates.append(Update("exp", exp.id, ExpStatus.ABORTED, JOB_ABORTED, message,
+                                  first.id))
         return updates
 
-    if all(j.status == "Succeeded" for j in jobs):
+    if all(j.status == JobStatus.SUCCEEDED for j in jobs):
         if artifact is None:
-            updates.append(Update("exp", exp.id, "Failed", "ArtifactMissing",
+            updates.append(Update("exp", exp.id, ExpStatus.FAILED, "ArtifactMissing",
                                   "the experiment has no artifact record"))
-        elif artifact.status == "Succeeded":
-            updates.append(Update("exp", exp.id, "Succeeded", "Succeeded",
+        elif artifact.status == ArtifactStatus.SUCCEEDED:
+            updates.append(Update("exp", exp.id, ExpStatus.SUCCEEDED, REASON_SUCCEEDED,
                                   f"all {len(jobs)} role(s) succeeded"))
-        elif artifact.status == "Failed":
-            updates.append(Update("exp", exp.id, "Failed", artifact.reason or "ArtifactFailed",
-                                  artifact.message))
+        elif artifact.status == ArtifactStatus.FAILED:
+            updates.append(Update("exp", exp.id, ExpStatus.FAILED,
+                                  artifact.reason or "ArtifactFailed", artifact.message))
         elif has_files(artifact.path):
-            updates.append(Update("artifact", artifact.id, "Succeeded", "Succeeded",
-                                  f"files found under {artifact.path}"))
-            updates.append(Update("exp", exp.id, "Succeeded", "Succeeded",
+            updates.append(Update("artifact", artifact.id, ArtifactStatus.SUCCEEDED,
+                                  REASON_SUCCEEDED, f"files found under {artifact.path}"))
+            updates.append(Update("exp", exp.id, ExpStatus.SUCCEEDED, REASON_SUCCEEDED,
                                   f"all {len(jobs)} role(s) succeeded"))
         else:
             message = (f"no file under {artifact.path}: the tasks succeeded but wrote nothing "
                        "there; write results under $FALCON_ARTIFACT_PATH")
-            updates.append(Update("artifact", artifact.id, "Failed", "ArtifactEmpty", message))
-            updates.append(Update("exp", exp.id, "Failed", "ArtifactEmpty", message))
+            updates.append(Update("artifact", artifact.id, ArtifactStatus.FAILED,
+                                  "ArtifactEmpty", message))
+            updates.append(Update("exp", exp.id, ExpStatus.FAILED, "ArtifactEmpty", message))
         return updates
 
     target = job_status_to_exp_status([j.status for j in jobs])

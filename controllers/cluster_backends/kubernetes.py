@@ -50,6 +50,7 @@ from controllers.cluster_backends.base import (
 from clusters.validation import kubernetes_task_spec_problems
 from clusters.devices import TPU_TOPOLOGY_LABEL, DeviceTable, DeviceType
 from controllers.kubeclient import KubeCaller, KubeConnection, api_client
+from core.statuses import CONFIG_ENV
 
 log = logging.getLogger("falcon.controllers.kubernetes")
 
@@ -63,7 +64,6 @@ ANNOTATION_EXP_NAME = "falcon.io/exp-name"
 # Set by the Job controller on every Pod it creates (Kubernetes >= 1.27; `job-name` before).
 POD_JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 CONTAINER = "main"
-CONFIG_ENV = "CUSTOM_CONFIG_KEY"
 # An Indexed Job's Pod hostname is `<job name>-<index>` and must be a DNS label (<= 63); room
 # for '-' and a 10-digit index.
 K8S_JOB_NAME_MAX = 52
@@ -81,6 +81,25 @@ PROPAGATION_POLICIES = ("Foreground", "Background")
 # failures (the job's message names the refusal meanwhile). Every other 4xx (400, 404, 422, ...)
 # is the API server's decision about this object: final.
 RETRYABLE_CLIENT_ERRORS = frozenset({401, 403, 408, 409, 429})
+
+# Kubernetes API vocabulary, not Falcon statuses (core/v1 PodStatus, batch/v1 JobStatus).
+# Pod phases: not started yet, and the two a Pod never leaves.
+POD_PENDING = "Pending"
+POD_SUCCEEDED = "Succeeded"
+POD_FAILED = "Failed"
+POD_FINISHED_PHASES = (POD_SUCCEEDED, POD_FAILED)
+# Job condition types: the Job is done, is failing for good, or is held back.
+CONDITION_COMPLETE = "Complete"
+CONDITION_SUCCESS_CRITERIA_MET = "SuccessCriteriaMet"
+CONDITION_FAILED = "Failed"
+CONDITION_FAILURE_TARGET = "FailureTarget"
+CONDITION_SUSPENDED = "Suspended"
+# Pod condition types: not scheduled yet, or ended by someone else than the task.
+CONDITION_POD_SCHEDULED = "PodScheduled"
+CONDITION_DISRUPTION_TARGET = "DisruptionTarget"
+# A condition's `status` field.
+CONDITION_TRUE = "True"
+CONDITION_FALSE = "False"
 
 
 @dataclass(frozen=True)
@@ -140,7 +159,7 @@ def _tail(text: str | None) -> str:
 
 def _condition(job: client.V1Job, kind: str):
     for cond in (job.status.conditions if job.status else None) or []:
-        if cond.type == kind and cond.status == "True":
+        if cond.type == kind and cond.status == CONDITION_TRUE:
             return cond
     return None
 
@@ -169,10 +188,10 @@ def pending_reasons(pods: list[client.V1Pod]) -> list[tuple[str, str]]:
     found: list[tuple[int, str, str]] = []
     for pod in pods:
         if pod.metadata.deletion_timestamp or (pod.status and pod.status.phase in
-                                               ("Succeeded", "Failed")):
+                                               POD_FINISHED_PHASES):
             continue
         for cond in (pod.status.conditions if pod.status else None) or []:
-            if cond.type == "PodScheduled" and cond.status == "False":
+            if cond.type == CONDITION_POD_SCHEDULED and cond.status == CONDITION_FALSE:
                 found.append((1, cond.reason or "Unschedulable", cond.message or ""))
         for cs in _container_statuses(pod):
             waiting = cs.state.waiting if cs.state else None
@@ -197,8 +216,8 @@ def disruption(pod: client.V1Pod) -> tuple[str, str] | None:
     if status is None:
         return None
     for cond in status.conditions or []:
-        if cond.type == "DisruptionTarget" and cond.status == "True":
-            return cond.reason or "DisruptionTarget", cond.message or ""
+        if cond.type == CONDITION_DISRUPTION_TARGET and cond.status == CONDITION_TRUE:
+            return cond.reason or CONDITION_DISRUPTION_TARGET, cond.message or ""
     if status.reason == "Evicted":
         return "Evicted", status.message or ""
     return None
@@ -269,12 +288,12 @@ def job_state(name: str, job: client.V1Job | None, pods: list[client.V1Pod], *,
                                reason="ClusterJobMissing",
                                message=f"cluster Job {name} does not exist (deleted?)")
     status = job.status or client.V1JobStatus()
-    done = _condition(job, "Complete") or _condition(job, "SuccessCriteriaMet")
+    done = _condition(job, CONDITION_COMPLETE) or _condition(job, CONDITION_SUCCESS_CRITERIA_MET)
     if done is not None:
         return ClusterJobState(name=name, status=ClusterJobStatus.SUCCEEDED, reason="Completed",
                                message=f"all {pods_total} pods of Job {name} completed",
                                exit_code=0)
-    failed = _condition(job, "Failed") or _condition(job, "FailureTarget")
+    failed = _condition(job, CONDITION_FAILED) or _condition(job, CONDITION_FAILURE_TARGET)
     if failed is not None:
         details, exit_code = failure_details(pods)
         reason = failed.reason or "JobFailed"
@@ -283,7 +302,7 @@ def job_state(name: str, job: client.V1Job | None, pods: list[client.V1Pod], *,
             message += f"; {details}"
         return ClusterJobState(name=name, status=ClusterJobStatus.FAILED, reason=reason,
                                message=message, exit_code=exit_code)
-    suspended = _condition(job, "Suspended")
+    suspended = _condition(job, CONDITION_SUSPENDED)
     if (job.spec is not None and job.spec.suspend) or suspended is not None:
         # A suspended Job has no Pods on purpose (a queue such as Kueue admits it when quota
         # is free, or an operator paused it): waiting its turn, not failing to start.
@@ -593,7 +612,7 @@ class KubernetesBackend(ClusterBackend):
                 k8s_job = None
             total = (k8s_job.spec.completions or 1) if k8s_job is not None else 0
             found[job.id] = (name, k8s_job, total)
-            if k8s_job is not None and not _condition(k8s_job, "Complete"):
+            if k8s_job is not None and not _condition(k8s_job, CONDITION_COMPLETE):
                 st = k8s_job.status or client.V1JobStatus()
                 if not ((st.ready or 0) and (st.ready or 0) + (st.succeeded or 0) >= total):
                     need_pods = True  # Pending or failed: the Pods say why

@@ -49,6 +49,7 @@ from controllers.cluster_backends.base import (
     ignored_fields_note,
 )
 from controllers.cluster_backends.local_runner import write_atomic
+from core.statuses import CONFIG_ENV
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
@@ -62,7 +63,6 @@ DEFAULT_PASSTHROUGH_ENV = (
     "SHELL", "TERM", "PYTHONPATH", "VIRTUAL_ENV", "STORAGE_EMULATOR_HOST",
     "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_PROJECT",
 )
-CONFIG_ENV = "CUSTOM_CONFIG_KEY"  # architecture.md: the experiment's config, verbatim
 POLL_SECONDS = 0.02
 
 
