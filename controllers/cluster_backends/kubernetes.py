@@ -71,6 +71,8 @@ K8S_JOB_NAME_MAX = 52
 STUCK_REASONS = ("ImagePullBackOff", "ErrImagePull", "InvalidImageName",
                  "CreateContainerConfigError", "CreateContainerError", "CrashLoopBackOff",
                  "RunContainerError")
+# Waiting reasons about the image: the message names the image when the detail does not.
+IMAGE_PULL_REASONS = ("ImagePullBackOff", "ErrImagePull", "InvalidImageName")
 PROPAGATION_POLICIES = ("Foreground", "Background")
 # 4xx answers to a create that a later attempt can get past (API conventions, "HTTP Status
 # codes"): 409 is an adoption or a kept Service, 429 and 408 say "try again later", 401 means
@@ -257,9 +259,159 @@ def failure_details(pods: list[client.V1Pod]) -> tuple[str, int | None]:
     return "; ".join(parts), exit_code
 
 
+def _ready_counts(job: client.V1Job) -> tuple[int, int]:
+    """Return `(ready, succeeded)` Pod counts of a Job's status (0 when unset)."""
+    status = job.status or client.V1JobStatus()
+    return status.ready or 0, status.succeeded or 0
+
+
+def all_ready(job: client.V1Job, pods_total: int) -> bool:
+    """Return True when every index of `job` is ready or done, and at least one is ready.
+
+    `status.active` counts Pending Pods too, so it never means running; `ready` does.
+
+    Args:
+        job: the Job as the API returned it.
+        pods_total: `spec.completions` (replica x hosts).
+    """
+    ready, succeeded = _ready_counts(job)
+    return bool(ready) and ready + succeeded >= pods_total
+
+
+def _missing_state(name: str) -> ClusterJobState:
+    """Return the state of a Job that does not exist: Missing.
+
+    Args:
+        name: the Job's name, for the message.
+    """
+    return ClusterJobState(name=name, status=ClusterJobStatus.MISSING,
+                           reason="ClusterJobMissing",
+                           message=f"cluster Job {name} does not exist (deleted?)")
+
+
+def _succeeded_state(name: str, job: client.V1Job, pods_total: int) -> ClusterJobState | None:
+    """Return Succeeded when `job` has a `Complete` or `SuccessCriteriaMet` condition, else None.
+
+    Args:
+        name: the Job's name, for the message.
+        job: the Job as the API returned it.
+        pods_total: `spec.completions` (replica x hosts), for the message.
+    """
+    if _condition(job, CONDITION_COMPLETE) is None and \
+            _condition(job, CONDITION_SUCCESS_CRITERIA_MET) is None:
+        return None
+    return ClusterJobState(name=name, status=ClusterJobStatus.SUCCEEDED, reason="Completed",
+                           message=f"all {pods_total} pods of Job {name} completed", exit_code=0)
+
+
+def _failed_state(name: str, job: client.V1Job,
+                  pods: list[client.V1Pod]) -> ClusterJobState | None:
+    """Return Failed when `job` has a `Failed` or `FailureTarget` condition, else None.
+
+    The reason is the condition's (`BackoffLimitExceeded`, `DeadlineExceeded`, ...), the
+    message adds the failed containers' reasons, exit codes and output tails
+    (`failure_details`). `status.failed > 0` alone is not failure: the Job may still retry.
+
+    Args:
+        name: the Job's name, for the state.
+        job: the Job as the API returned it.
+        pods: the Job's Pods (may be empty).
+    """
+    failed = _condition(job, CONDITION_FAILED) or _condition(job, CONDITION_FAILURE_TARGET)
+    if failed is None:
+        return None
+    details, exit_code = failure_details(pods)
+    reason = failed.reason or "JobFailed"
+    message = f"{reason}: {failed.message or 'the Job failed'}"
+    if details:
+        message += f"; {details}"
+    return ClusterJobState(name=name, status=ClusterJobStatus.FAILED, reason=reason,
+                           message=message, exit_code=exit_code)
+
+
+def _suspended_state(name: str, job: client.V1Job) -> ClusterJobState | None:
+    """Return Pending with `suspended` set when `job` is held back on purpose, else None.
+
+    A suspended Job (`spec.suspend: true` or a `Suspended=True` condition) has no Pods on
+    purpose (a queue such as Kueue admits it when quota is free, or an operator paused it): it
+    is waiting its turn, not failing to start, so the pending timeout does not apply.
+
+    Args:
+        name: the Job's name, for the message.
+        job: the Job as the API returned it.
+    """
+    suspended = _condition(job, CONDITION_SUSPENDED)
+    if not ((job.spec is not None and job.spec.suspend) or suspended is not None):
+        return None
+    why = f": {suspended.message}" if suspended is not None and suspended.message else ""
+    return ClusterJobState(name=name, status=ClusterJobStatus.PENDING, reason="Suspended",
+                           message=f"Job {name} is suspended (spec.suspend: true){why}; "
+                           "it starts when resumed", suspended=True)
+
+
+def _running_state(name: str, job: client.V1Job, pods_total: int) -> ClusterJobState | None:
+    """Return Running when every index is ready or done (`all_ready`), else None.
+
+    Args:
+        name: the Job's name, for the state.
+        job: the Job as the API returned it.
+        pods_total: `spec.completions` (replica x hosts).
+    """
+    if not all_ready(job, pods_total):
+        return None
+    ready, succeeded = _ready_counts(job)
+    done_note = f", {succeeded} completed" if succeeded else ""
+    return ClusterJobState(name=name, status=ClusterJobStatus.RUNNING, reason="AllReplicasReady",
+                           message=f"{ready}/{pods_total} pods ready{done_note}")
+
+
+def _pending_message(reasons: list[tuple[str, str]], image: str) -> str:
+    """Return the Pods' pending reasons as one sentence, counted: `2 pods Unschedulable: ...`.
+
+    Args:
+        reasons: `(reason, detail)` per waiting Pod or container, as `pending_reasons` returns.
+        image: the task image, added to an image-pull reason whose detail does not name it.
+    """
+    counts: dict[tuple[str, str], int] = defaultdict(int)
+    for item in reasons:
+        counts[item] += 1
+    texts = []
+    for (reason, detail), count in counts.items():
+        text = f"{count} pod{'s' if count > 1 else ''} {reason}"
+        if detail:
+            text += f": {detail}"
+        if reason in IMAGE_PULL_REASONS and image and image not in detail:
+            text += f" (image {image})"
+        texts.append(text)
+    return "; ".join(texts)
+
+
+def _pending_state(name: str, job: client.V1Job, pods: list[client.V1Pod], pods_total: int,
+                   image: str) -> ClusterJobState:
+    """Return Pending with the Pods' reasons (`Unschedulable`, `ImagePullBackOff`, ...).
+
+    Args:
+        name: the Job's name, for the state.
+        job: the Job as the API returned it.
+        pods: the Job's Pods (may be empty: then the reason is `PodsStarting`).
+        pods_total: `spec.completions` (replica x hosts).
+        image: the task image, named in image-pull messages.
+    """
+    ready, _succeeded = _ready_counts(job)
+    summary = f"{ready}/{pods_total} pods ready"
+    reasons = pending_reasons(pods)
+    if not reasons:
+        return ClusterJobState(name=name, status=ClusterJobStatus.PENDING, reason="PodsStarting",
+                               message=f"{summary}; waiting for pods to start")
+    return ClusterJobState(name=name, status=ClusterJobStatus.PENDING, reason=reasons[0][0],
+                           message=f"{summary}; {_pending_message(reasons, image)}")
+
+
 def job_state(name: str, job: client.V1Job | None, pods: list[client.V1Pod], *,
               pods_total: int, image: str = "") -> ClusterJobState:
     """Map a `batch/v1` Job and its Pods to the Falcon view of it.
+
+    Pure (no API call): one helper per rule below, the first rule that applies decides.
 
     Rules (shared/cases/k8s-job-status.yaml; behaviours K1, K2, K4, K7):
     - no Job: Missing (the resource manager fails the Falcon Job, K7);
@@ -284,59 +436,12 @@ def job_state(name: str, job: client.V1Job | None, pods: list[client.V1Pod], *,
         image: the task image, named in image-pull messages.
     """
     if job is None:
-        return ClusterJobState(name=name, status=ClusterJobStatus.MISSING,
-                               reason="ClusterJobMissing",
-                               message=f"cluster Job {name} does not exist (deleted?)")
-    status = job.status or client.V1JobStatus()
-    done = _condition(job, CONDITION_COMPLETE) or _condition(job, CONDITION_SUCCESS_CRITERIA_MET)
-    if done is not None:
-        return ClusterJobState(name=name, status=ClusterJobStatus.SUCCEEDED, reason="Completed",
-                               message=f"all {pods_total} pods of Job {name} completed",
-                               exit_code=0)
-    failed = _condition(job, CONDITION_FAILED) or _condition(job, CONDITION_FAILURE_TARGET)
-    if failed is not None:
-        details, exit_code = failure_details(pods)
-        reason = failed.reason or "JobFailed"
-        message = f"{reason}: {failed.message or 'the Job failed'}"
-        if details:
-            message += f"; {details}"
-        return ClusterJobState(name=name, status=ClusterJobStatus.FAILED, reason=reason,
-                               message=message, exit_code=exit_code)
-    suspended = _condition(job, CONDITION_SUSPENDED)
-    if (job.spec is not None and job.spec.suspend) or suspended is not None:
-        # A suspended Job has no Pods on purpose (a queue such as Kueue admits it when quota
-        # is free, or an operator paused it): waiting its turn, not failing to start.
-        why = f": {suspended.message}" if suspended is not None and suspended.message else ""
-        return ClusterJobState(name=name, status=ClusterJobStatus.PENDING, reason="Suspended",
-                               message=f"Job {name} is suspended (spec.suspend: true){why}; "
-                               "it starts when resumed", suspended=True)
-    ready = status.ready or 0
-    succeeded = status.succeeded or 0
-    if ready and ready + succeeded >= pods_total:
-        done_note = f", {succeeded} completed" if succeeded else ""
-        return ClusterJobState(name=name, status=ClusterJobStatus.RUNNING,
-                               reason="AllReplicasReady",
-                               message=f"{ready}/{pods_total} pods ready{done_note}")
-    reasons = pending_reasons(pods)
-    summary = f"{ready}/{pods_total} pods ready"
-    if not reasons:
-        return ClusterJobState(name=name, status=ClusterJobStatus.PENDING,
-                               reason="PodsStarting",
-                               message=f"{summary}; waiting for pods to start")
-    counts: dict[tuple[str, str], int] = defaultdict(int)
-    for item in reasons:
-        counts[item] += 1
-    texts = []
-    for (reason, detail), count in counts.items():
-        text = f"{count} pod{'s' if count > 1 else ''} {reason}"
-        if detail:
-            text += f": {detail}"
-        if reason in ("ImagePullBackOff", "ErrImagePull", "InvalidImageName") and image \
-                and image not in detail:
-            text += f" (image {image})"
-        texts.append(text)
-    return ClusterJobState(name=name, status=ClusterJobStatus.PENDING, reason=reasons[0][0],
-                           message=f"{summary}; {'; '.join(texts)}")
+        return _missing_state(name)
+    return (_succeeded_state(name, job, pods_total)
+            or _failed_state(name, job, pods)
+            or _suspended_state(name, job)
+            or _running_state(name, job, pods_total)
+            or _pending_state(name, job, pods, pods_total, image))
 
 
 class KubernetesBackend(ClusterBackend):
@@ -612,10 +717,9 @@ class KubernetesBackend(ClusterBackend):
                 k8s_job = None
             total = (k8s_job.spec.completions or 1) if k8s_job is not None else 0
             found[job.id] = (name, k8s_job, total)
-            if k8s_job is not None and not _condition(k8s_job, CONDITION_COMPLETE):
-                st = k8s_job.status or client.V1JobStatus()
-                if not ((st.ready or 0) and (st.ready or 0) + (st.succeeded or 0) >= total):
-                    need_pods = True  # Pending or failed: the Pods say why
+            if (k8s_job is not None and not _condition(k8s_job, CONDITION_COMPLETE)
+                    and not all_ready(k8s_job, total)):
+                need_pods = True  # Pending or failed: the Pods say why
         pods_by_job: dict[str, list[client.V1Pod]] = defaultdict(list)
         if need_pods:
             for pod in self._list(self.core.list_namespaced_pod, "Pods"):
