@@ -548,20 +548,21 @@ class KubernetesBackend(ClusterBackend):
         return {LABEL_MANAGED_BY: MANAGED_BY, LABEL_EXP_ID: str(job.exp_id),
                 LABEL_JOB_ID: str(job.id), LABEL_ROLE: job.role}
 
-    def build_job(self, job: JobView, name: str | None = None) -> client.V1Job:
-        """Return the `batch/v1` Job for `job` (pure: no API call).
+    def _task_env(self, job: JobView, *, name: str, replica: int, hosts: int) -> dict[str, str]:
+        """Return the environment of every task container of `job`.
 
-        Raises:
-            PermanentBackendError: the TaskSpec cannot be run here (see `shape`).
+        The TaskSpec `envs` come first; Falcon's own variables are set last and win (CreateExp
+        refuses these names in `envs`): the experiment config as `CONFIG_ENV` and the
+        `FALCON_*` variables, with `FALCON_WORKER_HOSTNAMES` when the Job has several Pods.
+
+        Args:
+            job: the Falcon job.
+            name: the Job's name; Pods are `<name>-<index>.<name>` in its headless Service.
+            replica: the TaskSpec `replica`.
+            hosts: Pods per replica (several for a multi-host TPU slice, else 1).
         """
-        name = name or self.cluster_job_name(job)
-        spec = job.task_spec
-        replica, hosts, device = self.shape(spec)
         total = replica * hosts
-        labels = self.labels(job)
-        hostnames = ",".join(f"{name}-{i}.{name}" for i in range(total)) if total > 1 else ""
-        env = {str(k): str(v) for k, v in (spec.get("envs") or {}).items()}
-        # Falcon's own variables are set last and win (CreateExp refuses these names in envs).
+        env = {str(k): str(v) for k, v in (job.task_spec.get("envs") or {}).items()}
         env.update({
             CONFIG_ENV: job.config,
             "FALCON_EXP_ID": str(job.exp_id),
@@ -573,22 +574,55 @@ class KubernetesBackend(ClusterBackend):
             "FALCON_HOSTS_PER_REPLICA": str(hosts),
             "FALCON_ARTIFACT_PATH": job.artifact_path,
         })
-        if hostnames:
-            env["FALCON_WORKER_HOSTNAMES"] = hostnames
-        # JOB_COMPLETION_INDEX is set by Kubernetes in Indexed Jobs; replica and host index
-        # follow from it, computed by the same shell that runs the command.
+        if total > 1:
+            env["FALCON_WORKER_HOSTNAMES"] = ",".join(f"{name}-{i}.{name}" for i in range(total))
+        return env
+
+    def _accelerators(self, spec: Mapping[str, Any], device: DeviceType | None
+                     ) -> tuple[client.V1ResourceRequirements | None, dict[str, str]]:
+        """Return the container's resources and the Pod's node selector for a TaskSpec.
+
+        Args:
+            spec: the validated TaskSpec (`device_count`, `device_topo` are read).
+            device: the TaskSpec's device type (`shape`), None when it uses no accelerator.
+
+        Returns:
+            `(resources, node_selector)`: requests = limits = the device's chips per Pod (None
+            without a device), and the cluster's node selector plus the device's (and the TPU
+            topology label for a TPU).
+        """
+        node_selector = dict(self.config.node_selector)
+        if device is None:
+            return None, node_selector
+        per_pod = str(device.chips_per_pod(int(spec["device_count"])))
+        resources = client.V1ResourceRequirements(limits={device.resource: per_pod},
+                                                  requests={device.resource: per_pod})
+        node_selector.update(device.node_selector)
+        if device.kind == "tpu":
+            node_selector[TPU_TOPOLOGY_LABEL] = spec["device_topo"]
+        return resources, node_selector
+
+    def _pod_spec(self, job: JobView, *, name: str, replica: int, hosts: int,
+                 device: DeviceType | None) -> client.V1PodSpec:
+        """Return the Pod spec of the Job's Pods: one container running the TaskSpec command.
+
+        The command runs through `/bin/sh -c` after the replica and host index are computed
+        from `JOB_COMPLETION_INDEX` (set by Kubernetes in Indexed Jobs).
+
+        Args:
+            job: the Falcon job; `task_spec` is validated.
+            name: the Job's name (the Pods' `subdomain` when there are several).
+            replica: the TaskSpec `replica`.
+            hosts: Pods per replica.
+            device: the TaskSpec's device type, or None.
+        """
+        spec = job.task_spec
+        total = replica * hosts
+        env = self._task_env(job, name=name, replica=replica, hosts=hosts)
         script = (f"export FALCON_REPLICA_INDEX=$(( ${{JOB_COMPLETION_INDEX:-0}} / {hosts} )) "
                   f"FALCON_HOST_INDEX=$(( ${{JOB_COMPLETION_INDEX:-0}} % {hosts} ))\n"
                   f"{spec['command']}")
-        resources = None
-        node_selector = dict(self.config.node_selector)
-        if device is not None:
-            per_pod = str(device.chips_per_pod(int(spec["device_count"])))
-            resources = client.V1ResourceRequirements(limits={device.resource: per_pod},
-                                                      requests={device.resource: per_pod})
-            node_selector.update(device.node_selector)
-            if device.kind == "tpu":
-                node_selector[TPU_TOPOLOGY_LABEL] = spec["device_topo"]
+        resources, node_selector = self._accelerators(spec, device)
         container = client.V1Container(
             name=CONTAINER, image=spec.get("image") or "", command=["/bin/sh", "-c", script],
             env=[client.V1EnvVar(name=k, value=v) for k, v in env.items()],
@@ -596,7 +630,7 @@ class KubernetesBackend(ClusterBackend):
             # The tail of the output becomes the termination message when the container fails
             # without writing one: the failure reason Falcon shows.
             termination_message_policy="FallbackToLogsOnError")
-        pod_spec = client.V1PodSpec(
+        return client.V1PodSpec(
             restart_policy="Never", containers=[container],
             node_selector=node_selector or None,
             subdomain=name if total > 1 else None,
@@ -606,6 +640,18 @@ class KubernetesBackend(ClusterBackend):
             termination_grace_period_seconds=self.config.termination_grace_period_seconds,
             # Thousands of Services in the namespace would otherwise become env variables.
             enable_service_links=False)
+
+    def build_job(self, job: JobView, name: str | None = None) -> client.V1Job:
+        """Return the `batch/v1` Job for `job` (pure: no API call).
+
+        Raises:
+            PermanentBackendError: the TaskSpec cannot be run here (see `shape`).
+        """
+        name = name or self.cluster_job_name(job)
+        replica, hosts, device = self.shape(job.task_spec)
+        total = replica * hosts
+        labels = self.labels(job)
+        pod_spec = self._pod_spec(job, name=name, replica=replica, hosts=hosts, device=device)
         return client.V1Job(
             api_version="batch/v1", kind="Job",
             metadata=client.V1ObjectMeta(name=name, namespace=self.config.namespace,
@@ -656,37 +702,69 @@ class KubernetesBackend(ClusterBackend):
                 another Job.
         """
         name = self.cluster_job_name(job)
-        body = self.build_job(job, name)
+        made, created = self._create_or_adopt_job(job, name)
+        self._ensure_service(job, name, made)
+        verb = "created" if created else "adopted existing"
+        return SubmitResult(cluster_job_name=name, created=created,
+                            message=f"{verb} Job {self.config.namespace}/{name}")
+
+    def _create_or_adopt_job(self, job: JobView, name: str) -> tuple[client.V1Job, bool]:
+        """Create the Job of `job`, or read the one of that name when it exists and is its own.
+
+        Args:
+            job: the Falcon job.
+            name: the Job's name (`cluster_job_name`).
+
+        Returns:
+            `(Job as the API returned it, created)`: created is False for an adoption.
+
+        Raises:
+            PermanentBackendError: the API server refused the Job for good, or the TaskSpec
+                cannot be built (`shape`).
+            BackendError: a call failed in a way a retry may fix, or a Job of that name
+                belongs to another Falcon job.
+        """
         ns = self.config.namespace
-        created = True
+        body = self.build_job(job, name)
         try:
-            made = self.caller.call(self.batch.create_namespaced_job, ns, body)
+            return self.caller.call(self.batch.create_namespaced_job, ns, body), True
         except ApiException as exc:
             if exc.status != 409:
                 raise self._fail(f"create Job {name}", exc) from exc
-            created = False
-            try:
-                made = self.caller.call(self.batch.read_namespaced_job, name, ns)
-            except (ApiException, urllib3.exceptions.HTTPError) as exc2:
-                raise self._fail(f"read existing Job {name}", exc2) from exc2
-            owner = _int_label(made.metadata.labels, LABEL_JOB_ID)
-            if owner != job.id:
-                raise BackendError(f"cluster {self.cluster_name}: a Job named {name} exists "
-                                   f"but belongs to falcon job {owner}, not {job.id}")
         except urllib3.exceptions.HTTPError as exc:
             raise self._fail(f"create Job {name}", exc) from exc
-        if (made.spec.completions or 1) > 1:
-            service = self.build_service(job, name, made.metadata.uid)
-            try:
-                self.caller.call(self.core.create_namespaced_service, ns, service)
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise self._fail(f"create Service {name}", exc) from exc
-            except urllib3.exceptions.HTTPError as exc:
+        try:
+            made = self.caller.call(self.batch.read_namespaced_job, name, ns)
+        except (ApiException, urllib3.exceptions.HTTPError) as exc:
+            raise self._fail(f"read existing Job {name}", exc) from exc
+        owner = _int_label(made.metadata.labels, LABEL_JOB_ID)
+        if owner != job.id:
+            raise BackendError(f"cluster {self.cluster_name}: a Job named {name} exists "
+                               f"but belongs to falcon job {owner}, not {job.id}")
+        return made, False
+
+    def _ensure_service(self, job: JobView, name: str, made: client.V1Job) -> None:
+        """Create the headless Service of a Job with more than one Pod; keep one that exists.
+
+        Args:
+            job: the Falcon job.
+            name: the Job's (and the Service's) name.
+            made: the Job as the API returned it (its `uid` owns the Service).
+
+        Raises:
+            PermanentBackendError: the API server refused the Service for good.
+            BackendError: the call failed in a way a retry may fix.
+        """
+        if (made.spec.completions or 1) <= 1:
+            return
+        service = self.build_service(job, name, made.metadata.uid)
+        try:
+            self.caller.call(self.core.create_namespaced_service, self.config.namespace, service)
+        except ApiException as exc:
+            if exc.status != 409:
                 raise self._fail(f"create Service {name}", exc) from exc
-        verb = "created" if created else "adopted existing"
-        return SubmitResult(cluster_job_name=name, created=created,
-                            message=f"{verb} Job {ns}/{name}")
+        except urllib3.exceptions.HTTPError as exc:
+            raise self._fail(f"create Service {name}", exc) from exc
 
     def _list(self, fn, what: str) -> list:
         try:
