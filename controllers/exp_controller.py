@@ -119,7 +119,11 @@ def _fail_artifact(artifact: ArtifactView | None, reason: str, message: str,
 
 
 def _all_terminal(jobs: list[JobView]) -> bool:
-    """Return True when no job of `jobs` is open (Pending, Running or Aborting)."""
+    """Return True when no job of `jobs` is open (Pending, Running or Aborting).
+
+    Args:
+        jobs: the jobs of one experiment.
+    """
     return all(j.status not in JOB_NON_TERMINAL for j in jobs)
 
 

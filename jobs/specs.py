@@ -77,7 +77,13 @@ def _env_value(value: Any) -> str | None:
 
 
 def _add(errors: dict[str, list[str]], key: str, message: str) -> None:
-    """Append `message` to the problems reported under `key`."""
+    """Append `message` to the problems reported under `key`.
+
+    Args:
+        errors: `{error key: [message]}`, updated in place.
+        key: the field's path, e.g. `role_to_task_spec.<role>.replica`.
+        message: what is wrong and what to do, one sentence.
+    """
     errors.setdefault(key, []).append(message)
 
 

@@ -260,7 +260,11 @@ def failure_details(pods: list[client.V1Pod]) -> tuple[str, int | None]:
 
 
 def _ready_counts(job: client.V1Job) -> tuple[int, int]:
-    """Return `(ready, succeeded)` Pod counts of a Job's status (0 when unset)."""
+    """Return the `(ready, succeeded)` Pod counts of a Job's status (0 when unset).
+
+    Args:
+        job: the Job as the API returned it (`status` may be None).
+    """
     status = job.status or client.V1JobStatus()
     return status.ready or 0, status.succeeded or 0
 

@@ -244,6 +244,7 @@ def _progress_state(name: str, count: int, scan: _ReplicaScan, note: str) -> Clu
         note: the manifest's note (fields the backend ignored), appended to the message.
     """
     def sentence(text: str) -> str:
+        """Append the note to `text`, when there is one."""
         return " ".join(p for p in (text, note) if p)
 
     if len(scan.exited) == count:
