@@ -29,8 +29,6 @@ from core.errors import NotFound, PermissionDenied, ValidationFailed
 
 log = logging.getLogger(__name__)
 
-AUTHORIZATION_KEY = "authorization"
-
 
 class AuthenticationFailed(Exception):
     """The call carries no usable credentials; `reason` is safe to return and to log."""

@@ -45,6 +45,7 @@ def main() -> None:
     from artifacts.models import Artifact
     from controllers.exp_controller import ExpController
     from controllers.grpc_client import GrpcFalconAPI
+    from core.statuses import JobStatus
     from experiments.models import Experiment
     from falcon_site.grpc.server import build_server
     from falcon_site.grpc.testing import channel_to
@@ -77,7 +78,7 @@ def main() -> None:
             exps = list(Experiment.objects.order_by("id"))
             Job.objects.bulk_create(
                 Job(experiment=e, cluster_name="local", exp_type="benchmark", role=role,
-                    task_spec=spec, status="Running") for e in exps for role in ("a", "b"))
+                    task_spec=spec, status=JobStatus.RUNNING) for e in exps for role in ("a", "b"))
             Artifact.objects.bulk_create(
                 Artifact(experiment=e, path=e.artifact_path, artifact_type="benchmark")
                 for e in exps)

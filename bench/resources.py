@@ -35,11 +35,12 @@ django.setup()
 
 from controllers.contract import JobView, ListFilter  # noqa: E402
 from controllers.cluster_backends.kubernetes import (  # noqa: E402
-    KubernetesBackend, KubernetesClusterConfig,
+    POD_PENDING, KubernetesBackend, KubernetesClusterConfig,
 )
 from controllers.kubeclient import KubeConnection  # noqa: E402
 from controllers.resource_manager import ResourceManager  # noqa: E402
 from controllers.tests.fake_k8s import FakeKube  # noqa: E402
+from core.statuses import ExpStatus, JobStatus  # noqa: E402
 
 NS = "falcon-jobs"
 CLUSTER = "k8s-bench"
@@ -68,17 +69,17 @@ class MemoryAPI:
 def populate(fake: FakeKube, backend: KubernetesBackend, n: int, *, pending: bool):
     views = []
     for i in range(1, n + 1):
-        view = JobView(id=i, exp_id=i, exp_name=f"bench-{i}", exp_status="Running",
+        view = JobView(id=i, exp_id=i, exp_name=f"bench-{i}", exp_status=ExpStatus.RUNNING,
                        role="main", cluster_name=CLUSTER, exp_type="benchmark",
                        task_spec={"command": "sleep 1", "replica": 1, "image": "busybox:1",
                                   "envs": {}}, artifact_path=f"gs://b/{i}", config="",
-                       status="Pending" if pending else "Running")
+                       status=JobStatus.PENDING if pending else JobStatus.RUNNING)
         name = backend.cluster_job_name(view)
         job = backend.api.sanitize_for_serialization(backend.build_job(view, name))
         job["status"] = ({"active": 1, "ready": 0} if pending else {"active": 1, "ready": 1})
         fake.put_object("jobs", NS, job)
         if pending:
-            fake.put_pod(NS, name, 0, {"phase": "Pending", "containerStatuses": [{
+            fake.put_pod(NS, name, 0, {"phase": POD_PENDING, "containerStatuses": [{
                 "name": "main", "image": "busybox:1", "imageID": "", "ready": False,
                 "restartCount": 0, "state": {"waiting": {"reason": "ImagePullBackOff",
                                                          "message": "Back-off pulling"}}}]})

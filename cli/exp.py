@@ -16,7 +16,8 @@ from .options import exp_id_argument, output_option, pass_env, server_option
 from .visible import visible
 
 EXPS = "/api/v1/exps"
-STATUSES = tuple(status.value for status in ExpStatus)  # plain strings: click shows enum names
+# Plain strings: click.Choice would offer an enum's member names (CREATED), not its values.
+STATUSES = tuple(status.value for status in ExpStatus)
 DEFAULT_INTERVAL = 2.0  # seconds between polls of `exp wait`
 PAGE_SIZE = 500  # rows per ListExps page: the server's maximum, so few round trips
 # The server's FALCON_CONFIG_MAX_BYTES: the config reaches a task as `CUSTOM_CONFIG_KEY=<config>`,

@@ -23,6 +23,8 @@ from core.statuses import ExpStatus, JobStatus
 
 from .visible import visible
 
+# A member equals (and hashes as) its value: a job's or artifact's status gets the colour of the
+# experiment status of the same name.
 STATUS_STYLES = {
     ExpStatus.CREATED: "cyan", JobStatus.PENDING: "cyan", ExpStatus.RUNNING: "yellow",
     ExpStatus.SUCCEEDED: "green", ExpStatus.FAILED: "red", ExpStatus.ABORTING: "magenta",

@@ -7,7 +7,6 @@ logic never touches the ORM (style rule 7).
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -102,15 +101,3 @@ class FalconAPI(Protocol):
 
     def update_artifact_status(self, *, artifact_id: int, status: str, reason: str | None = None,
                                message: str | None = None) -> ArtifactView: ...
-
-
-def chunks(items: Iterable, size: int):
-    """Yield lists of at most `size` items."""
-    batch: list = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch

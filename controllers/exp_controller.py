@@ -24,17 +24,30 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from core.errors import FalconError
+from core.statuses import (
+    EXP_OPEN,
+    JOB_ACTIVE,
+    JOB_OPEN,
+    ArtifactStatus,
+    ExpStatus,
+    JobStatus,
+)
 
 from .contract import ArtifactView, ExpView, FalconAPI, JobView, ListFilter
 
 log = logging.getLogger("falcon.controllers.exp")
 
-EXP_NON_TERMINAL = ("Created", "Running", "Aborting")
+# The experiments a tick reads (and whose jobs and artifacts it reads), in the enum's order: a
+# list filter is a tuple.
+EXP_NON_TERMINAL = tuple(s for s in ExpStatus if s in EXP_OPEN)
 # The largest page the API serves: a tick's call count is ceil(rows / PAGE) per list.
 PAGE = {"page_size": 1000}
-JOB_NON_TERMINAL = frozenset({"Pending", "Running", "Aborting"})
+JOB_NON_TERMINAL = JOB_OPEN
 # The reason this controller gives an experiment it aborts because one of its jobs was aborted.
 JOB_ABORTED = "JobAborted"
+# The reasons of an experiment that ends by abort or success: the status, as a word.
+REASON_ABORTED = ExpStatus.ABORTED.value
+REASON_SUCCEEDED = ExpStatus.SUCCEEDED.value
 
 
 def job_status_to_exp_status(job_statuses: list[str]) -> str:
@@ -44,9 +57,11 @@ def job_status_to_exp_status(job_statuses: list[str]) -> str:
         job_statuses: the statuses of all jobs of one experiment, none Failed or Aborted.
 
     Returns:
-        "Running" once any job is Running or Succeeded (its work has started), else "Created".
+        `ExpStatus.RUNNING` once any job is Running or Succeeded (its work has started), else
+        `ExpStatus.CREATED`.
     """
-    return "Running" if any(s in ("Running", "Succeeded") for s in job_statuses) else "Created"
+    started = (JobStatus.RUNNING, JobStatus.SUCCEEDED)
+    return ExpStatus.RUNNING if any(s in started for s in job_statuses) else ExpStatus.CREATED
 
 
 @dataclass(frozen=True)
@@ -81,16 +96,189 @@ def _summary(jobs: list[JobView]) -> str:
 
 def _abort_siblings(jobs: list[JobView], reason: str, cause: str) -> list[Update]:
     """Abort every role still Pending or Running: one role's end ends the experiment."""
-    return [Update("job", j.id, "Aborting", reason, f"aborted because {cause}", j.id)
-            for j in jobs if j.status in ("Pending", "Running")]
+    return [Update("job", j.id, JobStatus.ABORTING, reason, f"aborted because {cause}", j.id)
+            for j in jobs if j.status in JOB_ACTIVE]
+
+
+def _fail_artifact(artifact: ArtifactView | None, reason: str, message: str,
+                   job_id: int | None = None) -> list[Update]:
+    """Fail the artifact if it is still open; a missing or finished one is left as it is.
+
+    Args:
+        artifact: the experiment's artifact record, or None when it has none.
+        reason: a CamelCase word for the artifact's `reason`.
+        message: a sentence for the artifact's `message`.
+        job_id: the job the failure is about, for the log line (None: every job).
+
+    Returns:
+        `[Update("artifact", ..., Failed)]` for a Created artifact, else `[]`.
+    """
+    if artifact is None or artifact.status != ArtifactStatus.CREATED:
+        return []
+    return [Update("artifact", artifact.id, ArtifactStatus.FAILED, reason, message, job_id)]
+
+
+def _all_terminal(jobs: list[JobView]) -> bool:
+    """Return True when no job of `jobs` is open (Pending, Running or Aborting).
+
+    Args:
+        jobs: the jobs of one experiment.
+    """
+    return all(j.status not in JOB_NON_TERMINAL for j in jobs)
+
+
+def _decide_no_jobs(exp: ExpView, artifact: ArtifactView | None) -> list[Update]:
+    """Fail an experiment that has no job, and its artifact.
+
+    Args:
+        exp: a non-terminal experiment with no jobs.
+        artifact: its artifact record, or None.
+
+    Returns:
+        The artifact's failure (when open), then the experiment's, both with reason `NoJobs`.
+    """
+    message = "the experiment has no jobs"
+    return [*_fail_artifact(artifact, "NoJobs", message),
+            Update("exp", exp.id, ExpStatus.FAILED, "NoJobs", message)]
+
+
+def _decide_aborting(exp: ExpView, jobs: list[JobView],
+                     artifact: ArtifactView | None) -> list[Update]:
+    """Finish an Aborting experiment as Aborted once every job is terminal; else wait.
+
+    An experiment this controller set Aborting because a role was aborted (reason
+    `JOB_ABORTED`, see `_decide_aborted_sibling`) keeps that reason and message, so a tick that
+    stopped between Aborting and Aborted is finished as an uninterrupted one would have been.
+
+    Args:
+        exp: an experiment in status Aborting.
+        jobs: all of its jobs (at least one).
+        artifact: its artifact record, or None.
+
+    Returns:
+        `[]` while a job is open; else the artifact's failure (when open), then exp Aborted.
+    """
+    if not _all_terminal(jobs):
+        return []
+    if exp.reason == JOB_ABORTED:
+        return [*_fail_artifact(artifact, JOB_ABORTED, exp.message),
+                Update("exp", exp.id, ExpStatus.ABORTED, JOB_ABORTED, exp.message)]
+    return [*_fail_artifact(artifact, REASON_ABORTED, "the experiment was aborted before its "
+                            "artifacts were complete"),
+            Update("exp", exp.id, ExpStatus.ABORTED, REASON_ABORTED,
+                   f"aborted ({_summary(jobs)})")]
+
+
+def _decide_failed_sibling(exp: ExpView, jobs: list[JobView], artifact: ArtifactView | None,
+                           first: JobView) -> list[Update]:
+    """Fail the experiment because one role failed, aborting the roles still active.
+
+    Args:
+        exp: a non-terminal experiment, not Aborting.
+        jobs: all of its jobs.
+        artifact: its artifact record, or None.
+        first: the first Failed job of `jobs`; its reason becomes the experiment's.
+
+    Returns:
+        Aborting for every Pending or Running job, the artifact's failure (when open), then
+        exp Failed with the job's reason (`JobFailed` when it has none).
+    """
+    message = f"role {first.role} failed: {first.message or first.reason or 'no detail'}"
+    reason = first.reason or "JobFailed"
+    return [*_abort_siblings(jobs, "SiblingFailed", f"role {first.role} failed"),
+            *_fail_artifact(artifact, reason, message, first.id),
+            Update("exp", exp.id, ExpStatus.FAILED, reason, message, first.id)]
+
+
+def _decide_aborted_sibling(exp: ExpView, jobs: list[JobView], artifact: ArtifactView | None,
+                            first: JobView) -> list[Update]:
+    """Abort the experiment because one role was aborted (not by an abort of the experiment).
+
+    Args:
+        exp: a non-terminal experiment, not Aborting.
+        jobs: all of its jobs, none Failed.
+        artifact: its artifact record, or None.
+        first: the first Aborted job of `jobs`.
+
+    Returns:
+        Aborting for every Pending or Running job, the artifact's failure (when open), exp
+        Aborting with reason `JOB_ABORTED`, and exp Aborted too when every job is already
+        terminal.
+    """
+    message = f"role {first.role} was aborted: {first.message or first.reason}"
+    updates = [*_abort_siblings(jobs, "SiblingAborted", f"role {first.role} was aborted"),
+               *_fail_artifact(artifact, JOB_ABORTED, message, first.id),
+               Update("exp", exp.id, ExpStatus.ABORTING, JOB_ABORTED, message, first.id)]
+    if _all_terminal(jobs):
+        updates.append(Update("exp", exp.id, ExpStatus.ABORTED, JOB_ABORTED, message, first.id))
+    return updates
+
+
+def _decide_all_succeeded(exp: ExpView, jobs: list[JobView], artifact: ArtifactView | None,
+                          has_files: Callable[[str], bool]) -> list[Update]:
+    """Decide the artifact, then the experiment, once every job has succeeded.
+
+    An artifact already Succeeded or Failed (a re-run after an interrupted tick) decides the
+    experiment without asking the store again; an open one succeeds only when the store holds
+    at least one file under its path.
+
+    Args:
+        exp: a non-terminal experiment, not Aborting.
+        jobs: all of its jobs, every one Succeeded.
+        artifact: its artifact record, or None (the experiment then fails: `ArtifactMissing`).
+        has_files: `url -> bool`, whether the artifact store holds a file under `url`.
+
+    Returns:
+        The artifact's update when it was open, then the experiment's.
+
+    Raises:
+        Exception: whatever `has_files` raises (a store outage); nothing is decided then.
+    """
+    succeeded = f"all {len(jobs)} role(s) succeeded"
+    if artifact is None:
+        return [Update("exp", exp.id, ExpStatus.FAILED, "ArtifactMissing",
+                       "the experiment has no artifact record")]
+    if artifact.status == ArtifactStatus.SUCCEEDED:
+        return [Update("exp", exp.id, ExpStatus.SUCCEEDED, REASON_SUCCEEDED, succeeded)]
+    if artifact.status == ArtifactStatus.FAILED:
+        return [Update("exp", exp.id, ExpStatus.FAILED, artifact.reason or "ArtifactFailed",
+                       artifact.message)]
+    if has_files(artifact.path):
+        return [Update("artifact", artifact.id, ArtifactStatus.SUCCEEDED, REASON_SUCCEEDED,
+                       f"files found under {artifact.path}"),
+                Update("exp", exp.id, ExpStatus.SUCCEEDED, REASON_SUCCEEDED, succeeded)]
+    message = (f"no file under {artifact.path}: the tasks succeeded but wrote nothing there; "
+               "write results under $FALCON_ARTIFACT_PATH")
+    return [Update("artifact", artifact.id, ArtifactStatus.FAILED, "ArtifactEmpty", message),
+            Update("exp", exp.id, ExpStatus.FAILED, "ArtifactEmpty", message)]
+
+
+def _decide_in_progress(exp: ExpView, jobs: list[JobView]) -> list[Update]:
+    """Keep a running experiment's status and job summary current (Created or Running).
+
+    Args:
+        exp: a non-terminal experiment, not Aborting.
+        jobs: all of its jobs, none Failed or Aborted, not all Succeeded.
+
+    Returns:
+        One exp update when the status (`job_status_to_exp_status`) or the summary message
+        changed, else `[]`.
+    """
+    target = job_status_to_exp_status([j.status for j in jobs])
+    message = _summary(jobs)
+    if target != exp.status or message != exp.message:
+        return [Update("exp", exp.id, target, None, message)]
+    return []
 
 
 def decide(exp: ExpView, jobs: list[JobView], artifact: ArtifactView | None,
            has_files: Callable[[str], bool]) -> list[Update]:
     """Return the updates that move one experiment toward the state its jobs imply.
 
-    Pure apart from `has_files` (the artifact-store check), so every row of seed 3.2.3 can be
-    tested with scripted states. Updates are ordered jobs, artifact, experiment.
+    Pure apart from `has_files` (the artifact-store check), so every rule can be tested with
+    scripted states. Updates are ordered jobs, artifact, experiment. The first rule that
+    applies decides: no jobs, Aborting, a Failed job, an Aborted job, all Succeeded, else in
+    progress.
 
     Args:
         exp: a non-terminal experiment.
@@ -98,80 +286,19 @@ def decide(exp: ExpView, jobs: list[JobView], artifact: ArtifactView | None,
         artifact: its artifact record (None if it is missing: the experiment then fails).
         has_files: `url -> bool`, whether the artifact store holds a file under `url`.
     """
-    updates: list[Update] = []
-    art_open = artifact is not None and artifact.status == "Created"
-
-    def fail_artifact(reason: str, message: str, job_id: int | None = None) -> None:
-        if art_open:
-            updates.append(Update("artifact", artifact.id, "Failed", reason, message, job_id))
-
     if not jobs:
-        fail_artifact("NoJobs", "the experiment has no jobs")
-        updates.append(Update("exp", exp.id, "Failed", "NoJobs", "the experiment has no jobs"))
-        return updates
-
-    if exp.status == "Aborting":
-        if all(j.status not in JOB_NON_TERMINAL for j in jobs):
-            if exp.reason == JOB_ABORTED:
-                # This controller set Aborting because a role was aborted (below) and stopped
-                # before Aborted: finish with that reason and message, so a re-run ends where
-                # an uninterrupted tick does (re-entrant, seed 3.2.3).
-                fail_artifact(JOB_ABORTED, exp.message)
-                updates.append(Update("exp", exp.id, "Aborted", JOB_ABORTED, exp.message))
-                return updates
-            message = f"aborted ({_summary(jobs)})"
-            fail_artifact("Aborted", "the experiment was aborted before its artifacts were "
-                          "complete")
-            updates.append(Update("exp", exp.id, "Aborted", "Aborted", message))
-        return updates
-
-    failed = [j for j in jobs if j.status == "Failed"]
-    aborted = [j for j in jobs if j.status == "Aborted"]
+        return _decide_no_jobs(exp, artifact)
+    if exp.status == ExpStatus.ABORTING:
+        return _decide_aborting(exp, jobs, artifact)
+    failed = [j for j in jobs if j.status == JobStatus.FAILED]
     if failed:
-        first = failed[0]
-        message = f"role {first.role} failed: {first.message or first.reason or 'no detail'}"
-        updates += _abort_siblings(jobs, "SiblingFailed", f"role {first.role} failed")
-        fail_artifact(first.reason or "JobFailed", message, first.id)
-        updates.append(Update("exp", exp.id, "Failed", first.reason or "JobFailed", message,
-                              first.id))
-        return updates
+        return _decide_failed_sibling(exp, jobs, artifact, failed[0])
+    aborted = [j for j in jobs if j.status == JobStatus.ABORTED]
     if aborted:
-        first = aborted[0]
-        message = f"role {first.role} was aborted: {first.message or first.reason}"
-        updates += _abort_siblings(jobs, "SiblingAborted", f"role {first.role} was aborted")
-        fail_artifact(JOB_ABORTED, message, first.id)
-        updates.append(Update("exp", exp.id, "Aborting", JOB_ABORTED, message, first.id))
-        if all(j.status not in JOB_NON_TERMINAL for j in jobs):
-            updates.append(Update("exp", exp.id, "Aborted", JOB_ABORTED, message, first.id))
-        return updates
-
-    if all(j.status == "Succeeded" for j in jobs):
-        if artifact is None:
-            updates.append(Update("exp", exp.id, "Failed", "ArtifactMissing",
-                                  "the experiment has no artifact record"))
-        elif artifact.status == "Succeeded":
-            updates.append(Update("exp", exp.id, "Succeeded", "Succeeded",
-                                  f"all {len(jobs)} role(s) succeeded"))
-        elif artifact.status == "Failed":
-            updates.append(Update("exp", exp.id, "Failed", artifact.reason or "ArtifactFailed",
-                                  artifact.message))
-        elif has_files(artifact.path):
-            updates.append(Update("artifact", artifact.id, "Succeeded", "Succeeded",
-                                  f"files found under {artifact.path}"))
-            updates.append(Update("exp", exp.id, "Succeeded", "Succeeded",
-                                  f"all {len(jobs)} role(s) succeeded"))
-        else:
-            message = (f"no file under {artifact.path}: the tasks succeeded but wrote nothing "
-                       "there; write results under $FALCON_ARTIFACT_PATH")
-            updates.append(Update("artifact", artifact.id, "Failed", "ArtifactEmpty", message))
-            updates.append(Update("exp", exp.id, "Failed", "ArtifactEmpty", message))
-        return updates
-
-    target = job_status_to_exp_status([j.status for j in jobs])
-    message = _summary(jobs)
-    if target != exp.status or message != exp.message:
-        updates.append(Update("exp", exp.id, target, None, message))
-    return updates
+        return _decide_aborted_sibling(exp, jobs, artifact, aborted[0])
+    if all(j.status == JobStatus.SUCCEEDED for j in jobs):
+        return _decide_all_succeeded(exp, jobs, artifact, has_files)
+    return _decide_in_progress(exp, jobs)
 
 
 class ExpController:

@@ -156,11 +156,6 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError))
 
 
-def status_of(exc: BaseException) -> int | None:
-    """Return the HTTP status of an `ApiException`, None for transport failures."""
-    return exc.status if isinstance(exc, ApiException) else None
-
-
 class KubeCaller:
     """Call `kubernetes` client methods with a timeout, bounded retries and a QPS limit.
 

@@ -207,35 +207,79 @@ class LeaseElector:
             if exc.status != 404:
                 log.info("reading Lease %s/%s failed: %s %s", ns, name, exc.status, exc.reason)
                 return False
-            body = client.V1Lease(api_version="coordination.k8s.io/v1", kind="Lease",
-                                  metadata=client.V1ObjectMeta(name=name, namespace=ns),
-                                  spec=self._spec(acquire_time=None, transitions=0))
-            try:
-                self.caller.call(self.api.create_namespaced_lease, ns, body)
-            except (ApiException, urllib3.exceptions.HTTPError) as exc2:
-                log.info("creating Lease %s/%s failed: %s", ns, name, exc2)
-                return False
-            return self._won(started)
+            return self._create_lease(started)
         except urllib3.exceptions.HTTPError as exc:
             log.info("reading Lease %s/%s failed: %s", ns, name, exc)
             return False
+        spec = lease.spec or client.V1LeaseSpec()
+        if self._held_by_another(lease, started):
+            return False
+        mine = (spec.holder_identity or "") == self.config.identity
+        lease.spec = self._spec(acquire_time=spec.acquire_time if mine else None,
+                                transitions=(spec.lease_transitions or 0) + (0 if mine else 1))
+        return self._replace_lease(lease, started)
 
+    def _create_lease(self, started: float) -> bool:
+        """Create the Lease, held by this replica (none exists yet).
+
+        Args:
+            started: `clock()` when this attempt started, in seconds.
+
+        Returns:
+            True when the create succeeded; False on any failure (409: another replica
+            created it first), logged.
+        """
+        name, ns = self.config.lease_name, self.config.namespace
+        body = client.V1Lease(api_version="coordination.k8s.io/v1", kind="Lease",
+                              metadata=client.V1ObjectMeta(name=name, namespace=ns),
+                              spec=self._spec(acquire_time=None, transitions=0))
+        try:
+            self.caller.call(self.api.create_namespaced_lease, ns, body)
+        except (ApiException, urllib3.exceptions.HTTPError) as exc:
+            log.info("creating Lease %s/%s failed: %s", ns, name, exc)
+            return False
+        return self._won(started)
+
+    def _held_by_another(self, lease: client.V1Lease, started: float) -> bool:
+        """Return True when another replica holds `lease` and has renewed it recently enough.
+
+        Expiry is judged on this replica's clock: the holder's record (holder, renewTime,
+        resourceVersion) is stamped with `started` when it is first seen changed, and the Lease
+        has expired once it stayed the same for `leaseDurationSeconds`. A leader that finds the
+        Lease held by another loses leadership.
+
+        Args:
+            lease: the Lease as read.
+            started: `clock()` when this attempt started, in seconds.
+        """
         spec = lease.spec or client.V1LeaseSpec()
         holder = spec.holder_identity or ""
         record = (holder, spec.renew_time, lease.metadata.resource_version)
         if record != self._observed:
             self._observed = record
             self._observed_at = started
-        me = self.config.identity
-        if holder and holder != me:
-            duration = spec.lease_duration_seconds or self.config.lease_duration
-            if self._observed_at + duration > started:
-                self.lose(f"held by {holder}")
-                return False
-            log.info("Lease %s/%s of %s expired; taking it over", ns, name, holder)
-        transitions = (spec.lease_transitions or 0) + (0 if holder == me else 1)
-        lease.spec = self._spec(acquire_time=spec.acquire_time if holder == me else None,
-                                transitions=transitions)
+        if not holder or holder == self.config.identity:
+            return False
+        duration = spec.lease_duration_seconds or self.config.lease_duration
+        if self._observed_at + duration > started:
+            self.lose(f"held by {holder}")
+            return True
+        log.info("Lease %s/%s of %s expired; taking it over", self.config.namespace,
+                 self.config.lease_name, holder)
+        return False
+
+    def _replace_lease(self, lease: client.V1Lease, started: float) -> bool:
+        """Write `lease` (its spec already this replica's) back, guarded by resourceVersion.
+
+        Args:
+            lease: the Lease as read, with the new spec.
+            started: `clock()` when this attempt started, in seconds.
+
+        Returns:
+            True when the replace succeeded; False on any failure, and a 409 (a concurrent
+            writer) loses leadership.
+        """
+        name, ns = self.config.lease_name, self.config.namespace
         try:
             # The read resourceVersion travels in metadata: a concurrent writer makes this 409.
             self.caller.call(self.api.replace_namespaced_lease, name, ns, lease)

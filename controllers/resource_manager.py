@@ -26,11 +26,24 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from core.errors import FalconError
+from core.statuses import JOB_OPEN, JobStatus
 
 from .contract import FalconAPI, JobView, ListFilter
-from .cluster_backends.base import BackendError, ClusterBackend, PermanentBackendError, SubmitResult
+from .cluster_backends.base import (
+    BackendError,
+    ClusterBackend,
+    ClusterJobState,
+    ClusterJobStatus,
+    PermanentBackendError,
+    SubmitResult,
+)
 
 log = logging.getLogger("falcon.controllers.resources")
+
+# The jobs a tick reconciles (every open one), in the enum's order: a list filter is a tuple.
+JOB_NON_TERMINAL = tuple(s for s in JobStatus if s in JOB_OPEN)
+# The reason of a job whose cluster job was deleted on abort: the status, as a word.
+REASON_ABORTED = JobStatus.ABORTED.value
 
 
 @dataclass
@@ -72,10 +85,10 @@ class ResourceManager:
     def tick(self) -> ResourceTickStats:
         """Reconcile every Pending, Running and Aborting job of the served clusters."""
         stats = ResourceTickStats()
-        jobs = self.api.list_jobs(ListFilter(statuses=("Pending", "Running", "Aborting"),
+        jobs = self.api.list_jobs(ListFilter(statuses=JOB_NON_TERMINAL,
                                              cluster_names=tuple(self.backends)))
         stats.jobs = len(jobs)
-        pending = {j.id for j in jobs if j.status == "Pending"}
+        pending = {j.id for j in jobs if j.status == JobStatus.PENDING}
         self._pending_since = {k: v for k, v in self._pending_since.items() if k in pending}
         by_cluster: dict[str, list[JobView]] = defaultdict(list)
         for job in jobs:
@@ -92,8 +105,8 @@ class ResourceManager:
 
     def _reconcile_cluster(self, backend: ClusterBackend, jobs: list[JobView],
                            stats: ResourceTickStats) -> None:
-        aborting = [j for j in jobs if j.status == "Aborting"]
-        active = [j for j in jobs if j.status != "Aborting"]
+        aborting = [j for j in jobs if j.status == JobStatus.ABORTING]
+        active = [j for j in jobs if j.status != JobStatus.ABORTING]
         for job in aborting:
             self._guard(job, stats, self._abort, backend, job, stats)
         if not active:
@@ -134,33 +147,30 @@ class ResourceManager:
     def _abort(self, backend: ClusterBackend, job: JobView, stats: ResourceTickStats) -> None:
         if backend.delete(job):
             stats.deleted += 1
-            self._update(job, stats, "Aborted", reason="Aborted",
+            self._update(job, stats, JobStatus.ABORTED, reason=REASON_ABORTED,
                          message=f"cluster job {backend.cluster_job_name(job)} deleted")
         else:
-            self._update(job, stats, "Aborting", message="waiting for the cluster job's "
+            self._update(job, stats, JobStatus.ABORTING, message="waiting for the cluster job's "
                          "processes to stop")
 
-    def _sync(self, backend: ClusterBackend, job: JobView, state,
+    def _sync(self, backend: ClusterBackend, job: JobView, state: ClusterJobState | None,
               stats: ResourceTickStats) -> None:
-        name = backend.cluster_job_name(job)
-        if state is None or state.status == "Missing":
-            if job.cluster_job_name:
-                # It existed (we recorded its name) and is gone: deleted behind Falcon's back.
-                # Whatever it left (orphaned pods, processes) is cleaned up best-effort; the job
-                # fails in this tick either way (behaviours K7).
-                backend.delete(job)
-                self._update(job, stats, "Failed", reason="ClusterJobMissing",
-                             message=f"cluster job {job.cluster_job_name} disappeared (deleted "
-                             "outside Falcon?); it is not re-created")
-                return
-            result = self._submit(backend, job, stats)
-            if result is None:
-                return
-            stats.submitted += 1
-            self._pending_since[job.id] = time.monotonic()
-            self._update(job, stats, "Pending", reason="Submitted",
-                         message=result.message, cluster_job_name=result.cluster_job_name)
+        """Bring one Pending or Running job in line with its observed cluster job.
+
+        Args:
+            backend: the job's cluster backend.
+            job: a Pending or Running job.
+            state: its cluster job's state from `backend.observe`, None when not reported.
+            stats: this tick's counters, updated in place.
+
+        Raises:
+            FalconError: an update was refused (a lost race); retried next tick.
+            BackendError: a cluster call failed; retried next tick.
+        """
+        if state is None or state.status == ClusterJobStatus.MISSING:
+            self._sync_missing(backend, job, stats)
             return
+        name = backend.cluster_job_name(job)
         if not job.cluster_job_name and not state.terminal:
             # The cluster job exists but its name was never recorded: a previous tick (or a
             # manager that died) created it and stopped before finishing `submit`, which may
@@ -172,32 +182,83 @@ class ResourceManager:
                 return
             name = result.cluster_job_name
         cluster_job_name = None if job.cluster_job_name == name else name
-        if state.status == "Pending":
-            if state.suspended:
-                # Held back on purpose (a queue admits it later): the timeout is for jobs that
-                # cannot start, so the clock stops, and restarts when the job is resumed.
-                self._pending_since.pop(job.id, None)
-            elif self._pending_too_long(job):
-                # Delete first: a cluster job left behind could still start later (the image
-                # becomes pullable, a node frees up) and run for a job Falcon calls Failed. Its
-                # name is recorded by then (the first Pending observation wrote it), so a crash
-                # between the delete and the update still ends Failed (K7), never re-created.
-                if not backend.delete(job):
-                    self._update(job, stats, "Pending", message=f"pending timeout: stopping "
-                                 f"cluster job {name}", cluster_job_name=cluster_job_name)
-                    return
-                stats.deleted += 1
-                self._update(job, stats, "Failed", reason="PendingTimeout",
-                             message=f"still pending after {self.pending_timeout:g} s, cluster "
-                             f"job {name} deleted: {state.message}",
-                             cluster_job_name=cluster_job_name)
-                return
-            self._update(job, stats, "Pending" if job.status == "Pending" else job.status,
-                         reason=state.reason, message=state.message,
-                         cluster_job_name=cluster_job_name)
+        if state.status == ClusterJobStatus.PENDING:
+            self._sync_pending(backend, job, state, stats, name=name,
+                               cluster_job_name=cluster_job_name)
         else:
             self._update(job, stats, state.status, reason=state.reason,
                          message=state.message, cluster_job_name=cluster_job_name)
+
+    def _sync_missing(self, backend: ClusterBackend, job: JobView,
+                      stats: ResourceTickStats) -> None:
+        """Submit a job that has no cluster job yet, or fail one whose cluster job vanished.
+
+        Args:
+            backend: the job's cluster backend.
+            job: a Pending or Running job whose cluster job does not exist.
+            stats: this tick's counters, updated in place.
+
+        Raises:
+            FalconError: an update was refused; retried next tick.
+            BackendError: a cluster call failed (not a refusal for good); retried next tick.
+        """
+        if job.cluster_job_name:
+            # It existed (we recorded its name) and is gone: deleted behind Falcon's back.
+            # Whatever it left (orphaned pods, processes) is cleaned up best-effort; the job
+            # fails in this tick either way, and is never re-created.
+            backend.delete(job)
+            self._update(job, stats, JobStatus.FAILED, reason="ClusterJobMissing",
+                         message=f"cluster job {job.cluster_job_name} disappeared (deleted "
+                         "outside Falcon?); it is not re-created")
+            return
+        result = self._submit(backend, job, stats)
+        if result is None:
+            return
+        stats.submitted += 1
+        self._pending_since[job.id] = time.monotonic()
+        self._update(job, stats, JobStatus.PENDING, reason="Submitted",
+                     message=result.message, cluster_job_name=result.cluster_job_name)
+
+    def _sync_pending(self, backend: ClusterBackend, job: JobView, state: ClusterJobState,
+                      stats: ResourceTickStats, *, name: str,
+                      cluster_job_name: str | None) -> None:
+        """Record why a cluster job is Pending, or fail the job once it waited too long.
+
+        Args:
+            backend: the job's cluster backend.
+            job: a Pending or Running job whose cluster job is Pending.
+            state: the cluster job's state (`suspended`, `reason`, `message`).
+            stats: this tick's counters, updated in place.
+            name: the cluster job's name, for messages.
+            cluster_job_name: the name to record on the job, None when it is recorded.
+
+        Raises:
+            FalconError: an update was refused; retried next tick.
+            BackendError: deleting the timed-out cluster job failed; retried next tick.
+        """
+        if state.suspended:
+            # Held back on purpose (a queue admits it later): the timeout is for jobs that
+            # cannot start, so the clock stops, and restarts when the job is resumed.
+            self._pending_since.pop(job.id, None)
+        elif self._pending_too_long(job):
+            # Delete first: a cluster job left behind could still start later (the image
+            # becomes pullable, a node frees up) and run for a job Falcon calls Failed. Its
+            # name is recorded by then (the first Pending observation wrote it), so a crash
+            # between the delete and the update still ends Failed, never re-created.
+            if not backend.delete(job):
+                self._update(job, stats, JobStatus.PENDING, message=f"pending timeout: "
+                             f"stopping cluster job {name}", cluster_job_name=cluster_job_name)
+                return
+            stats.deleted += 1
+            self._update(job, stats, JobStatus.FAILED, reason="PendingTimeout",
+                         message=f"still pending after {self.pending_timeout:g} s, cluster "
+                         f"job {name} deleted: {state.message}",
+                         cluster_job_name=cluster_job_name)
+            return
+        # The cluster job is Pending: the Falcon job keeps its status (Pending, or Running
+        # while a replica restarts) with the cluster's reason and message.
+        self._update(job, stats, job.status, reason=state.reason, message=state.message,
+                     cluster_job_name=cluster_job_name)
 
     def _submit(self, backend: ClusterBackend, job: JobView,
                 stats: ResourceTickStats) -> SubmitResult | None:
@@ -222,7 +283,7 @@ class ResourceManager:
             stats.errors.append(str(exc))
             log.warning("exp %s (id %s, job %s, role %s): refused by the cluster: %s",
                         job.exp_name, job.exp_id, job.id, job.role, exc)
-            self._update(job, stats, "Failed", reason="ClusterRejected",
+            self._update(job, stats, JobStatus.FAILED, reason="ClusterRejected",
                          message=f"the cluster refused this job: {exc}")
             return None
 
@@ -232,7 +293,7 @@ class ResourceManager:
         Called only when the cluster job exists and is Pending; the first call for a job starts
         its clock (see the class docstring).
         """
-        if self.pending_timeout is None or job.status != "Pending":
+        if self.pending_timeout is None or job.status != JobStatus.PENDING:
             return False
         since = self._pending_since.setdefault(job.id, time.monotonic())
         return time.monotonic() - since > self.pending_timeout

@@ -190,6 +190,47 @@ def exp_update_status(*, exp_id: int, status: str, reason: str | None = None,
                                     expected=expected)
 
 
+def _validate_new_job(*, exp_id: int, role: Any, task_spec: Any) -> dict[str, Any]:
+    """Check a new job's role and TaskSpec, and that the spec runs on the experiment's cluster.
+
+    Reads the experiment's cluster without a lock: the cluster of an experiment never changes.
+    Whether the experiment is open and the role is free is checked later, under its lock.
+
+    Args:
+        exp_id: the experiment's id.
+        role: the new role's name: a Kubernetes DNS-1123 label.
+        task_spec: the raw TaskSpec mapping (`jobs.specs.validate_task_spec`).
+
+    Returns:
+        The normalised TaskSpec (defaults filled, envs as strings).
+
+    Raises:
+        ValidationFailed: keyed `role` or `task_spec.<field>` (a cluster rule on another key
+            keeps its own key); the role is checked first, the cluster only once the spec is
+            valid.
+        NotFound: no such experiment (asked only once role and spec are valid).
+    """
+    if problem := validate_role(role):
+        raise ValidationFailed({"role": [f"{role!r} {problem}"]})
+    prefix = f"role_to_task_spec.{role}"
+    spec_errors: dict[str, list[str]] = {}
+    spec = validate_task_spec(role, task_spec, spec_errors)
+    if spec_errors:
+        raise ValidationFailed({"task_spec" + field[len(prefix):]: messages
+                                for field, messages in spec_errors.items()})
+    # The spec must also run on the experiment's cluster (an image and a known device type on
+    # Kubernetes), checked now as CreateExp does, not found out by a failing cluster Job.
+    cluster = (Experiment.objects.filter(pk=exp_id)
+               .values_list("cluster_name", flat=True).first())
+    if cluster is None:
+        raise NotFound(f"Experiment {exp_id} does not exist.")
+    errors = {("task_spec" + field[len(prefix):] if field.startswith(prefix) else field): messages
+              for field, messages in cluster_problems(cluster, {role: spec}).items()}
+    if errors:
+        raise ValidationFailed(errors)
+    return spec
+
+
 def job_create(*, exp_id: int, role: Any, task_spec: Any) -> Job:
     """CreateJob: add a Pending job for a new role to an existing, open experiment.
 
@@ -214,31 +255,7 @@ def job_create(*, exp_id: int, role: Any, task_spec: Any) -> Job:
         Conflict: the experiment is terminal (Succeeded, Failed, Aborted) or Aborting, or
             already has a job for `role` (HTTP 409).
     """
-    errors: dict[str, list[str]] = {}
-    spec: dict[str, Any] = {}
-    if problem := validate_role(role):
-        errors["role"] = [f"{role!r} {problem}"]
-    else:
-        spec_errors: dict[str, list[str]] = {}
-        spec = validate_task_spec(role, task_spec, spec_errors)
-        prefix = f"role_to_task_spec.{role}"
-        for field, messages in spec_errors.items():
-            errors["task_spec" + field[len(prefix):]] = messages
-    if not errors:
-        # The spec must also run on the experiment's cluster (an image and a known device type
-        # on Kubernetes), checked now as CreateExp does, not found out by a failing cluster Job.
-        # The cluster of an experiment never changes, so reading it first is safe.
-        cluster = (Experiment.objects.filter(pk=exp_id)
-                   .values_list("cluster_name", flat=True).first())
-        if cluster is None:
-            raise NotFound(f"Experiment {exp_id} does not exist.")
-        prefix = f"role_to_task_spec.{role}"
-        for field, messages in cluster_problems(cluster, {role: spec}).items():
-            errors["task_spec" + field[len(prefix):] if field.startswith(prefix)
-                   else field] = messages
-    if errors:
-        raise ValidationFailed(errors)
-
+    spec = _validate_new_job(exp_id=exp_id, role=role, task_spec=task_spec)
     with transaction.atomic():
         exp, jobs = lock_experiment_with_jobs(exp_id)
         if exp.status not in EXP_ACTIVE:

@@ -76,106 +76,213 @@ def _env_value(value: Any) -> str | None:
     return None
 
 
+def _add(errors: dict[str, list[str]], key: str, message: str) -> None:
+    """Append `message` to the problems reported under `key`.
+
+    Args:
+        errors: `{error key: [message]}`, updated in place.
+        key: the field's path, e.g. `role_to_task_spec.<role>.replica`.
+        message: what is wrong and what to do, one sentence.
+    """
+    errors.setdefault(key, []).append(message)
+
+
+def _check_unknown_fields(path: str, spec: Mapping[str, Any],
+                          errors: dict[str, list[str]]) -> None:
+    """Report every key of `spec` that is not a TaskSpec field.
+
+    Args:
+        path: the spec's error-key prefix, `role_to_task_spec.<role>`.
+        spec: the raw TaskSpec mapping.
+        errors: collects `{"<path>.<key>": [message]}`.
+    """
+    for key in sorted(set(spec) - set(TASK_SPEC_FIELDS)):
+        _add(errors, f"{path}.{key}",
+             f"is not a TaskSpec field; use one of {', '.join(TASK_SPEC_FIELDS)}.")
+
+
+def _check_command(path: str, spec: Mapping[str, Any],
+                   errors: dict[str, list[str]]) -> str | None:
+    """Return the `command` (a non-empty shell string of at most `MAX_COMMAND_BYTES`), or None.
+
+    Args:
+        path: the spec's error-key prefix, `role_to_task_spec.<role>`.
+        spec: the raw TaskSpec mapping.
+        errors: collects `{"<path>.command": [message]}` when the command is unusable.
+    """
+    command = spec.get("command")
+    if command is None or (isinstance(command, str) and not command.strip()):
+        _add(errors, f"{path}.command", "is required: a non-empty shell command string.")
+    elif not isinstance(command, str):
+        _add(errors, f"{path}.command", f"must be a shell command string; got {_kind(command)}. "
+             "Join a list with spaces.")
+    elif problem := _text_problem(command, MAX_COMMAND_BYTES):
+        _add(errors, f"{path}.command",
+             f"{problem} Put long scripts in the image or the artifact store.")
+    else:
+        return command
+    return None
+
+
+def _check_replica(path: str, spec: Mapping[str, Any],
+                   errors: dict[str, list[str]]) -> int | None:
+    """Return `replica` (default 1; an integer from 1 to `MAX_REPLICA`), or None when invalid.
+
+    Args:
+        path: the spec's error-key prefix, `role_to_task_spec.<role>`.
+        spec: the raw TaskSpec mapping.
+        errors: collects `{"<path>.replica": [message]}`.
+    """
+    replica = spec.get("replica", 1)
+    if not is_int(replica) or not 1 <= replica <= MAX_REPLICA:
+        _add(errors, f"{path}.replica",
+             f"must be an integer from 1 to {MAX_REPLICA}; got {replica!r}.")
+        return None
+    return replica
+
+
+def _check_string(path: str, spec: Mapping[str, Any], key: str,
+                  errors: dict[str, list[str]]) -> str | None:
+    """Return the optional string field `key` (`image`, `device_type`; null means ""), or None.
+
+    Args:
+        path: the spec's error-key prefix, `role_to_task_spec.<role>`.
+        spec: the raw TaskSpec mapping.
+        key: the field's name.
+        errors: collects `{"<path>.<key>": [message]}` when it is not a string.
+    """
+    value = spec.get(key, "")
+    if value is None:
+        value = ""
+    if not isinstance(value, str):
+        _add(errors, f"{path}.{key}", f"must be a string; got {_kind(value)}.")
+        return None
+    return value
+
+
+def _check_device_topo(path: str, spec: Mapping[str, Any],
+                       errors: dict[str, list[str]]) -> str | None:
+    """Return `device_topo` ("" or a topology such as `2x2x2`), or None when malformed.
+
+    Args:
+        path: the spec's error-key prefix, `role_to_task_spec.<role>`.
+        spec: the raw TaskSpec mapping.
+        errors: collects `{"<path>.device_topo": [message]}`.
+    """
+    topo = spec.get("device_topo", "") or ""
+    if not isinstance(topo, str) or (topo and not TOPOLOGY.match(topo)):
+        _add(errors, f"{path}.device_topo",
+             f"must look like 2x2x2 (positive integers joined by x); got {topo!r}.")
+        return None
+    return topo
+
+
+def _check_device_count(path: str, spec: Mapping[str, Any], device_type: str | None,
+                        errors: dict[str, list[str]]) -> int | None:
+    """Return `device_count` when it is an integer (even out of range), else None.
+
+    `device_count` is absent (null) when the task uses no accelerator, so a spec read back from
+    the API can be sent again as it is; it is required once a device type is set.
+
+    Args:
+        path: the spec's error-key prefix, `role_to_task_spec.<role>`.
+        spec: the raw TaskSpec mapping.
+        device_type: the checked `device_type` ("" or None: no accelerator asked for).
+        errors: collects `{"<path>.device_count": [message]}`: missing with a device type,
+            or not an integer from 1 to `MAX_DEVICE_COUNT`.
+    """
+    count = spec.get("device_count")
+    if count is None:
+        if device_type:
+            _add(errors, f"{path}.device_count",
+                 "is required when device_type is set: an integer >= 1.")
+    elif not is_int(count) or not 1 <= count <= MAX_DEVICE_COUNT:
+        _add(errors, f"{path}.device_count",
+             f"must be an integer from 1 to {MAX_DEVICE_COUNT}; got {count!r}.")
+    return count if is_int(count) else None
+
+
+def _check_env(field: str, name: Any, value: Any, errors: dict[str, list[str]]) -> str | None:
+    """Return one environment variable's value as the string a process sees, or None.
+
+    Args:
+        field: the variable's error key, `role_to_task_spec.<role>.envs.<name>`.
+        name: the variable's name: a C identifier, neither `CONFIG_ENV` nor `FALCON_*`.
+        value: a string, number or boolean of at most `MAX_ENV_VALUE_BYTES` bytes.
+        errors: collects `{field: [message]}` for the first problem found.
+    """
+    if not isinstance(name, str) or not ENV_NAME.match(name):
+        _add(errors, field, "is not a valid environment variable name: use letters, digits "
+             "and _, not starting with a digit.")
+        return None
+    if name == CONFIG_ENV or name.startswith(RESERVED_ENV_PREFIX):
+        _add(errors, field, f"is reserved: Falcon sets {CONFIG_ENV} from --config and every "
+             f"{RESERVED_ENV_PREFIX}* variable itself; rename it.")
+        return None
+    coerced = _env_value(value)
+    if coerced is None:
+        _add(errors, field, f"must be a string, number or boolean; got {_kind(value)}. "
+             "Quote structured values as a string (use \"\" for an empty value).")
+        return None
+    if problem := _text_problem(coerced, MAX_ENV_VALUE_BYTES):
+        _add(errors, field, problem)
+        return None
+    return coerced
+
+
+def _check_envs(path: str, spec: Mapping[str, Any],
+                errors: dict[str, list[str]]) -> dict[str, str]:
+    """Return the valid variables of `envs` (at most `MAX_ENVS`), values as strings.
+
+    Args:
+        path: the spec's error-key prefix, `role_to_task_spec.<role>`.
+        spec: the raw TaskSpec mapping.
+        errors: collects `{"<path>.envs": [message]}` when `envs` is not a mapping or is too
+            large (no variable is then checked), and `{"<path>.envs.<name>": [message]}` per
+            bad variable.
+    """
+    envs = spec.get("envs") or {}
+    if not isinstance(envs, Mapping):
+        _add(errors, f"{path}.envs", f"must be a mapping of NAME: value; got {_kind(envs)}.")
+        return {}
+    if len(envs) > MAX_ENVS:
+        _add(errors, f"{path}.envs", f"has {len(envs)} variables; the limit is {MAX_ENVS}.")
+        return {}
+    clean: dict[str, str] = {}
+    for name, value in envs.items():
+        coerced = _check_env(f"{path}.envs.{name}", name, value, errors)
+        if coerced is not None:
+            clean[name] = coerced
+    return clean
+
+
 def validate_task_spec(role: str, spec: Any, errors: dict[str, list[str]]) -> dict[str, Any]:
     """Check one role's TaskSpec and return it normalised (defaults filled, envs as strings).
 
+    Every field is checked, so all problems are reported at once; a field with a problem is
+    left out of the result (`device_count` is kept when it is an integer).
+
     Args:
         role: the role name (already checked by the caller).
-        spec: the raw spec, expected to be a mapping with the fields of seed 3.3.4's tasks.yaml.
+        spec: the raw spec, expected to be a mapping with the fields of a role in tasks.yaml.
         errors: collects `{"role_to_task_spec.<role>.<field>": [message]}`.
     """
     path = f"role_to_task_spec.{role}"
     if not isinstance(spec, Mapping):
-        errors.setdefault(path, []).append(
-            f"must be a mapping with {', '.join(TASK_SPEC_FIELDS)}; got {_kind(spec)}.")
+        _add(errors, path,
+             f"must be a mapping with {', '.join(TASK_SPEC_FIELDS)}; got {_kind(spec)}.")
         return {}
-    unknown = sorted(set(spec) - set(TASK_SPEC_FIELDS))
-    for key in unknown:
-        errors.setdefault(f"{path}.{key}", []).append(
-            f"is not a TaskSpec field; use one of {', '.join(TASK_SPEC_FIELDS)}.")
-
-    out: dict[str, Any] = {}
-    command = spec.get("command")
-    if command is None or (isinstance(command, str) and not command.strip()):
-        errors.setdefault(f"{path}.command", []).append(
-            "is required: a non-empty shell command string.")
-    elif not isinstance(command, str):
-        errors.setdefault(f"{path}.command", []).append(
-            f"must be a shell command string; got {_kind(command)}. Join a list with spaces.")
-    elif problem := _text_problem(command, MAX_COMMAND_BYTES):
-        errors.setdefault(f"{path}.command", []).append(
-            f"{problem} Put long scripts in the image or the artifact store.")
-    else:
-        out["command"] = command
-
-    replica = spec.get("replica", 1)
-    if not is_int(replica) or not 1 <= replica <= MAX_REPLICA:
-        errors.setdefault(f"{path}.replica", []).append(
-            f"must be an integer from 1 to {MAX_REPLICA}; got {replica!r}.")
-    else:
-        out["replica"] = replica
-
-    for key in ("image", "device_type"):
-        value = spec.get(key, "")
-        if value is None:
-            value = ""
-        if not isinstance(value, str):
-            errors.setdefault(f"{path}.{key}", []).append(f"must be a string; got {_kind(value)}.")
-        else:
-            out[key] = value
-
-    topo = spec.get("device_topo", "") or ""
-    if not isinstance(topo, str) or (topo and not TOPOLOGY.match(topo)):
-        errors.setdefault(f"{path}.device_topo", []).append(
-            f"must look like 2x2x2 (positive integers joined by x); got {topo!r}.")
-    else:
-        out["device_topo"] = topo
-
-    # device_count is absent (null) when the task uses no accelerator, so a spec read back from
-    # the API can be sent again as it is.
-    count = spec.get("device_count")
-    if count is None:
-        if out.get("device_type"):
-            errors.setdefault(f"{path}.device_count", []).append(
-                "is required when device_type is set: an integer >= 1.")
-    elif not is_int(count) or not 1 <= count <= MAX_DEVICE_COUNT:
-        errors.setdefault(f"{path}.device_count", []).append(
-            f"must be an integer from 1 to {MAX_DEVICE_COUNT}; got {count!r}.")
-    out["device_count"] = count if is_int(count) else None
-
-    envs = spec.get("envs") or {}
-    if not isinstance(envs, Mapping):
-        errors.setdefault(f"{path}.envs", []).append(
-            f"must be a mapping of NAME: value; got {_kind(envs)}.")
-        envs = {}
-    elif len(envs) > MAX_ENVS:
-        errors.setdefault(f"{path}.envs", []).append(
-            f"has {len(envs)} variables; the limit is {MAX_ENVS}.")
-        envs = {}
-    clean_envs: dict[str, str] = {}
-    for name, value in envs.items():
-        field = f"{path}.envs.{name}"
-        if not isinstance(name, str) or not ENV_NAME.match(name):
-            errors.setdefault(field, []).append(
-                "is not a valid environment variable name: use letters, digits and _, "
-                "not starting with a digit.")
-            continue
-        if name == CONFIG_ENV or name.startswith(RESERVED_ENV_PREFIX):
-            errors.setdefault(field, []).append(
-                f"is reserved: Falcon sets {CONFIG_ENV} from --config and every "
-                f"{RESERVED_ENV_PREFIX}* variable itself; rename it.")
-            continue
-        coerced = _env_value(value)
-        if coerced is None:
-            errors.setdefault(field, []).append(
-                f"must be a string, number or boolean; got {_kind(value)}. "
-                "Quote structured values as a string (use \"\" for an empty value).")
-            continue
-        if problem := _text_problem(coerced, MAX_ENV_VALUE_BYTES):
-            errors.setdefault(field, []).append(problem)
-            continue
-        clean_envs[name] = coerced
-    out["envs"] = clean_envs
+    _check_unknown_fields(path, spec, errors)
+    checked = {
+        "command": _check_command(path, spec, errors),
+        "replica": _check_replica(path, spec, errors),
+        "image": _check_string(path, spec, "image", errors),
+        "device_type": _check_string(path, spec, "device_type", errors),
+        "device_topo": _check_device_topo(path, spec, errors),
+    }
+    out: dict[str, Any] = {key: value for key, value in checked.items() if value is not None}
+    out["device_count"] = _check_device_count(path, spec, out.get("device_type"), errors)
+    out["envs"] = _check_envs(path, spec, errors)
     return out
 
 

@@ -19,6 +19,8 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
+from core.statuses import ExpStatus
+
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
 FALCON = [str(VENV_BIN / "falcon")]
@@ -90,10 +92,10 @@ def main() -> int:
             for item in sorted(Path(path.path).rglob("*")):
                 if item.is_file():
                     print(f"  {item.relative_to(path.path)}  {item.stat().st_size} bytes")
+        succeeded = final["status"] == ExpStatus.SUCCEEDED
         print(f"\ndemo: experiment {exp['id']} ended {final['status']}"
-              + (f" ({final['reason']}: {final['message']})" if final["status"] != "Succeeded"
-                 else ""))
-        return 0 if waited.returncode == 0 and final["status"] == "Succeeded" else 1
+              + ("" if succeeded else f" ({final['reason']}: {final['message']})"))
+        return 0 if waited.returncode == 0 and succeeded else 1
     finally:
         print("demo: stopping the platform", flush=True)
         try:

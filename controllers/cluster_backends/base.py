@@ -23,6 +23,7 @@ from enum import StrEnum
 from typing import Any
 
 from controllers.contract import JobView
+from core.statuses import JobStatus
 
 # Kubernetes object names used as label values (`job-name`, `batch.kubernetes.io/job-name`) must
 # be DNS-1123 labels of at most 63 characters, so the Job name is held to the same limit.
@@ -41,14 +42,15 @@ STDERR_TAIL_BYTES = 2048
 class ClusterJobStatus(StrEnum):
     """What a backend observed of one cluster job (mapped by the resource manager to JobStatus).
 
-    `MISSING` is not a Falcon job status: the resource manager turns it into Failed with a reason
-    saying the cluster job disappeared (behaviours K7).
+    Every member but `MISSING` has the value of the `JobStatus` it maps to, so the resource
+    manager writes an observed status as the job's status. `MISSING` is not a Falcon job status:
+    the resource manager turns it into Failed with a reason saying the cluster job disappeared.
     """
 
-    PENDING = "Pending"
-    RUNNING = "Running"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
+    PENDING = JobStatus.PENDING.value
+    RUNNING = JobStatus.RUNNING.value
+    SUCCEEDED = JobStatus.SUCCEEDED.value
+    FAILED = JobStatus.FAILED.value
     MISSING = "Missing"
 
 

@@ -50,6 +50,7 @@ from controllers.cluster_backends.base import (
 from clusters.validation import kubernetes_task_spec_problems
 from clusters.devices import TPU_TOPOLOGY_LABEL, DeviceTable, DeviceType
 from controllers.kubeclient import KubeCaller, KubeConnection, api_client
+from core.statuses import CONFIG_ENV
 
 log = logging.getLogger("falcon.controllers.kubernetes")
 
@@ -63,7 +64,6 @@ ANNOTATION_EXP_NAME = "falcon.io/exp-name"
 # Set by the Job controller on every Pod it creates (Kubernetes >= 1.27; `job-name` before).
 POD_JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 CONTAINER = "main"
-CONFIG_ENV = "CUSTOM_CONFIG_KEY"
 # An Indexed Job's Pod hostname is `<job name>-<index>` and must be a DNS label (<= 63); room
 # for '-' and a 10-digit index.
 K8S_JOB_NAME_MAX = 52
@@ -71,6 +71,8 @@ K8S_JOB_NAME_MAX = 52
 STUCK_REASONS = ("ImagePullBackOff", "ErrImagePull", "InvalidImageName",
                  "CreateContainerConfigError", "CreateContainerError", "CrashLoopBackOff",
                  "RunContainerError")
+# Waiting reasons about the image: the message names the image when the detail does not.
+IMAGE_PULL_REASONS = ("ImagePullBackOff", "ErrImagePull", "InvalidImageName")
 PROPAGATION_POLICIES = ("Foreground", "Background")
 # 4xx answers to a create that a later attempt can get past (API conventions, "HTTP Status
 # codes"): 409 is an adoption or a kept Service, 429 and 408 say "try again later", 401 means
@@ -81,6 +83,25 @@ PROPAGATION_POLICIES = ("Foreground", "Background")
 # failures (the job's message names the refusal meanwhile). Every other 4xx (400, 404, 422, ...)
 # is the API server's decision about this object: final.
 RETRYABLE_CLIENT_ERRORS = frozenset({401, 403, 408, 409, 429})
+
+# Kubernetes API vocabulary, not Falcon statuses (core/v1 PodStatus, batch/v1 JobStatus).
+# Pod phases: not started yet, and the two a Pod never leaves.
+POD_PENDING = "Pending"
+POD_SUCCEEDED = "Succeeded"
+POD_FAILED = "Failed"
+POD_FINISHED_PHASES = (POD_SUCCEEDED, POD_FAILED)
+# Job condition types: the Job is done, is failing for good, or is held back.
+CONDITION_COMPLETE = "Complete"
+CONDITION_SUCCESS_CRITERIA_MET = "SuccessCriteriaMet"
+CONDITION_FAILED = "Failed"
+CONDITION_FAILURE_TARGET = "FailureTarget"
+CONDITION_SUSPENDED = "Suspended"
+# Pod condition types: not scheduled yet, or ended by someone else than the task.
+CONDITION_POD_SCHEDULED = "PodScheduled"
+CONDITION_DISRUPTION_TARGET = "DisruptionTarget"
+# A condition's `status` field.
+CONDITION_TRUE = "True"
+CONDITION_FALSE = "False"
 
 
 @dataclass(frozen=True)
@@ -140,7 +161,7 @@ def _tail(text: str | None) -> str:
 
 def _condition(job: client.V1Job, kind: str):
     for cond in (job.status.conditions if job.status else None) or []:
-        if cond.type == kind and cond.status == "True":
+        if cond.type == kind and cond.status == CONDITION_TRUE:
             return cond
     return None
 
@@ -169,10 +190,10 @@ def pending_reasons(pods: list[client.V1Pod]) -> list[tuple[str, str]]:
     found: list[tuple[int, str, str]] = []
     for pod in pods:
         if pod.metadata.deletion_timestamp or (pod.status and pod.status.phase in
-                                               ("Succeeded", "Failed")):
+                                               POD_FINISHED_PHASES):
             continue
         for cond in (pod.status.conditions if pod.status else None) or []:
-            if cond.type == "PodScheduled" and cond.status == "False":
+            if cond.type == CONDITION_POD_SCHEDULED and cond.status == CONDITION_FALSE:
                 found.append((1, cond.reason or "Unschedulable", cond.message or ""))
         for cs in _container_statuses(pod):
             waiting = cs.state.waiting if cs.state else None
@@ -197,8 +218,8 @@ def disruption(pod: client.V1Pod) -> tuple[str, str] | None:
     if status is None:
         return None
     for cond in status.conditions or []:
-        if cond.type == "DisruptionTarget" and cond.status == "True":
-            return cond.reason or "DisruptionTarget", cond.message or ""
+        if cond.type == CONDITION_DISRUPTION_TARGET and cond.status == CONDITION_TRUE:
+            return cond.reason or CONDITION_DISRUPTION_TARGET, cond.message or ""
     if status.reason == "Evicted":
         return "Evicted", status.message or ""
     return None
@@ -238,9 +259,163 @@ def failure_details(pods: list[client.V1Pod]) -> tuple[str, int | None]:
     return "; ".join(parts), exit_code
 
 
+def _ready_counts(job: client.V1Job) -> tuple[int, int]:
+    """Return the `(ready, succeeded)` Pod counts of a Job's status (0 when unset).
+
+    Args:
+        job: the Job as the API returned it (`status` may be None).
+    """
+    status = job.status or client.V1JobStatus()
+    return status.ready or 0, status.succeeded or 0
+
+
+def all_ready(job: client.V1Job, pods_total: int) -> bool:
+    """Return True when every index of `job` is ready or done, and at least one is ready.
+
+    `status.active` counts Pending Pods too, so it never means running; `ready` does.
+
+    Args:
+        job: the Job as the API returned it.
+        pods_total: `spec.completions` (replica x hosts).
+    """
+    ready, succeeded = _ready_counts(job)
+    return bool(ready) and ready + succeeded >= pods_total
+
+
+def _missing_state(name: str) -> ClusterJobState:
+    """Return the state of a Job that does not exist: Missing.
+
+    Args:
+        name: the Job's name, for the message.
+    """
+    return ClusterJobState(name=name, status=ClusterJobStatus.MISSING,
+                           reason="ClusterJobMissing",
+                           message=f"cluster Job {name} does not exist (deleted?)")
+
+
+def _succeeded_state(name: str, job: client.V1Job, pods_total: int) -> ClusterJobState | None:
+    """Return Succeeded when `job` has a `Complete` or `SuccessCriteriaMet` condition, else None.
+
+    Args:
+        name: the Job's name, for the message.
+        job: the Job as the API returned it.
+        pods_total: `spec.completions` (replica x hosts), for the message.
+    """
+    if _condition(job, CONDITION_COMPLETE) is None and \
+            _condition(job, CONDITION_SUCCESS_CRITERIA_MET) is None:
+        return None
+    return ClusterJobState(name=name, status=ClusterJobStatus.SUCCEEDED, reason="Completed",
+                           message=f"all {pods_total} pods of Job {name} completed", exit_code=0)
+
+
+def _failed_state(name: str, job: client.V1Job,
+                  pods: list[client.V1Pod]) -> ClusterJobState | None:
+    """Return Failed when `job` has a `Failed` or `FailureTarget` condition, else None.
+
+    The reason is the condition's (`BackoffLimitExceeded`, `DeadlineExceeded`, ...), the
+    message adds the failed containers' reasons, exit codes and output tails
+    (`failure_details`). `status.failed > 0` alone is not failure: the Job may still retry.
+
+    Args:
+        name: the Job's name, for the state.
+        job: the Job as the API returned it.
+        pods: the Job's Pods (may be empty).
+    """
+    failed = _condition(job, CONDITION_FAILED) or _condition(job, CONDITION_FAILURE_TARGET)
+    if failed is None:
+        return None
+    details, exit_code = failure_details(pods)
+    reason = failed.reason or "JobFailed"
+    message = f"{reason}: {failed.message or 'the Job failed'}"
+    if details:
+        message += f"; {details}"
+    return ClusterJobState(name=name, status=ClusterJobStatus.FAILED, reason=reason,
+                           message=message, exit_code=exit_code)
+
+
+def _suspended_state(name: str, job: client.V1Job) -> ClusterJobState | None:
+    """Return Pending with `suspended` set when `job` is held back on purpose, else None.
+
+    A suspended Job (`spec.suspend: true` or a `Suspended=True` condition) has no Pods on
+    purpose (a queue such as Kueue admits it when quota is free, or an operator paused it): it
+    is waiting its turn, not failing to start, so the pending timeout does not apply.
+
+    Args:
+        name: the Job's name, for the message.
+        job: the Job as the API returned it.
+    """
+    suspended = _condition(job, CONDITION_SUSPENDED)
+    if not ((job.spec is not None and job.spec.suspend) or suspended is not None):
+        return None
+    why = f": {suspended.message}" if suspended is not None and suspended.message else ""
+    return ClusterJobState(name=name, status=ClusterJobStatus.PENDING, reason="Suspended",
+                           message=f"Job {name} is suspended (spec.suspend: true){why}; "
+                           "it starts when resumed", suspended=True)
+
+
+def _running_state(name: str, job: client.V1Job, pods_total: int) -> ClusterJobState | None:
+    """Return Running when every index is ready or done (`all_ready`), else None.
+
+    Args:
+        name: the Job's name, for the state.
+        job: the Job as the API returned it.
+        pods_total: `spec.completions` (replica x hosts).
+    """
+    if not all_ready(job, pods_total):
+        return None
+    ready, succeeded = _ready_counts(job)
+    done_note = f", {succeeded} completed" if succeeded else ""
+    return ClusterJobState(name=name, status=ClusterJobStatus.RUNNING, reason="AllReplicasReady",
+                           message=f"{ready}/{pods_total} pods ready{done_note}")
+
+
+def _pending_message(reasons: list[tuple[str, str]], image: str) -> str:
+    """Return the Pods' pending reasons as one sentence, counted: `2 pods Unschedulable: ...`.
+
+    Args:
+        reasons: `(reason, detail)` per waiting Pod or container, as `pending_reasons` returns.
+        image: the task image, added to an image-pull reason whose detail does not name it.
+    """
+    counts: dict[tuple[str, str], int] = defaultdict(int)
+    for item in reasons:
+        counts[item] += 1
+    texts = []
+    for (reason, detail), count in counts.items():
+        text = f"{count} pod{'s' if count > 1 else ''} {reason}"
+        if detail:
+            text += f": {detail}"
+        if reason in IMAGE_PULL_REASONS and image and image not in detail:
+            text += f" (image {image})"
+        texts.append(text)
+    return "; ".join(texts)
+
+
+def _pending_state(name: str, job: client.V1Job, pods: list[client.V1Pod], pods_total: int,
+                   image: str) -> ClusterJobState:
+    """Return Pending with the Pods' reasons (`Unschedulable`, `ImagePullBackOff`, ...).
+
+    Args:
+        name: the Job's name, for the state.
+        job: the Job as the API returned it.
+        pods: the Job's Pods (may be empty: then the reason is `PodsStarting`).
+        pods_total: `spec.completions` (replica x hosts).
+        image: the task image, named in image-pull messages.
+    """
+    ready, _succeeded = _ready_counts(job)
+    summary = f"{ready}/{pods_total} pods ready"
+    reasons = pending_reasons(pods)
+    if not reasons:
+        return ClusterJobState(name=name, status=ClusterJobStatus.PENDING, reason="PodsStarting",
+                               message=f"{summary}; waiting for pods to start")
+    return ClusterJobState(name=name, status=ClusterJobStatus.PENDING, reason=reasons[0][0],
+                           message=f"{summary}; {_pending_message(reasons, image)}")
+
+
 def job_state(name: str, job: client.V1Job | None, pods: list[client.V1Pod], *,
               pods_total: int, image: str = "") -> ClusterJobState:
     """Map a `batch/v1` Job and its Pods to the Falcon view of it.
+
+    Pure (no API call): one helper per rule below, the first rule that applies decides.
 
     Rules (shared/cases/k8s-job-status.yaml; behaviours K1, K2, K4, K7):
     - no Job: Missing (the resource manager fails the Falcon Job, K7);
@@ -265,59 +440,12 @@ def job_state(name: str, job: client.V1Job | None, pods: list[client.V1Pod], *,
         image: the task image, named in image-pull messages.
     """
     if job is None:
-        return ClusterJobState(name=name, status=ClusterJobStatus.MISSING,
-                               reason="ClusterJobMissing",
-                               message=f"cluster Job {name} does not exist (deleted?)")
-    status = job.status or client.V1JobStatus()
-    done = _condition(job, "Complete") or _condition(job, "SuccessCriteriaMet")
-    if done is not None:
-        return ClusterJobState(name=name, status=ClusterJobStatus.SUCCEEDED, reason="Completed",
-                               message=f"all {pods_total} pods of Job {name} completed",
-                               exit_code=0)
-    failed = _condition(job, "Failed") or _condition(job, "FailureTarget")
-    if failed is not None:
-        details, exit_code = failure_details(pods)
-        reason = failed.reason or "JobFailed"
-        message = f"{reason}: {failed.message or 'the Job failed'}"
-        if details:
-            message += f"; {details}"
-        return ClusterJobState(name=name, status=ClusterJobStatus.FAILED, reason=reason,
-                               message=message, exit_code=exit_code)
-    suspended = _condition(job, "Suspended")
-    if (job.spec is not None and job.spec.suspend) or suspended is not None:
-        # A suspended Job has no Pods on purpose (a queue such as Kueue admits it when quota
-        # is free, or an operator paused it): waiting its turn, not failing to start.
-        why = f": {suspended.message}" if suspended is not None and suspended.message else ""
-        return ClusterJobState(name=name, status=ClusterJobStatus.PENDING, reason="Suspended",
-                               message=f"Job {name} is suspended (spec.suspend: true){why}; "
-                               "it starts when resumed", suspended=True)
-    ready = status.ready or 0
-    succeeded = status.succeeded or 0
-    if ready and ready + succeeded >= pods_total:
-        done_note = f", {succeeded} completed" if succeeded else ""
-        return ClusterJobState(name=name, status=ClusterJobStatus.RUNNING,
-                               reason="AllReplicasReady",
-                               message=f"{ready}/{pods_total} pods ready{done_note}")
-    reasons = pending_reasons(pods)
-    summary = f"{ready}/{pods_total} pods ready"
-    if not reasons:
-        return ClusterJobState(name=name, status=ClusterJobStatus.PENDING,
-                               reason="PodsStarting",
-                               message=f"{summary}; waiting for pods to start")
-    counts: dict[tuple[str, str], int] = defaultdict(int)
-    for item in reasons:
-        counts[item] += 1
-    texts = []
-    for (reason, detail), count in counts.items():
-        text = f"{count} pod{'s' if count > 1 else ''} {reason}"
-        if detail:
-            text += f": {detail}"
-        if reason in ("ImagePullBackOff", "ErrImagePull", "InvalidImageName") and image \
-                and image not in detail:
-            text += f" (image {image})"
-        texts.append(text)
-    return ClusterJobState(name=name, status=ClusterJobStatus.PENDING, reason=reasons[0][0],
-                           message=f"{summary}; {'; '.join(texts)}")
+        return _missing_state(name)
+    return (_succeeded_state(name, job, pods_total)
+            or _failed_state(name, job, pods)
+            or _suspended_state(name, job)
+            or _running_state(name, job, pods_total)
+            or _pending_state(name, job, pods, pods_total, image))
 
 
 class KubernetesBackend(ClusterBackend):
@@ -424,20 +552,21 @@ class KubernetesBackend(ClusterBackend):
         return {LABEL_MANAGED_BY: MANAGED_BY, LABEL_EXP_ID: str(job.exp_id),
                 LABEL_JOB_ID: str(job.id), LABEL_ROLE: job.role}
 
-    def build_job(self, job: JobView, name: str | None = None) -> client.V1Job:
-        """Return the `batch/v1` Job for `job` (pure: no API call).
+    def _task_env(self, job: JobView, *, name: str, replica: int, hosts: int) -> dict[str, str]:
+        """Return the environment of every task container of `job`.
 
-        Raises:
-            PermanentBackendError: the TaskSpec cannot be run here (see `shape`).
+        The TaskSpec `envs` come first; Falcon's own variables are set last and win (CreateExp
+        refuses these names in `envs`): the experiment config as `CONFIG_ENV` and the
+        `FALCON_*` variables, with `FALCON_WORKER_HOSTNAMES` when the Job has several Pods.
+
+        Args:
+            job: the Falcon job.
+            name: the Job's name; Pods are `<name>-<index>.<name>` in its headless Service.
+            replica: the TaskSpec `replica`.
+            hosts: Pods per replica (several for a multi-host TPU slice, else 1).
         """
-        name = name or self.cluster_job_name(job)
-        spec = job.task_spec
-        replica, hosts, device = self.shape(spec)
         total = replica * hosts
-        labels = self.labels(job)
-        hostnames = ",".join(f"{name}-{i}.{name}" for i in range(total)) if total > 1 else ""
-        env = {str(k): str(v) for k, v in (spec.get("envs") or {}).items()}
-        # Falcon's own variables are set last and win (CreateExp refuses these names in envs).
+        env = {str(k): str(v) for k, v in (job.task_spec.get("envs") or {}).items()}
         env.update({
             CONFIG_ENV: job.config,
             "FALCON_EXP_ID": str(job.exp_id),
@@ -449,22 +578,55 @@ class KubernetesBackend(ClusterBackend):
             "FALCON_HOSTS_PER_REPLICA": str(hosts),
             "FALCON_ARTIFACT_PATH": job.artifact_path,
         })
-        if hostnames:
-            env["FALCON_WORKER_HOSTNAMES"] = hostnames
-        # JOB_COMPLETION_INDEX is set by Kubernetes in Indexed Jobs; replica and host index
-        # follow from it, computed by the same shell that runs the command.
+        if total > 1:
+            env["FALCON_WORKER_HOSTNAMES"] = ",".join(f"{name}-{i}.{name}" for i in range(total))
+        return env
+
+    def _accelerators(self, spec: Mapping[str, Any], device: DeviceType | None
+                     ) -> tuple[client.V1ResourceRequirements | None, dict[str, str]]:
+        """Return the container's resources and the Pod's node selector for a TaskSpec.
+
+        Args:
+            spec: the validated TaskSpec (`device_count`, `device_topo` are read).
+            device: the TaskSpec's device type (`shape`), None when it uses no accelerator.
+
+        Returns:
+            `(resources, node_selector)`: requests = limits = the device's chips per Pod (None
+            without a device), and the cluster's node selector plus the device's (and the TPU
+            topology label for a TPU).
+        """
+        node_selector = dict(self.config.node_selector)
+        if device is None:
+            return None, node_selector
+        per_pod = str(device.chips_per_pod(int(spec["device_count"])))
+        resources = client.V1ResourceRequirements(limits={device.resource: per_pod},
+                                                  requests={device.resource: per_pod})
+        node_selector.update(device.node_selector)
+        if device.kind == "tpu":
+            node_selector[TPU_TOPOLOGY_LABEL] = spec["device_topo"]
+        return resources, node_selector
+
+    def _pod_spec(self, job: JobView, *, name: str, replica: int, hosts: int,
+                 device: DeviceType | None) -> client.V1PodSpec:
+        """Return the Pod spec of the Job's Pods: one container running the TaskSpec command.
+
+        The command runs through `/bin/sh -c` after the replica and host index are computed
+        from `JOB_COMPLETION_INDEX` (set by Kubernetes in Indexed Jobs).
+
+        Args:
+            job: the Falcon job; `task_spec` is validated.
+            name: the Job's name (the Pods' `subdomain` when there are several).
+            replica: the TaskSpec `replica`.
+            hosts: Pods per replica.
+            device: the TaskSpec's device type, or None.
+        """
+        spec = job.task_spec
+        total = replica * hosts
+        env = self._task_env(job, name=name, replica=replica, hosts=hosts)
         script = (f"export FALCON_REPLICA_INDEX=$(( ${{JOB_COMPLETION_INDEX:-0}} / {hosts} )) "
                   f"FALCON_HOST_INDEX=$(( ${{JOB_COMPLETION_INDEX:-0}} % {hosts} ))\n"
                   f"{spec['command']}")
-        resources = None
-        node_selector = dict(self.config.node_selector)
-        if device is not None:
-            per_pod = str(device.chips_per_pod(int(spec["device_count"])))
-            resources = client.V1ResourceRequirements(limits={device.resource: per_pod},
-                                                      requests={device.resource: per_pod})
-            node_selector.update(device.node_selector)
-            if device.kind == "tpu":
-                node_selector[TPU_TOPOLOGY_LABEL] = spec["device_topo"]
+        resources, node_selector = self._accelerators(spec, device)
         container = client.V1Container(
             name=CONTAINER, image=spec.get("image") or "", command=["/bin/sh", "-c", script],
             env=[client.V1EnvVar(name=k, value=v) for k, v in env.items()],
@@ -472,7 +634,7 @@ class KubernetesBackend(ClusterBackend):
             # The tail of the output becomes the termination message when the container fails
             # without writing one: the failure reason Falcon shows.
             termination_message_policy="FallbackToLogsOnError")
-        pod_spec = client.V1PodSpec(
+        return client.V1PodSpec(
             restart_policy="Never", containers=[container],
             node_selector=node_selector or None,
             subdomain=name if total > 1 else None,
@@ -482,6 +644,18 @@ class KubernetesBackend(ClusterBackend):
             termination_grace_period_seconds=self.config.termination_grace_period_seconds,
             # Thousands of Services in the namespace would otherwise become env variables.
             enable_service_links=False)
+
+    def build_job(self, job: JobView, name: str | None = None) -> client.V1Job:
+        """Return the `batch/v1` Job for `job` (pure: no API call).
+
+        Raises:
+            PermanentBackendError: the TaskSpec cannot be run here (see `shape`).
+        """
+        name = name or self.cluster_job_name(job)
+        replica, hosts, device = self.shape(job.task_spec)
+        total = replica * hosts
+        labels = self.labels(job)
+        pod_spec = self._pod_spec(job, name=name, replica=replica, hosts=hosts, device=device)
         return client.V1Job(
             api_version="batch/v1", kind="Job",
             metadata=client.V1ObjectMeta(name=name, namespace=self.config.namespace,
@@ -532,37 +706,69 @@ class KubernetesBackend(ClusterBackend):
                 another Job.
         """
         name = self.cluster_job_name(job)
-        body = self.build_job(job, name)
+        made, created = self._create_or_adopt_job(job, name)
+        self._ensure_service(job, name, made)
+        verb = "created" if created else "adopted existing"
+        return SubmitResult(cluster_job_name=name, created=created,
+                            message=f"{verb} Job {self.config.namespace}/{name}")
+
+    def _create_or_adopt_job(self, job: JobView, name: str) -> tuple[client.V1Job, bool]:
+        """Create the Job of `job`, or read the one of that name when it exists and is its own.
+
+        Args:
+            job: the Falcon job.
+            name: the Job's name (`cluster_job_name`).
+
+        Returns:
+            `(Job as the API returned it, created)`: created is False for an adoption.
+
+        Raises:
+            PermanentBackendError: the API server refused the Job for good, or the TaskSpec
+                cannot be built (`shape`).
+            BackendError: a call failed in a way a retry may fix, or a Job of that name
+                belongs to another Falcon job.
+        """
         ns = self.config.namespace
-        created = True
+        body = self.build_job(job, name)
         try:
-            made = self.caller.call(self.batch.create_namespaced_job, ns, body)
+            return self.caller.call(self.batch.create_namespaced_job, ns, body), True
         except ApiException as exc:
             if exc.status != 409:
                 raise self._fail(f"create Job {name}", exc) from exc
-            created = False
-            try:
-                made = self.caller.call(self.batch.read_namespaced_job, name, ns)
-            except (ApiException, urllib3.exceptions.HTTPError) as exc2:
-                raise self._fail(f"read existing Job {name}", exc2) from exc2
-            owner = _int_label(made.metadata.labels, LABEL_JOB_ID)
-            if owner != job.id:
-                raise BackendError(f"cluster {self.cluster_name}: a Job named {name} exists "
-                                   f"but belongs to falcon job {owner}, not {job.id}")
         except urllib3.exceptions.HTTPError as exc:
             raise self._fail(f"create Job {name}", exc) from exc
-        if (made.spec.completions or 1) > 1:
-            service = self.build_service(job, name, made.metadata.uid)
-            try:
-                self.caller.call(self.core.create_namespaced_service, ns, service)
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise self._fail(f"create Service {name}", exc) from exc
-            except urllib3.exceptions.HTTPError as exc:
+        try:
+            made = self.caller.call(self.batch.read_namespaced_job, name, ns)
+        except (ApiException, urllib3.exceptions.HTTPError) as exc:
+            raise self._fail(f"read existing Job {name}", exc) from exc
+        owner = _int_label(made.metadata.labels, LABEL_JOB_ID)
+        if owner != job.id:
+            raise BackendError(f"cluster {self.cluster_name}: a Job named {name} exists "
+                               f"but belongs to falcon job {owner}, not {job.id}")
+        return made, False
+
+    def _ensure_service(self, job: JobView, name: str, made: client.V1Job) -> None:
+        """Create the headless Service of a Job with more than one Pod; keep one that exists.
+
+        Args:
+            job: the Falcon job.
+            name: the Job's (and the Service's) name.
+            made: the Job as the API returned it (its `uid` owns the Service).
+
+        Raises:
+            PermanentBackendError: the API server refused the Service for good.
+            BackendError: the call failed in a way a retry may fix.
+        """
+        if (made.spec.completions or 1) <= 1:
+            return
+        service = self.build_service(job, name, made.metadata.uid)
+        try:
+            self.caller.call(self.core.create_namespaced_service, self.config.namespace, service)
+        except ApiException as exc:
+            if exc.status != 409:
                 raise self._fail(f"create Service {name}", exc) from exc
-        verb = "created" if created else "adopted existing"
-        return SubmitResult(cluster_job_name=name, created=created,
-                            message=f"{verb} Job {ns}/{name}")
+        except urllib3.exceptions.HTTPError as exc:
+            raise self._fail(f"create Service {name}", exc) from exc
 
     def _list(self, fn, what: str) -> list:
         try:
@@ -593,10 +799,9 @@ class KubernetesBackend(ClusterBackend):
                 k8s_job = None
             total = (k8s_job.spec.completions or 1) if k8s_job is not None else 0
             found[job.id] = (name, k8s_job, total)
-            if k8s_job is not None and not _condition(k8s_job, "Complete"):
-                st = k8s_job.status or client.V1JobStatus()
-                if not ((st.ready or 0) and (st.ready or 0) + (st.succeeded or 0) >= total):
-                    need_pods = True  # Pending or failed: the Pods say why
+            if (k8s_job is not None and not _condition(k8s_job, CONDITION_COMPLETE)
+                    and not all_ready(k8s_job, total)):
+                need_pods = True  # Pending or failed: the Pods say why
         pods_by_job: dict[str, list[client.V1Pod]] = defaultdict(list)
         if need_pods:
             for pod in self._list(self.core.list_namespaced_pod, "Pods"):

@@ -32,7 +32,7 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ from controllers.cluster_backends.base import (
     ignored_fields_note,
 )
 from controllers.cluster_backends.local_runner import write_atomic
+from core.statuses import CONFIG_ENV
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
@@ -62,7 +63,6 @@ DEFAULT_PASSTHROUGH_ENV = (
     "SHELL", "TERM", "PYTHONPATH", "VIRTUAL_ENV", "STORAGE_EMULATOR_HOST",
     "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_PROJECT",
 )
-CONFIG_ENV = "CUSTOM_CONFIG_KEY"  # architecture.md: the experiment's config, verbatim
 POLL_SECONDS = 0.02
 
 
@@ -144,6 +144,122 @@ def _read_int(path: Path) -> int | None:
         return int(path.read_text().strip())
     except (OSError, ValueError):
         return None
+
+
+@dataclass
+class _ReplicaScan:
+    """Where each replica of a local cluster job stands, by replica index.
+
+    Attributes:
+        exited: index -> (exit code, mtime of its exit file in seconds since the epoch; 0.0
+            when the file vanished meanwhile).
+        running: replicas whose runner is alive and whose command has started.
+        waiting: replicas not spawned yet, or whose runner has not started the command.
+        lost: replicas whose runner is gone without an exit file.
+    """
+
+    exited: dict[int, tuple[int, float]] = field(default_factory=dict)
+    running: list[int] = field(default_factory=list)
+    waiting: list[int] = field(default_factory=list)
+    lost: list[int] = field(default_factory=list)
+
+    def first_failure(self) -> tuple[int, int] | None:
+        """Return `(index, exit code)` of the replica that exited non-zero first, or None."""
+        failures = sorted((when, i, code) for i, (code, when) in self.exited.items()
+                          if code != 0)
+        return (failures[0][1], failures[0][2]) if failures else None
+
+
+def _scan_replicas(folder: Path, manifest: dict[str, Any],
+                   table: dict[int, _Proc]) -> _ReplicaScan:
+    """Sort the replicas of one local cluster job by their exit files and processes.
+
+    Args:
+        folder: the job's state folder (`replica-<i>.exit`, `replica-<i>.started`).
+        manifest: the job's manifest (`replica` count, `replicas` runner records by index).
+        table: the process table read before the exit files (`_process_table`).
+    """
+    scan = _ReplicaScan()
+    for index in range(manifest["replica"]):
+        exit_file = folder / f"replica-{index}.exit"
+        code = _read_int(exit_file)
+        rec = manifest["replicas"].get(str(index))
+        if code is not None:
+            try:
+                scan.exited[index] = (code, exit_file.stat().st_mtime)
+            except FileNotFoundError:
+                scan.exited[index] = (code, 0.0)
+        elif rec is None:
+            scan.waiting.append(index)
+        elif _runner_alive(table, rec):
+            started = (folder / f"replica-{index}.started").exists()
+            (scan.running if started else scan.waiting).append(index)
+        else:
+            # The process table was read before the exit file: a runner already gone then
+            # had written its exit file (if it ever would) before we looked for it.
+            scan.lost.append(index)
+    return scan
+
+
+def _failed_state(folder: Path, name: str, count: int,
+                  scan: _ReplicaScan) -> ClusterJobState | None:
+    """Return Failed when a replica exited non-zero or was lost, else None.
+
+    The first replica to fail explains the job (later failures are often its echo); a lost
+    replica fails the job with no exit code. The message ends with the replica's stderr tail.
+
+    Args:
+        folder: the job's state folder (`replica-<i>.stderr`).
+        name: the cluster job's name.
+        count: the number of replicas.
+        scan: the replicas' states (`_scan_replicas`).
+    """
+    failure = scan.first_failure()
+    if failure is not None:
+        index, code = failure
+        tail = _stderr_tail(folder / f"replica-{index}.stderr")
+        return ClusterJobState(
+            name=name, status=ClusterJobStatus.FAILED, reason="ReplicaFailed",
+            exit_code=code,
+            message=f"Replica {index} of {count} exited with code {code}."
+                    + (f" Last lines of its stderr:\n{tail}" if tail else ""))
+    if scan.lost:
+        index = scan.lost[0]
+        tail = _stderr_tail(folder / f"replica-{index}.stderr")
+        return ClusterJobState(
+            name=name, status=ClusterJobStatus.FAILED, reason="ReplicaLost",
+            message=f"Replica {index} of {count} stopped without recording an exit code "
+                    "(killed, or the machine restarted)."
+                    + (f" Last lines of its stderr:\n{tail}" if tail else ""))
+    return None
+
+
+def _progress_state(name: str, count: int, scan: _ReplicaScan, note: str) -> ClusterJobState:
+    """Return Succeeded, Running or Pending for a job none of whose replicas failed.
+
+    Args:
+        name: the cluster job's name.
+        count: the number of replicas.
+        scan: the replicas' states (`_scan_replicas`), none failed or lost.
+        note: the manifest's note (fields the backend ignored), appended to the message.
+    """
+    def sentence(text: str) -> str:
+        """Append the note to `text`, when there is one."""
+        return " ".join(p for p in (text, note) if p)
+
+    if len(scan.exited) == count:
+        return ClusterJobState(name=name, status=ClusterJobStatus.SUCCEEDED, reason="Completed",
+                               exit_code=0, message=sentence(f"All {count} replicas exited 0."))
+    if not scan.waiting:
+        # Every replica has started; those already done exited 0 (all running, not any).
+        return ClusterJobState(
+            name=name, status=ClusterJobStatus.RUNNING, reason="",
+            message=sentence(f"{len(scan.running)} of {count} replicas running, "
+                             f"{len(scan.exited)} succeeded."))
+    return ClusterJobState(
+        name=name, status=ClusterJobStatus.PENDING, reason="ReplicasStarting",
+        message=sentence(f"{len(scan.running)} of {count} replicas running; waiting for "
+                         f"replica(s) {', '.join(map(str, scan.waiting))} to start."))
 
 
 class LocalBackend(ClusterBackend):
@@ -352,70 +468,23 @@ class LocalBackend(ClusterBackend):
 
     def _state(self, folder: Path, manifest: dict[str, Any],
                table: dict[int, _Proc]) -> ClusterJobState:
-        name, count = manifest["name"], manifest["replica"]
-        exited: dict[int, tuple[int, float]] = {}  # index -> (exit code, when)
-        running, waiting, lost = [], [], []
-        for index in range(count):
-            exit_file = folder / f"replica-{index}.exit"
-            code = _read_int(exit_file)
-            rec = manifest["replicas"].get(str(index))
-            if code is not None:
-                try:
-                    exited[index] = (code, exit_file.stat().st_mtime)
-                except FileNotFoundError:
-                    exited[index] = (code, 0.0)
-            elif rec is None:
-                waiting.append(index)
-            elif _runner_alive(table, rec):
-                started = (folder / f"replica-{index}.started").exists()
-                (running if started else waiting).append(index)
-            else:
-                # The process table was read before the exit file: a runner already gone then
-                # had written its exit file (if it ever would) before we looked for it.
-                lost.append(index)
+        """Return the state of one local cluster job; stop its other replicas once one failed.
 
-        failures = sorted((when, i, code) for i, (code, when) in exited.items() if code != 0)
-        if (failures or lost) and (running or waiting):
+        Args:
+            folder: the job's state folder.
+            manifest: the job's manifest (`name`, `replica`, `replicas`, `note`).
+            table: the process table read before the exit files (`_process_table`).
+        """
+        name, count = manifest["name"], manifest["replica"]
+        scan = _scan_replicas(folder, manifest, table)
+        failed = _failed_state(folder, name, count, scan)
+        if failed is not None and (scan.running or scan.waiting):
             # As the Kubernetes Job controller terminates the active pods of a Job that failed
             # (backoffLimit 0), a failed job's other replicas are stopped at once; the state
             # folder and logs stay for the user (only delete() removes them).
-            self._signal_groups((manifest["replicas"][str(i)] for i in running + waiting
+            self._signal_groups((manifest["replicas"][str(i)] for i in scan.running + scan.waiting
                                  if str(i) in manifest["replicas"]), signal.SIGKILL)
-        if failures:
-            # The first replica to fail explains the job; later failures are often its echo.
-            _when, index, code = failures[0]
-            tail = _stderr_tail(folder / f"replica-{index}.stderr")
-            return ClusterJobState(
-                name=name, status=ClusterJobStatus.FAILED, reason="ReplicaFailed",
-                exit_code=code,
-                message=f"Replica {index} of {count} exited with code {code}."
-                        + (f" Last lines of its stderr:\n{tail}" if tail else ""))
-        if lost:
-            index = lost[0]
-            tail = _stderr_tail(folder / f"replica-{index}.stderr")
-            return ClusterJobState(
-                name=name, status=ClusterJobStatus.FAILED, reason="ReplicaLost",
-                message=f"Replica {index} of {count} stopped without recording an exit code "
-                        "(killed, or the machine restarted)."
-                        + (f" Last lines of its stderr:\n{tail}" if tail else ""))
-
-        note = manifest.get("note") or ""
-        if len(exited) == count:
-            return ClusterJobState(
-                name=name, status=ClusterJobStatus.SUCCEEDED, reason="Completed", exit_code=0,
-                message=" ".join(p for p in (f"All {count} replicas exited 0.", note) if p))
-        if not waiting:
-            # Every replica has started; those already done exited 0 (K1: all, not any).
-            return ClusterJobState(
-                name=name, status=ClusterJobStatus.RUNNING, reason="",
-                message=" ".join(p for p in (
-                    f"{len(running)} of {count} replicas running, {len(exited)} succeeded.",
-                    note) if p))
-        return ClusterJobState(
-            name=name, status=ClusterJobStatus.PENDING, reason="ReplicasStarting",
-            message=" ".join(p for p in (
-                f"{len(running)} of {count} replicas running; waiting for replica(s) "
-                f"{', '.join(map(str, waiting))} to start.", note) if p))
+        return failed or _progress_state(name, count, scan, manifest.get("note") or "")
 
     # -- delete -----------------------------------------------------------------------------
 
