@@ -23,7 +23,8 @@ def exp_summary_queryset() -> QuerySet[Experiment]:
     """Experiments with creator and artifact joined, `config` deferred and jobs not loaded.
 
     A page of these costs one query and stays small whatever the configs' sizes (a config may
-    be 1 MiB): the shape of ListExps over gRPC, where callers fetch jobs with ListJobs.
+    be almost 128 KiB, docs/limits.md): the shape of ListExps over gRPC, where callers fetch
+    jobs with ListJobs.
     """
     return Experiment.objects.select_related("creator", "artifact").defer("config")
 

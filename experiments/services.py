@@ -10,6 +10,8 @@ skip a rule.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -256,26 +258,50 @@ def job_create(*, exp_id: int, role: Any, task_spec: Any) -> Job:
             already has a job for `role` (HTTP 409).
     """
     spec = _validate_new_job(exp_id=exp_id, role=role, task_spec=task_spec)
-    with transaction.atomic():
-        exp, jobs = lock_experiment_with_jobs(exp_id)
-        if exp.status not in EXP_ACTIVE:
-            raise Conflict(f"Experiment {exp_id} is {exp.status}; jobs can be added only to "
-                           "Created or Running experiments.")
+    taken = (f"Experiment {exp_id} already has a job for role {role!r}; use another role name.")
+    with _locked_active_exp(exp_id, "a job") as (exp, jobs):
         if any(job.role == role for job in jobs):
-            raise Conflict(f"Experiment {exp_id} already has a job for role {role!r}; "
-                           "use another role name.")
-        try:
-            with transaction.atomic():
-                job = Job.objects.create(
-                    experiment=exp, cluster_name=exp.cluster_name, exp_type=exp.exp_type,
-                    role=role, task_spec=spec, artifact_path=f"{exp.artifact_path}/{role}",
-                    priority=exp.priority)
-        except IntegrityError:  # uk_job_exp_role: a writer that does not lock got there first
-            raise Conflict(f"Experiment {exp_id} already has a job for role {role!r}; "
-                           "use another role name.") from None
+            raise Conflict(taken)
+        # uk_job_exp_role backs the check above against a writer that does not lock.
+        job = _create_once(lambda: Job.objects.create(
+            experiment=exp, cluster_name=exp.cluster_name, exp_type=exp.exp_type, role=role,
+            task_spec=spec, artifact_path=f"{exp.artifact_path}/{role}", priority=exp.priority),
+            conflict=taken)
         Experiment.objects.filter(pk=exp_id).update(
             role_to_task_spec={**exp.role_to_task_spec, role: spec}, updated_at=timezone.now())
     return job
+
+
+@contextmanager
+def _locked_active_exp(exp_id: int, what: str) -> Iterator[tuple[Experiment, list[Job]]]:
+    """Open a transaction holding experiment `exp_id` and its jobs locked; yield `(exp, jobs)`.
+
+    Rows may be added only to an active experiment (Created or Running): an Aborting one has
+    already moved its jobs to Aborting, and a terminal one never runs again.
+
+    Args:
+        exp_id: the experiment's id.
+        what: what the caller adds, for the message ("a job").
+
+    Raises:
+        NotFound: no such experiment.
+        Conflict: the experiment is not active (HTTP 409).
+    """
+    with transaction.atomic():
+        exp, jobs = lock_experiment_with_jobs(exp_id)
+        if exp.status not in EXP_ACTIVE:
+            raise Conflict(f"Experiment {exp_id} is {exp.status}; {what} can be added only to a "
+                           "Created or Running experiment.")
+        yield exp, jobs
+
+
+def _create_once(create: Callable[[], Any], *, conflict: str) -> Any:
+    """Run `create` (one INSERT) in a savepoint; a unique-key violation becomes `Conflict`."""
+    try:
+        with transaction.atomic():
+            return create()
+    except IntegrityError:
+        raise Conflict(conflict) from None
 
 
 def artifact_create(*, exp_id: int, path: Any = "", artifact_type: Any = "") -> Artifact:
@@ -301,6 +327,23 @@ def artifact_create(*, exp_id: int, path: Any = "", artifact_type: Any = "") -> 
         Conflict: the experiment is terminal (Succeeded, Failed, Aborted) or Aborting, or
             already has an artifact (HTTP 409).
     """
+    path, artifact_type = _validate_new_artifact(path=path, artifact_type=artifact_type)
+    taken = f"Experiment {exp_id} already has an artifact; delete it first."
+    with _locked_active_exp(exp_id, "an artifact") as (exp, _jobs):
+        if Artifact.objects.filter(experiment_id=exp_id).exists():
+            raise Conflict(taken)
+        # The one-to-one key backs the check above against a writer that does not lock.
+        return _create_once(lambda: Artifact.objects.create(
+            experiment=exp, path=path or exp.artifact_path,
+            artifact_type=artifact_type or exp.exp_type), conflict=taken)
+
+
+def _validate_new_artifact(*, path: Any, artifact_type: Any) -> tuple[str, str]:
+    """Check CreateArtifact's `path` and `artifact_type`; return them ("" = the default).
+
+    Raises:
+        ValidationFailed: a field is malformed; `errors` names it.
+    """
     errors: dict[str, list[str]] = {}
     path = "" if path is None else path
     artifact_type = "" if artifact_type is None else artifact_type
@@ -320,18 +363,4 @@ def artifact_create(*, exp_id: int, path: Any = "", artifact_type: Any = "") -> 
                                    "as profiling; leave it empty for the experiment's exp_type."]
     if errors:
         raise ValidationFailed(errors)
-
-    with transaction.atomic():
-        exp, _jobs = lock_experiment_with_jobs(exp_id)
-        if exp.status not in EXP_ACTIVE:
-            raise Conflict(f"Experiment {exp_id} is {exp.status}; an artifact can be added only "
-                           "to a Created or Running experiment.")
-        if Artifact.objects.filter(experiment_id=exp_id).exists():
-            raise Conflict(f"Experiment {exp_id} already has an artifact; delete it first.")
-        try:
-            with transaction.atomic():
-                return Artifact.objects.create(experiment=exp, path=path or exp.artifact_path,
-                                               artifact_type=artifact_type or exp.exp_type)
-        except IntegrityError:  # the one-to-one key: a writer that does not lock came first
-            raise Conflict(f"Experiment {exp_id} already has an artifact; delete it first."
-                           ) from None
+    return path, artifact_type
