@@ -26,7 +26,7 @@ class UserAdmin(BaseUserAdmin):
 
 @admin.register(ServicePrincipal)
 class ServicePrincipalAdmin(admin.ModelAdmin):
-    """Operators allow or cut off Cloudflare service tokens here (behaviours.md A2)."""
+    """Operators allow or cut off Cloudflare service tokens here (docs/decisions.md#auth-2)."""
 
     list_display = ("common_name", "description", "is_active", "created_at")
     list_filter = ("is_active",)

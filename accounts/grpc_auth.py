@@ -4,11 +4,11 @@ Every call except gRPC health and reflection carries a token (checked by
 `falcon_site.grpc.interceptors`), looked for in the metadata keys `cf-access-jwt-assertion`,
 `cf-access-token` and `authorization: Bearer <token>`, in that order (as on HTTP). It is either
 
-- `settings.FALCON_INTERNAL_TOKEN`, the shared secret of the controllers (seed 000, 3.6: they
+- `settings.FALCON_INTERNAL_TOKEN`, the shared secret of the controllers (they
   reach data only through the API server), compared in constant time and accepted in the LOCAL
-  mode only (issue 5, item 4: in production services use Cloudflare service tokens); or
+  mode only (in production services use Cloudflare service tokens, docs/decisions.md#dec-auth); or
 - an RS256 access JWT accepted by `accounts.verifier.default_verifier()` (Cloudflare Access or the
-  local issuer): a person's, whose user is auto-registered as on HTTP (seed 3.4.4), or an
+  local issuer): a person's, whose user is auto-registered as on HTTP, or an
   operator-allowed Cloudflare service token (`accounts.services.principal_from_claims`).
 
 The principal of the current call is kept in a context variable for the servicers that need it
@@ -129,7 +129,7 @@ def authenticate(metadata: Any) -> Principal:
     return Principal(kind="user", user=principal)
 
 
-# The internal RPCs of seed 000, 3.3.1 whose callers are Falcon's controllers (the resource
+# The internal RPCs whose callers are Falcon's controllers (the resource
 # manager, the exp controller): they move entities through their state machines or edit an
 # experiment's rows directly. Users act through CreateExp, AbortExp and DeleteExp instead.
 CONTROLLER_ONLY_METHODS = frozenset({
@@ -185,7 +185,7 @@ def reset_principal(token: contextvars.Token) -> None:
 def creator_for(principal: Principal, creator_email: str):
     """Return the user a CreateExp call creates the experiment for.
 
-    A user JWT caller is the creator (seed 3.4.1: the token's email is Experiment.Creator); it
+    A user JWT caller is the creator (the token's email is Experiment.Creator); it
     may repeat its own email in `creator_email` but not name another user. The internal service
     (local mode) acts for a user and must name one who exists, i.e. has logged in once. A
     Cloudflare service principal is returned as it is: `experiments.services.exp_create` refuses

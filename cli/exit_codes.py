@@ -1,4 +1,4 @@
-"""Exit codes of the `falcon` command, one `IntEnum` for every command (house style, rule 10).
+"""Exit codes of the `falcon` command, one `IntEnum` for every command.
 
 Scripts branch on these numbers, so they are stable: never renumber, only add.
 

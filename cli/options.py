@@ -1,4 +1,4 @@
-"""Options shared by several commands, defined once (house style, rule 10)."""
+"""Options shared by several commands, defined once."""
 from __future__ import annotations
 
 import rich_click as click

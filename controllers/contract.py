@@ -1,9 +1,9 @@
-"""What controllers see of the API server: plain data and the calls they make (seed 000, 3.3.1).
+"""What controllers see of the API server: plain data and the calls they make.
 
-Controllers reach data only through the API server's gRPC API (seed 000, 3.6: one entry point
-for validation and audit). `FalconAPI` is that contract; `controllers.grpc_client.GrpcFalconAPI`
+Controllers reach data only through the API server's gRPC API (one entry point for
+validation and audit; docs/decisions.md#dec-grpc-only). `FalconAPI` is that contract; `controllers.grpc_client.GrpcFalconAPI`
 implements it over gRPC. The views are frozen dataclasses with no Django imports, so a loop's
-logic never touches the ORM (style rule 7).
+logic never touches the ORM (plain data across the boundary).
 """
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ class ArtifactView:
 
 @dataclass(frozen=True)
 class ListFilter:
-    """Filters of a list call (the seed's CommonListReq); empty means "no filter"."""
+    """Filters of a list call (CommonListReq); empty means "no filter"."""
 
     statuses: tuple[str, ...] = ()
     exp_statuses: tuple[str, ...] = ()  # ListJobs only: the job's experiment status

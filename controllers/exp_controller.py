@@ -1,19 +1,19 @@
-"""The exp controller: FalconController.expController of seed 000, section 3.2.3.
+"""The exp controller: FalconController.expController.
 
 Each tick reads the experiments that are not terminal, ALL jobs of those experiments and their
 artifacts (three list calls, paged, whatever the number of jobs), decides per experiment, and
-writes through UpdateArtifactStatus then UpdateExpStatus (the seed's order). The seed lists only
-the non-terminal jobs; we list the jobs of non-terminal *experiments* instead, so that a tick
-killed between a job's last update and its experiment's update is finished by the next tick
-(the seed's "整个过程必须是可以重入的": the loop is re-entrant).
+writes through UpdateArtifactStatus then UpdateExpStatus, in that order. It lists the jobs of
+non-terminal *experiments*, not only the non-terminal jobs, so that a tick killed between a
+job's last update and its experiment's update is finished by the next tick (the loop is
+re-entrant).
 
-Rules per experiment (seed 3.2.3, made complete for several roles, architecture page):
+Rules per experiment (one Job per role; docs/architecture.md, State machines):
 - Aborting: once every job is terminal, Artifact Failed (reason + message), Exp Aborted.
 - any job Failed: the other roles are aborted, Artifact Failed, Exp Failed with the job's reason.
 - any job Aborted (without an abort of the experiment): Artifact Failed, Exp Aborting -> Aborted.
 - all jobs Succeeded: the artifact path must hold at least one file in the artifact store:
   then Artifact Succeeded and Exp Succeeded; else Artifact Failed and Exp Failed saying so.
-- otherwise `job_status_to_exp_status` (seed: jobStatus2expStatus): Running once any role runs.
+- otherwise `job_status_to_exp_status` (jobStatus2expStatus): Running once any role runs.
 Every failed update is logged with exp name, exp id and job id, and the loop goes on.
 """
 from __future__ import annotations
@@ -51,7 +51,7 @@ REASON_SUCCEEDED = ExpStatus.SUCCEEDED.value
 
 
 def job_status_to_exp_status(job_statuses: list[str]) -> str:
-    """jobStatus2expStatus (seed 3.2.1): the experiment status while its jobs are not finished.
+    """jobStatus2expStatus: the experiment status while its jobs are not finished.
 
     Args:
         job_statuses: the statuses of all jobs of one experiment, none Failed or Aborted.
@@ -359,7 +359,7 @@ class ExpController:
                                                reason=update.reason, message=update.message)
                 stats.applied += 1
             except FalconError as exc:
-                # Logged with exp name, exp id and job id (seed 3.2.3); the next update and the
+                # Logged with exp name, exp id and job id; the next update and the
                 # next tick go on: the state read next time decides again.
                 stats.failed += 1
                 stats.errors.append(exc.message)

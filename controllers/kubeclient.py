@@ -4,14 +4,14 @@ Used by the Kubernetes cluster backend and by leader election. The official `kub
 does the HTTP, authentication (kubeconfig or in-cluster service account) and (de)serialisation;
 this module adds only what that client leaves to its caller:
 
-- a client-side timeout on EVERY call (behaviours K8: a silently dropped connection must not
+- a client-side timeout on EVERY call (CB-16: a silently dropped connection must not
   block a controller forever), as the client's `_request_timeout=(connect, read)`;
 - bounded retries with exponential backoff and jitter (`tenacity`) for answers that say "try
   again": timeouts and connection errors, 429, 500, 502, 503, 504; every other status is the
   caller's to handle (404, 409, 422, ...). urllib3's own retries are switched off so the retry
   policy is in one place and bounded;
 - `list_all`: a paged LIST (`limit` + `continue`) that starts over when the server answers
-  410 Gone for an expired continue token (K8: re-list and continue, never crash in a loop);
+  410 Gone for an expired continue token (CB-16: re-list and continue, never crash in a loop);
 - a token bucket, because the Python client has no equivalent of client-go's QPS/Burst: a
   resource manager with 10,000 jobs must not flood the API server.
 """

@@ -1,18 +1,18 @@
-"""The resource manager: the ResourceManager controller of seed 000 (3.1, 3.3.3).
+"""The resource manager: the ResourceManager controller (docs/cluster-behaviours.md).
 
 Each tick lists the jobs of the clusters it serves that need cluster work (Pending, Running,
 Aborting) in one paged call, asks each cluster's backend for all of their states in one batched
 read, and then:
 - a Pending job with no cluster job yet is submitted (create, or adopt one that a previous run
-  of this controller created: behaviours K9); its cluster job name is recorded. A cluster job
+  of this controller created: CB-3); its cluster job name is recorded. A cluster job
   that exists while no name is recorded is submitted again before its name is recorded, so
   whatever the interrupted `submit` did not finish (a Kubernetes headless Service) is made;
 - the cluster state is mapped back with UpdateJobStatus: Running only when every replica runs,
   Succeeded when all succeeded, Failed when any failed (exit code and stderr tail in the
-  message), a cluster job that vanished -> Failed with a reason that says so (K7);
+  message), a cluster job that vanished -> Failed with a reason that says so (CB-12);
 - an Aborting job's cluster job is deleted (with its processes or pods), and the job is set
-  Aborted once nothing of it is left (K5; a job already gone counts as done, K6).
-An optional pending timeout fails a job that cannot start (K3), after deleting its cluster job
+  Aborted once nothing of it is left (CB-13; a job already gone counts as done, CB-14).
+An optional pending timeout fails a job that cannot start (CB-7), after deleting its cluster job
 so that it cannot start later for a job Falcon calls Failed; a suspended cluster job (held by a
 queue) is waiting, not stuck, and is never timed out. A submit the cluster refuses for
 good (`PermanentBackendError`: Kubernetes 422 Invalid, 403 Forbidden) fails the job with reason

@@ -1,4 +1,4 @@
-"""Run a controller's `tick()` periodically until asked to stop (style rule 8).
+"""Run a controller's `tick()` periodically until asked to stop (docs/decisions.md#dec-polling).
 
 The loop installs SIGTERM/SIGINT handlers that finish the current tick and stop, logs each
 tick's failure and goes on when the cause is transient (the API server briefly unreachable),

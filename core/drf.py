@@ -1,4 +1,4 @@
-"""DRF glue: the one mapping of errors to HTTP responses (style rule 6).
+"""DRF glue: the one mapping of errors to HTTP responses (docs/decisions.md#dec-errors).
 
 Every error body is JSON with a stable `code`: a domain error's own code (`not_found`,
 `conflict`, `too_large`, ...), or DRF's code for its own errors (`not_authenticated`,

@@ -32,7 +32,7 @@ from .locks import lock_experiment_with_jobs
 from .models import Experiment
 from .specs import validate_create
 
-# The artifact stores Falcon writes to (architecture page, "Embedded defaults": GCS or a local
+# The artifact stores Falcon writes to (docs/architecture.md, "Embedded defaults": GCS or a local
 # directory), as in FALCON_ARTIFACT_ROOT.
 ARTIFACT_SCHEMES = ("file", "gs")
 ARTIFACT_TYPE = re.compile(r"^[a-z][a-z0-9_-]*$")
@@ -79,14 +79,14 @@ def exp_create(*, creator, name: Any, cluster_name: Any, exp_type: Any,
     """CreateExp: write the Experiment, one Job per role and its Artifact in ONE transaction.
 
     Args:
-        creator: the authenticated `accounts.User` (seed 3.4.1: the token's email is the
+        creator: the authenticated `accounts.User` (the token's email is the
             creator). A service principal cannot create: an experiment needs a person as its
             creator, who may then abort or delete it.
         name, cluster_name, exp_type: strings (see `experiments.specs.validate_create`).
         role_to_task_spec: `{role: TaskSpec mapping}`, at least one role.
         config: the user's config file as text, stored verbatim and injected as
-            `CUSTOM_CONFIG_KEY` (seed 3.3.4); under 128 KiB (`FALCON_CONFIG_MAX_BYTES`).
-        priority: integer, default -1 (seed 3.5).
+            `CUSTOM_CONFIG_KEY`; under 128 KiB (`FALCON_CONFIG_MAX_BYTES`).
+        priority: integer, default -1.
 
     Returns:
         The created experiment (status Created; its jobs Pending; its artifact Created).
@@ -121,7 +121,7 @@ def exp_create(*, creator, name: Any, cluster_name: Any, exp_type: Any,
 def exp_abort(*, exp_id: int, actor) -> Experiment:
     """AbortExp: move the experiment and every non-terminal job to Aborting, in one transaction.
 
-    Sets `aborting_at` (seed 3.3.3, abort flow); the resource manager then stops the cluster jobs
+    Sets `aborting_at`; the resource manager then stops the cluster jobs
     and the exp controller finishes the experiment as Aborted. Idempotent: an experiment already
     Aborting or Aborted is returned unchanged.
 

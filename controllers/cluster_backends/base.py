@@ -1,17 +1,17 @@
-"""The contract between the resource manager and a cluster (seed 000, 3.2.1 and 3.3.3).
+"""The contract between the resource manager and a cluster (docs/cluster-behaviours.md).
 
 The resource manager hands a backend frozen `JobView`s and gets plain states back; it never sees
 Kubernetes objects or process ids. Two implementations fit this contract: `LocalBackend`
 (subprocesses, the embedded default) and a Kubernetes backend (one `batch/v1` Indexed Job per
-Falcon Job with `completions = parallelism = replica`). The rules every backend follows come from
-the behaviours table (`shared/cases/behaviours.md`, rows K1-K9):
+Falcon Job with `completions = parallelism = replica`). The rules every backend follows are in
+docs/cluster-behaviours.md (CB-n below):
 
-- a job is Running only when every replica runs (K1), Succeeded only when every replica exited 0
-  (K2), Failed as soon as any replica failed, with that replica's exit code and stderr tail;
-- a cluster job that vanished is reported as Missing, never silently re-created (K7);
-- `submit` adopts an existing cluster job with the same deterministic name (K9);
-- `delete` counts an already-gone job as done (K6) and reports done only once nothing of the job
-  is left (K5).
+- a job is Running only when every replica runs (CB-5), Succeeded only when every replica exited 0
+  (CB-9), Failed as soon as any replica failed, with that replica's exit code and stderr tail;
+- a cluster job that vanished is reported as Missing, never silently re-created (CB-12);
+- `submit` adopts an existing cluster job with the same deterministic name (CB-3);
+- `delete` counts an already-gone job as done (CB-14) and reports done only once nothing of the job
+  is left (CB-13).
 """
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ class ClusterJobState:
 
     @property
     def terminal(self) -> bool:
-        """Return True for Succeeded and Failed: states that never change afterwards (K4)."""
+        """Return True for Succeeded and Failed: states that never change afterwards (CB-10)."""
         return self.status in (ClusterJobStatus.SUCCEEDED, ClusterJobStatus.FAILED)
 
 
@@ -93,7 +93,7 @@ class SubmitResult:
     Attributes:
         cluster_job_name: the name to record on the Falcon job (`UpdateJobStatus`).
         created: True when this call created the cluster job, False when it adopted one that
-            already existed under the same name (behaviours K9).
+            already existed under the same name (CB-3).
         message: notes for the job's message, e.g. fields the backend ignores.
     """
 
@@ -118,7 +118,7 @@ class PermanentBackendError(BackendError):
     Requests, 408 Request Timeout and 401 Unauthorized, e.g. 422 Invalid or 403 Forbidden; API
     conventions, "HTTP Status codes"). The resource manager fails the Falcon job with reason
     `ClusterRejected` and this message instead of retrying every tick (the kopf
-    `PermanentError` idea, style rule 9).
+    `PermanentError` idea).
     """
 
 
@@ -163,7 +163,7 @@ def ignored_fields_note(task_spec: dict[str, Any], fields: tuple[str, ...], back
     """Return a note naming the TaskSpec fields a backend cannot honour, or "" when none are set.
 
     Args:
-        task_spec: the job's TaskSpec (seed 3.3.4 `tasks.yaml`).
+        task_spec: the job's TaskSpec (a role of the user's `tasks.yaml`, `jobs.specs`).
         fields: the field names the backend ignores.
         backend: the backend's name for the message, e.g. "local".
     """
@@ -178,7 +178,7 @@ class ClusterBackend(ABC):
     """Run Falcon jobs on one kind of cluster; the resource manager's only view of a cluster.
 
     Every method is idempotent and safe to call again on the next tick with the same input:
-    the resource manager is level-triggered (style rule 9) and may restart at any time.
+    the resource manager is level-triggered and may restart at any time.
     Implementations are not required to be thread-safe; one resource manager calls them.
     """
 
@@ -201,7 +201,7 @@ class ClusterBackend(ABC):
         """Create the cluster job of `job`, or adopt the one that already exists.
 
         A cluster job found under the job's name is adopted, never started a second time
-        (behaviours K9: on Kubernetes a create answering 409 AlreadyExists means adopt).
+        (CB-3: on Kubernetes a create answering 409 AlreadyExists means adopt).
 
         Args:
             job: a Pending Falcon job; `task_spec` is the validated TaskSpec.
@@ -219,7 +219,7 @@ class ClusterBackend(ABC):
         Implementations read the cluster ONCE for the whole list (one list call by label on
         Kubernetes, one scan of the state directory locally), never once per job.
 
-        Mapping (seed 3.2.1; behaviours K1, K2, K4, K7): Running only when every replica runs;
+        Mapping (CB-5, CB-9, CB-10, CB-12): Running only when every replica runs;
         Succeeded only when every replica exited 0; Failed as soon as any replica failed, with
         its exit code and stderr tail (other replicas may still run: `delete` stops them);
         Missing when no cluster job of that name exists; Pending otherwise, with the reason in
@@ -234,8 +234,8 @@ class ClusterBackend(ABC):
         """Stop and remove everything of `job`'s cluster job.
 
         Returns:
-            True only once nothing of it is left (behaviours K5: Aborted only when no pod or
-            process remains); a job that is already gone counts as done (K6). False means
+            True only once nothing of it is left (CB-13: Aborted only when no pod or
+            process remains); a job that is already gone counts as done (CB-14). False means
             "still stopping, call again".
 
         Raises:

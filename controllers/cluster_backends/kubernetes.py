@@ -1,4 +1,4 @@
-"""The Kubernetes cluster backend: one `batch/v1` Indexed Job per Falcon Job (seed 000, 3.1, 3.3.3).
+"""The Kubernetes cluster backend: one `batch/v1` Indexed Job per Falcon Job.
 
 What a Falcon Job becomes (Kubernetes API reference, batch/v1 JobSpec; GKE TPU and GPU docs):
 
@@ -7,7 +7,7 @@ What a Falcon Job becomes (Kubernetes API reference, batch/v1 JobSpec; GKE TPU a
   derives stay within 63), labelled `falcon.io/exp-id`, `falcon.io/job-id`, `falcon.io/role`
   and `app.kubernetes.io/managed-by: falcon` (the selector of every LIST), on the Job and its
   Pods;
-- `completionMode: Indexed`, `parallelism = completions = replica x hosts` (behaviours K2: the
+- `completionMode: Indexed`, `parallelism = completions = replica x hosts` (CB-9: the
   Job succeeds only when every index completed), `restartPolicy: Never`, `backoffLimit`
   (default 0: a profiling run is not silently retried), `ttlSecondsAfterFinished` (default one
   day: far longer than a resource-manager tick, so the final state is always read before the
@@ -67,7 +67,7 @@ CONTAINER = "main"
 # An Indexed Job's Pod hostname is `<job name>-<index>` and must be a DNS label (<= 63); room
 # for '-' and a 10-digit index.
 K8S_JOB_NAME_MAX = 52
-# Waiting reasons that will not clear by themselves: named first in a Pending message (K3).
+# Waiting reasons that will not clear by themselves: named first in a Pending message (CB-6).
 STUCK_REASONS = ("ImagePullBackOff", "ErrImagePull", "InvalidImageName",
                  "CreateContainerConfigError", "CreateContainerError", "CrashLoopBackOff",
                  "RunContainerError")
@@ -116,7 +116,7 @@ class KubernetesClusterConfig:
         active_deadline_seconds: `spec.activeDeadlineSeconds` (None: no deadline).
         termination_grace_period_seconds: the Pods' SIGTERM-to-SIGKILL time on delete.
         propagation_policy: `Foreground` (the Job is gone only once its Pods are) or
-            `Background`; never `Orphan`, which leaves Pods running (behaviours K5).
+            `Background`; never `Orphan`, which leaves Pods running (CB-13).
         service_account: `serviceAccountName` of task Pods ("" = the namespace default).
         image_pull_secrets: names of Secrets for private registries.
         node_selector: extra node labels every task Pod selects.
@@ -417,18 +417,18 @@ def job_state(name: str, job: client.V1Job | None, pods: list[client.V1Pod], *,
 
     Pure (no API call): one helper per rule below, the first rule that applies decides.
 
-    Rules (shared/cases/k8s-job-status.yaml; behaviours K1, K2, K4, K7):
-    - no Job: Missing (the resource manager fails the Falcon Job, K7);
+    Rules (docs/cluster-behaviours.md; cases in controllers/tests/fixtures/k8s-job-status.yaml):
+    - no Job: Missing (the resource manager fails the Falcon Job, CB-12);
     - a `Complete` or `SuccessCriteriaMet` condition: Succeeded;
     - a `Failed` or `FailureTarget` condition: Failed, with the condition's reason
       (`BackoffLimitExceeded`, `DeadlineExceeded`, ...) and the failed containers' reason and
       exit code (FailureTarget is final: the Failed condition follows once Pods are gone);
-      `status.failed > 0` alone is NOT failure, the Job may still retry (K4); an evicted or
+      `status.failed > 0` alone is NOT failure, the Job may still retry (CB-10); an evicted or
       preempted Pod is named as such (`disruption`);
     - `spec.suspend: true` or a `Suspended=True` condition (batch/v1 JobSpec `suspend`):
       Pending with reason `Suspended` and `suspended` set (no pending timeout);
     - every index ready or done (`ready + succeeded >= pods_total`, at least one ready):
-      Running. `status.active` counts Pending Pods too, so it never means running (K1);
+      Running. `status.active` counts Pending Pods too, so it never means running (CB-5);
     - otherwise Pending, with the Pods' reasons (`Unschedulable`, `ImagePullBackOff` and the
       image, ...) in the message.
 
@@ -690,7 +690,7 @@ class KubernetesBackend(ClusterBackend):
     # -- ClusterBackend ---------------------------------------------------------------------
 
     def submit(self, job: JobView) -> SubmitResult:
-        """Create the Job (and its headless Service), or adopt the Job of that name (K9).
+        """Create the Job (and its headless Service), or adopt the Job of that name (CB-3).
 
         A create answering 409 AlreadyExists is an adoption when the existing Job carries this
         Falcon Job's `falcon.io/job-id`; a Job of that name belonging to something else is an
@@ -818,8 +818,8 @@ class KubernetesBackend(ClusterBackend):
     def delete(self, job: JobView) -> bool:
         """Delete the Job with `propagationPolicy` Foreground/Background and report when gone.
 
-        Returns True only when the Job no longer exists AND no Pod of it is left (K5); a Job
-        already gone counts as deleted (K6). Pods left behind by an earlier orphaning delete
+        Returns True only when the Job no longer exists AND no Pod of it is left (CB-13); a Job
+        already gone counts as deleted (CB-14). Pods left behind by an earlier orphaning delete
         (`kubectl delete --cascade=orphan`, or an API delete without a policy) are deleted
         here too.
 

@@ -13,7 +13,7 @@ Layout of `state_dir` (one folder per cluster job, named by `cluster_job_name`):
 
 Every file is written atomically, so a resource manager that restarts (a new `LocalBackend` on
 the same `state_dir`) finds running replicas again by pid and process start time, adopts them
-instead of starting them twice (behaviours K9), and reads the exit codes of replicas that ended
+instead of starting them twice (CB-3), and reads the exit codes of replicas that ended
 while no manager ran. The runner (`local_runner.py`) is what makes that possible: it is the
 command's parent, so it can wait for it and record the exit code whoever started the runner.
 
@@ -54,7 +54,7 @@ from core.statuses import CONFIG_ENV
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
 RUNNER = Path(__file__).with_name("local_runner.py")
-# TaskSpec fields with no meaning for a local process (seed 3.3.4 tasks.yaml).
+# TaskSpec fields with no meaning for a local process (image, devices).
 IGNORED_FIELDS = ("image", "device_count", "device_type", "device_topo")
 # Variables of the manager's environment a task may see. A subset, not all of os.environ: the
 # manager may hold database URLs and tokens that tasks have no business reading.
@@ -525,7 +525,7 @@ class LocalBackend(ClusterBackend):
         self._reap()
 
     def delete(self, job: JobView) -> bool:
-        """Stop every process of `job` and remove its folder (behaviours K5, K6).
+        """Stop every process of `job` and remove its folder (CB-13, CB-14).
 
         The first call sends SIGTERM to each replica's process group and records when; once
         `grace_seconds` have passed (in this call or a later one, even from a restarted

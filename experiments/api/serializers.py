@@ -31,7 +31,7 @@ class RoleToTaskSpecField(serializers.JSONField):
 
 
 class ExpCreateInputSerializer(serializers.Serializer):
-    """CreateExpReq (seed 000, 3.5)."""
+    """CreateExpReq: the fields of CreateExp."""
 
     name = serializers.CharField(max_length=128)
     cluster_name = serializers.CharField(max_length=255)

@@ -1,4 +1,4 @@
-"""HTTP gateway of the seed's ExperimentService (seed 000, 3.3.1; architecture page, Contracts).
+"""HTTP gateway of ExperimentService (docs/architecture.md).
 
 Views parse, call a service or selector, and serialize; domain errors become HTTP errors in
 `core.drf.exception_handler`.

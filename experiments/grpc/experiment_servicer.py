@@ -22,7 +22,7 @@ def _detail(exp_id: int) -> experiment_pb2.ExpItem:
 
 
 class ExperimentServicer(experiment_pb2_grpc.ExperimentServiceServicer):
-    """The seed's ExperimentService (seed 000, 3.3.1 and 3.5) over the service layer."""
+    """ExperimentService over the service layer."""
 
     def CreateExp(self, request, context):
         """CreateExp -> `services.exp_create`; creator from the caller (`auth.creator_for`)."""
