@@ -6,6 +6,7 @@ named methods for their transitions (`Job.mark_running`, `Experiment.request_abo
 """
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any, ClassVar, Self
 
 from django.db import models
@@ -89,3 +90,41 @@ class StatefulModel(models.Model):
             Conflict: the row is not terminal (HTTP 409); `hint` says what to do instead.
         """
         delete_terminal(cls.machine, cls._default_manager, pk=pk, hint=hint)
+
+
+class RunModel(StatefulModel):
+    """A run: an Experiment or a Job, whose table `run_lifecycle` builds from `statuses`.
+
+    `<initial> -> Running -> Succeeded | Failed`, and any open state -> Aborting -> Aborted. Each
+    method is one guarded conditional UPDATE (`transition`) and returns whether it changed the
+    row; a non-terminal row already in the target state gets its reason and message refreshed.
+
+    Raises (every method):
+        InvalidTransition: the table does not allow the row's current state to move there.
+        NotFound: the row no longer exists.
+    """
+
+    statuses: ClassVar[type[StrEnum]]
+
+    class Meta:
+        abstract = True
+
+    def mark_running(self, *, reason: str | None = None, message: str | None = None) -> bool:
+        """Move to Running (from the initial state): the run's work has started."""
+        return self.transition(self.statuses["RUNNING"], reason=reason, message=message)
+
+    def mark_succeeded(self, *, reason: str | None = None, message: str | None = None) -> bool:
+        """Move to Succeeded (from the initial state or Running)."""
+        return self.transition(self.statuses["SUCCEEDED"], reason=reason, message=message)
+
+    def mark_failed(self, *, reason: str | None = None, message: str | None = None) -> bool:
+        """Move to Failed (from the initial state or Running)."""
+        return self.transition(self.statuses["FAILED"], reason=reason, message=message)
+
+    def request_abort(self, *, reason: str | None = None, message: str | None = None) -> bool:
+        """Move to Aborting (from the initial state or Running); sets `aborting_at`."""
+        return self.transition(self.statuses["ABORTING"], reason=reason, message=message)
+
+    def mark_aborted(self, *, reason: str | None = None, message: str | None = None) -> bool:
+        """Move to Aborted (from Aborting): nothing of the run is left."""
+        return self.transition(self.statuses["ABORTED"], reason=reason, message=message)

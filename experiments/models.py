@@ -4,13 +4,13 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from core.models import StatefulModel
+from core.models import RunModel
 from core.statemachine import run_lifecycle
 from core.statuses import ExpStatus, choices
 
 
 
-class Experiment(StatefulModel):
+class Experiment(RunModel):
     """One experiment: a cluster, a type, one task spec per role and a verbatim config.
 
     `config` is stored exactly as sent (the server never parses it) so runs can be compared, and
@@ -39,30 +39,8 @@ class Experiment(StatefulModel):
         db_table = "experiments"
         ordering = ["-created_at", "-id"]
 
+    statuses = ExpStatus
     machine = run_lifecycle("Experiment", ExpStatus)
 
     def __str__(self) -> str:
         return f"{self.name} ({self.pk})"
-
-    # State-machine methods: each is one guarded conditional UPDATE (`StatefulModel.transition`)
-    # and returns whether it changed the row.
-
-    def mark_running(self, *, reason: str | None = None, message: str | None = None) -> bool:
-        """Created -> Running: a job of the experiment runs."""
-        return self.transition(ExpStatus.RUNNING, reason=reason, message=message)
-
-    def mark_succeeded(self, *, reason: str | None = None, message: str | None = None) -> bool:
-        """Created | Running -> Succeeded: every job and the artifact succeeded."""
-        return self.transition(ExpStatus.SUCCEEDED, reason=reason, message=message)
-
-    def mark_failed(self, *, reason: str | None = None, message: str | None = None) -> bool:
-        """Created | Running -> Failed: a job or the artifact failed."""
-        return self.transition(ExpStatus.FAILED, reason=reason, message=message)
-
-    def request_abort(self, *, reason: str | None = None, message: str | None = None) -> bool:
-        """Created | Running -> Aborting: sets `aborting_at`; the controllers finish it."""
-        return self.transition(ExpStatus.ABORTING, reason=reason, message=message)
-
-    def mark_aborted(self, *, reason: str | None = None, message: str | None = None) -> bool:
-        """Aborting -> Aborted: every job stopped."""
-        return self.transition(ExpStatus.ABORTED, reason=reason, message=message)

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from django.db import models
 
-from core.models import StatefulModel
+from core.models import RunModel
 from core.statemachine import run_lifecycle
 from core.statuses import JobStatus, choices
 
 
 
-class Job(StatefulModel):
+class Job(RunModel):
     """One role of an experiment, run by the resource manager as one cluster job.
 
     `task_spec` is the role's validated TaskSpec (`command`, `replica`, `image`, `device_count`,
@@ -39,35 +39,14 @@ class Job(StatefulModel):
             models.UniqueConstraint(fields=["experiment", "role"], name="uk_job_exp_role"),
         ]
 
+    statuses = JobStatus
     machine = run_lifecycle("Job", JobStatus)
 
     def __str__(self) -> str:
         return f"{self.experiment_id}/{self.role} ({self.pk})"
 
-    # State-machine methods: each is one guarded conditional UPDATE (`StatefulModel.transition`)
-    # and returns whether it changed the row. A non-terminal row already in the target state
-    # gets its reason and message refreshed (a Pending job's "why still pending").
+    # mark_running, mark_succeeded, mark_failed, request_abort, mark_aborted: `RunModel`.
 
     def mark_pending(self, *, reason: str | None = None, message: str | None = None) -> bool:
         """Stay Pending with a fresh reason and message (the cluster job is not running yet)."""
         return self.transition(JobStatus.PENDING, reason=reason, message=message)
-
-    def mark_running(self, *, reason: str | None = None, message: str | None = None) -> bool:
-        """Pending -> Running: every task of the job runs."""
-        return self.transition(JobStatus.RUNNING, reason=reason, message=message)
-
-    def mark_succeeded(self, *, reason: str | None = None, message: str | None = None) -> bool:
-        """Pending | Running -> Succeeded: every task succeeded."""
-        return self.transition(JobStatus.SUCCEEDED, reason=reason, message=message)
-
-    def mark_failed(self, *, reason: str | None = None, message: str | None = None) -> bool:
-        """Pending | Running -> Failed: a task failed."""
-        return self.transition(JobStatus.FAILED, reason=reason, message=message)
-
-    def request_abort(self, *, reason: str | None = None, message: str | None = None) -> bool:
-        """Pending | Running -> Aborting: the resource manager then stops the cluster job."""
-        return self.transition(JobStatus.ABORTING, reason=reason, message=message)
-
-    def mark_aborted(self, *, reason: str | None = None, message: str | None = None) -> bool:
-        """Aborting -> Aborted: nothing of the cluster job is left."""
-        return self.transition(JobStatus.ABORTED, reason=reason, message=message)
