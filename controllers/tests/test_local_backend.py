@@ -192,7 +192,10 @@ def test_running_only_when_every_replica_runs(backend, state_dir, tmp_path):
     slow.submit(job)
 
     wait_for(lambda: marker.exists(), what="replica 0 to start")
-    state = slow.observe([job])[job.id]
+    # The runner records a replica as started just after starting its command, so the marker
+    # can come first: wait until the backend sees replica 0 running, then check the job waits.
+    state = wait_for(lambda: (s := slow.observe([job])[job.id]).message.startswith("1 of 2")
+                     and s, what="replica 0 to be seen running")
     assert state.status == ClusterJobStatus.PENDING, state
     assert state.reason == "ReplicasStarting" and "1 of 2 replicas running" in state.message
 
