@@ -8,7 +8,6 @@ from core.statemachine import StateMachine
 from core.statuses import ARTIFACT_TERMINAL, ArtifactStatus, choices
 
 
-
 class Artifact(StatefulModel):
     """The artifacts of one experiment: a path in the artifact store (`file://` or `gs://`).
 

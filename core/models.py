@@ -1,8 +1,13 @@
 """The abstract model of every entity with a state machine (Experiment, Job, Artifact).
 
 Its status changes only through the methods here, each ONE guarded conditional UPDATE of
-`core.statemachine` over the entity's one transition table (`machine`). Concrete models add
-named methods for their transitions (`Job.mark_running`, `Experiment.request_abort`).
+`core.statemachine` over the entity's one transition table (`machine`):
+- `StatefulModel.transition_pk(pk, target, ...)`: the path of the UpdateExp/Job/ArtifactStatus
+  services, which the controllers call with a target status over gRPC;
+- `transition(target)` and the named methods on an instance (`RunModel.mark_running`,
+  `request_abort`, ..., `Artifact.mark_failed`), for code that holds the row;
+- `TransitionQuerySet.transition(target)`: many rows in one UPDATE (AbortExp's jobs).
+Adding an entity: docs/architecture.md, "Adding an entity with a state machine".
 """
 from __future__ import annotations
 
@@ -105,6 +110,10 @@ class RunModel(StatefulModel):
     """
 
     statuses: ClassVar[type[StrEnum]]
+
+    started_at = models.DateTimeField(null=True, blank=True)
+    aborting_at = models.DateTimeField(null=True, blank=True)
+    aborted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         abstract = True

@@ -55,10 +55,6 @@ class StateMachine:
                 f"allowed targets are {', '.join(sorted(self.transitions))}."
             ) from None
 
-    def allows(self, source: str, target: str) -> bool:
-        """Return whether the table allows `source -> target`."""
-        return source in self.transitions.get(target, frozenset())
-
     def updates_for(self, target: str, now: datetime) -> dict[str, Any]:
         """Return the column updates that entering `target` at `now` implies."""
         updates: dict[str, Any] = {"status": target, "updated_at": now}
@@ -188,7 +184,8 @@ def delete_terminal(machine: StateMachine, queryset: models.QuerySet, *, pk: int
                    f"{', '.join(sorted(machine.terminal))} rows can be deleted." + hint)
 
 
-def run_lifecycle(name: str, statuses: type[StrEnum]) -> StateMachine:
+def run_lifecycle(name: str, statuses: type[StrEnum], *, terminal: frozenset[str]
+                  ) -> StateMachine:
     """Return the table of a run, shared by Experiment and Job (docs/architecture.md).
 
     `<initial> -> Running -> Succeeded | Failed`; the initial state (the enum's first member,
@@ -200,11 +197,17 @@ def run_lifecycle(name: str, statuses: type[StrEnum]) -> StateMachine:
         name: the entity's name for messages ("Experiment").
         statuses: its status enum; must have RUNNING, SUCCEEDED, FAILED, ABORTING, ABORTED
             after its initial member.
+        terminal: its terminal set from `core.statuses` (Succeeded, Failed, Aborted).
+
+    Raises:
+        ValueError: `terminal` is not the set of states this table cannot leave.
     """
     initial = next(iter(statuses))
     running, succeeded, failed = statuses["RUNNING"], statuses["SUCCEEDED"], statuses["FAILED"]
     aborting, aborted = statuses["ABORTING"], statuses["ABORTED"]
     live = frozenset({initial, running})
+    if set(terminal) != {succeeded, failed, aborted}:
+        raise ValueError(f"{name}: a run's terminal states are Succeeded, Failed and Aborted")
     return StateMachine(
         name=name,
         transitions={
@@ -215,7 +218,7 @@ def run_lifecycle(name: str, statuses: type[StrEnum]) -> StateMachine:
             aborting: live,
             aborted: frozenset({aborting}),
         },
-        terminal=frozenset({succeeded, failed, aborted}),
+        terminal=frozenset(terminal),
         set_on_enter={succeeded: ("finished_at",), failed: ("finished_at",),
                       aborting: ("aborting_at",), aborted: ("aborted_at", "finished_at")},
         set_once_on_enter={running: ("started_at",)},

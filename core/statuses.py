@@ -52,7 +52,6 @@ ARTIFACT_TERMINAL = frozenset({ArtifactStatus.SUCCEEDED, ArtifactStatus.FAILED})
 # Open states: not terminal, so a controller still has work to do on the row.
 EXP_OPEN = frozenset(ExpStatus) - EXP_TERMINAL
 JOB_OPEN = frozenset(JobStatus) - JOB_TERMINAL
-ARTIFACT_OPEN = frozenset(ArtifactStatus) - ARTIFACT_TERMINAL
 
 # Active states: open and not being aborted. Only an active experiment may be aborted, or get a
 # new job or artifact (an Aborting one has already moved its jobs to Aborting, and a job added

@@ -1,7 +1,7 @@
 """Row locks, taken only here and always in primary-key order (decisions.md#dec-aggregate).
 
-Locks are needed only where a rule depends on several rows: aborting or deleting an experiment
-reads the experiment, then acts on its jobs. Callers must be inside `transaction.atomic()`.
+Locks are needed only where a rule depends on several rows: AbortExp, DeleteExp, CreateJob and
+CreateArtifact read the experiment (and its jobs), then act on its rows. Callers must be inside `transaction.atomic()`.
 SQLite ignores `SELECT ... FOR UPDATE` (its writers are serialised by the database lock).
 """
 from __future__ import annotations

@@ -6,8 +6,7 @@ from django.db import models
 
 from core.models import RunModel
 from core.statemachine import run_lifecycle
-from core.statuses import ExpStatus, choices
-
+from core.statuses import EXP_TERMINAL, ExpStatus, choices
 
 
 class Experiment(RunModel):
@@ -31,16 +30,13 @@ class Experiment(RunModel):
     priority = models.IntegerField(default=-1)
     status = models.CharField(max_length=16, choices=choices(ExpStatus), default=ExpStatus.CREATED,
                               db_index=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    aborting_at = models.DateTimeField(null=True, blank=True)
-    aborted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "experiments"
         ordering = ["-created_at", "-id"]
 
     statuses = ExpStatus
-    machine = run_lifecycle("Experiment", ExpStatus)
+    machine = run_lifecycle("Experiment", ExpStatus, terminal=EXP_TERMINAL)
 
     def __str__(self) -> str:
         return f"{self.name} ({self.pk})"

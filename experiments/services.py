@@ -36,7 +36,6 @@ from .specs import validate_create
 # directory), as in FALCON_ARTIFACT_ROOT.
 ARTIFACT_SCHEMES = ("file", "gs")
 ARTIFACT_TYPE = re.compile(r"^[a-z][a-z0-9_-]*$")
-# An artifact may be added only while its experiment can still produce it.
 
 
 def artifact_path_for(*, exp_id: int, name: str, root: str | None = None) -> str:

@@ -5,8 +5,7 @@ from django.db import models
 
 from core.models import RunModel
 from core.statemachine import run_lifecycle
-from core.statuses import JobStatus, choices
-
+from core.statuses import JOB_TERMINAL, JobStatus, choices
 
 
 class Job(RunModel):
@@ -28,9 +27,6 @@ class Job(RunModel):
     status = models.CharField(max_length=16, choices=choices(JobStatus), default=JobStatus.PENDING,
                               db_index=True)
     cluster_job_name = models.CharField(max_length=255, blank=True, default="")
-    started_at = models.DateTimeField(null=True, blank=True)
-    aborting_at = models.DateTimeField(null=True, blank=True)
-    aborted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "jobs"
@@ -40,13 +36,7 @@ class Job(RunModel):
         ]
 
     statuses = JobStatus
-    machine = run_lifecycle("Job", JobStatus)
+    machine = run_lifecycle("Job", JobStatus, terminal=JOB_TERMINAL)
 
     def __str__(self) -> str:
         return f"{self.experiment_id}/{self.role} ({self.pk})"
-
-    # mark_running, mark_succeeded, mark_failed, request_abort, mark_aborted: `RunModel`.
-
-    def mark_pending(self, *, reason: str | None = None, message: str | None = None) -> bool:
-        """Stay Pending with a fresh reason and message (the cluster job is not running yet)."""
-        return self.transition(JobStatus.PENDING, reason=reason, message=message)

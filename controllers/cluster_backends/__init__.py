@@ -3,7 +3,7 @@
 `ClusterBackend` (base.py) is the contract; `LocalBackend` (local.py) runs replicas as local
 processes; `KubernetesBackend` (kubernetes.py, imported on demand so the local mode does not load
 the `kubernetes` client) runs one batch/v1 Indexed Job per Falcon Job, with the accelerator
-table in devices.py.
+table of `clusters.devices`; `loading` builds the backend of each configured cluster.
 """
 from controllers.cluster_backends.base import (
     BackendError,

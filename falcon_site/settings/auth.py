@@ -27,7 +27,7 @@ Environment variables:
   comma-separated, besides the active `accounts.ServicePrincipal` rows.
 - `FALCON_CONTROLLER_ACCESS_URL`, `FALCON_CF_CLIENT_ID`, `FALCON_CF_CLIENT_SECRET`: cloudflare
   mode, the controllers' own Access service token and the Access-protected URL where they
-  exchange it for the JWT they send to the gRPC API (`controllers.credentials`).
+  exchange it for the JWT they send to the gRPC API (`controllers.service_token`).
 - `FALCON_INTERNAL_TOKEN`: the controllers' shared token for the gRPC API, at least 32
   characters; accepted in the local mode only. Unset in the local mode: read from
   `$FALCON_VAR_DIR/internal-token` (`FALCON_INTERNAL_TOKEN_FILE`).

@@ -53,7 +53,7 @@ def read_secret(path: Path | None) -> str:
     """Return the secret kept in `path`, or "" when there is no such file (yet) or no path.
 
     `manage.py prepare` creates the file; until then the setting is empty and the system check
-    `falcon.E002`/`falcon.E003` says so.
+    `falcon.E001` (secret key) or `falcon.E002` (internal token) says so.
     """
     if path is None:
         return ""
