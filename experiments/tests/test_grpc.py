@@ -429,3 +429,42 @@ def test_unexpected_errors_are_internal_and_database_errors_unavailable(stubs, m
     err = rpc_error(stubs.exps.GetExp, experiment_pb2.GetExpReq(id=exp.pk), metadata=stubs.md)
     assert err.code() == grpc.StatusCode.UNAVAILABLE
     assert trailers(err)[ERROR_CODE_KEY] == "unavailable"
+
+
+def _free_loopback_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.django_db(transaction=False)
+def test_a_second_server_on_the_same_port_fails_loudly():
+    from falcon_site.grpc.server import AddressUnavailable, build_server
+
+    addr = f"127.0.0.1:{_free_loopback_port()}"
+    first = build_server(addr, max_workers=1)
+    first.start()
+    try:
+        # grpcio's default (SO_REUSEPORT) would let this one bind too and share the port.
+        with pytest.raises(AddressUnavailable) as info:
+            build_server(addr, max_workers=1)
+        message = str(info.value)
+        assert addr in message and "already in use" in message
+        assert "--addr" in message and "--grpc" in message
+        # And the command: a clear error naming the address, and a non-zero exit.
+        proc = subprocess.run([sys.executable, "manage.py", "rungrpc", "--addr", addr],
+                              cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert proc.returncode != 0
+        assert f"cannot listen on {addr}" in proc.stderr and "already in use" in proc.stderr
+        # The first server still answers.
+        with grpc.insecure_channel(addr) as channel:
+            resp = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(),
+                                                             timeout=10)
+            assert resp.status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        first.stop(grace=0)
+    again = build_server(addr, max_workers=1)  # free again once the first one stopped
+    again.start()
+    again.stop(grace=0)
