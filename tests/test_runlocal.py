@@ -1,5 +1,5 @@
-"""`manage.py runlocal` as a process: it refuses taken ports and says it runs only once both APIs
-listen.
+"""`manage.py runlocal` as a process: it refuses taken ports, says it runs only once both APIs
+listen, and its four children never outlive it, whatever signal ends it.
 
 Each test starts the real command on free loopback ports against the test database, as
 tests/test_e2e.py does, and reads the children from /proc.
@@ -131,3 +131,27 @@ def test_announces_only_once_both_apis_listen(runlocal):
     instance.proc.send_signal(signal.SIGTERM)
     assert instance.proc.wait(15) == 0, instance.log()
     assert [pid for pid in children if alive(pid)] == []
+
+
+def test_sighup_stops_every_child(runlocal):
+    instance = runlocal()
+    children = instance.wait_running()
+    assert len(children) == 4, instance.log()
+    instance.proc.send_signal(signal.SIGHUP)  # the terminal was closed
+    assert instance.proc.wait(15) == 0, instance.log()
+    assert [pid for pid in children if alive(pid)] == []
+    assert bind_problem(f"127.0.0.1:{instance.http}") is None
+    assert bind_problem(f"127.0.0.1:{instance.grpc}") is None
+
+
+def test_sigkill_of_runlocal_takes_its_children_down(runlocal):
+    instance = runlocal()
+    children = instance.wait_running()
+    assert len(children) == 4, instance.log()
+    instance.proc.kill()  # no chance to stop anything itself
+    instance.proc.wait(10)
+    wait_for(lambda: not any(alive(pid) for pid in children), 15,
+             "the children of a killed runlocal did not exit")
+    wait_for(lambda: bind_problem(f"127.0.0.1:{instance.grpc}") is None, 5,
+             "the gRPC port was not released")
+    assert bind_problem(f"127.0.0.1:{instance.http}") is None

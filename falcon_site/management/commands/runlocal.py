@@ -12,12 +12,16 @@ local token issuer).
 3. It starts the HTTP and gRPC APIs, waits until each of these two children listens on its
    port, then starts the controllers, and only then says "Falcon is running".
 
-Ctrl-C or SIGTERM stops them all (SIGTERM, then SIGKILL after a grace period). If one child
-dies, the others are stopped and the command exits non-zero. Tasks already running on the local backend keep running in their
+The children die with it, whatever ends it: SIGINT (Ctrl-C), SIGTERM and SIGHUP (the terminal
+closed) stop them all (SIGTERM, then SIGKILL after a grace period); if it is killed outright
+(SIGKILL), Linux sends each child SIGTERM itself (the parent-death signal, `prctl
+PR_SET_PDEATHSIG`, set in every child before it runs). If one child dies, the others are stopped
+and the command exits non-zero. Tasks already running on the local backend keep running in their
 own process groups and are adopted by the next resource manager.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
@@ -25,6 +29,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from django.conf import settings
@@ -37,7 +42,33 @@ from falcon_site.startup import prepare_local_state
 GRACE_SECONDS = 10.0
 # How long the HTTP and gRPC children may take to listen (Django start-up and system checks).
 LISTEN_TIMEOUT_SECONDS = 60.0
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
+    """Return a `preexec_fn` that makes the child receive `sig` when this process dies.
+
+    Uses Linux's parent-death signal (`prctl(PR_SET_PDEATHSIG)`), which the kernel delivers even
+    when the parent is killed with SIGKILL and has no chance to stop its children. It survives
+    the child's `exec`. If the parent died between `fork` and the `prctl` call, the child sends
+    itself `sig` at once. Returns None where `prctl` does not exist (not Linux).
+
+    The parent-death signal follows the *thread* that forked the child: call `Popen` from the
+    thread that lives as long as the process (the main thread here).
+    """
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), sig)
+
+    return preexec
 
 
 def _listening_inodes(port: int) -> set[str]:
@@ -130,15 +161,16 @@ class Command(BaseCommand):
             signal.signal(sig, on_signal)
 
         children: dict[str, subprocess.Popen] = {}
+        preexec = die_with_parent()
         failed = None
         try:
             for name, cmd in servers.items():
-                children[name] = self._spawn(cmd, env)
+                children[name] = self._spawn(cmd, env, preexec)
             failed = self._wait_until_listening(
                 {name: children[name] for name in servers}, {"http": http, "grpc": grpc}, stop)
             if not failed and not stop.is_set():
                 for name, cmd in controllers.items():
-                    children[name] = self._spawn(cmd, env)
+                    children[name] = self._spawn(cmd, env, preexec)
                 self.stdout.write(
                     f"Falcon is running: HTTP http://{http}/api/v1/exps "
                     f"(docs /api/docs/, admin /admin/), gRPC {grpc}. Ctrl-C stops it.")
@@ -153,8 +185,11 @@ class Command(BaseCommand):
             self._stop_all(children)
         if failed:
             raise CommandError(f"{failed}; stopped the other processes")
-        self.stdout.write("Falcon stopped. Tasks still running on the local cluster keep "
-                          "running; the next runlocal adopts them.")
+        try:  # after SIGHUP the terminal may be gone: saying so must not fail the exit
+            self.stdout.write("Falcon stopped. Tasks still running on the local cluster keep "
+                              "running; the next runlocal adopts them.")
+        except OSError:
+            pass
 
     @staticmethod
     def _check_addresses(http: str, grpc: str) -> None:
@@ -183,10 +218,12 @@ class Command(BaseCommand):
                     f"another address with {option} HOST:PORT. Nothing was started.")
 
     @staticmethod
-    def _spawn(cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
+    def _spawn(cmd: list[str], env: dict[str, str],
+               preexec: Callable[[], None] | None) -> subprocess.Popen:
         # Own session: a Ctrl-C reaches this supervisor only, which stops the children in order
-        # instead of racing them all at once.
-        return subprocess.Popen(cmd, env=env, start_new_session=True)
+        # instead of racing them all at once. The parent-death signal stops them if this
+        # process is killed without a chance to do it.
+        return subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=preexec)
 
     @staticmethod
     def _wait_until_listening(procs: dict[str, subprocess.Popen], addrs: dict[str, str],
