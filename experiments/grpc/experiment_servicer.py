@@ -7,7 +7,7 @@ to gRPC status codes once.
 from __future__ import annotations
 
 from accounts.grpc_auth import creator_for, current_principal
-from falcon_proto.falcon.v1 import experiment_pb2, experiment_pb2_grpc
+from falcon_proto.falcon.v1 import common_pb2, experiment_pb2, experiment_pb2_grpc
 from core.grpc.from_proto import json_value, list_filters, optional, require_choice, require_id
 from core.grpc.paging import keyset_page
 
@@ -59,13 +59,16 @@ class ExperimentServicer(experiment_pb2_grpc.ExperimentServiceServicer):
     def ListExps(self, request, context):
         """ListExps -> `selectors.exp_list` over `exp_summary_queryset`, one keyset page.
 
-        The filters are `ExperimentFilter`'s, as over HTTP (`list_filters` maps the fields).
+        The filters are `ExperimentFilter`'s, as over HTTP (`list_filters` maps the fields). A
+        row that cannot be encoded is skipped and reported in `skipped` (`keyset_page`).
         """
         filters = list_filters(request, ExperimentFilter, rpc="ListExps")
         qs = selectors.exp_list(filters=filters, queryset=selectors.exp_summary_queryset())
         page = keyset_page(qs, page_size=request.page_size, page_token=request.page_token,
-                           to_message=lambda exp: exp_to_item(exp, detail=False))
-        return experiment_pb2.ListExpsResp(exps=page.items, next_page_token=page.next_page_token)
+                           to_message=lambda exp: exp_to_item(exp, detail=False), rpc="ListExps")
+        return experiment_pb2.ListExpsResp(
+            exps=page.items, next_page_token=page.next_page_token,
+            skipped=[common_pb2.SkippedRow(id=exp.pk, exp_id=exp.pk) for exp in page.skipped])
 
     def DeleteExp(self, request, context):
         """DeleteExp -> `services.exp_delete` (terminal experiments only; creator or staff)."""

@@ -15,7 +15,7 @@ from core.grpc.from_proto import json_value, list_filters, optional, require_cho
 from core.grpc.paging import keyset_page
 from core.statuses import JobStatus
 from experiments.services import job_create
-from falcon_proto.falcon.v1 import job_pb2, job_pb2_grpc
+from falcon_proto.falcon.v1 import common_pb2, job_pb2, job_pb2_grpc
 
 
 def _item(job_id: int) -> job_pb2.JobItem:
@@ -50,12 +50,16 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
     def ListJobs(self, request, context):
         """ListJobs -> `selectors.job_list`, one keyset page (the expController's input).
 
-        The filters are `JobFilter`'s (`list_filters` maps the request's fields onto them).
+        The filters are `JobFilter`'s (`list_filters` maps the request's fields onto them). A
+        row that cannot be encoded is skipped and reported in `skipped` (`keyset_page`).
         """
         filters = list_filters(request, JobFilter, rpc="ListJobs")
         page = keyset_page(selectors.job_list(filters=filters), page_size=request.page_size,
-                           page_token=request.page_token, to_message=job_to_item)
-        return job_pb2.ListJobsResp(jobs=page.items, next_page_token=page.next_page_token)
+                           page_token=request.page_token, to_message=job_to_item, rpc="ListJobs")
+        return job_pb2.ListJobsResp(
+            jobs=page.items, next_page_token=page.next_page_token,
+            skipped=[common_pb2.SkippedRow(id=job.pk, exp_id=job.experiment_id)
+                     for job in page.skipped])
 
     def DeleteJob(self, request, context):
         """DeleteJob -> `services.job_delete` (terminal jobs only)."""

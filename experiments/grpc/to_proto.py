@@ -1,4 +1,7 @@
-"""Experiment rows -> `falcon.v1.ExpItem`."""
+"""Experiment rows -> `falcon.v1.ExpItem`.
+
+`role_to_task_spec_json` is strict JSON, as in `jobs.grpc.to_proto`.
+"""
 from __future__ import annotations
 
 import json
@@ -23,7 +26,8 @@ def exp_to_item(exp: Experiment, *, detail: bool = True) -> experiment_pb2.ExpIt
     item = experiment_pb2.ExpItem(
         id=exp.pk, name=exp.name, creator_id=exp.creator_id, creator_email=exp.creator.email,
         cluster_name=exp.cluster_name, exp_type=exp.exp_type,
-        role_to_task_spec_json=json.dumps(exp.role_to_task_spec, sort_keys=True),
+        role_to_task_spec_json=json.dumps(exp.role_to_task_spec, sort_keys=True,
+                                          allow_nan=False),
         artifact_path=exp.artifact_path, priority=exp.priority, status=exp.status,
         reason=exp.reason, message=exp.message, created_at=timestamp(exp.created_at),
         updated_at=timestamp(exp.updated_at), started_at=timestamp(exp.started_at),

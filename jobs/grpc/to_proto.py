@@ -1,4 +1,10 @@
-"""Job rows -> `falcon.v1.JobItem`."""
+"""Job rows -> `falcon.v1.JobItem`.
+
+`task_spec_json` is strict JSON (RFC 8259): a stored spec holding a number JSON cannot carry
+(an overflowing `1e400` reads back as infinity) raises `ValueError` here instead of sending
+`Infinity`, which JSON parsers of other languages refuse; the list skips such a row
+(`core.grpc.paging.keyset_page`).
+"""
 from __future__ import annotations
 
 import json
@@ -20,7 +26,7 @@ def job_to_item(job: Job, *, with_experiment: bool = True) -> job_pb2.JobItem:
     """
     item = job_pb2.JobItem(
         id=job.pk, exp_id=job.experiment_id, role=job.role, cluster_name=job.cluster_name,
-        exp_type=job.exp_type, task_spec_json=json.dumps(job.task_spec, sort_keys=True),
+        exp_type=job.exp_type, task_spec_json=json.dumps(job.task_spec, sort_keys=True, allow_nan=False),
         artifact_path=job.artifact_path, priority=job.priority, status=job.status,
         reason=job.reason, message=job.message, cluster_job_name=job.cluster_job_name,
         created_at=timestamp(job.created_at), updated_at=timestamp(job.updated_at),
