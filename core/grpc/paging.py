@@ -6,9 +6,9 @@ a page (unlike OFFSET). The extra row only tells whether another page follows. T
 last id sent, base64-encoded with a version prefix: opaque to clients, so it can change later.
 
 One bad row never fails a list: a row the mapper cannot encode (a value out of its proto field's
-range, a task spec that is not JSON, any exception while mapping it) is logged with its id and
-the reason, left out of the page and returned in `Page.skipped` (the replies' `skipped` field),
-and the page goes on past it. Otherwise every page that met the row would answer INTERNAL, and
+range, a task spec that is not JSON, any exception while mapping it, or a message larger than
+any reply may carry, `MAX_ITEM_BYTES`) is logged with its id and the reason, left out of the page
+and returned in `Page.skipped` (the replies' `skipped` field), and the page goes on past it. Otherwise every page that met the row would answer INTERNAL, and
 the controllers, which list every tick, would stop.
 """
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from core.errors import ValidationFailed
+from core.grpc.channel import MAX_MESSAGE_BYTES
 
 log = logging.getLogger("falcon.grpc.paging")
 
@@ -31,6 +32,11 @@ MAX_PAGE_SIZE = 1000
 # Responses stay under this many encoded bytes (the server and client accept 16 MiB messages):
 # a page of jobs each carrying a large config ends early instead of failing the call.
 PAGE_BYTE_BUDGET = 8 * 1024 * 1024
+# One row's message must leave room in the reply for the rest of it (the next page token, the
+# skipped rows of a page of up to MAX_PAGE_SIZE, each item's own tag and length). A larger row
+# cannot be sent in any page: it is skipped like a row that cannot be encoded.
+REPLY_RESERVE_BYTES = 64 * 1024
+MAX_ITEM_BYTES = MAX_MESSAGE_BYTES - REPLY_RESERVE_BYTES
 _TOKEN_PREFIX = "k1:"
 
 
@@ -90,8 +96,10 @@ def keyset_page(queryset: QuerySet, *, page_size: int, page_token: str,
                 byte_budget: int = PAGE_BYTE_BUDGET, rpc: str = "") -> Page:
     """Return the page of `queryset` after `page_token`, mapped with `to_message`.
 
-    A row `to_message` cannot map is skipped: logged (rpc, model, id, reason, and the page's
-    count of skipped rows), left out of `items`, returned in `Page.skipped`; the page goes on.
+    A row `to_message` cannot map, or whose message alone passes `MAX_ITEM_BYTES`, is skipped:
+    logged (rpc, model, id, reason, and the page's count of skipped rows), left out of `items`,
+    returned in `Page.skipped`; the page goes on. A page therefore never passes the message
+    limit: its rows stay under `byte_budget`, or it holds one row under `MAX_ITEM_BYTES`.
 
     Args:
         queryset: the filtered rows; its ordering is replaced by `id`.
@@ -119,6 +127,9 @@ def keyset_page(queryset: QuerySet, *, page_size: int, page_token: str,
         try:
             message = to_message(row)
             message_bytes = message.ByteSize()
+            if message_bytes > MAX_ITEM_BYTES:
+                raise ValueError(f"its message is {message_bytes} bytes, more than one reply "
+                                 f"may carry ({MAX_ITEM_BYTES} bytes)")
         except Exception as exc:  # one row must never fail the page: skip it, say why
             skipped.append(row)
             last_id = row.pk

@@ -22,6 +22,11 @@ def _item(job_id: int) -> job_pb2.JobItem:
     return job_to_item(selectors.job_get(job_id=job_id))
 
 
+def _summary(job_id: int) -> job_pb2.JobItem:
+    """The write replies' job: no task spec or experiment config (GetJob has them)."""
+    return job_to_item(selectors.job_get_summary(job_id=job_id), specs=False)
+
+
 class JobServicer(job_pb2_grpc.JobServiceServicer):
     """JobService over the service layer."""
 
@@ -29,7 +34,7 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         """CreateJob -> `experiments.services.job_create` (open experiments, new role only)."""
         job = job_create(exp_id=require_id(request.exp_id, "exp_id"), role=request.role,
                                   task_spec=json_value(request.task_spec_json, "task_spec_json"))
-        return job_pb2.JobCommonResp(job=_item(job.pk), changed=True, id=job.pk)
+        return job_pb2.JobCommonResp(job=_summary(job.pk), changed=True, id=job.pk)
 
     def UpdateJobStatus(self, request, context):
         """UpdateJobStatus -> `services.job_update_status` (guarded transition)."""
@@ -41,7 +46,7 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
             expected=None if expected is None else require_choice(expected, "expected",
                                                                   list(JobStatus)),
             cluster_job_name=optional(request, "cluster_job_name"))
-        return job_pb2.JobCommonResp(job=_item(job.pk), changed=changed, id=job.pk)
+        return job_pb2.JobCommonResp(job=_summary(job.pk), changed=changed, id=job.pk)
 
     def GetJob(self, request, context):
         """GetJob -> `selectors.job_get`."""
