@@ -66,6 +66,33 @@ class ArtifactView:
 
 
 @dataclass(frozen=True)
+class SkippedRow:
+    """A row a list call met but could not read: the API server could not encode it (a value
+    out of range in the database) or this client could not parse it. It is not in the list;
+    `exp_id` is its experiment (for experiments, the experiment itself)."""
+
+    id: int
+    exp_id: int
+
+
+class Listing(list):
+    """The rows of a list call, plus `skipped`: the rows it met but could not read.
+
+    A plain list (a fake API in tests) is a listing without skipped rows: read them with
+    `skipped_of`.
+    """
+
+    def __init__(self, items: Iterable = (), skipped: Iterable[SkippedRow] = ()):
+        super().__init__(items)
+        self.skipped: tuple[SkippedRow, ...] = tuple(skipped)
+
+
+def skipped_of(rows: list) -> tuple[SkippedRow, ...]:
+    """Return the skipped rows of a list call's result (none for a plain list)."""
+    return getattr(rows, "skipped", ())
+
+
+@dataclass(frozen=True)
 class ListFilter:
     """Filters of a list call (CommonListReq); empty means "no filter"."""
 
@@ -81,6 +108,10 @@ class ListFilter:
 
 class FalconAPI(Protocol):
     """The API server calls the controllers make. List calls follow page tokens to the end.
+
+    A list call returns the rows it could read; rows it met but could not read are left out
+    and, when the result is a `Listing`, named in its `skipped` (`skipped_of`): one bad row never
+    fails a list.
 
     Errors are `core.errors.FalconError` subclasses (NotFound, InvalidTransition,
     TransitionRace, ...) rebuilt from the gRPC status, so controllers branch on the type.

@@ -15,6 +15,13 @@ Rules per experiment (one Job per role; docs/architecture.md, State machines):
   then Artifact Succeeded and Exp Succeeded; else Artifact Failed and Exp Failed saying so.
 - otherwise `job_status_to_exp_status` (jobStatus2expStatus): Running once any role runs.
 Every failed update is logged with exp name, exp id and job id, and the loop goes on.
+
+Data never stops the loop: an experiment the controller cannot handle (deciding or applying its
+updates raises) is logged with its id and the reason and skipped for this tick, and the other
+experiments go on. An experiment one of whose jobs or artifact the list calls could not read
+(`contract.skipped_of`: the API server could not encode the row) is skipped too, without a
+decision: deciding from the jobs that could be read might end it wrongly (no jobs -> Failed,
+the readable jobs Succeeded -> Succeeded). Only infrastructure failures end a tick early.
 """
 from __future__ import annotations
 
@@ -33,7 +40,7 @@ from core.statuses import (
     JobStatus,
 )
 
-from .contract import ArtifactView, ExpView, FalconAPI, JobView, ListFilter
+from .contract import ArtifactView, ExpView, FalconAPI, JobView, ListFilter, skipped_of
 
 log = logging.getLogger("falcon.controllers.exp")
 
@@ -78,12 +85,14 @@ class Update:
 
 @dataclass
 class TickStats:
-    """What one tick did: experiments seen, updates applied and failed."""
+    """What one tick did: experiments seen, updates applied and failed, experiments skipped
+    (unreadable, or one of their rows unreadable, or handling them raised)."""
 
     exps: int = 0
     jobs: int = 0
     applied: int = 0
     failed: int = 0
+    skipped: int = 0
     errors: list[str] = field(default_factory=list)
 
 
@@ -319,25 +328,47 @@ class ExpController:
         """Read the current state (3 list calls) and apply every experiment's updates."""
         stats = TickStats()
         exps = self.api.list_exps(ListFilter(statuses=EXP_NON_TERMINAL, extra=PAGE))
+        for row in skipped_of(exps):
+            stats.skipped += 1
+            log.error("exp %s: skipped this tick: the API could not send it (the API server's "
+                      "log says why)", row.id)
         if not exps:
             return stats
         jobs = self.api.list_jobs(ListFilter(exp_statuses=EXP_NON_TERMINAL, extra=PAGE))
         artifacts = self.api.list_artifacts(ListFilter(exp_statuses=EXP_NON_TERMINAL,
                                                        extra=PAGE))
+        unreadable: dict[int, list[str]] = defaultdict(list)
+        for kind, rows in (("job", jobs), ("artifact", artifacts)):
+            for row in skipped_of(rows):
+                unreadable[row.exp_id].append(f"{kind} {row.id}")
         jobs_by_exp: dict[int, list[JobView]] = defaultdict(list)
         for job in jobs:
             jobs_by_exp[job.exp_id].append(job)
         artifact_by_exp = {a.exp_id: a for a in artifacts}
         stats.exps, stats.jobs = len(exps), len(jobs)
         for exp in exps:
-            try:
-                updates = decide(exp, jobs_by_exp.get(exp.id, []), artifact_by_exp.get(exp.id),
-                                 self.has_files)
-            except Exception as exc:  # a store outage for one experiment must not stop the rest
-                log.error("exp %s (id %s): cannot decide: %s", exp.name, exp.id, exc)
-                stats.failed += 1
+            exp_jobs = jobs_by_exp.get(exp.id, [])
+            if exp.id in unreadable:
+                stats.skipped += 1
+                log.error("exp %s (id %s): skipped this tick: %s of it could not be read (the "
+                          "API server's log says why); it is not decided without them",
+                          exp.name, exp.id, ", ".join(unreadable[exp.id]))
                 continue
-            self._apply(exp, jobs_by_exp.get(exp.id, []), updates, stats)
+            try:
+                updates = decide(exp, exp_jobs, artifact_by_exp.get(exp.id), self.has_files)
+            except Exception as exc:  # a store outage or bad data: this experiment only
+                stats.failed += 1
+                stats.skipped += 1
+                log.error("exp %s (id %s): skipped this tick, cannot decide: %s: %s", exp.name,
+                          exp.id, type(exc).__name__, exc)
+                continue
+            try:
+                self._apply(exp, exp_jobs, updates, stats)
+            except Exception as exc:  # not a FalconError (those are handled per update)
+                stats.failed += 1
+                stats.skipped += 1
+                log.error("exp %s (id %s): skipped the rest of this tick's updates: %s: %s",
+                          exp.name, exp.id, type(exc).__name__, exc)
         return stats
 
     def _apply(self, exp: ExpView, jobs: list[JobView], updates: list[Update],

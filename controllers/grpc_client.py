@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import logging
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any, TypeVar
@@ -28,9 +29,11 @@ from falcon_proto.falcon.v1 import (
     job_pb2_grpc,
 )
 
-from .contract import ArtifactView, ExpView, JobView, ListFilter
+from .contract import ArtifactView, ExpView, JobView, ListFilter, Listing, SkippedRow
 
 V = TypeVar("V")
+
+log = logging.getLogger("falcon.controllers.grpc")
 
 # ListFilter.extra keys this transport understands.
 _EXTRA_KEYS = frozenset({"page_size"})
@@ -175,29 +178,45 @@ class GrpcFalconAPI:
             raise error_from_rpc_error(exc) from None
 
     def _list_all(self, method: Callable, flt: ListFilter, items: str,
-                  to_view: Callable[[Any], V]) -> list[V]:
+                  to_view: Callable[[Any], V], exp_id_of: Callable[[Any], int]) -> Listing:
+        """Every page of a list call, as a `Listing` of views.
+
+        Rows the server skipped (its `skipped` field) and items this client cannot turn into a
+        view (a task spec that is not JSON) are left out and named in `Listing.skipped`; the
+        latter are logged here with the reason.
+        """
         request = list_request(flt)
         out: list[V] = []
+        skipped: list[SkippedRow] = []
         while True:
             response = self.call(method, request)
-            out.extend(to_view(item) for item in getattr(response, items))
+            for item in getattr(response, items):
+                try:
+                    out.append(to_view(item))
+                except Exception as exc:  # one unreadable item must not fail the list
+                    skipped.append(SkippedRow(id=item.id, exp_id=exp_id_of(item)))
+                    log.error("%s: skipped %s %s, which cannot be read: %s: %s", items,
+                              type(item).__name__, item.id, type(exc).__name__, exc)
+            skipped.extend(SkippedRow(id=row.id, exp_id=row.exp_id) for row in response.skipped)
             if not response.next_page_token:
-                return out
+                return Listing(out, skipped)
             request.page_token = response.next_page_token
 
     # -- FalconAPI -------------------------------------------------------------------------
 
     def list_exps(self, flt: ListFilter) -> list[ExpView]:
         """ListExps, every page. Raises `ValidationFailed` for exp_statuses / exp_ids."""
-        return self._list_all(self.exps.ListExps, flt, "exps", exp_view)
+        return self._list_all(self.exps.ListExps, flt, "exps", exp_view, lambda item: item.id)
 
     def list_jobs(self, flt: ListFilter) -> list[JobView]:
         """ListJobs, every page (each job carries its experiment's name, status, config)."""
-        return self._list_all(self.jobs.ListJobs, flt, "jobs", job_view)
+        return self._list_all(self.jobs.ListJobs, flt, "jobs", job_view,
+                              lambda item: item.exp_id)
 
     def list_artifacts(self, flt: ListFilter) -> list[ArtifactView]:
         """ListArtifacts, every page."""
-        return self._list_all(self.artifacts.ListArtifacts, flt, "artifacts", artifact_view)
+        return self._list_all(self.artifacts.ListArtifacts, flt, "artifacts", artifact_view,
+                              lambda item: item.exp_id)
 
     def update_exp_status(self, *, exp_id: int, status: str, reason: str | None = None,
                           message: str | None = None) -> ExpView:

@@ -17,6 +17,13 @@ so that it cannot start later for a job Falcon calls Failed; a suspended cluster
 queue) is waiting, not stuck, and is never timed out. A submit the cluster refuses for
 good (`PermanentBackendError`: Kubernetes 422 Invalid, 403 Forbidden) fails the job with reason
 `ClusterRejected` at once; other backend errors are retried next tick.
+
+Data never stops the loop: a job the manager cannot handle (anything raised while observing,
+deciding or acting on it, beyond the backend and API errors above) is logged with its id and the
+reason and skipped for this tick, and the other jobs go on; so are the jobs the list call could
+not read (`contract.skipped_of`). A batched `observe` that fails on one job's data is split until
+the failing job is found, so the others are still observed. Only an unreachable cluster (a
+`BackendError` from `observe`) stops that cluster's work for the tick.
 """
 from __future__ import annotations
 
@@ -28,7 +35,7 @@ from dataclasses import dataclass, field
 from core.errors import FalconError
 from core.statuses import JOB_OPEN, JobStatus
 
-from .contract import FalconAPI, JobView, ListFilter
+from .contract import FalconAPI, JobView, ListFilter, skipped_of
 from .cluster_backends.base import (
     BackendError,
     ClusterBackend,
@@ -55,6 +62,7 @@ class ResourceTickStats:
     updated: int = 0
     deleted: int = 0
     failed: int = 0
+    skipped: int = 0
     errors: list[str] = field(default_factory=list)
 
 
@@ -88,6 +96,10 @@ class ResourceManager:
         jobs = self.api.list_jobs(ListFilter(statuses=JOB_NON_TERMINAL,
                                              cluster_names=tuple(self.backends)))
         stats.jobs = len(jobs)
+        for row in skipped_of(jobs):
+            stats.skipped += 1
+            log.error("job %s (exp %s): skipped this tick: the API could not send it (the API "
+                      "server's log says why)", row.id, row.exp_id)
         pending = {j.id for j in jobs if j.status == JobStatus.PENDING}
         self._pending_since = {k: v for k, v in self._pending_since.items() if k in pending}
         by_cluster: dict[str, list[JobView]] = defaultdict(list)
@@ -111,14 +123,48 @@ class ResourceManager:
             self._guard(job, stats, self._abort, backend, job, stats)
         if not active:
             return
-        states = backend.observe(active)
+        states = self._observe(backend, active, stats)
         for job in active:
-            self._guard(job, stats, self._sync, backend, job, states.get(job.id), stats)
+            if job.id in states:  # not the jobs `_observe` skipped: no state is not "Missing"
+                self._guard(job, stats, self._sync, backend, job, states[job.id], stats)
+
+    def _observe(self, backend: ClusterBackend, jobs: list[JobView],
+                 stats: ResourceTickStats) -> dict[int, ClusterJobState | None]:
+        """`backend.observe(jobs)`, keyed by job id, every job present (None: no cluster job).
+
+        A `BackendError` (the cluster unreachable) propagates: the whole cluster waits. Any
+        other exception comes from one job's data: the batch is halved until that job is
+        found, which is skipped (absent from the result) and logged; the others are observed.
+        """
+        try:
+            states = backend.observe(jobs)
+        except BackendError:
+            raise
+        except Exception as exc:
+            if len(jobs) == 1:
+                self._skip(jobs[0], stats, f"cannot read its cluster state: "
+                           f"{type(exc).__name__}: {exc}")
+                return {}
+            half = len(jobs) // 2
+            return {**self._observe(backend, jobs[:half], stats),
+                    **self._observe(backend, jobs[half:], stats)}
+        return {job.id: states.get(job.id) for job in jobs}
+
+    def _skip(self, job: JobView, stats: ResourceTickStats, reason: str) -> None:
+        stats.failed += 1
+        stats.skipped += 1
+        stats.errors.append(f"job {job.id}: {reason}")
+        log.error("exp %s (id %s, job %s, role %s): skipped this tick: %s", job.exp_name,
+                  job.exp_id, job.id, job.role, reason)
 
     def _guard(self, job: JobView, stats: ResourceTickStats, fn, *args) -> None:
         try:
             fn(*args)
-        except (FalconError, BackendError) as exc:
+        except Exception as exc:
+            if not isinstance(exc, (FalconError, BackendError)):
+                # Bad data or a bug for this job only: skip it this tick, the others go on.
+                self._skip(job, stats, f"cannot handle it: {type(exc).__name__}: {exc}")
+                return
             # One job's failure (a lost transition race, a replica that cannot start) is logged
             # and retried next tick; the other jobs go on.
             stats.failed += 1

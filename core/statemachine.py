@@ -7,6 +7,12 @@ UPDATE (`UPDATE ... WHERE pk=%s AND status IN (sources)`), so two writers racing
 cannot both win, and repeating a transition already applied is a no-op. This is django-fsm's
 `ConcurrentTransitionMixin` idea without the dependency: a status is never assigned and saved,
 because a full `save()` would silently revert columns another process just changed.
+
+It is also the one place where the text a transition carries (`reason`, `message`, and text
+columns in `extra` such as `cluster_job_name`, all sent by controllers) is bounded: cut to its
+column's length, and `message` to `MAX_STATUS_MESSAGE_BYTES`, ending with a visible
+`… [truncated N bytes]` (`core.text.truncate`). Otherwise one 5 MiB message would be stored and
+sent in every reply and page that carries its row.
 """
 from __future__ import annotations
 
@@ -21,6 +27,27 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from core.errors import Conflict, InvalidTransition, NotFound, TransitionRace
+from core.text import truncate
+
+# The most UTF-8 bytes a status `message` keeps (a text column has no length of its own).
+# Far above what controllers write (a failing replica's last 2,048 bytes plus a sentence).
+MAX_STATUS_MESSAGE_BYTES = 64 * 1024
+
+
+def bounded_text(model: type[models.Model], column: str, value: Any) -> Any:
+    """Return `value` cut to fit `model.column` with a visible marker (strings only).
+
+    A column with a `max_length` (reason, cluster_job_name) keeps that many characters; a text
+    column (message) `MAX_STATUS_MESSAGE_BYTES` bytes. Other values are returned unchanged.
+    """
+    if not isinstance(value, str):
+        return value
+    field = model._meta.get_field(column)
+    if field.max_length:
+        return truncate(value, max_chars=field.max_length)
+    if isinstance(field, models.TextField):
+        return truncate(value, max_bytes=MAX_STATUS_MESSAGE_BYTES)
+    return value
 
 
 @dataclass(frozen=True)
@@ -83,11 +110,14 @@ def apply_transition(
         queryset: the model's queryset (`Job.objects`).
         pk: the row's primary key.
         target: the state to enter.
-        reason: short machine-friendly cause (`BackoffLimitExceeded`); kept when None.
-        message: human-readable detail; kept when None.
+        reason: short machine-friendly cause (`BackoffLimitExceeded`); kept when None; cut to
+            its column (255 characters) with a marker.
+        message: human-readable detail; kept when None; cut to `MAX_STATUS_MESSAGE_BYTES` with
+            a marker.
         expected: if given, the state the caller read before deciding; a row found in another
             state raises `TransitionRace` instead of `InvalidTransition`.
-        extra: further columns to set in the same UPDATE (for example `cluster_job_name`).
+        extra: further columns to set in the same UPDATE (for example `cluster_job_name`);
+            text is cut to its column with a marker.
 
     Returns:
         `(row, changed)`: the fresh row and whether this call changed its status. Repeating a
@@ -102,13 +132,15 @@ def apply_transition(
     sources = machine.sources(target)
     now = timezone.now()
     updates = machine.updates_for(target, now)
+    model = queryset.model
     detail: dict[str, Any] = {}
     if reason is not None:
-        detail["reason"] = reason[:255]
+        detail["reason"] = bounded_text(model, "reason", reason)
     if message is not None:
-        detail["message"] = message
+        detail["message"] = bounded_text(model, "message", message)
     updates.update(detail)
     if extra:
+        extra = {column: bounded_text(model, column, value) for column, value in extra.items()}
         updates.update(extra)
 
     guard = sources if expected is None else sources & {expected}
@@ -154,9 +186,9 @@ def apply_transition_many(
     """
     updates = machine.updates_for(target, timezone.now())
     if reason is not None:
-        updates["reason"] = reason[:255]
+        updates["reason"] = bounded_text(queryset.model, "reason", reason)
     if message is not None:
-        updates["message"] = message
+        updates["message"] = bounded_text(queryset.model, "message", message)
     return queryset.filter(status__in=machine.sources(target)).update(**updates)
 
 

@@ -29,6 +29,23 @@ def exp_summary_queryset() -> QuerySet[Experiment]:
     return Experiment.objects.select_related("creator", "artifact").defer("config")
 
 
+def exp_get_summary(*, exp_id: int) -> Experiment:
+    """The experiment the write RPCs answer with (CreateExp, UpdateExpStatus, AbortExp).
+
+    Creator and artifact joined; config and task specs not loaded, jobs not loaded: the reply
+    stays small however large the experiment is (256 env values of 64 KiB make a 16 MiB spec,
+    which a reply carrying it twice could not hold). GetExp has everything.
+
+    Raises:
+        NotFound: no experiment has this id.
+    """
+    exp = (Experiment.objects.select_related("creator", "artifact")
+           .defer("config", "role_to_task_spec").filter(pk=exp_id).first())
+    if exp is None:
+        raise NotFound(f"Experiment {exp_id} does not exist.")
+    return exp
+
+
 def exp_get(*, exp_id: int) -> Experiment:
     """GetExp: return one experiment with its jobs and artifact.
 

@@ -24,6 +24,22 @@ def job_get(*, job_id: int) -> Job:
     return job
 
 
+def job_get_summary(*, job_id: int) -> Job:
+    """The job the write RPCs answer with (CreateJob, UpdateJobStatus): its experiment joined
+    without config or task specs, and its own task spec not loaded, so the reply stays small
+    however large the spec is. GetJob has everything.
+
+    Raises:
+        NotFound: no job has this id.
+    """
+    job = (Job.objects.select_related("experiment")
+           .defer("task_spec", "experiment__config", "experiment__role_to_task_spec")
+           .filter(pk=job_id).first())
+    if job is None:
+        raise NotFound(f"Job {job_id} does not exist.")
+    return job
+
+
 def job_list(*, filters: Mapping[str, Any] | None = None) -> QuerySet[Job]:
     """ListJobs: the jobs matching every filter given, by id (the expController's input).
 

@@ -38,8 +38,8 @@ def has_files(url: str) -> bool:
     return store_for(url).has_files(url)
 
 
-class SimulatedCrash(Exception):
-    """The controller process dies here (not a `FalconError`: nothing in a tick catches it)."""
+class SimulatedCrash(BaseException):
+    """The controller process dies here (a BaseException: no handler in a tick catches it)."""
 
 
 class RecordingAPI:

@@ -4,24 +4,39 @@ A page is `WHERE <filters> AND id > <last id> ORDER BY id LIMIT size + 1`: one q
 constant cost however deep the page, and rows inserted while a client pages never shift or repeat
 a page (unlike OFFSET). The extra row only tells whether another page follows. The token is the
 last id sent, base64-encoded with a version prefix: opaque to clients, so it can change later.
+
+One bad row never fails a list: a row the mapper cannot encode (a value out of its proto field's
+range, a task spec that is not JSON, any exception while mapping it, or a message larger than
+any reply may carry, `MAX_ITEM_BYTES`) is logged with its id and the reason, left out of the page
+and returned in `Page.skipped` (the replies' `skipped` field), and the page goes on past it. Otherwise every page that met the row would answer INTERNAL, and
+the controllers, which list every tick, would stop.
 """
 from __future__ import annotations
 
 import base64
 import binascii
+import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db.models import QuerySet
 
 from core.errors import ValidationFailed
+from core.grpc.channel import MAX_MESSAGE_BYTES
+
+log = logging.getLogger("falcon.grpc.paging")
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
 # Responses stay under this many encoded bytes (the server and client accept 16 MiB messages):
 # a page of jobs each carrying a large config ends early instead of failing the call.
 PAGE_BYTE_BUDGET = 8 * 1024 * 1024
+# One row's message must leave room in the reply for the rest of it (the next page token, the
+# skipped rows of a page of up to MAX_PAGE_SIZE, each item's own tag and length). A larger row
+# cannot be sent in any page: it is skipped like a row that cannot be encoded.
+REPLY_RESERVE_BYTES = 64 * 1024
+MAX_ITEM_BYTES = MAX_MESSAGE_BYTES - REPLY_RESERVE_BYTES
 _TOKEN_PREFIX = "k1:"
 
 
@@ -68,16 +83,23 @@ def page_size_of(requested: int) -> int:
 
 @dataclass(frozen=True)
 class Page:
-    """One page of messages and the token of the next page ("" on the last page)."""
+    """One page of messages, the token of the next page ("" on the last page), and the rows of
+    this page that could not be mapped (left out of `items`, already logged)."""
 
     items: list[Any]
     next_page_token: str
+    skipped: list[Any] = field(default_factory=list)
 
 
 def keyset_page(queryset: QuerySet, *, page_size: int, page_token: str,
                 to_message: Callable[[Any], Any],
-                byte_budget: int = PAGE_BYTE_BUDGET) -> Page:
+                byte_budget: int = PAGE_BYTE_BUDGET, rpc: str = "") -> Page:
     """Return the page of `queryset` after `page_token`, mapped with `to_message`.
+
+    A row `to_message` cannot map, or whose message alone passes `MAX_ITEM_BYTES`, is skipped:
+    logged (rpc, model, id, reason, and the page's count of skipped rows), left out of `items`,
+    returned in `Page.skipped`; the page goes on. A page therefore never passes the message
+    limit: its rows stay under `byte_budget`, or it holds one row under `MAX_ITEM_BYTES`.
 
     Args:
         queryset: the filtered rows; its ordering is replaced by `id`.
@@ -86,6 +108,7 @@ def keyset_page(queryset: QuerySet, *, page_size: int, page_token: str,
         to_message: maps one row to its protobuf message.
         byte_budget: the page ends early, after at least one row, once its messages' encoded
             size would pass this many bytes.
+        rpc: the list's name for the log ("ListJobs").
 
     Raises:
         ValidationFailed: `page_size` or `page_token` is invalid.
@@ -97,14 +120,34 @@ def keyset_page(queryset: QuerySet, *, page_size: int, page_token: str,
         qs = qs.filter(pk__gt=after)
     rows = list(qs[: size + 1])
     items: list[Any] = []
+    skipped: list[Any] = []
     used = 0
     last_id = None
     for row in rows[:size]:
-        message = to_message(row)
-        used += message.ByteSize()
+        try:
+            message = to_message(row)
+            message_bytes = message.ByteSize()
+            if message_bytes > MAX_ITEM_BYTES:
+                raise ValueError(f"its message is {message_bytes} bytes, more than one reply "
+                                 f"may carry ({MAX_ITEM_BYTES} bytes)")
+        except Exception as exc:  # one row must never fail the page: skip it, say why
+            skipped.append(row)
+            last_id = row.pk
+            log.error("%s: skipped %s %s, which cannot be encoded: %s: %s (%d row(s) skipped "
+                      "in this page so far)", rpc or "list", type(row).__name__, row.pk,
+                      type(exc).__name__, exc, len(skipped))
+            continue
+        used += message_bytes
         if items and used > byte_budget:
-            return Page(items, encode_page_token(last_id))
+            return _page(items, encode_page_token(last_id), skipped, rpc)
         items.append(message)
         last_id = row.pk
     more = len(rows) > size
-    return Page(items, encode_page_token(last_id) if more else "")
+    return _page(items, encode_page_token(last_id) if more else "", skipped, rpc)
+
+
+def _page(items: list[Any], token: str, skipped: list[Any], rpc: str) -> Page:
+    if skipped:
+        log.error("%s: page sent with %d row(s) and %d skipped row(s) (ids %s)", rpc or "list",
+                  len(items), len(skipped), ", ".join(str(row.pk) for row in skipped))
+    return Page(items, token, skipped)

@@ -15,7 +15,7 @@ from core.grpc.from_proto import list_filters, optional, require_choice, require
 from core.grpc.paging import keyset_page
 from core.statuses import ArtifactStatus
 from experiments.services import artifact_create
-from falcon_proto.falcon.v1 import artifact_pb2, artifact_pb2_grpc
+from falcon_proto.falcon.v1 import artifact_pb2, artifact_pb2_grpc, common_pb2
 
 
 class ArtifactServicer(artifact_pb2_grpc.ArtifactServiceServicer):
@@ -50,12 +50,16 @@ class ArtifactServicer(artifact_pb2_grpc.ArtifactServiceServicer):
         """ListArtifacts -> `selectors.artifact_list`, one keyset page.
 
         The filters are `ArtifactFilter`'s (`list_filters` maps the request's fields onto them).
+        A row that cannot be encoded is skipped and reported in `skipped` (`keyset_page`).
         """
         filters = list_filters(request, ArtifactFilter, rpc="ListArtifacts")
         page = keyset_page(selectors.artifact_list(filters=filters), page_size=request.page_size,
-                           page_token=request.page_token, to_message=artifact_to_item)
-        return artifact_pb2.ListArtifactsResp(artifacts=page.items,
-                                              next_page_token=page.next_page_token)
+                           page_token=request.page_token, to_message=artifact_to_item,
+                           rpc="ListArtifacts")
+        return artifact_pb2.ListArtifactsResp(
+            artifacts=page.items, next_page_token=page.next_page_token,
+            skipped=[common_pb2.SkippedRow(id=artifact.pk, exp_id=artifact.experiment_id)
+                     for artifact in page.skipped])
 
     def DeleteArtifact(self, request, context):
         """DeleteArtifact -> `services.artifact_delete` (terminal artifacts only)."""

@@ -7,7 +7,7 @@ to gRPC status codes once.
 from __future__ import annotations
 
 from accounts.grpc_auth import creator_for, current_principal
-from falcon_proto.falcon.v1 import experiment_pb2, experiment_pb2_grpc
+from falcon_proto.falcon.v1 import common_pb2, experiment_pb2, experiment_pb2_grpc
 from core.grpc.from_proto import json_value, list_filters, optional, require_choice, require_id
 from core.grpc.paging import keyset_page
 
@@ -21,11 +21,22 @@ def _detail(exp_id: int) -> experiment_pb2.ExpItem:
     return exp_to_item(selectors.exp_get(exp_id=exp_id))
 
 
+def _summary(exp_id: int) -> experiment_pb2.ExpItem:
+    """The write replies' experiment: no config, task specs or jobs, so a reply never passes
+    the message limit because of what the user sent (GetExp has them)."""
+    return exp_to_item(selectors.exp_get_summary(exp_id=exp_id), detail=False, specs=False)
+
+
 class ExperimentServicer(experiment_pb2_grpc.ExperimentServiceServicer):
     """ExperimentService over the service layer."""
 
     def CreateExp(self, request, context):
-        """CreateExp -> `services.exp_create`; creator from the caller (`auth.creator_for`)."""
+        """CreateExp -> `services.exp_create`; creator from the caller (`auth.creator_for`).
+
+        The reply is the new experiment's summary (`_summary`): its id, status and names, not
+        the specs and config just sent, which may fill a whole message already; a reply that
+        could not be sent would make a caller retry and create the experiment twice.
+        """
         creator = creator_for(current_principal(), request.creator_email)
         exp = services.exp_create(
             creator=creator, name=request.name, cluster_name=request.cluster_name,
@@ -33,7 +44,7 @@ class ExperimentServicer(experiment_pb2_grpc.ExperimentServiceServicer):
             role_to_task_spec=json_value(request.role_to_task_spec_json,
                                          "role_to_task_spec_json"),
             config=request.config, priority=optional(request, "priority"))
-        return experiment_pb2.ExpCommonResp(exp=_detail(exp.pk), changed=True, id=exp.pk)
+        return experiment_pb2.ExpCommonResp(exp=_summary(exp.pk), changed=True, id=exp.pk)
 
     def UpdateExpStatus(self, request, context):
         """UpdateExpStatus -> `services.exp_update_status` (guarded transition)."""
@@ -44,13 +55,13 @@ class ExperimentServicer(experiment_pb2_grpc.ExperimentServiceServicer):
             reason=optional(request, "reason"), message=optional(request, "message"),
             expected=None if expected is None else require_choice(expected, "expected",
                                                                   list(ExpStatus)))
-        return experiment_pb2.ExpCommonResp(exp=_detail(exp.pk), changed=changed, id=exp.pk)
+        return experiment_pb2.ExpCommonResp(exp=_summary(exp.pk), changed=changed, id=exp.pk)
 
     def AbortExp(self, request, context):
         """AbortExp -> `services.exp_abort` (idempotent, `changed` unset; creator or staff)."""
         exp_id = require_id(request.id)
         services.exp_abort(exp_id=exp_id, actor=current_principal().actor)
-        return experiment_pb2.ExpCommonResp(exp=_detail(exp_id), id=exp_id)
+        return experiment_pb2.ExpCommonResp(exp=_summary(exp_id), id=exp_id)
 
     def GetExp(self, request, context):
         """GetExp -> `selectors.exp_get`, with config, jobs and artifact."""
@@ -59,13 +70,16 @@ class ExperimentServicer(experiment_pb2_grpc.ExperimentServiceServicer):
     def ListExps(self, request, context):
         """ListExps -> `selectors.exp_list` over `exp_summary_queryset`, one keyset page.
 
-        The filters are `ExperimentFilter`'s, as over HTTP (`list_filters` maps the fields).
+        The filters are `ExperimentFilter`'s, as over HTTP (`list_filters` maps the fields). A
+        row that cannot be encoded is skipped and reported in `skipped` (`keyset_page`).
         """
         filters = list_filters(request, ExperimentFilter, rpc="ListExps")
         qs = selectors.exp_list(filters=filters, queryset=selectors.exp_summary_queryset())
         page = keyset_page(qs, page_size=request.page_size, page_token=request.page_token,
-                           to_message=lambda exp: exp_to_item(exp, detail=False))
-        return experiment_pb2.ListExpsResp(exps=page.items, next_page_token=page.next_page_token)
+                           to_message=lambda exp: exp_to_item(exp, detail=False), rpc="ListExps")
+        return experiment_pb2.ListExpsResp(
+            exps=page.items, next_page_token=page.next_page_token,
+            skipped=[common_pb2.SkippedRow(id=exp.pk, exp_id=exp.pk) for exp in page.skipped])
 
     def DeleteExp(self, request, context):
         """DeleteExp -> `services.exp_delete` (terminal experiments only; creator or staff)."""

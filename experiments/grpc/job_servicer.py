@@ -15,11 +15,16 @@ from core.grpc.from_proto import json_value, list_filters, optional, require_cho
 from core.grpc.paging import keyset_page
 from core.statuses import JobStatus
 from experiments.services import job_create
-from falcon_proto.falcon.v1 import job_pb2, job_pb2_grpc
+from falcon_proto.falcon.v1 import common_pb2, job_pb2, job_pb2_grpc
 
 
 def _item(job_id: int) -> job_pb2.JobItem:
     return job_to_item(selectors.job_get(job_id=job_id))
+
+
+def _summary(job_id: int) -> job_pb2.JobItem:
+    """The write replies' job: no task spec or experiment config (GetJob has them)."""
+    return job_to_item(selectors.job_get_summary(job_id=job_id), specs=False)
 
 
 class JobServicer(job_pb2_grpc.JobServiceServicer):
@@ -29,7 +34,7 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         """CreateJob -> `experiments.services.job_create` (open experiments, new role only)."""
         job = job_create(exp_id=require_id(request.exp_id, "exp_id"), role=request.role,
                                   task_spec=json_value(request.task_spec_json, "task_spec_json"))
-        return job_pb2.JobCommonResp(job=_item(job.pk), changed=True, id=job.pk)
+        return job_pb2.JobCommonResp(job=_summary(job.pk), changed=True, id=job.pk)
 
     def UpdateJobStatus(self, request, context):
         """UpdateJobStatus -> `services.job_update_status` (guarded transition)."""
@@ -41,7 +46,7 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
             expected=None if expected is None else require_choice(expected, "expected",
                                                                   list(JobStatus)),
             cluster_job_name=optional(request, "cluster_job_name"))
-        return job_pb2.JobCommonResp(job=_item(job.pk), changed=changed, id=job.pk)
+        return job_pb2.JobCommonResp(job=_summary(job.pk), changed=changed, id=job.pk)
 
     def GetJob(self, request, context):
         """GetJob -> `selectors.job_get`."""
@@ -50,12 +55,16 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
     def ListJobs(self, request, context):
         """ListJobs -> `selectors.job_list`, one keyset page (the expController's input).
 
-        The filters are `JobFilter`'s (`list_filters` maps the request's fields onto them).
+        The filters are `JobFilter`'s (`list_filters` maps the request's fields onto them). A
+        row that cannot be encoded is skipped and reported in `skipped` (`keyset_page`).
         """
         filters = list_filters(request, JobFilter, rpc="ListJobs")
         page = keyset_page(selectors.job_list(filters=filters), page_size=request.page_size,
-                           page_token=request.page_token, to_message=job_to_item)
-        return job_pb2.ListJobsResp(jobs=page.items, next_page_token=page.next_page_token)
+                           page_token=request.page_token, to_message=job_to_item, rpc="ListJobs")
+        return job_pb2.ListJobsResp(
+            jobs=page.items, next_page_token=page.next_page_token,
+            skipped=[common_pb2.SkippedRow(id=job.pk, exp_id=job.experiment_id)
+                     for job in page.skipped])
 
     def DeleteJob(self, request, context):
         """DeleteJob -> `services.job_delete` (terminal jobs only)."""

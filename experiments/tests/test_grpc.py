@@ -65,10 +65,13 @@ def create_req(**overrides) -> experiment_pb2.CreateExpReq:
 def test_create_exp_writes_exp_jobs_and_artifact(stubs):
     carol = UserFactory(email="carol@example.com")
     resp = stubs.exps.CreateExp(create_req(priority=5), metadata=stubs.md, timeout=10)
-    exp = resp.exp
-    assert resp.changed and resp.id == exp.id > 0
-    assert (exp.name, exp.status, exp.priority, exp.config) == ("bench-1", "Created", 5,
-                                                                "model: x\n")
+    # The reply: id, status, names, creator, artifact; not the config, specs and jobs just sent.
+    assert resp.changed and resp.id == resp.exp.id > 0
+    assert (resp.exp.name, resp.exp.status, resp.exp.priority) == ("bench-1", "Created", 5)
+    assert resp.exp.artifact.status == "Created"
+    assert not (resp.exp.config or resp.exp.role_to_task_spec_json or resp.exp.jobs)
+    exp = stubs.exps.GetExp(experiment_pb2.GetExpReq(id=resp.id), metadata=stubs.md, timeout=10)
+    assert exp.config == "model: x\n"
     assert exp.creator_id == carol.pk and exp.creator_email == "carol@example.com"
     assert [j.role for j in exp.jobs] == ["main", "worker"]
     assert {j.status for j in exp.jobs} == {"Pending"}
@@ -143,7 +146,8 @@ def test_update_exp_status_applies_a_guarded_transition(stubs):
                                             message="main is running")
     resp = stubs.exps.UpdateExpStatus(req, metadata=stubs.md, timeout=10)
     assert resp.changed and resp.exp.status == "Running" and resp.exp.reason == "JobRunning"
-    assert resp.exp.HasField("started_at") and len(resp.exp.jobs) == 1
+    assert resp.exp.HasField("started_at")
+    assert not (resp.exp.jobs or resp.exp.config or resp.exp.role_to_task_spec_json)
     again = stubs.exps.UpdateExpStatus(
         experiment_pb2.UpdateExpStatusReq(id=exp.pk, status="Running"), metadata=stubs.md,
         timeout=10)
@@ -188,7 +192,10 @@ def test_abort_exp_moves_exp_and_jobs_to_aborting_idempotently(stubs):
     resp = stubs.exps.AbortExp(experiment_pb2.AbortExpReq(id=exp.pk), metadata=stubs.md,
                                timeout=10)
     assert resp.exp.status == "Aborting" and resp.exp.HasField("aborting_at")
-    assert {j.status for j in resp.exp.jobs} == {"Aborting"}
+    assert not resp.exp.jobs  # the write replies carry no jobs: ListJobs has them
+    jobs = stubs.jobs.ListJobs(common_pb2.CommonListReq(exp_ids=[exp.pk]), metadata=stubs.md,
+                               timeout=10).jobs
+    assert {j.status for j in jobs} == {"Aborting"}
     assert "internal service" in resp.exp.message
     again = stubs.exps.AbortExp(experiment_pb2.AbortExpReq(id=exp.pk), metadata=stubs.md,
                                 timeout=10)
@@ -429,3 +436,42 @@ def test_unexpected_errors_are_internal_and_database_errors_unavailable(stubs, m
     err = rpc_error(stubs.exps.GetExp, experiment_pb2.GetExpReq(id=exp.pk), metadata=stubs.md)
     assert err.code() == grpc.StatusCode.UNAVAILABLE
     assert trailers(err)[ERROR_CODE_KEY] == "unavailable"
+
+
+def _free_loopback_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.django_db(transaction=False)
+def test_a_second_server_on_the_same_port_fails_loudly():
+    from falcon_site.grpc.server import AddressUnavailable, build_server
+
+    addr = f"127.0.0.1:{_free_loopback_port()}"
+    first = build_server(addr, max_workers=1)
+    first.start()
+    try:
+        # grpcio's default (SO_REUSEPORT) would let this one bind too and share the port.
+        with pytest.raises(AddressUnavailable) as info:
+            build_server(addr, max_workers=1)
+        message = str(info.value)
+        assert addr in message and "already in use" in message
+        assert "--addr" in message and "--grpc" in message
+        # And the command: a clear error naming the address, and a non-zero exit.
+        proc = subprocess.run([sys.executable, "manage.py", "rungrpc", "--addr", addr],
+                              cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert proc.returncode != 0
+        assert f"cannot listen on {addr}" in proc.stderr and "already in use" in proc.stderr
+        # The first server still answers.
+        with grpc.insecure_channel(addr) as channel:
+            resp = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(),
+                                                             timeout=10)
+            assert resp.status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        first.stop(grace=0)
+    again = build_server(addr, max_workers=1)  # free again once the first one stopped
+    again.start()
+    again.stop(grace=0)

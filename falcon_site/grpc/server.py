@@ -24,6 +24,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from core.grpc.channel import CHANNEL_OPTIONS
+from falcon_site.ports import bind_problem
 from falcon_proto.falcon.v1 import (
     artifact_pb2, artifact_pb2_grpc, experiment_pb2, experiment_pb2_grpc, job_pb2, job_pb2_grpc,
 )
@@ -36,6 +37,17 @@ SERVICE_NAMES = (
     job_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
     artifact_pb2.DESCRIPTOR.services_by_name["ArtifactService"].full_name,
 )
+
+# The server binds its port exclusively. grpcio sets SO_REUSEPORT on listening sockets by
+# default, so a second server on the same port would start without error and the kernel would
+# split new connections between the two: a second `runlocal` would then serve half the calls of
+# the first one's controllers from its own database, and its own experiments would stay
+# Created. With the option off, the second bind fails and `rungrpc` exits saying so.
+SERVER_OPTIONS = (*CHANNEL_OPTIONS, ("grpc.so_reuseport", 0))
+
+
+class AddressUnavailable(RuntimeError):
+    """The server cannot listen on its address (in use by another process, not local, ...)."""
 
 
 @dataclass
@@ -72,7 +84,9 @@ def build_server(addr: str, *, max_workers: int = 16) -> FalconGrpcServer:
         max_workers: threads serving calls at once; each holds at most one database connection.
 
     Raises:
-        RuntimeError: the address cannot be bound.
+        AddressUnavailable: the address cannot be bound (another server listens on it, the
+            host is not an address of this machine, ...); the message names the address and
+            what to do.
     """
     from experiments.grpc.artifact_servicer import ArtifactServicer
     from experiments.grpc.experiment_servicer import ExperimentServicer
@@ -81,7 +95,7 @@ def build_server(addr: str, *, max_workers: int = 16) -> FalconGrpcServer:
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="falcon-grpc"),
         interceptors=[FalconServerInterceptor()],
-        options=CHANNEL_OPTIONS,
+        options=SERVER_OPTIONS,
     )
     experiment_pb2_grpc.add_ExperimentServiceServicer_to_server(ExperimentServicer(), server)
     job_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(), server)
@@ -94,7 +108,13 @@ def build_server(addr: str, *, max_workers: int = 16) -> FalconGrpcServer:
     reflection.enable_server_reflection(
         (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
 
-    port = server.add_insecure_port(addr)
+    try:
+        port = server.add_insecure_port(addr)
+    except RuntimeError:
+        port = 0
     if port == 0:  # older grpcio returns 0 instead of raising
-        raise RuntimeError(f"cannot listen on {addr}")
+        raise AddressUnavailable(
+            f"cannot listen on {addr}: {bind_problem(addr) or 'the address cannot be bound'}. "
+            "Is another rungrpc or runlocal serving it? Stop that process, or choose another "
+            "address (rungrpc --addr, runlocal --grpc, or FALCON_GRPC_ADDR).")
     return FalconGrpcServer(server=server, port=port, health=health_servicer)

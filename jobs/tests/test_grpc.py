@@ -42,10 +42,13 @@ def test_create_job_adds_a_pending_role(stubs):
     resp = stubs.jobs.CreateJob(req, metadata=stubs.md, timeout=10)
     job = resp.job
     assert resp.changed and resp.id == job.id
-    assert (job.role, job.status, job.exp_id, job.exp_name, job.exp_config) == (
-        "eval", "Pending", exp.pk, exp.name, "k: v\n")
+    assert (job.role, job.status, job.exp_id, job.exp_name) == (
+        "eval", "Pending", exp.pk, exp.name)
     assert job.artifact_path == f"{exp.artifact_path}/eval" and job.cluster_name == "local"
-    assert json.loads(job.task_spec_json)["replica"] == 3
+    # The reply leaves out the spec and config (bounded replies); GetJob has them.
+    assert not (job.task_spec_json or job.exp_config)
+    job = stubs.jobs.GetJob(job_pb2.GetJobReq(id=resp.id), metadata=stubs.md, timeout=10)
+    assert json.loads(job.task_spec_json)["replica"] == 3 and job.exp_config == "k: v\n"
     exp.refresh_from_db()
     assert set(exp.role_to_task_spec) == {"main", "eval"}
 

@@ -81,9 +81,11 @@ class ArtifactCommonResp(_message.Message):
     def __init__(self, artifact: _Optional[_Union[ArtifactItem, _Mapping]] = ..., changed: _Optional[bool] = ..., id: _Optional[int] = ...) -> None: ...
 
 class ListArtifactsResp(_message.Message):
-    __slots__ = ("artifacts", "next_page_token")
+    __slots__ = ("artifacts", "next_page_token", "skipped")
     ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
     artifacts: _containers.RepeatedCompositeFieldContainer[ArtifactItem]
     next_page_token: str
-    def __init__(self, artifacts: _Optional[_Iterable[_Union[ArtifactItem, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+    skipped: _containers.RepeatedCompositeFieldContainer[_common_pb2.SkippedRow]
+    def __init__(self, artifacts: _Optional[_Iterable[_Union[ArtifactItem, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., skipped: _Optional[_Iterable[_Union[_common_pb2.SkippedRow, _Mapping]]] = ...) -> None: ...

@@ -30,3 +30,11 @@ class CommonListReq(_message.Message):
     page_size: int
     page_token: str
     def __init__(self, statuses: _Optional[_Iterable[str]] = ..., exp_statuses: _Optional[_Iterable[str]] = ..., cluster_names: _Optional[_Iterable[str]] = ..., exp_types: _Optional[_Iterable[str]] = ..., ids: _Optional[_Iterable[int]] = ..., exp_ids: _Optional[_Iterable[int]] = ..., updated_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class SkippedRow(_message.Message):
+    __slots__ = ("id", "exp_id")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    EXP_ID_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    exp_id: int
+    def __init__(self, id: _Optional[int] = ..., exp_id: _Optional[int] = ...) -> None: ...

@@ -119,9 +119,11 @@ class ExpCommonResp(_message.Message):
     def __init__(self, exp: _Optional[_Union[ExpItem, _Mapping]] = ..., changed: _Optional[bool] = ..., id: _Optional[int] = ...) -> None: ...
 
 class ListExpsResp(_message.Message):
-    __slots__ = ("exps", "next_page_token")
+    __slots__ = ("exps", "next_page_token", "skipped")
     EXPS_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
     exps: _containers.RepeatedCompositeFieldContainer[ExpItem]
     next_page_token: str
-    def __init__(self, exps: _Optional[_Iterable[_Union[ExpItem, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+    skipped: _containers.RepeatedCompositeFieldContainer[_common_pb2.SkippedRow]
+    def __init__(self, exps: _Optional[_Iterable[_Union[ExpItem, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., skipped: _Optional[_Iterable[_Union[_common_pb2.SkippedRow, _Mapping]]] = ...) -> None: ...

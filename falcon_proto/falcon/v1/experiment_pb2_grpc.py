@@ -75,7 +75,8 @@ class ExperimentServiceServicer:
     """
 
     def CreateExp(self, request, context):
-        """Create an experiment, one Job per role and its Artifact in one transaction.
+        """Create an experiment, one Job per role and its Artifact in one transaction. The reply is
+        the experiment's summary (see ExpCommonResp), never the specs and config just sent.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -105,9 +105,11 @@ class JobCommonResp(_message.Message):
     def __init__(self, job: _Optional[_Union[JobItem, _Mapping]] = ..., changed: _Optional[bool] = ..., id: _Optional[int] = ...) -> None: ...
 
 class ListJobsResp(_message.Message):
-    __slots__ = ("jobs", "next_page_token")
+    __slots__ = ("jobs", "next_page_token", "skipped")
     JOBS_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
     jobs: _containers.RepeatedCompositeFieldContainer[JobItem]
     next_page_token: str
-    def __init__(self, jobs: _Optional[_Iterable[_Union[JobItem, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+    skipped: _containers.RepeatedCompositeFieldContainer[_common_pb2.SkippedRow]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[JobItem, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., skipped: _Optional[_Iterable[_Union[_common_pb2.SkippedRow, _Mapping]]] = ...) -> None: ...

@@ -2,7 +2,8 @@
 
 Serves ExperimentService, JobService and ArtifactService (falcon.v1) with gRPC health checking
 and reflection until SIGINT or SIGTERM, then reports NOT_SERVING, lets calls in flight finish for
-`--grace` seconds and exits 0 (Kubernetes sends SIGTERM on pod shutdown).
+`--grace` seconds and exits 0 (Kubernetes sends SIGTERM on pod shutdown). The port is bound
+exclusively: when another process listens on it, the command exits 1 naming the address.
 """
 from __future__ import annotations
 
@@ -34,9 +35,10 @@ class Command(BaseCommand):
         """Build, start and run the server until SIGINT/SIGTERM.
 
         Raises:
-            CommandError: the address cannot be bound or `--workers` is below 1.
+            CommandError: the address cannot be bound (for example another server listens on
+                it: the port is bound exclusively) or `--workers` is below 1.
         """
-        from falcon_site.grpc.server import build_server
+        from falcon_site.grpc.server import AddressUnavailable, build_server
 
         addr = addr or settings.FALCON_GRPC_ADDR
         if workers < 1:
@@ -46,8 +48,9 @@ class Command(BaseCommand):
                         "controllers cannot authenticate.")
         try:
             server = build_server(addr, max_workers=workers)
-        except RuntimeError as exc:
-            raise CommandError(f"cannot listen on {addr}: {exc}") from None
+        except AddressUnavailable as exc:
+            # Exit non-zero with the address and what to do (the port is bound exclusively).
+            raise CommandError(str(exc)) from None
 
         stop = threading.Event()
 

@@ -3,15 +3,25 @@
 Starts, as child processes of this one: the HTTP API (`runserver`), the gRPC API (`rungrpc`),
 the exp controller and the resource manager (`runcontroller exp|resources`), all on the embedded
 defaults (SQLite under var/, the local cluster backend, the local artifact directory and the
-local token issuer). It first creates the local state they read (`manage.py prepare`: var/, the
-secret key, the internal token, the signing key), so every child reads the same secrets, and
-migrates the database. Ctrl-C or SIGTERM stops them all
-(SIGTERM, then SIGKILL after a grace period); if one of them dies, the others are stopped and
-the command exits non-zero. Tasks already running on the local backend keep running in their
+local token issuer).
+
+1. It first checks that both addresses (`--http`, `--grpc`) can be listened on, and stops with
+   an error naming the taken port otherwise: a second runlocal must not start beside the first.
+2. It creates the local state the children read (`manage.py prepare`: var/, the secret key, the
+   internal token, the signing key), so every child reads the same secrets, and migrates.
+3. It starts the HTTP and gRPC APIs, waits until each of these two children listens on its
+   port, then starts the controllers, and only then says "Falcon is running".
+
+The children die with it, whatever ends it: SIGINT (Ctrl-C), SIGTERM and SIGHUP (the terminal
+closed) stop them all (SIGTERM, then SIGKILL after a grace period); if it is killed outright
+(SIGKILL), Linux sends each child SIGTERM itself (the parent-death signal, `prctl
+PR_SET_PDEATHSIG`, set in every child before it runs). If one child dies, the others are stopped
+and the command exits non-zero. Tasks already running on the local backend keep running in their
 own process groups and are adopted by the next resource manager.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
@@ -19,15 +29,92 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from falcon_site.ports import bind_problem, split_addr
 from falcon_site.startup import prepare_local_state
 
 GRACE_SECONDS = 10.0
+# How long the HTTP and gRPC children may take to listen (Django start-up and system checks).
+LISTEN_TIMEOUT_SECONDS = 60.0
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
+    """Return a `preexec_fn` that makes the child receive `sig` when this process dies.
+
+    Uses Linux's parent-death signal (`prctl(PR_SET_PDEATHSIG)`), which the kernel delivers even
+    when the parent is killed with SIGKILL and has no chance to stop its children. It survives
+    the child's `exec`. If the parent died between `fork` and the `prctl` call, the child sends
+    itself `sig` at once. Returns None where `prctl` does not exist (not Linux).
+
+    The parent-death signal follows the *thread* that forked the child: call `Popen` from the
+    thread that lives as long as the process (the main thread here).
+    """
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), sig)
+
+    return preexec
+
+
+def _listening_inodes(port: int) -> set[str]:
+    """Return the socket inodes listening on TCP `port` (IPv4 and IPv6), from /proc/net."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            # local_address is HEXIP:HEXPORT; state 0A is LISTEN; the inode is the 10th field.
+            if len(fields) > 9 and fields[3] == "0A" and \
+                    int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(fields[9])
+    return inodes
+
+
+def listens(pid: int, port: int, host: str = "127.0.0.1") -> bool:
+    """Whether process `pid` holds a socket listening on TCP `port` (Linux /proc).
+
+    Without /proc (not Linux) it says whether `host:port` accepts connections at all.
+    """
+    if not os.path.exists("/proc/net/tcp"):
+        try:
+            with socket.create_connection((host if host != "0.0.0.0" else "127.0.0.1", port),
+                                          1):
+                return True
+        except OSError:
+            return False
+    inodes = _listening_inodes(port)
+    if not inodes:
+        return False
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:[") and link[8:-1] in inodes:
+            return True
+    return False
 
 
 class Command(BaseCommand):
@@ -44,18 +131,21 @@ class Command(BaseCommand):
                             help="Seconds between two controller ticks.")
 
     def handle(self, *args, **options):
+        http, grpc = options["http"], options["grpc"]
+        self._check_addresses(http, grpc)
         prepare_local_state()
         self.check()
         call_command("migrate", interactive=False, verbosity=0)
         manage = str(Path(settings.BASE_DIR) / "manage.py")
-        env = dict(os.environ, FALCON_GRPC_ADDR=options["grpc"],
-                   FALCON_GRPC_TARGET=options["grpc"], PYTHONUNBUFFERED="1")
+        env = dict(os.environ, FALCON_GRPC_ADDR=grpc, FALCON_GRPC_TARGET=grpc,
+                   PYTHONUNBUFFERED="1")
         interval = str(options["interval"])
-        commands = {
+        servers = {
             # --insecure: serve the admin's static files with DEBUG off (local mode only).
-            "http": [sys.executable, manage, "runserver", "--noreload", "--insecure",
-                     options["http"]],
-            "grpc": [sys.executable, manage, "rungrpc", "--addr", options["grpc"]],
+            "http": [sys.executable, manage, "runserver", "--noreload", "--insecure", http],
+            "grpc": [sys.executable, manage, "rungrpc", "--addr", grpc],
+        }
+        controllers = {
             # One process of each kind and no Kubernetes API to hold a Lease: no election.
             "exp-controller": [sys.executable, manage, "runcontroller", "exp",
                                "--interval", interval, "--no-leader-election"],
@@ -67,22 +157,23 @@ class Command(BaseCommand):
         def on_signal(signum, frame):
             stop.set()
 
-        signal.signal(signal.SIGINT, on_signal)
-        signal.signal(signal.SIGTERM, on_signal)
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, on_signal)
 
         children: dict[str, subprocess.Popen] = {}
+        preexec = die_with_parent()
         failed = None
         try:
-            for name, cmd in commands.items():
-                if name == "exp-controller" and not self._wait_for_port(options["grpc"], stop):
-                    failed = f"the gRPC API did not listen on {options['grpc']} in time"
-                    break
-                # Own process group: a Ctrl-C reaches this supervisor, which stops the children
-                # in order, instead of racing them all at once.
-                children[name] = subprocess.Popen(cmd, env=env, start_new_session=True)
-            self.stdout.write(
-                f"Falcon is running: HTTP http://{options['http']}/api/v1/exps "
-                f"(docs /api/docs/, admin /admin/), gRPC {options['grpc']}. Ctrl-C stops it.")
+            for name, cmd in servers.items():
+                children[name] = self._spawn(cmd, env, preexec)
+            failed = self._wait_until_listening(
+                {name: children[name] for name in servers}, {"http": http, "grpc": grpc}, stop)
+            if not failed and not stop.is_set():
+                for name, cmd in controllers.items():
+                    children[name] = self._spawn(cmd, env, preexec)
+                self.stdout.write(
+                    f"Falcon is running: HTTP http://{http}/api/v1/exps "
+                    f"(docs /api/docs/, admin /admin/), gRPC {grpc}. Ctrl-C stops it.")
             while not stop.is_set() and not failed:
                 for name, proc in children.items():
                     if proc.poll() is not None:
@@ -94,21 +185,70 @@ class Command(BaseCommand):
             self._stop_all(children)
         if failed:
             raise CommandError(f"{failed}; stopped the other processes")
-        self.stdout.write("Falcon stopped. Tasks still running on the local cluster keep "
-                          "running; the next runlocal adopts them.")
+        try:  # after SIGHUP the terminal may be gone: saying so must not fail the exit
+            self.stdout.write("Falcon stopped. Tasks still running on the local cluster keep "
+                              "running; the next runlocal adopts them.")
+        except OSError:
+            pass
 
     @staticmethod
-    def _wait_for_port(addr: str, stop: threading.Event, timeout: float = 60.0) -> bool:
-        """Wait until `host:port` accepts TCP connections (so controllers start after gRPC)."""
-        host, _, port = addr.rpartition(":")
+    def _check_addresses(http: str, grpc: str) -> None:
+        """Refuse to start when either address cannot be listened on (another runlocal?).
+
+        Raises:
+            CommandError: naming the taken port, its option and what to do.
+        """
+        try:
+            http_port, grpc_port = split_addr(http)[1], split_addr(grpc)[1]
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        if 0 in (http_port, grpc_port):
+            raise CommandError("runlocal needs fixed ports: port 0 would pick one the other "
+                               "processes cannot know; give --http and --grpc a port.")
+        if http_port == grpc_port:
+            raise CommandError(f"--http {http} and --grpc {grpc} use the same port {http_port}; "
+                               "give them different ports.")
+        for label, option, addr, port in (("HTTP", "--http", http, http_port),
+                                          ("gRPC", "--grpc", grpc, grpc_port)):
+            problem = bind_problem(addr)
+            if problem:
+                raise CommandError(
+                    f"cannot start: the {label} port {port} ({addr}) cannot be listened on: "
+                    f"{problem}. Is another runlocal (or server) running? Stop it, or choose "
+                    f"another address with {option} HOST:PORT. Nothing was started.")
+
+    @staticmethod
+    def _spawn(cmd: list[str], env: dict[str, str],
+               preexec: Callable[[], None] | None) -> subprocess.Popen:
+        # Own session: a Ctrl-C reaches this supervisor only, which stops the children in order
+        # instead of racing them all at once. The parent-death signal stops them if this
+        # process is killed without a chance to do it.
+        return subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=preexec)
+
+    @staticmethod
+    def _wait_until_listening(procs: dict[str, subprocess.Popen], addrs: dict[str, str],
+                              stop: threading.Event,
+                              timeout: float = LISTEN_TIMEOUT_SECONDS) -> str | None:
+        """Wait until each child of `procs` listens on its address; return why not, or None.
+
+        A child counts as listening when it holds the listening socket of its port itself
+        (/proc), not merely when the port answers: another process that took the port since
+        the check must not pass for ours.
+        """
+        waiting = dict(procs)
         deadline = time.monotonic() + timeout
-        while not stop.is_set() and time.monotonic() < deadline:
-            try:
-                with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), 1):
-                    return True
-            except OSError:
-                stop.wait(0.2)
-        return False
+        while waiting and not stop.is_set():
+            for name, proc in list(waiting.items()):
+                if proc.poll() is not None:
+                    return (f"{name} exited with code {proc.returncode} before listening on "
+                            f"{addrs[name]}")
+                if listens(proc.pid, split_addr(addrs[name])[1], split_addr(addrs[name])[0]):
+                    del waiting[name]
+            if waiting and time.monotonic() > deadline:
+                return (f"{', '.join(waiting)} did not listen on "
+                        f"{', '.join(addrs[name] for name in waiting)} within {timeout:g} s")
+            stop.wait(0.1)
+        return None
 
     def _stop_all(self, children: dict[str, subprocess.Popen]) -> None:
         for proc in children.values():

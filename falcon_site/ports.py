@@ -1,0 +1,60 @@
+"""Listening addresses of the local processes: parse `host:port`, and say why one cannot be bound.
+
+`rungrpc` binds its port exclusively (no SO_REUSEPORT) and `runlocal` checks both of its ports
+before it starts anything: a second instance must fail loudly, naming the address, instead of
+sharing a port with the first one (with SO_REUSEPORT the kernel would split the connections
+between the two servers, and each would serve half the calls against its own database).
+"""
+from __future__ import annotations
+
+import errno
+import socket
+
+# `runserver 0:8000` is Django's shorthand for 0.0.0.0:8000.
+_HOST_ALIASES = {"": "0.0.0.0", "0": "0.0.0.0"}
+
+
+def split_addr(addr: str) -> tuple[str, int]:
+    """Return `(host, port)` of `host:port`, `[v6]:port` or `port`.
+
+    Raises:
+        ValueError: the port is not an integer from 0 to 65535.
+    """
+    host, _, port = addr.rpartition(":")
+    host = host.strip("[]")
+    try:
+        number = int(port)
+    except ValueError:
+        raise ValueError(f"{addr!r} is not host:port") from None
+    if not 0 <= number <= 65535:
+        raise ValueError(f"{addr!r}: the port must be from 0 to 65535")
+    return _HOST_ALIASES.get(host, host), number
+
+
+def bind_problem(addr: str) -> str | None:
+    """Return why `addr` cannot be listened on now, or None when a server could bind it.
+
+    Binds (and closes at once) a probe socket with SO_REUSEADDR, as servers do, so a port whose
+    last connections are in TIME_WAIT counts as free, while a port another process listens on
+    does not (on Linux SO_REUSEADDR never lets two sockets listen on one address).
+    """
+    try:
+        host, port = split_addr(addr)
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+    except (ValueError, OSError) as exc:
+        return f"{addr} is not an address of this machine ({exc})"
+    for family, kind, proto, _, sockaddr in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(sockaddr)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    return f"port {port} of {host} is already in use by another process"
+                if exc.errno == errno.EACCES:
+                    return f"port {port} needs privileges to be bound (use a port above 1023)"
+                if exc.errno == errno.EADDRNOTAVAIL:
+                    return f"{host} is not an address of this machine"
+                return f"{addr} cannot be bound: {exc.strerror or exc}"
+    return None
