@@ -6,6 +6,7 @@ Every error body is JSON with a stable `code`: a domain error's own code (`not_f
 """
 from __future__ import annotations
 
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse
 from django.views.defaults import page_not_found, server_error
 from django_filters.rest_framework import DjangoFilterBackend
@@ -15,6 +16,7 @@ from rest_framework.pagination import CursorPagination
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from .errors import FalconError, ValidationFailed
+from .parsers import RequestTooLarge, too_large_message
 
 
 class DomainAPIException(APIException):
@@ -38,6 +40,8 @@ def exception_handler(exc, context):
     """
     if isinstance(exc, FalconError):
         exc = DomainAPIException(exc)
+    elif isinstance(exc, RequestDataTooBig):
+        exc = RequestTooLarge(too_large_message())
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
@@ -86,7 +90,26 @@ class FilterSetBackend(DjangoFilterBackend):
         filterset_class = self.get_filterset_class(view, queryset)
         if filterset_class is None:
             return queryset
+        accepted = accepted_query_params(view, filterset_class.filter_names())
+        unknown = sorted(set(request.query_params) - set(accepted))
+        if unknown:
+            raise ValidationFailed({name: [
+                f"is not a query parameter of this list; use {', '.join(sorted(accepted))}."]
+                for name in unknown})
         return filterset_class.apply(queryset, filterset_class.validate(request.query_params))
+
+
+def accepted_query_params(view, filter_names) -> list[str]:
+    """Return the query parameters a list view reads: its filters, `format`, ordering, pages."""
+    names = set(filter_names) | {"format"}
+    if any(issubclass(backend, OrderingFilter) for backend in view.filter_backends):
+        names.add(OrderingFilter.ordering_param)
+    paginator = getattr(view, "paginator", None)
+    for attr in ("cursor_query_param", "page_size_query_param", "page_query_param",
+                 "limit_query_param", "offset_query_param"):
+        if name := getattr(paginator, attr, None):
+            names.add(name)
+    return sorted(names)
 
 
 class StrictOrderingFilter(OrderingFilter):
@@ -115,3 +138,19 @@ class StrictCursorPagination(CursorPagination):
             raise ValidationError({self.cursor_query_param: [
                 "is not a cursor this API gave out; follow the `next` link, or start again "
                 "without it."]}) from None
+
+    def get_page_size(self, request):
+        """Return `?page_size=` (default `page_size`), refusing anything not 1..max_page_size.
+
+        Raises:
+            ValidationError: not a decimal integer from 1 to `max_page_size` (400, `page_size`).
+        """
+        raw = request.query_params.get(self.page_size_query_param)
+        if raw is None:
+            return self.page_size
+        if (not raw.isascii() or not raw.isdigit() or len(raw) > 9
+                or not 1 <= int(raw) <= self.max_page_size):
+            raise ValidationError({self.page_size_query_param: [
+                f"must be an integer from 1 to {self.max_page_size} (default {self.page_size});"
+                f" got {raw[:40]!r}."]})
+        return int(raw)

@@ -29,6 +29,8 @@ from core.errors import ValidationFailed
 
 # Longest value a name filter (`exp_type`, `cluster_name`, ...) accepts: the model fields' size.
 MAX_NAME_CHARS = 255
+# Largest database id: the 64-bit primary key (a larger number is no id, and overflows SQLite).
+MAX_ID = 2**63 - 1
 
 
 def _listed(items: Sequence[Any], limit: int = 10) -> str:
@@ -132,15 +134,15 @@ class IdListField(MultiValueField):
         if isinstance(item, bool):
             raise ValueError(item)
         if isinstance(item, str):
-            if not item.isascii() or not item.isdigit():
+            if not item.isascii() or not item.isdigit() or len(item) > 19:
                 raise ValueError(item)
             item = int(item)
-        if not isinstance(item, int) or item < 1:
+        if not isinstance(item, int) or not 1 <= item <= MAX_ID:
             raise ValueError(item)
         return item
 
     def bad_items_message(self, bad: list[Any]) -> str:
-        return f"must be positive integer ids; got {_listed(bad)}."
+        return f"must be integer ids from 1 to {MAX_ID}; got {_listed(bad)}."
 
 
 class ChoiceListField(MultiValueField):

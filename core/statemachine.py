@@ -167,6 +167,8 @@ def apply_transition(
             " (it is in a terminal state)."
             if row.status in machine.terminal
             else f"; {target} is reachable only from {', '.join(sorted(sources))}."
+            if sources
+            else f"; {target} is only the initial state: no transition leads to it."
         )
     )
 

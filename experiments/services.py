@@ -26,7 +26,9 @@ from core.cluster_settings import cluster_problems
 from core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
 from core.statuses import EXP_ACTIVE, EXP_TERMINAL, ExpStatus, JobStatus
 from jobs.models import Job
-from jobs.specs import validate_role, validate_task_spec
+from jobs.specs import (
+    environment_problem, experiment_size_problems, validate_role, validate_task_spec,
+)
 
 from .locks import lock_experiment_with_jobs
 from .models import Experiment
@@ -170,8 +172,11 @@ def exp_delete(*, exp_id: int, actor) -> None:
         exp, _jobs = lock_experiment_with_jobs(exp_id)
         _require_may_change(exp, actor, "delete")
         if exp.status not in EXP_TERMINAL:
+            what_to_do = ("It is being aborted: wait until it is Aborted, then delete it."
+                          if exp.status == ExpStatus.ABORTING else
+                          "Abort it first, wait until it is Aborted, then delete it.")
             raise Conflict(f"Experiment {exp_id} is {exp.status}; only Succeeded, Failed or "
-                           "Aborted experiments can be deleted. Abort it first.")
+                           f"Aborted experiments can be deleted. {what_to_do}")
         Artifact.objects.filter(experiment_id=exp_id).delete()
         Job.objects.filter(experiment_id=exp_id).delete()
         Experiment.objects.filter(pk=exp_id, status__in=EXP_TERMINAL).delete()
@@ -212,7 +217,7 @@ def _validate_new_job(*, exp_id: int, role: Any, task_spec: Any) -> dict[str, An
         NotFound: no such experiment (asked only once role and spec are valid).
     """
     if problem := validate_role(role):
-        raise ValidationFailed({"role": [f"{role!r} {problem}"]})
+        raise ValidationFailed({"role": [problem if role == "" else f"{role!r} {problem}"]})
     prefix = f"role_to_task_spec.{role}"
     spec_errors: dict[str, list[str]] = {}
     spec = validate_task_spec(role, task_spec, spec_errors)
@@ -221,10 +226,12 @@ def _validate_new_job(*, exp_id: int, role: Any, task_spec: Any) -> dict[str, An
                                 for field, messages in spec_errors.items()})
     # The spec must also run on the experiment's cluster (an image and a known device type on
     # Kubernetes), checked now as CreateExp does, not found out by a failing cluster Job.
-    cluster = (Experiment.objects.filter(pk=exp_id)
-               .values_list("cluster_name", flat=True).first())
-    if cluster is None:
+    row = Experiment.objects.filter(pk=exp_id).values_list("cluster_name", "config").first()
+    if row is None:
         raise NotFound(f"Experiment {exp_id} does not exist.")
+    cluster, config = row
+    if problem := environment_problem(spec, config):
+        raise ValidationFailed({"task_spec": [problem]})
     errors = {("task_spec" + field[len(prefix):] if field.startswith(prefix) else field): messages
               for field, messages in cluster_problems(cluster, {role: spec}).items()}
     if errors:
@@ -261,6 +268,10 @@ def job_create(*, exp_id: int, role: Any, task_spec: Any) -> Job:
     with _locked_active_exp(exp_id, "a job") as (exp, jobs):
         if any(job.role == role for job in jobs):
             raise Conflict(taken)
+        too_big = experiment_size_problems({**{job.role: job.task_spec for job in jobs},
+                                            role: spec})
+        if too_big:
+            raise ValidationFailed({"task_spec": too_big["role_to_task_spec"]})
         # uk_job_exp_role backs the check above against a writer that does not lock.
         job = _create_once(lambda: Job.objects.create(
             experiment=exp, cluster_name=exp.cluster_name, exp_type=exp.exp_type, role=role,

@@ -15,11 +15,18 @@ from django.conf import settings
 
 from core.cluster_settings import cluster_problems
 from core.errors import PayloadTooLarge, ValidationFailed
+from core.jsoninput import has_surrogate, path_part
 from core.statuses import CONFIG_ENV
-from jobs.specs import is_int, validate_role, validate_task_spec
+from jobs.specs import (
+    MAX_ROLES, environment_problem, experiment_size_problems, is_int, validate_role,
+    validate_task_spec,
+)
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 EXP_TYPE = re.compile(r"^[a-z][a-z0-9_-]*$")
+# `priority` is a 32-bit column (IntegerField) and an `int32` gRPC field: the narrower of both.
+PRIORITY_MIN = -2**31
+PRIORITY_MAX = 2**31 - 1
 
 
 def validate_create(*, name: Any, cluster_name: Any, exp_type: Any, role_to_task_spec: Any,
@@ -42,7 +49,7 @@ def validate_create(*, name: Any, cluster_name: Any, exp_type: Any, role_to_task
     def need_str(field: str, value: Any, pattern: re.Pattern, hint: str, max_len: int = 255):
         if not isinstance(value, str) or not value:
             errors.setdefault(field, []).append(f"is required: {hint}.")
-        elif len(value) > max_len or not pattern.match(value):
+        elif len(value) > max_len or not pattern.fullmatch(value):
             errors.setdefault(field, []).append(f"{value!r} is not valid: {hint}.")
 
     need_str("name", name, NAME,
@@ -62,6 +69,10 @@ def validate_create(*, name: Any, cluster_name: Any, exp_type: Any, role_to_task
         errors.setdefault("config", []).append(
             f"contains a NUL character; it is given to tasks as {CONFIG_ENV}, an environment "
             "variable, which cannot hold one. Send a text file.")
+    elif has_surrogate(config):
+        errors.setdefault("config", []).append(
+            "holds a lone UTF-16 surrogate (an escape such as \\ud800 that is not text); send "
+            "the config file's text as valid Unicode.")
     elif len(config.encode("utf-8")) > settings.FALCON_CONFIG_MAX_BYTES:
         raise PayloadTooLarge({"config": [
             f"is {len(config.encode('utf-8'))} bytes; the limit is "
@@ -71,20 +82,38 @@ def validate_create(*, name: Any, cluster_name: Any, exp_type: Any, role_to_task
 
     if priority is None:
         priority = -1
-    if not is_int(priority):
-        errors.setdefault("priority", []).append(f"must be an integer; got {priority!r}.")
+    if not is_int(priority) or not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        errors.setdefault("priority", []).append(
+            f"must be an integer from {PRIORITY_MIN} to {PRIORITY_MAX} (32 bits, as its column "
+            f"and the gRPC int32 field); got {priority!r}.")
 
     specs: dict[str, Any] = {}
-    if not isinstance(role_to_task_spec, Mapping) or not role_to_task_spec:
+    example = "e.g. {main: {command: ..., replica: 1}}"
+    if role_to_task_spec is None:
         errors.setdefault("role_to_task_spec", []).append(
-            "is required: a non-empty mapping of role name to TaskSpec, e.g. "
-            "{main: {command: ..., replica: 1}}.")
+            f"is required: a mapping of role name to TaskSpec, {example}.")
+    elif not isinstance(role_to_task_spec, Mapping):
+        kind = ("a list" if isinstance(role_to_task_spec, (list, tuple))
+                else f"a {type(role_to_task_spec).__name__}")
+        errors.setdefault("role_to_task_spec", []).append(
+            f"must be a mapping of role name to TaskSpec, {example}; got {kind}.")
+    elif not role_to_task_spec:
+        errors.setdefault("role_to_task_spec", []).append(
+            f"is empty: give at least one role, {example}.")
+    elif len(role_to_task_spec) > MAX_ROLES:
+        # Not checked role by role: the count alone is the problem.
+        errors.update(experiment_size_problems(dict.fromkeys(role_to_task_spec, {})))
     else:
         for role, spec in role_to_task_spec.items():
             if problem := validate_role(role):
-                errors.setdefault(f"role_to_task_spec.{role}", []).append(problem)
+                errors.setdefault(f"role_to_task_spec.{path_part(role)}", []).append(problem)
                 continue
             specs[role] = validate_task_spec(role, spec, errors)
+        if "config" not in errors:
+            for role, spec in specs.items():
+                if problem := environment_problem(spec, config):
+                    errors.setdefault(f"role_to_task_spec.{role}", []).append(problem)
+        errors.update(experiment_size_problems(specs))
 
     if "cluster_name" not in errors and isinstance(cluster_name, str):
         # The cluster must exist in the clusters file and accept each TaskSpec (a Kubernetes

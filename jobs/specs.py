@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from core.jsoninput import has_surrogate, path_part
 from core.statuses import CONFIG_ENV
 
 # Kubernetes DNS-1123 label (RFC 1123): role names become parts of Kubernetes object names.
@@ -30,6 +31,20 @@ MAX_DEVICE_COUNT = 4096
 MAX_COMMAND_BYTES = 64 * 1024
 MAX_ENV_VALUE_BYTES = 64 * 1024
 MAX_ENVS = 256
+MAX_ENV_NAME_CHARS = 256
+# One experiment: at most this many roles (one Job each) and replicas over all its roles.
+MAX_ROLES = 64
+MAX_TOTAL_REPLICAS = 4096
+# What one process receives: `sh -c <command>` plus its environment ("NAME=value\0" for every
+# env, CUSTOM_CONFIG_KEY=<config>, and the FALCON_* variables Falcon adds, reserved as
+# FALCON_ENV_RESERVE_BYTES: ids, role, replica index and count, a 512-character artifact path).
+# Linux's ARG_MAX is a quarter of the stack limit (2 MiB with the default 8 MiB); half of it is
+# left to the variables a task inherits (PATH, HOME, ...).
+MAX_ENVIRONMENT_BYTES = 1024 * 1024
+FALCON_ENV_RESERVE_BYTES = 4096
+# The text of all TaskSpecs of one experiment together (commands, env names and values, images,
+# device fields), in UTF-8: keeps the largest valid CreateExp body under the 8 MiB request cap.
+MAX_TASK_SPECS_BYTES = 4 * 1024 * 1024
 
 RESERVED_ENV_PREFIX = "FALCON_"
 TASK_SPEC_FIELDS = ("command", "replica", "image", "device_count", "device_type", "device_topo",
@@ -57,10 +72,16 @@ def _kind(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
+SURROGATE_PROBLEM = ("holds a lone UTF-16 surrogate (an escape such as \\ud800 that is not "
+                     "text); send valid Unicode.")
+
+
 def _text_problem(value: str, max_bytes: int) -> str | None:
-    """Why `value` cannot be passed to a process (NUL byte, too long), or None."""
+    """Why `value` cannot be passed to a process (NUL byte, surrogate, too long), or None."""
     if "\x00" in value:
         return "contains a NUL character, which no process argument or environment can hold."
+    if has_surrogate(value):
+        return SURROGATE_PROBLEM
     size = len(value.encode("utf-8"))
     if size > max_bytes:
         return f"is {size} bytes; the limit is {max_bytes} bytes."
@@ -96,8 +117,8 @@ def _check_unknown_fields(path: str, spec: Mapping[str, Any],
         spec: the raw TaskSpec mapping.
         errors: collects `{"<path>.<key>": [message]}`.
     """
-    for key in sorted(set(spec) - set(TASK_SPEC_FIELDS)):
-        _add(errors, f"{path}.{key}",
+    for key in sorted(set(spec) - set(TASK_SPEC_FIELDS), key=str):
+        _add(errors, f"{path}.{path_part(key)}",
              f"is not a TaskSpec field; use one of {', '.join(TASK_SPEC_FIELDS)}.")
 
 
@@ -157,6 +178,9 @@ def _check_string(path: str, spec: Mapping[str, Any], key: str,
     if not isinstance(value, str):
         _add(errors, f"{path}.{key}", f"must be a string; got {_kind(value)}.")
         return None
+    if problem := _text_problem(value, MAX_COMMAND_BYTES):
+        _add(errors, f"{path}.{key}", problem)
+        return None
     return value
 
 
@@ -170,7 +194,7 @@ def _check_device_topo(path: str, spec: Mapping[str, Any],
         errors: collects `{"<path>.device_topo": [message]}`.
     """
     topo = spec.get("device_topo", "") or ""
-    if not isinstance(topo, str) or (topo and not TOPOLOGY.match(topo)):
+    if not isinstance(topo, str) or (topo and not TOPOLOGY.fullmatch(topo)):
         _add(errors, f"{path}.device_topo",
              f"must look like 2x2x2 (positive integers joined by x); got {topo!r}.")
         return None
@@ -211,9 +235,10 @@ def _check_env(field: str, name: Any, value: Any, errors: dict[str, list[str]]) 
         value: a string, number or boolean of at most `MAX_ENV_VALUE_BYTES` bytes.
         errors: collects `{field: [message]}` for the first problem found.
     """
-    if not isinstance(name, str) or not ENV_NAME.match(name):
+    if (not isinstance(name, str) or len(name) > MAX_ENV_NAME_CHARS
+            or not ENV_NAME.fullmatch(name)):
         _add(errors, field, "is not a valid environment variable name: use letters, digits "
-             "and _, not starting with a digit.")
+             f"and _, not starting with a digit, at most {MAX_ENV_NAME_CHARS} characters.")
         return None
     if name == CONFIG_ENV or name.startswith(RESERVED_ENV_PREFIX):
         _add(errors, field, f"is reserved: Falcon sets {CONFIG_ENV} from --config and every "
@@ -250,7 +275,7 @@ def _check_envs(path: str, spec: Mapping[str, Any],
         return {}
     clean: dict[str, str] = {}
     for name, value in envs.items():
-        coerced = _check_env(f"{path}.envs.{name}", name, value, errors)
+        coerced = _check_env(f"{path}.envs.{path_part(name)}", name, value, errors)
         if coerced is not None:
             clean[name] = coerced
     return clean
@@ -267,7 +292,7 @@ def validate_task_spec(role: str, spec: Any, errors: dict[str, list[str]]) -> di
         spec: the raw spec, expected to be a mapping with the fields of a role in tasks.yaml.
         errors: collects `{"role_to_task_spec.<role>.<field>": [message]}`.
     """
-    path = f"role_to_task_spec.{role}"
+    path = f"role_to_task_spec.{path_part(role)}"
     if not isinstance(spec, Mapping):
         _add(errors, path,
              f"must be a mapping with {', '.join(TASK_SPEC_FIELDS)}; got {_kind(spec)}.")
@@ -292,8 +317,81 @@ def validate_role(role: Any) -> str | None:
     Role names become parts of Kubernetes object names (RFC 1123 labels: lowercase letters,
     digits and '-', starting and ending with a letter or digit, at most 63 characters).
     """
-    if isinstance(role, str) and len(role) <= DNS1123_LABEL_MAX and DNS1123_LABEL.match(role):
+    if isinstance(role, str) and len(role) <= DNS1123_LABEL_MAX and DNS1123_LABEL.fullmatch(role):
         return None
+    if role == "":
+        return "is empty: give the role a name such as main or worker."
     return ("is not a valid role name: use a Kubernetes DNS-1123 label (lowercase letters, "
             "digits and '-', starting and ending with a letter or digit, at most 63 "
             "characters).")
+
+
+def environment_bytes(spec: Mapping[str, Any], config: str) -> int:
+    """Return what one replica of `spec` passes to exec: argv and environment, in bytes.
+
+    `sh\0-c\0<command>\0`, `NAME=value\0` per env, `CUSTOM_CONFIG_KEY=<config>\0`, plus
+    `FALCON_ENV_RESERVE_BYTES` for the FALCON_* variables Falcon adds.
+
+    Args:
+        spec: a TaskSpec as `validate_task_spec` returns it (valid fields only).
+        config: the experiment's config (valid text).
+    """
+    size = len(b"sh\0-c\0") + len(spec.get("command", "").encode("utf-8")) + 1
+    for name, value in (spec.get("envs") or {}).items():
+        size += len(name.encode("utf-8")) + 1 + len(str(value).encode("utf-8")) + 1
+    size += len(CONFIG_ENV) + 1 + len(config.encode("utf-8")) + 1
+    return size + FALCON_ENV_RESERVE_BYTES
+
+
+def environment_problem(spec: Mapping[str, Any], config: str) -> str | None:
+    """Return why one replica of `spec` could not be started (ARG_MAX), or None.
+
+    Args:
+        spec: a TaskSpec as `validate_task_spec` returns it.
+        config: the experiment's config.
+    """
+    size = environment_bytes(spec, config)
+    if size <= MAX_ENVIRONMENT_BYTES:
+        return None
+    return (f"the command, the envs and the config ({CONFIG_ENV}) make {size} bytes of "
+            f"arguments and environment, {FALCON_ENV_RESERVE_BYTES} of them reserved for the "
+            f"FALCON_* variables; the limit is {MAX_ENVIRONMENT_BYTES} bytes, so it is "
+            f"{size - MAX_ENVIRONMENT_BYTES} bytes over and no process could be started. Put "
+            "large values in files (in the image or the artifact store) instead.")
+
+
+def spec_text_bytes(spec: Mapping[str, Any]) -> int:
+    """Return the UTF-8 size of a checked TaskSpec's text (command, envs, image, device)."""
+    size = sum(len(str(spec.get(key) or "").encode("utf-8"))
+               for key in ("command", "image", "device_type", "device_topo"))
+    for name, value in (spec.get("envs") or {}).items():
+        size += len(name.encode("utf-8")) + len(str(value).encode("utf-8"))
+    return size
+
+
+def experiment_size_problems(specs: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
+    """Return the limits of one experiment's roles together that `specs` passes.
+
+    Checks the number of roles (`MAX_ROLES`), the replicas over all roles
+    (`MAX_TOTAL_REPLICAS`) and the text of all TaskSpecs (`MAX_TASK_SPECS_BYTES`).
+
+    Args:
+        specs: `{role: TaskSpec}` as `validate_task_spec` returns them (all of the experiment's).
+
+    Returns:
+        `{"role_to_task_spec": [message]}`, empty when every limit holds.
+    """
+    problems: list[str] = []
+    if len(specs) > MAX_ROLES:
+        problems.append(f"has {len(specs)} roles; the limit is {MAX_ROLES}, so "
+                        f"{len(specs) - MAX_ROLES} too many. Split the experiment.")
+    replicas = sum(spec.get("replica") or 0 for spec in specs.values())
+    if replicas > MAX_TOTAL_REPLICAS:
+        problems.append(f"asks for {replicas} replicas over all roles; the limit is "
+                        f"{MAX_TOTAL_REPLICAS}, so {replicas - MAX_TOTAL_REPLICAS} too many.")
+    size = sum(spec_text_bytes(spec) for spec in specs.values())
+    if size > MAX_TASK_SPECS_BYTES:
+        problems.append(f"holds {size} bytes of text (commands, envs, images); the limit is "
+                        f"{MAX_TASK_SPECS_BYTES} bytes, so it is {size - MAX_TASK_SPECS_BYTES} "
+                        "bytes over. Move large values into the artifact store.")
+    return {"role_to_task_spec": problems} if problems else {}

@@ -50,7 +50,7 @@ def test_invalid_values_raise_one_validation_failed_naming_each_filter():
     assert set(errors) == {"status", "exp_status", "id", "updated_since"}
     assert errors["status"] == [f"must be one of {', '.join(JobStatus)}; got 'Created'."]
     assert errors["exp_status"] == [f"must be one of {', '.join(ExpStatus)}; got 'Pending'."]
-    assert errors["id"] == ["must be positive integer ids; got '0', 'x'."]
+    assert errors["id"] == ["must be integer ids from 1 to 9223372036854775807; got '0', 'x'."]
     assert "ISO 8601" in errors["updated_since"][0]
     with pytest.raises(ValidationFailed) as info:
         ArtifactFilter.validate({"status": ["Running"]})

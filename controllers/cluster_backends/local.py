@@ -249,7 +249,8 @@ def _progress_state(name: str, count: int, scan: _ReplicaScan, note: str) -> Clu
 
     if len(scan.exited) == count:
         return ClusterJobState(name=name, status=ClusterJobStatus.SUCCEEDED, reason="Completed",
-                               exit_code=0, message=sentence(f"All {count} replicas exited 0."))
+                               exit_code=0, message=sentence("The replica exited 0." if count == 1
+                                                else f"All {count} replicas exited 0."))
     if not scan.waiting:
         # Every replica has started; those already done exited 0 (all running, not any).
         return ClusterJobState(

@@ -5,13 +5,13 @@ malformed input becomes a `ValidationFailed` naming the request field.
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from core import jsoninput
 from core.errors import ValidationFailed
 
 if TYPE_CHECKING:
@@ -40,11 +40,31 @@ def timestamp(value: datetime | None) -> Timestamp | None:
     return ts
 
 
+# A Timestamp's valid range (google/protobuf/timestamp.proto), which is also Python's datetime's:
+# 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999999Z.
+TIMESTAMP_MIN_SECONDS = -62_135_596_800
+TIMESTAMP_MAX_SECONDS = 253_402_300_799
+MAX_NANOS = 999_999_999
+
+
 def datetime_of(message: Any, field: str) -> datetime | None:
-    """Return the aware UTC datetime in Timestamp field `field` of `message`, None if unset."""
+    """Return the aware UTC datetime in Timestamp field `field` of `message`, None if unset.
+
+    Raises:
+        ValidationFailed: `seconds` is outside years 1 to 9999 or `nanos` outside
+            0..999,999,999, reported under `field`.
+    """
     if not message.HasField(field):
         return None
-    return getattr(message, field).ToDatetime(tzinfo=timezone.utc)
+    value = getattr(message, field)
+    if not TIMESTAMP_MIN_SECONDS <= value.seconds <= TIMESTAMP_MAX_SECONDS:
+        raise ValidationFailed({field: [
+            f"seconds {value.seconds} is outside 0001-01-01T00:00:00Z..9999-12-31T23:59:59Z "
+            f"({TIMESTAMP_MIN_SECONDS}..{TIMESTAMP_MAX_SECONDS}); send a real instant."]})
+    if not 0 <= value.nanos <= MAX_NANOS:
+        raise ValidationFailed({field: [
+            f"nanos {value.nanos} is outside 0..{MAX_NANOS}; carry whole seconds in seconds."]})
+    return value.ToDatetime(tzinfo=timezone.utc)
 
 
 def optional(message: Any, field: str) -> Any:
@@ -76,17 +96,18 @@ def require_choice(value: str, field: str, choices: Iterable[str]) -> str:
 
 
 def json_value(text: str, field: str) -> Any:
-    """Parse a `*_json` request field; None when empty. The domain validates the content.
+    """Parse a `*_json` request field as strict JSON (`core.jsoninput`: bounded depth, no
+    duplicate keys, NaN or lone surrogates); None when empty. The domain validates the content.
 
     Raises:
-        ValidationFailed: the text is not JSON, reported under `field`.
+        ValidationFailed: the text is not such JSON, reported under `field`.
     """
     if not text:
         return None
     try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise ValidationFailed({field: [f"is not valid JSON ({exc})."]}) from None
+        return jsoninput.loads(text)
+    except jsoninput.JSONInputError as exc:
+        raise ValidationFailed({field: [str(exc)]}) from None
 
 
 def list_filters(request: Any, filterset_class: type[FalconFilterSet], *,

@@ -1,46 +1,135 @@
 """HTTP shapes of experiments, jobs and artifacts (thin: no business rules, no `.save()`)."""
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from django.conf import settings
+from django.core.validators import RegexValidator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from artifacts.models import Artifact
+from core.jsoninput import path_part
 from jobs.models import Job
+from jobs.specs import (
+    DNS1123_LABEL, ENV_NAME, MAX_DEVICE_COUNT, MAX_ENV_NAME_CHARS, MAX_ENVS, MAX_REPLICA,
+    MAX_ROLES, TOPOLOGY,
+)
 
 from ..models import Experiment
+from ..specs import EXP_TYPE, NAME, PRIORITY_MAX, PRIORITY_MIN
 
 TASK_SPEC_SCHEMA = {
     "type": "object",
+    "additionalProperties": False,
     "properties": {
-        "command": {"type": "string", "description": "Shell command run by every replica."},
-        "replica": {"type": "integer", "minimum": 1, "default": 1},
+        "command": {"type": "string", "minLength": 1,
+                    "description": "Shell command run by every replica; at most 65,536 bytes "
+                                   "in UTF-8."},
+        "replica": {"type": "integer", "minimum": 1, "maximum": MAX_REPLICA, "default": 1},
         "image": {"type": "string", "description": "Container image (Kubernetes clusters)."},
-        "device_count": {"type": "integer", "minimum": 1},
+        "device_count": {"type": "integer", "minimum": 1, "maximum": MAX_DEVICE_COUNT,
+                         "nullable": True},
         "device_type": {"type": "string", "example": "tpu-v5p"},
-        "device_topo": {"type": "string", "example": "2x2x2"},
-        "envs": {"type": "object", "additionalProperties": {"type": "string"}},
+        "device_topo": {"type": "string", "pattern": TOPOLOGY.pattern, "example": "2x2x2"},
+        "envs": {"type": "object", "maxProperties": MAX_ENVS,
+                 "description": f"NAME: value; names match {ENV_NAME.pattern}, at most "
+                                f"{MAX_ENV_NAME_CHARS} characters; values at most 65,536 "
+                                "bytes; all of one role's command, envs and config at most "
+                                "1 MiB together (docs/limits.md).",
+                 "additionalProperties": {"type": "string"}},
     },
     "required": ["command"],
 }
 
 
 @extend_schema_field({"type": "object", "additionalProperties": TASK_SPEC_SCHEMA,
+                      "minProperties": 1, "maxProperties": MAX_ROLES,
+                      "description": f"Role name ({DNS1123_LABEL.pattern}, at most 63 "
+                                     f"characters) to TaskSpec; at most {MAX_ROLES} roles and "
+                                     "4,096 replicas in all (docs/limits.md).",
                       "example": {"main": {"command": "python bench.py", "replica": 1}}})
 class RoleToTaskSpecField(serializers.JSONField):
     """`{role: TaskSpec}`; its content is validated by the domain (`experiments.specs`, `jobs.specs`)."""
 
 
-class ExpCreateInputSerializer(serializers.Serializer):
-    """CreateExpReq: the fields of CreateExp."""
+def _kind(value) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if value is None:
+        return "null"
+    return "a mapping" if isinstance(value, Mapping) else "a list"
 
-    name = serializers.CharField(max_length=128)
-    cluster_name = serializers.CharField(max_length=255)
-    exp_type = serializers.CharField(max_length=255)
+
+class StrictCharField(serializers.CharField):
+    """A string field that refuses numbers and booleans instead of turning them into text."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            raise serializers.ValidationError(f"must be a string; got {_kind(data)}.",
+                                              code="invalid")
+        return super().to_internal_value(data)
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """An integer field that refuses strings ("5"), floats and booleans instead of converting."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.range_text = f"an integer from {self.min_value} to {self.max_value}"
+        for key in ("max_value", "min_value"):
+            self.error_messages[key] = f"must be {self.range_text}; got {{value}}."
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int):
+            raise serializers.ValidationError(
+                f"must be {self.range_text}; got {_kind(data)}.", code="invalid")
+        if self.max_value is not None and data > self.max_value:
+            self.fail("max_value", value=data)
+        if self.min_value is not None and data < self.min_value:
+            self.fail("min_value", value=data)
+        return data
+
+
+class StrictSerializer(serializers.Serializer):
+    """A serializer that refuses fields it does not declare instead of dropping them."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, Mapping):
+            unknown = sorted(set(data) - set(self.fields), key=str)
+            if unknown:
+                accepted = ", ".join(self.fields)
+                raise serializers.ValidationError(
+                    {path_part(key): [f"is not a field of this request; send only {accepted}."]
+                     for key in unknown}, code="invalid")
+        return super().to_internal_value(data)
+
+
+def _pattern(regex, hint: str) -> RegexValidator:
+    return RegexValidator(regex.pattern, message=f"is not valid: {hint}.")
+
+
+class ExpCreateInputSerializer(StrictSerializer):
+    """CreateExpReq: the fields of CreateExp (unknown fields are refused)."""
+
+    name = StrictCharField(max_length=128, validators=[_pattern(
+        NAME, "letters, digits, '.', '_' or '-', starting with a letter or digit")])
+    cluster_name = StrictCharField(max_length=255, validators=[_pattern(
+        NAME, "the name of a configured cluster (letters, digits, '.', '_', '-')")])
+    exp_type = StrictCharField(max_length=63, validators=[_pattern(
+        EXP_TYPE, "a lowercase type such as profiling or benchmark")])
     role_to_task_spec = RoleToTaskSpecField()
-    config = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False,
-                                   default="", help_text="The config file's text, stored "
-                                   "verbatim and injected as CUSTOM_CONFIG_KEY (< 128 KiB).")
-    priority = serializers.IntegerField(required=False, default=-1)
+    config = StrictCharField(required=False, allow_blank=True, trim_whitespace=False,
+                             default="", help_text="The config file's text, stored verbatim "
+                             "and injected as CUSTOM_CONFIG_KEY; at most "
+                             f"{settings.FALCON_CONFIG_MAX_BYTES} bytes in UTF-8 (413 beyond).")
+    priority = StrictIntegerField(required=False, default=-1, min_value=PRIORITY_MIN,
+                                  max_value=PRIORITY_MAX,
+                                  help_text="A 32-bit signed integer (the gRPC field is int32).")
 
 
 class JobOutputSerializer(serializers.ModelSerializer):

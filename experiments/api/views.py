@@ -33,7 +33,9 @@ class ExpCursorPagination(StrictCursorPagination):
                                   400: OpenApiResponse(description="A field is invalid."),
                                   403: OpenApiResponse(description="A service principal "
                                                        "cannot create experiments."),
-                                  413: OpenApiResponse(description="The config is over 128 KiB.")}),
+                                  413: OpenApiResponse(description="The config is over its limit "
+                                                       "(just under 128 KiB) or the body over "
+                                                       "8 MiB (docs/limits.md).")}),
 )
 class ExpListCreateView(generics.ListAPIView):
     """List experiments (filters, search by name, ordering, cursor pages) or create one."""

@@ -92,6 +92,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: a body over DATA_UPLOAD_MAX_MEMORY_SIZE is answered 413 before anything reads it.
+    "core.middleware.BodySizeLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -154,9 +156,11 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 
-# Request bodies, in bytes (4 MiB): the config limit (FALCON_CONFIG_MAX_BYTES, about 128 KiB,
-# enforced with a 413 by the service layer) must be reachable, so Django's own cap sits above it.
-DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
+# Request bodies, in bytes (8 MiB; docs/limits.md). The largest valid CreateExp fits: its
+# TaskSpecs hold at most 4 MiB of text (jobs.specs.MAX_TASK_SPECS_BYTES) and its config under
+# 128 KiB (FALCON_CONFIG_MAX_BYTES), so a field's own limit answers first. A larger body is a
+# JSON 413 `too_large` (core.middleware.BodySizeLimitMiddleware, core.parsers.StrictJSONParser).
+DATA_UPLOAD_MAX_MEMORY_SIZE = 8 * 1024 * 1024
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -169,7 +173,8 @@ REST_FRAMEWORK = {
         "core.drf.StrictOrderingFilter",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    # JSON only, bounded in size and depth, no duplicate keys or lone surrogates (core.jsoninput).
+    "DEFAULT_PARSER_CLASSES": ["core.parsers.StrictJSONParser"],
     "EXCEPTION_HANDLER": "core.drf.exception_handler",
 }
 
