@@ -44,7 +44,7 @@ class Experiment(StatefulModel):
     def __str__(self) -> str:
         return f"{self.name} ({self.pk})"
 
-    # State-machine methods: each is one guarded conditional UPDATE (`StatefulModel.transition`)
+    # State-machine methods: each is one guarded transition by pk (`StatefulModel.transition`)
     # and returns whether it changed the row.
 
     def mark_running(self, *, reason: str | None = None, message: str | None = None) -> bool:

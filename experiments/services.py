@@ -23,12 +23,13 @@ from accounts.models import User
 from accounts.principals import actor_label
 from artifacts.models import Artifact
 from core.cluster_settings import cluster_problems
+from core.db import retry_on_lock_conflict
 from core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
 from core.statuses import EXP_ACTIVE, EXP_TERMINAL, ExpStatus, JobStatus
 from jobs.models import Job
 from jobs.specs import validate_role, validate_task_spec
 
-from .locks import lock_experiment_with_jobs
+from .locks import lock_artifact_ids, lock_experiment_with_jobs
 from .models import Experiment
 from .specs import validate_create
 
@@ -74,6 +75,7 @@ def _require_may_change(exp: Experiment, actor, verb: str) -> None:
                                "its creator or a staff user may.")
 
 
+@retry_on_lock_conflict
 def exp_create(*, creator, name: Any, cluster_name: Any, exp_type: Any,
                role_to_task_spec: Any, config: Any = "", priority: Any = -1) -> Experiment:
     """CreateExp: write the Experiment, one Job per role and its Artifact in ONE transaction.
@@ -118,6 +120,7 @@ def exp_create(*, creator, name: Any, cluster_name: Any, exp_type: Any,
     return exp
 
 
+@retry_on_lock_conflict
 def exp_abort(*, exp_id: int, actor) -> Experiment:
     """AbortExp: move the experiment and every non-terminal job to Aborting, in one transaction.
 
@@ -137,7 +140,7 @@ def exp_abort(*, exp_id: int, actor) -> Experiment:
         Conflict: the experiment already Succeeded or Failed (HTTP 409).
     """
     with transaction.atomic():
-        exp, _jobs = lock_experiment_with_jobs(exp_id)
+        exp, jobs = lock_experiment_with_jobs(exp_id)
         _require_may_change(exp, actor, "abort")
         if exp.status in (ExpStatus.ABORTING, ExpStatus.ABORTED):
             return exp
@@ -146,11 +149,15 @@ def exp_abort(*, exp_id: int, actor) -> Experiment:
                            "experiments can be aborted.")
         message = f"Abort requested by {actor_label(actor)}."
         exp.request_abort(reason="AbortRequested", message=message)
-        Job.objects.filter(experiment_id=exp_id).transition(
-            JobStatus.ABORTING, reason="AbortRequested", message=message)
+        # By primary key, only the locked rows that can move (decisions.md#dec-aggregate).
+        movable = [job.pk for job in jobs if Job.machine.allows(job.status, JobStatus.ABORTING)]
+        if movable:
+            Job.objects.filter(pk__in=movable).transition(
+                JobStatus.ABORTING, reason="AbortRequested", message=message)
     return exp
 
 
+@retry_on_lock_conflict
 def exp_delete(*, exp_id: int, actor) -> None:
     """DeleteExp: delete the experiment, its jobs and its artifact record in one transaction.
 
@@ -168,16 +175,21 @@ def exp_delete(*, exp_id: int, actor) -> None:
         Conflict: the experiment is not terminal (HTTP 409): abort it first.
     """
     with transaction.atomic():
-        exp, _jobs = lock_experiment_with_jobs(exp_id)
+        exp, jobs = lock_experiment_with_jobs(exp_id)
         _require_may_change(exp, actor, "delete")
         if exp.status not in EXP_TERMINAL:
             raise Conflict(f"Experiment {exp_id} is {exp.status}; only Succeeded, Failed or "
                            "Aborted experiments can be deleted. Abort it first.")
-        Artifact.objects.filter(experiment_id=exp_id).delete()
-        Job.objects.filter(experiment_id=exp_id).delete()
+        artifact_ids = lock_artifact_ids(exp_id)
+        # Children first (their keys point at the experiment), each by locked primary keys.
+        if artifact_ids:
+            Artifact.objects.filter(pk__in=artifact_ids).delete()
+        if jobs:
+            Job.objects.filter(pk__in=[job.pk for job in jobs]).delete()
         Experiment.objects.filter(pk=exp_id, status__in=EXP_TERMINAL).delete()
 
 
+@retry_on_lock_conflict
 def exp_update_status(*, exp_id: int, status: str, reason: str | None = None,
                       message: str | None = None, expected: str | None = None
                       ) -> tuple[Experiment, bool]:
@@ -233,6 +245,7 @@ def _validate_new_job(*, exp_id: int, role: Any, task_spec: Any) -> dict[str, An
     return spec
 
 
+@retry_on_lock_conflict
 def job_create(*, exp_id: int, role: Any, task_spec: Any) -> Job:
     """CreateJob: add a Pending job for a new role to an existing, open experiment.
 
@@ -304,6 +317,7 @@ def _create_once(create: Callable[[], Any], *, conflict: str) -> Any:
         raise Conflict(conflict) from None
 
 
+@retry_on_lock_conflict
 def artifact_create(*, exp_id: int, path: Any = "", artifact_type: Any = "") -> Artifact:
     """CreateArtifact: create the artifact record of an open experiment that has none.
 

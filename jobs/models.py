@@ -44,7 +44,7 @@ class Job(StatefulModel):
     def __str__(self) -> str:
         return f"{self.experiment_id}/{self.role} ({self.pk})"
 
-    # State-machine methods: each is one guarded conditional UPDATE (`StatefulModel.transition`)
+    # State-machine methods: each is one guarded transition by pk (`StatefulModel.transition`)
     # and returns whether it changed the row. A non-terminal row already in the target state
     # gets its reason and message refreshed (a Pending job's "why still pending").
 
