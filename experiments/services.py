@@ -125,8 +125,10 @@ def exp_abort(*, exp_id: int, actor) -> Experiment:
     """AbortExp: move the experiment and every non-terminal job to Aborting, in one transaction.
 
     Sets `aborting_at`; the resource manager then stops the cluster jobs
-    and the exp controller finishes the experiment as Aborted. Idempotent: an experiment already
-    Aborting or Aborted is returned unchanged.
+    and the exp controller finishes the experiment as Aborted with its artifact Failed.
+    Idempotent: an experiment already Aborting or Aborted is returned unchanged. When every job
+    had already succeeded the abort is refused (decisions.md#dec-abort-finished): the
+    experiment and its artifact then end as the jobs and the files say.
 
     Args:
         exp_id: the experiment's id.
@@ -137,7 +139,8 @@ def exp_abort(*, exp_id: int, actor) -> Experiment:
         NotFound: no such experiment.
         PermissionDenied: `actor` is neither the creator nor staff (HTTP 403), checked before
             the state, so the answer does not depend on it.
-        Conflict: the experiment already Succeeded or Failed (HTTP 409).
+        Conflict: the experiment already Succeeded or Failed, or every one of its jobs has
+            succeeded (HTTP 409).
     """
     with transaction.atomic():
         exp, jobs = lock_experiment_with_jobs(exp_id)
@@ -147,6 +150,12 @@ def exp_abort(*, exp_id: int, actor) -> Experiment:
         if exp.status in EXP_TERMINAL:
             raise Conflict(f"Experiment {exp_id} already {exp.status}; only Created or Running "
                            "experiments can be aborted.")
+        if jobs and all(job.status == JobStatus.SUCCEEDED for job in jobs):
+            # Decided once, under the locks (decisions.md#dec-abort-finished): the jobs' work
+            # is done, so the exp controller ends it from the jobs and the files, not the abort.
+            raise Conflict(f"Experiment {exp_id} has finished: all its {len(jobs)} job(s) "
+                           "succeeded, so it can no longer be aborted; it ends Succeeded or "
+                           "Failed as its artifact files say.")
         message = f"Abort requested by {actor_label(actor)}."
         exp.request_abort(reason="AbortRequested", message=message)
         # By primary key, only the locked rows that can move (decisions.md#dec-aggregate).
