@@ -23,6 +23,7 @@ MAX_PAGE_SIZE = 1000
 # a page of jobs each carrying a large config ends early instead of failing the call.
 PAGE_BYTE_BUDGET = 8 * 1024 * 1024
 _TOKEN_PREFIX = "k1:"
+_MAX_ID = 2**63 - 1  # the largest BIGINT id
 
 
 def encode_page_token(last_id: int) -> str:
@@ -42,7 +43,7 @@ def decode_page_token(token: str) -> int | None:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode("ascii")
         if raw.startswith(_TOKEN_PREFIX):
             last_id = int(raw[len(_TOKEN_PREFIX):])
-            if last_id >= 0:
+            if 0 <= last_id <= _MAX_ID:  # a larger one fails in the database driver
                 return last_id
     except (binascii.Error, UnicodeDecodeError, ValueError):
         pass
