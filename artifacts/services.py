@@ -2,9 +2,12 @@
 row to an experiment, so it lives with the experiment: `experiments.services.artifact_create`)."""
 from __future__ import annotations
 
+from core.db import retry_on_lock_conflict
+
 from .models import Artifact
 
 
+@retry_on_lock_conflict
 def artifact_update_status(*, artifact_id: int, status: str, reason: str | None = None,
                            message: str | None = None, expected: str | None = None
                            ) -> tuple[Artifact, bool]:
@@ -16,6 +19,7 @@ def artifact_update_status(*, artifact_id: int, status: str, reason: str | None 
                                   expected=expected)
 
 
+@retry_on_lock_conflict
 def artifact_delete(*, artifact_id: int) -> None:
     """DeleteArtifact: delete one artifact record, only when it is terminal (Succeeded, Failed).
 

@@ -10,11 +10,13 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse
 from django.views.defaults import page_not_found, server_error
 from django_filters.rest_framework import DjangoFilterBackend
-from rest_framework.exceptions import APIException, NotFound, ValidationError
+from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.filters import OrderingFilter
 from rest_framework.pagination import CursorPagination
+from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from . import keyset
 from .errors import FalconError, ValidationFailed
 from .parsers import RequestTooLarge, too_large_message
 
@@ -129,15 +131,15 @@ class StrictOrderingFilter(OrderingFilter):
 
 
 class StrictCursorPagination(CursorPagination):
-    """DRF's cursor pagination, answering a malformed cursor with a 400, not a 404."""
+    """Keyset cursor pagination on `(ordering keys..., id)` for every allowed ordering.
 
-    def decode_cursor(self, request):
-        try:
-            return super().decode_cursor(request)
-        except NotFound:
-            raise ValidationError({self.cursor_query_param: [
-                "is not a cursor this API gave out; follow the `next` link, or start again "
-                "without it."]}) from None
+    DRF's cursor keeps a position on the first ordering key plus an offset among rows sharing
+    it, so deleting a seen row with the same key made an unseen one vanish. Here the position is
+    the full key of the last row sent, id included (`core.keyset`), and a cursor that this API
+    did not give out (forged, garbled, made for another ordering) is a 400 naming `cursor`, never
+    a 404 or 500. The response shape (`next`, `previous`, `results`) and the query parameters
+    are DRF's.
+    """
 
     def get_page_size(self, request):
         """Return `?page_size=` (default `page_size`), refusing anything not 1..max_page_size.
@@ -154,3 +156,43 @@ class StrictCursorPagination(CursorPagination):
                 f"must be an integer from 1 to {self.max_page_size} (default {self.page_size});"
                 f" got {raw[:40]!r}."]})
         return int(raw)
+
+    def paginate_queryset(self, queryset, request, view=None):
+        self.request = request
+        self.page_size = self.get_page_size(request)
+        if not self.page_size:
+            return None
+        self.base_url = request.build_absolute_uri()
+        self.keys = keyset.keys_for(queryset.model, self.get_ordering(request, queryset, view))
+        raw = request.query_params.get(self.cursor_query_param)
+        position = (keyset.decode(raw, queryset.model, self.keys,
+                                  param=self.cursor_query_param) if raw else None)
+        reverse = bool(position and position.reverse)
+        qs = queryset.order_by(*keyset.order_by(self.keys, reverse=reverse))
+        if position is not None:
+            qs = qs.filter(keyset.after(self.keys, position.values, reverse=reverse))
+        rows = list(qs[: self.page_size + 1])
+        more = len(rows) > self.page_size
+        self.page = rows[: self.page_size]
+        if reverse:
+            self.page.reverse()
+        self.has_next = more if not reverse else True
+        self.has_previous = position is not None if not reverse else more
+        return self.page
+
+    def _link(self, row, *, reverse: bool) -> str:
+        cursor = keyset.encode(self.keys, keyset.values_of(row, self.keys), reverse=reverse)
+        return replace_query_param(self.base_url, self.cursor_query_param, cursor)
+
+    def get_next_link(self):
+        if not self.has_next or not self.page:
+            return None
+        return self._link(self.page[-1], reverse=False)
+
+    def get_previous_link(self):
+        if not self.has_previous or not self.page:
+            return None
+        return self._link(self.page[0], reverse=True)
+
+    def get_html_context(self):
+        return {"previous_url": self.get_previous_link(), "next_url": self.get_next_link()}

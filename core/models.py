@@ -1,6 +1,6 @@
 """The abstract model of every entity with a state machine (Experiment, Job, Artifact).
 
-Its status changes only through the methods here, each ONE guarded conditional UPDATE of
+Its status changes only through the methods here, each ONE guarded transition of
 `core.statemachine` over the entity's one transition table (`machine`):
 - `StatefulModel.transition_pk(pk, target, ...)`: the path of the UpdateExp/Job/ArtifactStatus
   services, which the controllers call with a target status over gRPC;
@@ -56,7 +56,7 @@ class StatefulModel(models.Model):
     def transition_pk(cls, pk: int, target: str, *, reason: str | None = None,
                       message: str | None = None, expected: str | None = None,
                       extra: dict[str, Any] | None = None) -> tuple[Self, bool]:
-        """Move row `pk` to `target` with one conditional UPDATE; return `(row, changed)`.
+        """Move row `pk` to `target` (one guarded transition by pk); return `(row, changed)`.
 
         See `core.statemachine.apply_transition` for the arguments.
 

@@ -2,9 +2,13 @@
 
 Each model holds ONE transition table, a `StateMachine` (`{target: frozenset(allowed sources)}`
 and the terminal set), as its `machine` attribute; its state-machine methods
-(`core.models.StatefulModel`) call `apply_transition`, which moves one row with a conditional
-UPDATE (`UPDATE ... WHERE pk=%s AND status IN (sources)`), so two writers racing on one row
-cannot both win, and repeating a transition already applied is a no-op. This is django-fsm's
+(`core.models.StatefulModel`) call `apply_transition`, which locks one row by its primary key
+(`SELECT ... FOR UPDATE WHERE id=%s`), checks its status against the allowed sources and writes
+it by primary key (`UPDATE ... WHERE id=%s`), all in one short transaction, so two writers
+racing on one row cannot both win, and repeating a transition already applied is a no-op. The
+row is never reached through the status index, whose lock order would oppose AbortExp's
+(`experiments.locks`). Many rows move with one `UPDATE ... WHERE id IN (...) AND status IN
+(sources)` (`apply_transition_many`). This is django-fsm's
 `ConcurrentTransitionMixin` idea without the dependency: a status is never assigned and saved,
 because a full `save()` would silently revert columns another process just changed.
 
@@ -22,7 +26,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from django.db import models
+from django.db import models, transaction
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -103,7 +107,7 @@ def apply_transition(
     expected: str | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> tuple[models.Model, bool]:
-    """Move row `pk` of `queryset` to `target` with one conditional UPDATE.
+    """Move row `pk` of `queryset` to `target`: lock it by pk, check its state, UPDATE by pk.
 
     Args:
         machine: the entity's transition table.
@@ -144,19 +148,21 @@ def apply_transition(
         updates.update(extra)
 
     guard = sources if expected is None else sources & {expected}
-    if guard and queryset.filter(pk=pk, status__in=guard).update(**updates):
-        return queryset.get(pk=pk), True
-
-    row = queryset.filter(pk=pk).first()
-    if row is None:
-        raise NotFound(f"{machine.name} {pk} does not exist.")
-    if row.status == target:
-        if target not in machine.terminal and (detail or extra):
-            queryset.filter(pk=pk, status=target).update(
-                updated_at=now, **detail, **(extra or {})
-            )
-            row.refresh_from_db()
-        return row, False
+    # Lock the row by primary key, then write it by primary key: an UPDATE filtered on the
+    # status too may be served by the status index (it holds (status, id)), locking that index
+    # entry before the row, the reverse of AbortExp's order (decisions.md#dec-aggregate).
+    with transaction.atomic(using=queryset.db):
+        row = queryset.select_for_update().filter(pk=pk).first()
+        if row is None:
+            raise NotFound(f"{machine.name} {pk} does not exist.")
+        if row.status in guard:
+            queryset.filter(pk=pk).update(**updates)
+            return queryset.get(pk=pk), True
+        if row.status == target:
+            if target not in machine.terminal and (detail or extra):
+                queryset.filter(pk=pk).update(updated_at=now, **detail, **(extra or {}))
+                row.refresh_from_db()
+            return row, False
     if expected is not None and row.status != expected:
         raise TransitionRace(
             f"{machine.name} {pk} is {row.status}, not {expected}: another writer moved it first."

@@ -23,6 +23,7 @@ from accounts.models import User
 from accounts.principals import actor_label
 from artifacts.models import Artifact
 from core.cluster_settings import cluster_problems
+from core.db import retry_on_lock_conflict
 from core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
 from core.statuses import EXP_ACTIVE, EXP_TERMINAL, ExpStatus, JobStatus
 from jobs.models import Job
@@ -30,7 +31,7 @@ from jobs.specs import (
     environment_problem, experiment_size_problems, validate_role, validate_task_spec,
 )
 
-from .locks import lock_experiment_with_jobs
+from .locks import lock_artifact_ids, lock_experiment_with_jobs
 from .models import Experiment
 from .specs import validate_create
 
@@ -75,6 +76,7 @@ def _require_may_change(exp: Experiment, actor, verb: str) -> None:
                                "its creator or a staff user may.")
 
 
+@retry_on_lock_conflict
 def exp_create(*, creator, name: Any, cluster_name: Any, exp_type: Any,
                role_to_task_spec: Any, config: Any = "", priority: Any = -1) -> Experiment:
     """CreateExp: write the Experiment, one Job per role and its Artifact in ONE transaction.
@@ -119,12 +121,15 @@ def exp_create(*, creator, name: Any, cluster_name: Any, exp_type: Any,
     return exp
 
 
+@retry_on_lock_conflict
 def exp_abort(*, exp_id: int, actor) -> Experiment:
     """AbortExp: move the experiment and every non-terminal job to Aborting, in one transaction.
 
     Sets `aborting_at`; the resource manager then stops the cluster jobs
-    and the exp controller finishes the experiment as Aborted. Idempotent: an experiment already
-    Aborting or Aborted is returned unchanged.
+    and the exp controller finishes the experiment as Aborted with its artifact Failed.
+    Idempotent: an experiment already Aborting or Aborted is returned unchanged. When every job
+    had already succeeded the abort is refused (decisions.md#dec-abort-finished): the
+    experiment and its artifact then end as the jobs and the files say.
 
     Args:
         exp_id: the experiment's id.
@@ -135,23 +140,34 @@ def exp_abort(*, exp_id: int, actor) -> Experiment:
         NotFound: no such experiment.
         PermissionDenied: `actor` is neither the creator nor staff (HTTP 403), checked before
             the state, so the answer does not depend on it.
-        Conflict: the experiment already Succeeded or Failed (HTTP 409).
+        Conflict: the experiment already Succeeded or Failed, or every one of its jobs has
+            succeeded (HTTP 409).
     """
     with transaction.atomic():
-        exp, _jobs = lock_experiment_with_jobs(exp_id)
+        exp, jobs = lock_experiment_with_jobs(exp_id)
         _require_may_change(exp, actor, "abort")
         if exp.status in (ExpStatus.ABORTING, ExpStatus.ABORTED):
             return exp
         if exp.status in EXP_TERMINAL:
             raise Conflict(f"Experiment {exp_id} already {exp.status}; only Created or Running "
                            "experiments can be aborted.")
+        if jobs and all(job.status == JobStatus.SUCCEEDED for job in jobs):
+            # Decided once, under the locks (decisions.md#dec-abort-finished): the jobs' work
+            # is done, so the exp controller ends it from the jobs and the files, not the abort.
+            raise Conflict(f"Experiment {exp_id} has finished: all its {len(jobs)} job(s) "
+                           "succeeded, so it can no longer be aborted; it ends Succeeded or "
+                           "Failed as its artifact files say.")
         message = f"Abort requested by {actor_label(actor)}."
         exp.request_abort(reason="AbortRequested", message=message)
-        Job.objects.filter(experiment_id=exp_id).transition(
-            JobStatus.ABORTING, reason="AbortRequested", message=message)
+        # By primary key, only the locked rows that can move (decisions.md#dec-aggregate).
+        movable = [job.pk for job in jobs if Job.machine.allows(job.status, JobStatus.ABORTING)]
+        if movable:
+            Job.objects.filter(pk__in=movable).transition(
+                JobStatus.ABORTING, reason="AbortRequested", message=message)
     return exp
 
 
+@retry_on_lock_conflict
 def exp_delete(*, exp_id: int, actor) -> None:
     """DeleteExp: delete the experiment, its jobs and its artifact record in one transaction.
 
@@ -169,7 +185,7 @@ def exp_delete(*, exp_id: int, actor) -> None:
         Conflict: the experiment is not terminal (HTTP 409): abort it first.
     """
     with transaction.atomic():
-        exp, _jobs = lock_experiment_with_jobs(exp_id)
+        exp, jobs = lock_experiment_with_jobs(exp_id)
         _require_may_change(exp, actor, "delete")
         if exp.status not in EXP_TERMINAL:
             what_to_do = ("It is being aborted: wait until it is Aborted, then delete it."
@@ -177,11 +193,16 @@ def exp_delete(*, exp_id: int, actor) -> None:
                           "Abort it first, wait until it is Aborted, then delete it.")
             raise Conflict(f"Experiment {exp_id} is {exp.status}; only Succeeded, Failed or "
                            f"Aborted experiments can be deleted. {what_to_do}")
-        Artifact.objects.filter(experiment_id=exp_id).delete()
-        Job.objects.filter(experiment_id=exp_id).delete()
+        artifact_ids = lock_artifact_ids(exp_id)
+        # Children first (their keys point at the experiment), each by locked primary keys.
+        if artifact_ids:
+            Artifact.objects.filter(pk__in=artifact_ids).delete()
+        if jobs:
+            Job.objects.filter(pk__in=[job.pk for job in jobs]).delete()
         Experiment.objects.filter(pk=exp_id, status__in=EXP_TERMINAL).delete()
 
 
+@retry_on_lock_conflict
 def exp_update_status(*, exp_id: int, status: str, reason: str | None = None,
                       message: str | None = None, expected: str | None = None
                       ) -> tuple[Experiment, bool]:
@@ -239,6 +260,7 @@ def _validate_new_job(*, exp_id: int, role: Any, task_spec: Any) -> dict[str, An
     return spec
 
 
+@retry_on_lock_conflict
 def job_create(*, exp_id: int, role: Any, task_spec: Any) -> Job:
     """CreateJob: add a Pending job for a new role to an existing, open experiment.
 
@@ -314,6 +336,7 @@ def _create_once(create: Callable[[], Any], *, conflict: str) -> Any:
         raise Conflict(conflict) from None
 
 
+@retry_on_lock_conflict
 def artifact_create(*, exp_id: int, path: Any = "", artifact_type: Any = "") -> Artifact:
     """CreateArtifact: create the artifact record of an open experiment that has none.
 

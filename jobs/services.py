@@ -2,9 +2,12 @@
 so it lives with the experiment: `experiments.services.job_create`)."""
 from __future__ import annotations
 
+from core.db import retry_on_lock_conflict
+
 from .models import Job
 
 
+@retry_on_lock_conflict
 def job_update_status(*, job_id: int, status: str, reason: str | None = None,
                       message: str | None = None, expected: str | None = None,
                       cluster_job_name: str | None = None) -> tuple[Job, bool]:
@@ -28,6 +31,7 @@ def job_update_status(*, job_id: int, status: str, reason: str | None = None,
                              extra=extra)
 
 
+@retry_on_lock_conflict
 def job_delete(*, job_id: int) -> None:
     """DeleteJob: delete one job record, only when it is terminal (Succeeded, Failed, Aborted).
 

@@ -314,7 +314,11 @@ def test_pending_and_running_map_through_job_status_to_exp_status(falcon_api):
 def test_failed_updates_are_logged_with_exp_and_job_and_the_next_exp_goes_on(falcon_api,
                                                                            caplog):
     user = UserFactory()
-    raced = succeeded_with_files(user, name="raced")
+    # One role done, one running: the controller moves it to Running; an abort lands first.
+    # (An abort after every role succeeded is refused instead: decisions.md#dec-abort-finished.)
+    raced = make_exp(creator=user, name="raced", roles=("main", "worker"))
+    walk(job_of(raced, "main"), "Running", "Succeeded", reason="Completed")
+    walk(job_of(raced, "worker"), "Running")
     sibling = one_role_failed(user, name="sibling")
     later = running_and_pending(user, name="later")
     main = job_of(sibling, "main")
@@ -334,7 +338,7 @@ def test_failed_updates_are_logged_with_exp_and_job_and_the_next_exp_goes_on(fal
     lines = [r.getMessage() for r in caplog.records if r.name == "falcon.controllers.exp"]
     assert len(lines) == 2, lines
     raced_line = next(line for line in lines if "raced" in line)
-    assert f"id {raced.pk}" in raced_line and "Succeeded" in raced_line
+    assert f"id {raced.pk}" in raced_line and "-> Running" in raced_line
     for job in Job.objects.filter(experiment_id=raced.pk):
         assert str(job.pk) in raced_line.split(":")[0], raced_line  # the job ids, before the error
     sibling_line = next(line for line in lines if "sibling" in line)
@@ -346,8 +350,9 @@ def test_failed_updates_are_logged_with_exp_and_job_and_the_next_exp_goes_on(fal
     assert fresh(later).status == "Running"
     # The raced experiment stays as the abort left it, and the next tick finishes it.
     assert fresh(raced).status == "Aborting"
+    walk(job_of(raced, "worker"), "Aborted", reason="Aborted")
     controller(falcon_api).tick()
-    assert fresh(raced).status == "Aborted"
+    assert fresh(raced).status == "Aborted" and artifact_of(raced).status == "Failed"
 
 
 # -- 2. re-entrancy: a crash after any write, then fresh ticks ----------------------------------

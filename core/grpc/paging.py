@@ -38,6 +38,7 @@ PAGE_BYTE_BUDGET = 8 * 1024 * 1024
 REPLY_RESERVE_BYTES = 64 * 1024
 MAX_ITEM_BYTES = MAX_MESSAGE_BYTES - REPLY_RESERVE_BYTES
 _TOKEN_PREFIX = "k1:"
+_MAX_ID = 2**63 - 1  # the largest BIGINT id
 
 
 def encode_page_token(last_id: int) -> str:
@@ -57,7 +58,7 @@ def decode_page_token(token: str) -> int | None:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode("ascii")
         if raw.startswith(_TOKEN_PREFIX):
             last_id = int(raw[len(_TOKEN_PREFIX):])
-            if last_id >= 0:
+            if 0 <= last_id <= _MAX_ID:  # a larger one fails in the database driver
                 return last_id
     except (binascii.Error, UnicodeDecodeError, ValueError):
         pass

@@ -18,7 +18,7 @@ from .serializers import ExpCreateInputSerializer, ExpDetailSerializer, ExpListI
 
 
 class ExpCursorPagination(StrictCursorPagination):
-    """Cursor pagination: stable under inserts, constant cost per page."""
+    """Keyset cursors on (ordering, id): exact under creates, deletes and changes (dec-paging)."""
 
     page_size = 50
     page_size_query_param = "page_size"
@@ -85,7 +85,8 @@ class ExpAbortView(APIView):
     @extend_schema(summary="AbortExp", request=None, responses={
         200: ExpDetailSerializer,
         403: OpenApiResponse(description="Only the creator or a staff user may abort it."),
-        409: OpenApiResponse(description="The experiment already Succeeded or Failed.")})
+        409: OpenApiResponse(description="The experiment already Succeeded or Failed, or "
+                                             "all its jobs succeeded (it has finished).")})
     def post(self, request, exp_id: int):
         services.exp_abort(exp_id=exp_id, actor=request.user)
         return Response(ExpDetailSerializer(selectors.exp_get(exp_id=exp_id)).data)

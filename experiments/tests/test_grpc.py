@@ -302,11 +302,38 @@ def test_list_exps_invalid_filters_and_tokens_are_named(stubs):
         (common_pb2.CommonListReq(page_size=5000), "page_size"),
         (common_pb2.CommonListReq(page_size=-1), "page_size"),
         (common_pb2.CommonListReq(page_token="not-a-token"), "page_token"),
+        *((common_pb2.CommonListReq(page_token=_b64(raw)), "page_token")
+          for raw in ("p=1", "k1:abc", "k1:-1", "k1:" + "9" * 30, "k1:1.5", "o=1&p=2020-01-01")),
         (common_pb2.CommonListReq(ids=[0]), "ids"),
     ]:
         err = rpc_error(stubs.exps.ListExps, request, metadata=stubs.md)
         assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, field
         assert field in json.loads(trailers(err)[ERROR_FIELDS_KEY]), field
+
+
+def _b64(text: str) -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def test_list_exps_pages_exactly_while_rows_are_created_and_deleted(stubs):
+    """Keyset pages on the id: deleting seen rows and creating rows between pages neither
+    skips nor repeats a row that existed throughout (decisions.md#dec-paging)."""
+    ids = [make_exp(name=f"k{i}").pk for i in range(25)]
+    seen, token, page = [], "", 0
+    while True:
+        resp = stubs.exps.ListExps(common_pb2.CommonListReq(page_size=10, page_token=token),
+                                   metadata=stubs.md, timeout=10)
+        seen.extend(item.id for item in resp.exps)
+        token = resp.next_page_token
+        if not token:
+            break
+        exp_update_status(exp_id=seen[page], status="Failed")
+        Experiment.objects.filter(pk=seen[page]).delete()
+        make_exp(name=f"new{page}")
+        page += 1
+    assert all(seen.count(pk) == 1 for pk in ids) and seen == sorted(seen)
 
 
 def test_list_exps_page_is_one_query(django_assert_num_queries):

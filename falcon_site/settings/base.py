@@ -17,9 +17,11 @@ Environment variables:
 - `DJANGO_ALLOWED_HOSTS`: the host names served, comma-separated (default
   `localhost,127.0.0.1,[::1],testserver`).
 - `DATABASE_URL`: e.g. `mysql://user:pass@host:3306/falcon` (mysqlclient, utf8mb4, strict
-  mode); default `sqlite:///$FALCON_VAR_DIR/falcon.sqlite3`.
+  mode; the system check `falcon.E004`/`falcon.E005`, run by `migrate`, refuses a database or
+  table whose character set is not utf8mb4); default `sqlite:///$FALCON_VAR_DIR/falcon.sqlite3`.
 - `FALCON_DB_CONN_MAX_AGE`: seconds a database connection is kept for reuse (default 0: a new
-  connection per request).
+  connection per request). Above 0, `CONN_HEALTH_CHECKS` is on: a reused connection is checked
+  at the start of each request and reopened if the server dropped it.
 - `FALCON_LOG_LEVEL`: the root logger's level (default `INFO`).
 """
 from __future__ import annotations
@@ -126,10 +128,14 @@ TEMPLATES = [
 
 # --- database -------------------------------------------------------------------------------
 # The test database's name is set by the test suite (the root conftest.py), not here.
+_CONN_MAX_AGE = int(os.environ.get("FALCON_DB_CONN_MAX_AGE", "0"))
 DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'falcon.sqlite3'}"),
-        conn_max_age=int(os.environ.get("FALCON_DB_CONN_MAX_AGE", "0")),
+        conn_max_age=_CONN_MAX_AGE,
+        # A reused connection the server dropped while idle (wait_timeout, a restart) is
+        # replaced at the start of the next request instead of failing it.
+        conn_health_checks=_CONN_MAX_AGE > 0,
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":

@@ -1,0 +1,182 @@
+"""Keyset positions on `(sort keys..., id)` for the HTTP list cursors (decisions.md#dec-paging).
+
+A page is `WHERE (k1, ..., id) > (v1, ..., last id) ORDER BY k1, ..., id LIMIT n + 1`, the
+tuple comparison written out as `k1 > v1 OR (k1 = v1 AND (... OR (kn = vn AND id > last)))`
+with each key's own direction. The id makes every position unique, so rows sharing a sort key
+are neither skipped nor repeated when others are created, deleted or changed between pages
+(an offset among equal keys, as DRF's cursor keeps, shifts when a seen row goes away).
+
+A cursor is `base64url(JSON {"v": 1, "o": [ordering], "k": [values], "r": 0|1})`: the ordering
+it belongs to, the key values of the row it continues from, and whether it walks backwards
+(the `previous` link). Every part is checked before it reaches SQL; a cursor this module did not
+make is a `ValidationFailed` on the cursor's query parameter, never a server error.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db import models
+from django.db.models import Q
+
+from .errors import ValidationFailed
+
+VERSION = 1
+# Bounds of a 64-bit signed integer column: larger numbers would fail in the driver.
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1
+# A cursor longer than this was not made here (keys are short: ids, names, timestamps).
+MAX_CURSOR_CHARS = 4096
+
+
+@dataclass(frozen=True)
+class Key:
+    """One sort key: a model field name and its direction."""
+
+    name: str
+    descending: bool
+
+    @property
+    def term(self) -> str:
+        return f"-{self.name}" if self.descending else self.name
+
+
+@dataclass(frozen=True)
+class Position:
+    """A decoded cursor: the key values of a row, and the walk's direction."""
+
+    values: tuple[Any, ...]
+    reverse: bool
+
+
+def keys_for(model: type[models.Model], ordering: tuple[str, ...] | list[str]) -> list[Key]:
+    """Return the sort keys of `ordering`, made total by the primary key.
+
+    Duplicates are dropped; keys after the primary key are dropped (they never decide); the
+    primary key is appended, in the first key's direction, when the ordering lacks it.
+
+    Raises:
+        ImproperlyConfigured: a key is nullable (NULLs have no place in a tuple comparison).
+    """
+    pk_name = model._meta.pk.name
+    keys: list[Key] = []
+    seen: set[str] = set()
+    for term in ordering:
+        descending = term.startswith("-")
+        name = term.lstrip("-")
+        name = pk_name if name == "pk" else name
+        if name in seen:
+            continue
+        field = model._meta.get_field(name)
+        if getattr(field, "null", False):
+            raise ImproperlyConfigured(f"keyset pagination cannot order by nullable {name!r}")
+        seen.add(name)
+        keys.append(Key(name, descending))
+        if name == pk_name:
+            return keys
+    keys.append(Key(pk_name, keys[0].descending if keys else False))
+    return keys
+
+
+def order_by(keys: list[Key], *, reverse: bool = False) -> list[str]:
+    """Return the `order_by` terms of `keys` (each direction flipped for a backward walk)."""
+    return [Key(k.name, k.descending != reverse).term for k in keys]
+
+
+def after(keys: list[Key], values: tuple[Any, ...], *, reverse: bool = False) -> Q:
+    """Return the filter of the rows strictly after `values` in the order of `keys`.
+
+    With `reverse`, the rows strictly before it (the previous page, walked backwards).
+    """
+    condition: Q | None = None
+    for key, value in zip(reversed(keys), reversed(values)):
+        forward = key.descending == reverse  # ascending forward, or descending backward
+        step = Q(**{f"{key.name}__{'gt' if forward else 'lt'}": value})
+        condition = step if condition is None else step | (Q(**{key.name: value}) & condition)
+    return condition if condition is not None else Q()
+
+
+def values_of(row: models.Model, keys: list[Key]) -> tuple[Any, ...]:
+    """Return the key values of `row`."""
+    return tuple(getattr(row, key.name) for key in keys)
+
+
+def encode(keys: list[Key], values: tuple[Any, ...], *, reverse: bool = False) -> str:
+    """Return the opaque cursor of the position `values` in the order of `keys`."""
+    payload = {"v": VERSION, "o": [k.term for k in keys], "k": [_to_json(v) for v in values],
+               "r": int(reverse)}
+    raw = json.dumps(payload, separators=(",", ":"), ensure_ascii=True).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode(cursor: str, model: type[models.Model], keys: list[Key], *,
+           param: str = "cursor") -> Position:
+    """Return the position a cursor stands for, every value checked against its field.
+
+    Raises:
+        ValidationFailed: keyed `param`: not a cursor of this module, made for another
+            ordering, or a value of the wrong type (a "timestamp" that is not one, a
+            non-integer or out-of-range id, an overlong name).
+    """
+    def refuse(why: str) -> ValidationFailed:
+        return ValidationFailed({param: [
+            f"is not a cursor this API gave out ({why}); follow the `next` or `previous` link "
+            "unchanged, or start again without it."]})
+
+    if not isinstance(cursor, str) or len(cursor) > MAX_CURSOR_CHARS:
+        raise refuse("too long")
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        payload = json.loads(raw.decode("utf-8"))
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise refuse("not encoded as one") from None
+    if not isinstance(payload, dict) or payload.get("v") != VERSION:
+        raise refuse("unknown version")
+    if payload.get("o") != [k.term for k in keys]:
+        raise refuse("it belongs to another ordering")
+    values, reverse = payload.get("k"), payload.get("r")
+    if not isinstance(values, list) or len(values) != len(keys) or reverse not in (0, 1) \
+            or isinstance(reverse, bool):
+        raise refuse("malformed")
+    checked = []
+    for key, value in zip(keys, values):
+        problem, parsed = _from_json(model._meta.get_field(key.name), value)
+        if problem:
+            raise refuse(f"{key.name}: {problem}")
+        checked.append(parsed)
+    return Position(tuple(checked), bool(reverse))
+
+
+def _to_json(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+def _from_json(field: models.Field, value: Any) -> tuple[str | None, Any]:
+    """Check one cursor value against its model field; return `(problem or None, value)`."""
+    if isinstance(field, models.DateTimeField):
+        if not isinstance(value, str):
+            return "not a timestamp", None
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            return "not a timestamp", None
+        if parsed.tzinfo is None:
+            return "a timestamp without a time zone", None
+        return None, parsed
+    if isinstance(field, (models.IntegerField, models.AutoField)):
+        if type(value) is not int or not INT_MIN <= value <= INT_MAX:
+            return "not a 64-bit integer", None
+        return None, value
+    if isinstance(field, models.CharField):
+        if not isinstance(value, str) or (field.max_length and len(value) > field.max_length):
+            return "not a string of at most the field's length", None
+        if "\x00" in value:
+            return "contains NUL", None
+        return None, value
+    return "a key of a type cursors do not carry", None

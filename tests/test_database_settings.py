@@ -1,0 +1,134 @@
+"""Database settings and checks: health checks on reused connections, utf8mb4 everywhere.
+
+Each MariaDB test creates what it needs (a latin1 database, a latin1 table, a connection the
+server then kills) and removes it; SQLite has neither server-side drops nor character sets.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from django.core import checks
+from django.db import close_old_connections, connection, connections
+
+from falcon_site.db_checks import charset_errors
+
+ROOT = Path(__file__).resolve().parent.parent
+mariadb_only = pytest.mark.skipif(
+    connection.vendor != "mysql",
+    reason="MySQL/MariaDB only: SQLite has no server to drop connections and no character sets")
+
+
+def _database_settings(**env) -> dict:
+    code = ("import django, json; django.setup(); from django.conf import settings; "
+            "print(json.dumps({k: v for k, v in settings.DATABASES['default'].items() "
+            "if k in ('CONN_MAX_AGE', 'CONN_HEALTH_CHECKS')}))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, text=True,
+                         capture_output=True,
+                         env={**os.environ, "DJANGO_SETTINGS_MODULE": "falcon_site.settings",
+                              "PYTHONPATH": str(ROOT), **env})
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_reused_connections_are_health_checked():
+    assert _database_settings(FALCON_DB_CONN_MAX_AGE="60") == {
+        "CONN_MAX_AGE": 60, "CONN_HEALTH_CHECKS": True}
+    assert _database_settings(FALCON_DB_CONN_MAX_AGE="0") == {
+        "CONN_MAX_AGE": 0, "CONN_HEALTH_CHECKS": False}
+
+
+@mariadb_only
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_dropped_by_the_server_does_not_fail_the_next_request():
+    """A thread keeps its connection (CONN_MAX_AGE > 0); the server kills it while idle; the
+    next request on that thread reconnects instead of failing."""
+    result: dict = {}
+
+    def worker(step: threading.Event, go: threading.Event):
+        conn = connections["default"]
+        conn.settings_dict.update(CONN_MAX_AGE=600, CONN_HEALTH_CHECKS=True)
+        try:
+            close_old_connections()  # request_started
+            with conn.cursor() as cursor:
+                cursor.execute("SELECT CONNECTION_ID()")
+                result["id"] = cursor.fetchone()[0]
+            close_old_connections()  # request_finished: the connection is kept
+            step.set()
+            go.wait(10)
+            close_old_connections()  # the next request_started
+            with conn.cursor() as cursor:
+                cursor.execute("SELECT 1")
+                result["answer"] = cursor.fetchone()[0]
+        except Exception as exc:  # the failure under test
+            result["error"] = exc
+        finally:
+            conn.close()
+            step.set()
+
+    step, go = threading.Event(), threading.Event()
+    thread = threading.Thread(target=worker, args=(step, go))
+    thread.start()
+    step.wait(10)
+    with connection.cursor() as cursor:
+        cursor.execute(f"KILL {int(result['id'])}")
+    go.set()
+    thread.join(20)
+    assert result.get("answer") == 1, result
+
+
+@mariadb_only
+@pytest.mark.django_db(transaction=True)
+def test_charset_check_refuses_a_latin1_database_and_table_with_the_fix():
+    from django.db.backends.mysql.base import DatabaseWrapper
+
+    name = f"{connection.settings_dict['NAME']}_latin1"
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE DATABASE `{name}` CHARACTER SET latin1")
+    probe = DatabaseWrapper({**connection.settings_dict, "NAME": name}, alias="charset_probe")
+    try:
+        with probe.cursor() as cursor:
+            cursor.execute("CREATE TABLE experiments (id INT PRIMARY KEY, name VARCHAR(10))")
+            cursor.execute("CREATE TABLE not_falcon (id INT PRIMARY KEY)")
+        errors = charset_errors(probe)
+    finally:
+        probe.close()
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP DATABASE `{name}`")
+    assert [e.id for e in errors] == ["falcon.E004", "falcon.E005"], errors
+    assert errors[0].hint == (f"Run: ALTER DATABASE `{name}` CHARACTER SET utf8mb4 "
+                              "COLLATE utf8mb4_unicode_ci;")
+    assert errors[1].hint == ("Run: ALTER TABLE `experiments` CONVERT TO CHARACTER SET utf8mb4 "
+                              "COLLATE utf8mb4_unicode_ci;")
+    assert "latin1" in errors[0].msg and "latin1" in errors[1].msg
+
+
+@mariadb_only
+@pytest.mark.django_db(transaction=True)
+def test_a_latin1_falcon_table_fails_the_database_checks_that_migrate_runs():
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE charset_probe_table (id INT) CHARACTER SET latin1")
+    try:
+        assert checks.run_checks(databases=["default"], tags=[checks.Tags.database]) == []
+        from falcon_site import db_checks
+
+        original = db_checks.falcon_tables
+        db_checks.falcon_tables = lambda: original() | {"charset_probe_table"}
+        try:
+            errors = checks.run_checks(databases=["default"], tags=[checks.Tags.database])
+        finally:
+            db_checks.falcon_tables = original
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE charset_probe_table")
+    assert [e.id for e in errors] == ["falcon.E005"]
+    assert "ALTER TABLE `charset_probe_table` CONVERT TO CHARACTER SET utf8mb4" in errors[0].hint
+
+
+def test_the_charset_check_passes_on_the_test_database(db):
+    # On SQLite there is nothing to check; on MariaDB the suite's database is utf8mb4.
+    assert checks.run_checks(databases=["default"], tags=[checks.Tags.database]) == []
