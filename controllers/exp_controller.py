@@ -161,7 +161,7 @@ def _decide_aborting(exp: ExpView, jobs: list[JobView],
 
     Args:
         exp: an experiment in status Aborting.
-        jobs: all of its jobs (at least one).
+        jobs: all of its jobs (none when they were deleted).
         artifact: its artifact record, or None.
 
     Returns:
@@ -175,7 +175,7 @@ def _decide_aborting(exp: ExpView, jobs: list[JobView],
     return [*_fail_artifact(artifact, REASON_ABORTED, "the experiment was aborted before its "
                             "artifacts were complete"),
             Update("exp", exp.id, ExpStatus.ABORTED, REASON_ABORTED,
-                   f"aborted ({_summary(jobs)})")]
+                   f"aborted ({_summary(jobs) or 'no jobs'})")]
 
 
 def _decide_failed_sibling(exp: ExpView, jobs: list[JobView], artifact: ArtifactView | None,
@@ -295,10 +295,12 @@ def decide(exp: ExpView, jobs: list[JobView], artifact: ArtifactView | None,
         artifact: its artifact record (None if it is missing: the experiment then fails).
         has_files: `url -> bool`, whether the artifact store holds a file under `url`.
     """
+    if exp.status == ExpStatus.ABORTING:
+        # Before the no-jobs rule: Aborting may only end Aborted, and with no job left there is
+        # nothing to wait for.
+        return _decide_aborting(exp, jobs, artifact)
     if not jobs:
         return _decide_no_jobs(exp, artifact)
-    if exp.status == ExpStatus.ABORTING:
-        return _decide_aborting(exp, jobs, artifact)
     failed = [j for j in jobs if j.status == JobStatus.FAILED]
     if failed:
         return _decide_failed_sibling(exp, jobs, artifact, failed[0])

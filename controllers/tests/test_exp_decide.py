@@ -102,3 +102,10 @@ def test_experiment_without_jobs_fails():
 
 def test_update_is_a_plain_value():
     assert Update("exp", 1, "Running") == Update("exp", 1, "Running")
+
+
+def test_an_aborting_experiment_without_jobs_ends_aborted_not_stuck():
+    """Aborting may only end Aborted: with no job left, the no-jobs rule must not try Failed."""
+    ups = decide(exp(status="Aborting"), [], artifact(), lambda p: True)
+    assert statuses(ups) == [("artifact", 7, "Failed"), ("exp", 1, "Aborted")]
+    assert ups[-1].message == "aborted (no jobs)"
