@@ -86,6 +86,10 @@ class StateMachine:
                 f"allowed targets are {', '.join(sorted(self.transitions))}."
             ) from None
 
+    def allows(self, source: str, target: str) -> bool:
+        """Return whether a row in `source` may enter `target` (False for an unknown target)."""
+        return source in self.transitions.get(target, frozenset())
+
     def updates_for(self, target: str, now: datetime) -> dict[str, Any]:
         """Return the column updates that entering `target` at `now` implies."""
         updates: dict[str, Any] = {"status": target, "updated_at": now}
