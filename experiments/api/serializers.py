@@ -27,12 +27,19 @@ TASK_SPEC_SCHEMA = {
                     "description": "Shell command run by every replica; at most 65,536 bytes "
                                    "in UTF-8."},
         "replica": {"type": "integer", "minimum": 1, "maximum": MAX_REPLICA, "default": 1},
-        "image": {"type": "string", "description": "Container image (Kubernetes clusters)."},
-        "device_count": {"type": "integer", "minimum": 1, "maximum": MAX_DEVICE_COUNT,
-                         "nullable": True},
-        "device_type": {"type": "string", "example": "tpu-v5p"},
-        "device_topo": {"type": "string", "pattern": TOPOLOGY.pattern, "example": "2x2x2"},
+        "image": {"type": ["string", "null"],
+                  "description": "Container image (Kubernetes clusters); null means \"\"."},
+        "device_count": {"type": ["integer", "null"], "minimum": 1,
+                         "maximum": MAX_DEVICE_COUNT},
+        "device_type": {"type": ["string", "null"], "example": "tpu-v5p",
+                        "description": "The accelerator; \"\" or null for none, else "
+                                       "device_count is required."},
+        "device_topo": {"type": ["string", "null"], "pattern": f"^({TOPOLOGY.pattern[1:-1]})?$",
+                        "example": "2x2x2", "description": "A topology such as 2x2x2, or \"\" "
+                                                           "or null for none."},
         "envs": {"type": "object", "maxProperties": MAX_ENVS,
+                 "propertyNames": {"pattern": ENV_NAME.pattern,
+                                   "maxLength": MAX_ENV_NAME_CHARS},
                  "description": f"NAME: value; names match {ENV_NAME.pattern}, at most "
                                 f"{MAX_ENV_NAME_CHARS} characters; values at most 65,536 "
                                 "bytes; all of one role's command, envs and config at most "
@@ -40,10 +47,15 @@ TASK_SPEC_SCHEMA = {
                  "additionalProperties": {"type": "string"}},
     },
     "required": ["command"],
+    # A device type asks for an accelerator: how many is then required.
+    "if": {"properties": {"device_type": {"type": "string", "minLength": 1}},
+           "required": ["device_type"]},
+    "then": {"properties": {"device_count": {"type": "integer"}}, "required": ["device_count"]},
 }
 
 
 @extend_schema_field({"type": "object", "additionalProperties": TASK_SPEC_SCHEMA,
+                      "propertyNames": {"pattern": DNS1123_LABEL.pattern, "maxLength": 63},
                       "minProperties": 1, "maxProperties": MAX_ROLES,
                       "description": f"Role name ({DNS1123_LABEL.pattern}, at most 63 "
                                      f"characters) to TaskSpec; at most {MAX_ROLES} roles and "
