@@ -87,7 +87,7 @@ class StateMachine:
             ) from None
 
     def allows(self, source: str, target: str) -> bool:
-        """Return whether the table allows `source -> target`."""
+        """Return whether a row in `source` may enter `target` (False for an unknown target)."""
         return source in self.transitions.get(target, frozenset())
 
     def updates_for(self, target: str, now: datetime) -> dict[str, Any]:

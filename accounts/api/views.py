@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.urls import reverse
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import NotFound
 from rest_framework.permissions import AllowAny, IsAuthenticated
@@ -12,6 +12,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ..issuer import local_issuer
+
+
+LOCAL_ONLY = OpenApiResponse(description="The local issuer is off: this server authenticates "
+                                        "with Cloudflare Access.")
 
 
 def _require_local_mode() -> None:
@@ -37,7 +41,8 @@ class LocalTokenView(APIView):
     authentication_classes: list = []
     permission_classes = [AllowAny]
 
-    @extend_schema(request=LocalTokenInputSerializer, responses={201: LocalTokenOutputSerializer},
+    @extend_schema(request=LocalTokenInputSerializer,
+                   responses={201: LocalTokenOutputSerializer, 404: LOCAL_ONLY},
                    summary="Issue a local-mode token")
     def post(self, request):
         _require_local_mode()
@@ -56,7 +61,7 @@ class LocalJWKSView(APIView):
     authentication_classes: list = []
     permission_classes = [AllowAny]
 
-    @extend_schema(responses={200: dict}, summary="Local issuer JWKS")
+    @extend_schema(responses={200: dict, 404: LOCAL_ONLY}, summary="Local issuer JWKS")
     def get(self, request):
         _require_local_mode()
         return Response(local_issuer().jwks())

@@ -19,31 +19,48 @@ from jobs.specs import (
 from ..models import Experiment
 from ..specs import EXP_TYPE, NAME, PRIORITY_MAX, PRIORITY_MIN
 
+# Text a process can receive as an argument or an environment string: no NUL character
+# (the domain refuses one, naming the field); the non-blank variant for the command.
+TEXT = r"^[^\x00]*$"
+NON_BLANK_TEXT = r"^[^\x00]*[^\s\x00][^\x00]*$"
+
 TASK_SPEC_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
-        "command": {"type": "string", "minLength": 1,
-                    "description": "Shell command run by every replica; at most 65,536 bytes "
-                                   "in UTF-8."},
+        "command": {"type": "string", "minLength": 1, "pattern": NON_BLANK_TEXT,
+                    "description": "Shell command run by every replica, not blank; at most "
+                                   "65,536 bytes in UTF-8."},
         "replica": {"type": "integer", "minimum": 1, "maximum": MAX_REPLICA, "default": 1},
-        "image": {"type": "string", "description": "Container image (Kubernetes clusters)."},
-        "device_count": {"type": "integer", "minimum": 1, "maximum": MAX_DEVICE_COUNT,
-                         "nullable": True},
-        "device_type": {"type": "string", "example": "tpu-v5p"},
-        "device_topo": {"type": "string", "pattern": TOPOLOGY.pattern, "example": "2x2x2"},
+        "image": {"type": ["string", "null"], "pattern": TEXT,
+                  "description": "Container image (Kubernetes clusters); null means \"\"."},
+        "device_count": {"type": ["integer", "null"], "minimum": 1,
+                         "maximum": MAX_DEVICE_COUNT},
+        "device_type": {"type": ["string", "null"], "pattern": TEXT, "example": "tpu-v5p",
+                        "description": "The accelerator; \"\" or null for none, else "
+                                       "device_count is required."},
+        "device_topo": {"type": ["string", "null"], "pattern": f"^({TOPOLOGY.pattern[1:-1]})?$",
+                        "example": "2x2x2", "description": "A topology such as 2x2x2, or \"\" "
+                                                           "or null for none."},
         "envs": {"type": "object", "maxProperties": MAX_ENVS,
+                 "propertyNames": {"pattern": ENV_NAME.pattern,
+                                   "maxLength": MAX_ENV_NAME_CHARS},
                  "description": f"NAME: value; names match {ENV_NAME.pattern}, at most "
                                 f"{MAX_ENV_NAME_CHARS} characters; values at most 65,536 "
                                 "bytes; all of one role's command, envs and config at most "
                                 "1 MiB together (docs/limits.md).",
-                 "additionalProperties": {"type": "string"}},
+                 "additionalProperties": {"type": "string", "pattern": TEXT}},
     },
     "required": ["command"],
+    # A device type asks for an accelerator: how many is then required.
+    "if": {"properties": {"device_type": {"type": "string", "minLength": 1}},
+           "required": ["device_type"]},
+    "then": {"properties": {"device_count": {"type": "integer"}}, "required": ["device_count"]},
 }
 
 
 @extend_schema_field({"type": "object", "additionalProperties": TASK_SPEC_SCHEMA,
+                      "propertyNames": {"pattern": DNS1123_LABEL.pattern, "maxLength": 63},
                       "minProperties": 1, "maxProperties": MAX_ROLES,
                       "description": f"Role name ({DNS1123_LABEL.pattern}, at most 63 "
                                      f"characters) to TaskSpec; at most {MAX_ROLES} roles and "
@@ -124,6 +141,8 @@ class ExpCreateInputSerializer(StrictSerializer):
         EXP_TYPE, "a lowercase type such as profiling or benchmark")])
     role_to_task_spec = RoleToTaskSpecField()
     config = StrictCharField(required=False, allow_blank=True, trim_whitespace=False,
+                             validators=[RegexValidator(TEXT, message="contains a NUL "
+                                                        "character; send a text file.")],
                              default="", help_text="The config file's text, stored verbatim "
                              "and injected as CUSTOM_CONFIG_KEY; at most "
                              f"{settings.FALCON_CONFIG_MAX_BYTES} bytes in UTF-8 (413 beyond).")

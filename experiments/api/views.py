@@ -5,12 +5,16 @@ Views parse, call a service or selector, and serialize; domain errors become HTT
 """
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view,
+)
 from rest_framework import generics, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.drf import StrictCursorPagination
+from core.filters import MAX_ID, MAX_NAME_CHARS
 
 from .. import selectors, services
 from ..filters import ExperimentFilter
@@ -26,8 +30,52 @@ class ExpCursorPagination(StrictCursorPagination):
     ordering = "-created_at"
 
 
+ORDERING_FIELDS = ["created_at", "updated_at", "name", "status", "priority", "id"]
+NO_NUL = "^[^\\x00]*$"  # Django's text fields refuse NUL characters
+_ORDER_KEY = f"-?({'|'.join(ORDERING_FIELDS)})"
+
+
+def _list_param(name: str, items: dict, description: str) -> OpenApiParameter:
+    """A repeatable filter (`?name=a&name=b`; the server also splits comma lists)."""
+    return OpenApiParameter(name, {"type": "array", "items": items}, explode=True,
+                            style="form", description=description)
+
+
+# What the server accepts (core.filters, core.drf), which the generated parameters leave out.
+LIST_EXPS_PARAMETERS = [
+    _list_param("id", {"type": "integer", "minimum": 1, "maximum": MAX_ID},
+                "Only these experiment ids (repeat it, or a comma list)."),
+    _list_param("cluster_name", {"type": "string", "maxLength": MAX_NAME_CHARS},
+                "Only these clusters (repeat it, or a comma list)."),
+    _list_param("exp_type", {"type": "string", "maxLength": MAX_NAME_CHARS},
+                "Only these experiment types (repeat it, or a comma list)."),
+    OpenApiParameter("page_size", {"type": "integer", "minimum": 1,
+                                   "maximum": ExpCursorPagination.max_page_size},
+                     description="Experiments per page, from 1 to "
+                                 f"{ExpCursorPagination.max_page_size} (default "
+                                 f"{ExpCursorPagination.page_size})."),
+    OpenApiParameter("ordering", {"type": "string",
+                                  "pattern": f"^({_ORDER_KEY}(,{_ORDER_KEY})*)?$"},
+                     description="Sort keys, comma separated, '-' for descending: "
+                                 f"{', '.join(ORDERING_FIELDS)} (default -created_at)."),
+    OpenApiParameter("updated_since", {"type": "string", "anyOf": [{"format": "date-time"},
+                                                                   {"maxLength": 0}]},
+                     description="Only rows updated at or after this instant (ISO 8601, e.g. "
+                                 "2024-05-01T12:00:00Z); empty for no bound."),
+    OpenApiParameter("creator", {"type": "string", "pattern": NO_NUL},
+                     description="Only the experiments of this creator (email or user id)."),
+    OpenApiParameter("search", {"type": "string", "pattern": NO_NUL},
+                     description="Only names containing every term of this text "
+                                 "(case-insensitive)."),
+    OpenApiParameter("cursor", OpenApiTypes.STR,
+                     description="The cursor of a page, from a `next` or `previous` link; any "
+                                 "other value is a 400."),
+]
+
+
 @extend_schema_view(
-    get=extend_schema(summary="ListExps", responses=ExpListItemSerializer(many=True)),
+    get=extend_schema(summary="ListExps", responses=ExpListItemSerializer(many=True),
+                      parameters=LIST_EXPS_PARAMETERS),
     post=extend_schema(summary="CreateExp", request=ExpCreateInputSerializer,
                        responses={201: ExpDetailSerializer,
                                   400: OpenApiResponse(description="A field is invalid."),
@@ -43,7 +91,7 @@ class ExpListCreateView(generics.ListAPIView):
     serializer_class = ExpListItemSerializer
     pagination_class = ExpCursorPagination
     filterset_class = ExperimentFilter  # the gRPC ListExps and the admin use it too
-    ordering_fields = ["created_at", "updated_at", "name", "status", "priority", "id"]
+    ordering_fields = ORDERING_FIELDS
     ordering = ["-created_at"]
 
     def get_queryset(self):

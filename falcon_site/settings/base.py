@@ -193,6 +193,13 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # 3.1: JSON Schema's `propertyNames` states the role and environment variable names.
+    "OAS_VERSION": "3.1.0",
+    # The JSON error body and the error statuses of every operation (core.openapi).
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "core.openapi.add_error_responses",
+    ],
     "ENUM_NAME_OVERRIDES": {
         # The same (value, label) pairs as the models' choices.
         "ExpStatusEnum": status_choices(ExpStatus),
