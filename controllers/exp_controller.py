@@ -49,7 +49,6 @@ log = logging.getLogger("falcon.controllers.exp")
 EXP_NON_TERMINAL = tuple(s for s in ExpStatus if s in EXP_OPEN)
 # The largest page the API serves: a tick's call count is ceil(rows / PAGE) per list.
 PAGE = {"page_size": 1000}
-JOB_NON_TERMINAL = JOB_OPEN
 # The reason this controller gives an experiment it aborts because one of its jobs was aborted.
 JOB_ABORTED = "JobAborted"
 # The reasons of an experiment that ends by abort or success: the status, as a word.
@@ -133,7 +132,7 @@ def _all_terminal(jobs: list[JobView]) -> bool:
     Args:
         jobs: the jobs of one experiment.
     """
-    return all(j.status not in JOB_NON_TERMINAL for j in jobs)
+    return all(j.status not in JOB_OPEN for j in jobs)
 
 
 def _decide_no_jobs(exp: ExpView, artifact: ArtifactView | None) -> list[Update]:

@@ -55,7 +55,7 @@ def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _kind(value: Any) -> str:
+def kind_of(value: Any) -> str:
     """Name a JSON/YAML value's kind for a message ("a list", "null"), not a Python type."""
     if value is None:
         return "null"
@@ -135,7 +135,7 @@ def _check_command(path: str, spec: Mapping[str, Any],
     if command is None or (isinstance(command, str) and not command.strip()):
         _add(errors, f"{path}.command", "is required: a non-empty shell command string.")
     elif not isinstance(command, str):
-        _add(errors, f"{path}.command", f"must be a shell command string; got {_kind(command)}. "
+        _add(errors, f"{path}.command", f"must be a shell command string; got {kind_of(command)}. "
              "Join a list with spaces.")
     elif problem := _text_problem(command, MAX_COMMAND_BYTES):
         _add(errors, f"{path}.command",
@@ -176,7 +176,7 @@ def _check_string(path: str, spec: Mapping[str, Any], key: str,
     if value is None:
         value = ""
     if not isinstance(value, str):
-        _add(errors, f"{path}.{key}", f"must be a string; got {_kind(value)}.")
+        _add(errors, f"{path}.{key}", f"must be a string; got {kind_of(value)}.")
         return None
     if problem := _text_problem(value, MAX_COMMAND_BYTES):
         _add(errors, f"{path}.{key}", problem)
@@ -246,7 +246,7 @@ def _check_env(field: str, name: Any, value: Any, errors: dict[str, list[str]]) 
         return None
     coerced = _env_value(value)
     if coerced is None:
-        _add(errors, field, f"must be a string, number or boolean; got {_kind(value)}. "
+        _add(errors, field, f"must be a string, number or boolean; got {kind_of(value)}. "
              "Quote structured values as a string (use \"\" for an empty value).")
         return None
     if problem := _text_problem(coerced, MAX_ENV_VALUE_BYTES):
@@ -268,7 +268,7 @@ def _check_envs(path: str, spec: Mapping[str, Any],
     """
     envs = spec.get("envs") or {}
     if not isinstance(envs, Mapping):
-        _add(errors, f"{path}.envs", f"must be a mapping of NAME: value; got {_kind(envs)}.")
+        _add(errors, f"{path}.envs", f"must be a mapping of NAME: value; got {kind_of(envs)}.")
         return {}
     if len(envs) > MAX_ENVS:
         _add(errors, f"{path}.envs", f"has {len(envs)} variables; the limit is {MAX_ENVS}.")
@@ -295,7 +295,7 @@ def validate_task_spec(role: str, spec: Any, errors: dict[str, list[str]]) -> di
     path = f"role_to_task_spec.{path_part(role)}"
     if not isinstance(spec, Mapping):
         _add(errors, path,
-             f"must be a mapping with {', '.join(TASK_SPEC_FIELDS)}; got {_kind(spec)}.")
+             f"must be a mapping with {', '.join(TASK_SPEC_FIELDS)}; got {kind_of(spec)}.")
         return {}
     _check_unknown_fields(path, spec, errors)
     checked = {

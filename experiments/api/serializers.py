@@ -13,7 +13,7 @@ from core.jsoninput import path_part
 from jobs.models import Job
 from jobs.specs import (
     DNS1123_LABEL, ENV_NAME, MAX_DEVICE_COUNT, MAX_ENV_NAME_CHARS, MAX_ENVS, MAX_REPLICA,
-    MAX_ROLES, TOPOLOGY,
+    MAX_ROLES, TOPOLOGY, kind_of,
 )
 
 from ..models import Experiment
@@ -67,19 +67,8 @@ TASK_SPEC_SCHEMA = {
                                      "4,096 replicas in all (docs/limits.md).",
                       "example": {"main": {"command": "python bench.py", "replica": 1}}})
 class RoleToTaskSpecField(serializers.JSONField):
-    """`{role: TaskSpec}`; its content is validated by the domain (`experiments.specs`, `jobs.specs`)."""
+    """`{role: TaskSpec}`; the domain validates its content (`experiments.specs`, `jobs.specs`)."""
 
-
-def _kind(value) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if value is None:
-        return "null"
-    return "a mapping" if isinstance(value, Mapping) else "a list"
 
 
 class StrictCharField(serializers.CharField):
@@ -87,7 +76,7 @@ class StrictCharField(serializers.CharField):
 
     def to_internal_value(self, data):
         if not isinstance(data, str):
-            raise serializers.ValidationError(f"must be a string; got {_kind(data)}.",
+            raise serializers.ValidationError(f"must be a string; got {kind_of(data)}.",
                                               code="invalid")
         return super().to_internal_value(data)
 
@@ -104,7 +93,7 @@ class StrictIntegerField(serializers.IntegerField):
     def to_internal_value(self, data):
         if isinstance(data, bool) or not isinstance(data, int):
             raise serializers.ValidationError(
-                f"must be {self.range_text}; got {_kind(data)}.", code="invalid")
+                f"must be {self.range_text}; got {kind_of(data)}.", code="invalid")
         if self.max_value is not None and data > self.max_value:
             self.fail("max_value", value=data)
         if self.min_value is not None and data < self.min_value:
