@@ -62,7 +62,7 @@ def split_gs_url(url: str) -> tuple[str, str]:
 
 
 class ArtifactStore(ABC):
-    """Read-only questions the controllers ask about an artifact path."""
+    """The questions controllers ask about an artifact path, and the analyzer's output files."""
 
     scheme: str = ""
 
@@ -83,6 +83,39 @@ class ArtifactStore(ABC):
         Raises:
             ValueError: `url` is not of this store's scheme, or `limit` < 1.
         """
+
+    # Objects: single files by URL, used by the Data Analyzer for its outputs
+    # ({root}/analysis/{exp-id}/{analysis-id}/{plugin}.jsonl and output.log).
+
+    @abstractmethod
+    def size_of(self, url: str) -> int | None:
+        """Return the size in bytes of the file at `url`, or None when there is none."""
+
+    @abstractmethod
+    def read_range(self, url: str, offset: int = 0, limit: int | None = None) -> bytes:
+        """Return up to `limit` bytes (None: all) of the file at `url`, from byte `offset`.
+
+        Raises:
+            FileNotFoundError: no file at `url`.
+            ValueError: `url` is not of this store's scheme, or `offset` < 0.
+        """
+
+    @abstractmethod
+    def put_file(self, path: str | os.PathLike, url: str) -> None:
+        """Store the local file `path` at `url`, replacing what was there as a whole.
+
+        A reader never sees a half-written file: the local store writes a temporary file and
+        renames it, GCS replaces an object atomically.
+        """
+
+    @abstractmethod
+    def delete_tree(self, url: str) -> int:
+        """Remove every file under the folder `url`; return how many were removed (0 if none)."""
+
+
+def _check_offset(offset: int) -> None:
+    if offset < 0:
+        raise ValueError(f"offset must be >= 0; got {offset}.")
 
 
 def _check_limit(limit: int) -> None:
@@ -128,6 +161,52 @@ class LocalArtifactStore(ArtifactStore):
             if len(out) >= limit:
                 break
         return out
+
+
+    def size_of(self, url: str) -> int | None:
+        """Return the size of the regular file at `url` in bytes, None when there is none."""
+        path = local_path(url)
+        try:
+            return path.stat().st_size if path.is_file() else None
+        except FileNotFoundError:
+            return None
+
+    def read_range(self, url: str, offset: int = 0, limit: int | None = None) -> bytes:
+        """Read bytes of the file at `url` (see `ArtifactStore.read_range`)."""
+        _check_offset(offset)
+        path = local_path(url)
+        if not path.is_file():
+            raise FileNotFoundError(f"no file at {url}")
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            return fh.read() if limit is None else fh.read(limit)
+
+    def put_file(self, path: str | os.PathLike, url: str) -> None:
+        """Copy `path` to `url` through a temporary file and an atomic rename."""
+        import shutil
+        import tempfile
+
+        target = local_path(url)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+        os.close(fd)
+        try:
+            shutil.copyfile(path, tmp)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def delete_tree(self, url: str) -> int:
+        """Remove the folder `url` with everything in it; return the number of files removed."""
+        import shutil
+
+        root = local_path(url)
+        if not root.is_dir():
+            return 0
+        count = sum(1 for _ in self._walk(url))
+        shutil.rmtree(root, ignore_errors=True)
+        return count
 
 
 class GCSArtifactStore(ArtifactStore):
@@ -196,6 +275,54 @@ class GCSArtifactStore(ArtifactStore):
             if len(out) >= limit:
                 break
         return out
+
+
+    def _blob(self, url: str):
+        parts = urlsplit(url)
+        if parts.scheme != "gs" or not parts.netloc or not parts.path.strip("/"):
+            raise ValueError(f"{url!r} is not a gs://bucket/object URL.")
+        return self.client.bucket(parts.netloc).blob(parts.path.lstrip("/"))
+
+    def size_of(self, url: str) -> int | None:
+        """Return the object's size in bytes, None when there is no such object."""
+        blob = self._blob(url)
+        if not blob.exists(timeout=self.timeout):
+            return None
+        blob.reload(timeout=self.timeout)
+        return int(blob.size or 0)
+
+    def read_range(self, url: str, offset: int = 0, limit: int | None = None) -> bytes:
+        """Read a byte range of the object (an HTTP Range request)."""
+        from google.api_core.exceptions import NotFound, RequestRangeNotSatisfiable
+
+        _check_offset(offset)
+        if limit == 0:
+            return b""
+        end = None if limit is None else offset + limit - 1
+        try:
+            return self._blob(url).download_as_bytes(start=offset, end=end, timeout=self.timeout)
+        except NotFound:
+            raise FileNotFoundError(f"no object at {url}") from None
+        except RequestRangeNotSatisfiable:
+            return b""  # offset at or past the end
+
+    def put_file(self, path: str | os.PathLike, url: str) -> None:
+        """Upload `path` as the object `url` (a GCS object is replaced as a whole)."""
+        self._blob(url).upload_from_filename(str(path), timeout=self.timeout)
+
+    def delete_tree(self, url: str) -> int:
+        """Delete every object under the prefix `url`; return how many were deleted."""
+        from google.api_core.exceptions import NotFound
+
+        bucket, prefix = split_gs_url(url)
+        count = 0
+        for blob in self.client.list_blobs(bucket, prefix=prefix, timeout=self.timeout):
+            try:
+                blob.delete(timeout=self.timeout)
+                count += 1
+            except NotFound:
+                pass
+        return count
 
 
 _GCS_STORES: dict[str, GCSArtifactStore] = {}

@@ -44,14 +44,36 @@ class ArtifactStatus(StrEnum):
     FAILED = "Failed"
 
 
+class AnalysisStatus(StrEnum):
+    """Analysis states, lower case as the analyzer's design names them: pending -> running ->
+    succeeded | failed; any non-terminal state -> cancelled."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class AnalysisType(StrEnum):
+    """How an analysis was started: offline (found by the controller's poller over Succeeded
+    experiments) or online (asked for by a user). Both run the same way."""
+
+    OFFLINE = "offline"
+    ONLINE = "online"
+
+
 # Terminal states never change once reached.
 EXP_TERMINAL = frozenset({ExpStatus.SUCCEEDED, ExpStatus.FAILED, ExpStatus.ABORTED})
 JOB_TERMINAL = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.ABORTED})
 ARTIFACT_TERMINAL = frozenset({ArtifactStatus.SUCCEEDED, ArtifactStatus.FAILED})
+ANALYSIS_TERMINAL = frozenset({AnalysisStatus.SUCCEEDED, AnalysisStatus.FAILED,
+                               AnalysisStatus.CANCELLED})
 
 # Open states: not terminal, so a controller still has work to do on the row.
 EXP_OPEN = frozenset(ExpStatus) - EXP_TERMINAL
 JOB_OPEN = frozenset(JobStatus) - JOB_TERMINAL
+ANALYSIS_OPEN = frozenset(AnalysisStatus) - ANALYSIS_TERMINAL
 
 # Active states: open and not being aborted. Only an active experiment may be aborted, or get a
 # new job or artifact (an Aborting one has already moved its jobs to Aborting, and a job added

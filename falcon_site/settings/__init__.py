@@ -7,7 +7,8 @@ Composed of, in this order:
   REST framework, the OpenAPI schema) and `FALCON_VAR_DIR`;
 - `auth`: the authentication mode, the local issuer, Cloudflare Access, the internal token;
 - `clusters`: the clusters file, the default local cluster, the artifact root, the config limit;
-- `controllers`: the gRPC addresses, the controllers' interval and leader election.
+- `controllers`: the gRPC addresses, the controllers' interval and leader election;
+- `analysis`: the Data Analyzer's controller address, queues, plugins and output store.
 
 Each module's docstring lists the environment variables it reads. Every production concern has
 an embedded default: SQLite under `FALCON_VAR_DIR`, a local artifact directory, the local
@@ -23,3 +24,4 @@ from .base import *  # noqa: F401,F403
 from .auth import *  # noqa: F401,F403
 from .clusters import *  # noqa: F401,F403
 from .controllers import *  # noqa: F401,F403
+from .analysis import *  # noqa: F401,F403

@@ -90,6 +90,7 @@ INSTALLED_APPS = [
     "experiments",
     "jobs",
     "artifacts",
+    "analysis",
     "controllers",
 ]
 

@@ -1,0 +1,1 @@
+"""Built-in analysis plugins of the Data Analyzer (docs/plugins.md)."""
