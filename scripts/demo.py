@@ -1,10 +1,12 @@
 """`make demo`: the whole platform on its embedded defaults, one example experiment to the end.
 
-Starts `manage.py runlocal` (HTTP API, gRPC API, exp controller, resource manager on SQLite, the
-local cluster backend, the local artifact directory and the local token issuer), then acts as a
-new user would with the `falcon` CLI: logs in, creates the example experiment from
-`examples/local/`, waits for it, prints it with its jobs and artifact, lists the artifact's files,
-and stops the platform. Exits 0 only when the experiment Succeeded.
+Starts `manage.py runlocal` (HTTP API, gRPC API, exp controller, resource manager, analyzer
+controller on SQLite, the local cluster backend, the local artifact directory and the local token
+issuer), then acts as a new user would with the `falcon` CLI: logs in, creates the example
+experiment from `examples/local/`, waits for it, prints it with its jobs and artifact, lists the
+artifact's files, waits for the offline analysis the analyzer starts by itself for a Succeeded
+benchmark (the `bench-summary` plugin), prints its results table, and stops the platform. Exits 0
+only when the experiment and its analysis succeeded.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
-from core.statuses import ExpStatus
+from core.statuses import ANALYSIS_TERMINAL, AnalysisStatus, AnalysisType, ExpStatus
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
@@ -53,12 +55,46 @@ def falcon(*args: str, env: dict, capture: bool = False) -> subprocess.Completed
                           capture_output=capture)
 
 
+def show_offline_analysis(exp_id: int, env: dict, timeout: float = 120.0) -> bool:
+    """Wait for the offline analysis of experiment `exp_id` to end; print it and its results.
+
+    Returns True when an offline analysis of the experiment succeeded within `timeout` seconds.
+    """
+    print(f"\ndemo: waiting for the analyzer to analyse experiment {exp_id} offline", flush=True)
+    deadline = time.monotonic() + timeout
+    record = None
+    while time.monotonic() < deadline:
+        listed = falcon("analysis", "list", "--exp", str(exp_id), "--type",
+                        AnalysisType.OFFLINE, "-o", "json", env=env, capture=True)
+        rows = json.loads(listed.stdout or "[]") if listed.returncode == 0 else []
+        done = [r for r in rows if r["status"] in ANALYSIS_TERMINAL]
+        if done:
+            record = done[0]
+            break
+        time.sleep(1)
+    if record is None:
+        print(f"demo: no offline analysis of experiment {exp_id} ended within {timeout:.0f} s")
+        return False
+    falcon("analysis", "get", record["id"], env=env)
+    if record["status"] != AnalysisStatus.SUCCEEDED:
+        falcon("analysis", "logs", record["id"], env=env)
+        print(f"demo: analysis {record['id']} ended {record['status']}")
+        return False
+    falcon("analysis", "results", record["id"], env=env)
+    print(f"\ndemo: analysis {record['id']} ({record['plugin_name']}) succeeded; its files are "
+          f"under {record['result_path']}")
+    return True
+
+
 def main() -> int:
-    http, grpc_port = free_port(), free_port()
+    http, grpc_port, analyzer_port = free_port(), free_port(), free_port()
     server = f"http://127.0.0.1:{http}"
     log_dir = ROOT / "var" / "demo"
     log_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, FALCON_SERVER=server, FALCON_CONFIG_DIR=str(log_dir / "cli"),
+               FALCON_ANALYSIS_POLL_SECONDS="1",
+               FALCON_ANALYZER_ADDR=f"127.0.0.1:{analyzer_port}",
+               FALCON_ANALYZER_TARGET=f"127.0.0.1:{analyzer_port}",
                PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     log_path = log_dir / "runlocal.log"
     print(f"demo: starting the platform (HTTP {server}, gRPC 127.0.0.1:{grpc_port}); "
@@ -95,7 +131,9 @@ def main() -> int:
         succeeded = final["status"] == ExpStatus.SUCCEEDED
         print(f"\ndemo: experiment {exp['id']} ended {final['status']}"
               + ("" if succeeded else f" ({final['reason']}: {final['message']})"))
-        return 0 if waited.returncode == 0 and succeeded else 1
+        if waited.returncode or not succeeded:
+            return 1
+        return 0 if show_offline_analysis(exp["id"], env) else 1
     finally:
         print("demo: stopping the platform", flush=True)
         try:
