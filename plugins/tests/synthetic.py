@@ -17,7 +17,7 @@ def synthetic_events(n_events: int, threads: int = 8) -> Iterator[str]:
         tid = step % threads
         start = (step // threads) * 100
         yield (f'{{"ph":"X","pid":1,"tid":{tid},"ts":{start},"dur":100,'
-               f'"name":"step {step}","args":{{"step_num":{step}}}}}')
+               f'"name":"train_step","args":{{"step_num":{step}}}}}')
         for c in range(min(CHILDREN, n_events - i - 1)):
             yield (f'{{"ph":"X","pid":1,"tid":{tid},"ts":{start + c * 20},"dur":20,'
                    f'"name":"op{c}","args":{{"hlo_op":"fusion.{c}","long_name":"fusion.{c} = '

@@ -1,4 +1,4 @@
-"""hlo-stats: the tokenizer's hard cases, loops and collectives, and the real JAX dump set."""
+"""hlo-stats: what trips naive HLO splitting, loops and collectives, and the real JAX dump set."""
 from __future__ import annotations
 
 import re
