@@ -1,0 +1,33 @@
+"""render.tables turns each built-in plugin's real result into tables; unknown plugins give []."""
+from __future__ import annotations
+
+from plugins.render import Table, tables
+from plugins.tests.conftest import FIXTURES, REAL, REAL_PROFILE, run_plugin
+
+
+def test_trace_summary_tables(out):
+    records = run_plugin("trace-summary", "--input", REAL_PROFILE / "vm.trace.json.gz",
+                         output=out).records
+    result = tables("trace-summary", records)
+    assert all(isinstance(t, Table) for t in result)
+    titles = [t.title for t in result]
+    assert titles[0] == "vm.trace.json.gz: groups" and "vm.trace.json.gz: all groups" in titles
+    python = next(t for t in result if t.title == "vm.trace.json.gz: /host:CPU · python")
+    assert python.columns[:3] == ("name", "count", "total_us")
+    assert python.rows[0][0] == "PjitFunction(mlp)"
+
+
+def test_hlo_and_bench_tables(tmp_path, out):
+    records = run_plugin("hlo-stats", "--input", REAL / "hlo", "--input",
+                         FIXTURES / "hlo" / "jit_train.txt", output=out).records
+    titles = {t.title: t for t in tables("hlo-stats", records)}
+    assert {"modules", "fusions", "collectives", "whiles"} <= set(titles)
+    assert len(titles["modules"].rows) == 6
+    (tmp_path / "r.csv").write_text("lat_us\n1\n2\n")
+    records = run_plugin("bench-summary", "--input", tmp_path / "r.csv", output=out).records
+    (metrics,) = tables("bench-summary", records)
+    assert metrics.rows == (("lat_us", 2, 1.5, 1.0, 1.5, 1.9, 1.99, 2.0),)
+
+
+def test_unknown_plugin_gives_no_tables():
+    assert tables("someone-elses-plugin", [{"kind": "meta"}]) == []
