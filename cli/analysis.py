@@ -450,44 +450,42 @@ def results(env, analysis_id: int, output: str, server: str) -> None:
     else:
         from . import output as out
 
-        out.result_tables(env.console(), render_tables(plugin_name, records))
+        out.result_tables(env.console(),
+                          render_tables(plugin_name, records, warn=lambda line: env.print_err(
+                              visible(line))))
     if answer.get("truncated"):
         env.print_err(f"note: the results of analysis {analysis_id} are truncated: only the "
                       f"first {len(records)} records are shown")
 
 
-def render_tables(plugin_name: str | None,
-                  records: list[Any]) -> list[tuple[str, list[str], list[list[Any]]]]:
+def render_tables(plugin_name: str | None, records: list[Any],
+                  warn=None) -> list[tuple[str, list[str], list[list[Any]]]]:
     """Lay out result records as `(title, columns, rows)` tables.
 
-    A plugin known to `plugins.render` gets its own tables; a plugin it does not know, or a
-    command run (`plugin_name` None), gets `output.generic_tables`.
+    A built-in plugin gets the tables of `plugins.render.tables(plugin_name, records)`; a plugin
+    it does not know (it answers `[]`), a command run (`plugin_name` None), or records it cannot
+    read (a renderer expecting a field that is missing) get `output.generic_tables`.
 
     Args:
         plugin_name: the analysis' plugin, or None for a command.
         records: the parsed JSONL records.
+        warn: called with one line when the plugin's renderer failed on these records.
     """
     from . import output as out
 
-    tables = _plugin_tables(plugin_name, records) if plugin_name else []
+    tables: list[tuple[str, list[str], list[list[Any]]]] = []
+    if plugin_name:
+        from plugins import render
+
+        try:
+            tables = [(table.title, list(table.columns), [list(row) for row in table.rows])
+                      for table in render.tables(plugin_name, records)]
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            if warn is not None:
+                warn(f"note: the {plugin_name} records do not have the shape its tables expect "
+                     f"({type(exc).__name__}: {exc}); showing them as key/value tables")
+            tables = []
     return tables or out.generic_tables(records)
-
-
-def _plugin_tables(plugin_name: str, records: list[Any]) -> list[tuple[str, list[str],
-                                                                        list[list[Any]]]]:
-    import importlib
-
-    try:
-        render = importlib.import_module("plugins.render")
-    except ModuleNotFoundError as exc:  # an install without the plugins' renderers
-        if exc.name not in ("plugins", "plugins.render"):
-            raise
-        return []
-    laid_out = []
-    for table in render.tables(plugin_name, records) or []:
-        laid_out.append((table["title"], list(table["columns"]),
-                         [list(row) for row in table["rows"]]))
-    return laid_out
 
 
 @analysis_group.command("cancel")

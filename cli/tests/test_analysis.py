@@ -434,6 +434,47 @@ def test_results_of_a_plugin_render_does_not_know_are_key_value_tables(cli, stat
     assert re.search(r"NAME\s+TOTAL_US\s+COUNT\s+DEVICE", result.stdout, re.I)
 
 
+TRACE = [
+    {"kind": "meta", "plugin": "trace-summary", "version": 1, "inputs": [{"path": "p.json.gz"}]},
+    {"kind": "group", "input": "p.json.gz", "group": "TPU:0", "slices": 40, "ops": 2,
+     "busy_us": 900.5},
+    {"kind": "op", "input": "p.json.gz", "group": "TPU:0", "name": "fusion.7", "count": 10,
+     "total_us": 800.0, "self_us": 700.0, "mean_us": 80.0, "max_us": 95.0},
+    {"kind": "op_total", "input": "p.json.gz", "name": "fusion.7", "count": 10,
+     "total_us": 800.0, "self_us": 700.0, "groups": 1},
+]
+
+
+def test_results_of_a_built_in_plugin_use_its_tables(cli, state):
+    state.add(status="succeeded", plugin_name="trace-summary")
+    state.results[1] = [json.dumps(r, separators=(",", ":")) for r in TRACE]
+    result = cli("analysis", "results", "1")
+    assert result.exit_code == 0, result.output
+    for title in ("p.json.gz: groups", "p.json.gz: TPU:0", "p.json.gz: all groups"):
+        assert title in result.stdout
+    assert re.search(r"name\s+count\s+total_us\s+self_us\s+mean_us\s+max_us", result.stdout)
+    assert re.search(r"fusion\.7\s+10\s+800\.0\s+700\.0\s+80\.0\s+95\.0", result.stdout)
+    assert "meta" not in result.stdout  # the renderer's tables, not the generic ones
+
+    state.add(status="succeeded", plugin_name="bench-summary")
+    state.results[2] = ['{"kind":"metric","metric":"latency_ms","count":3,"mean":2.5,"min":1,'
+                        '"p50":2,"p90":4,"p99":4,"max":4}']
+    result = cli("analysis", "results", "2")
+    assert result.exit_code == 0, result.output
+    assert "metrics" in result.stdout
+    assert re.search(r"latency_ms\s+3\s+2\.5\s+1\s+2\s+4\s+4\s+4", result.stdout)
+
+
+def test_records_a_renderer_cannot_read_fall_back_to_key_value_tables(cli, state):
+    state.add(status="succeeded", plugin_name="hlo-stats")
+    state.results[1] = ['{"kind":"module","file":"m.txt"}']  # no entry_opcodes
+    result = cli("analysis", "results", "1")
+    assert result.exit_code == 0, result.output
+    assert "m.txt" in result.stdout
+    assert one_line(result.stderr).startswith(
+        "note: the hlo-stats records do not have the shape its tables expect (KeyError")
+
+
 def test_truncated_results_say_so_on_stderr(cli, state):
     state.add(status="succeeded")
     state.results[1] = STORED[:2]

@@ -1,0 +1,86 @@
+"""Tables for the CLI from a built-in plugin's JSONL records (Django-free, no I/O).
+
+``tables(plugin_name, records)`` returns the tables to print; an unknown plugin gives ``[]`` so
+the CLI can fall back to printing raw records.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Table:
+    """A titled table: column names and rows of cell values (str, int, float or None)."""
+
+    title: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Any, ...], ...]
+
+
+def _of(records: Sequence[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [r for r in records if r.get("kind") == kind]
+
+
+def _table(title: str, columns: Sequence[str], records: Sequence[dict[str, Any]]) -> Table:
+    return Table(title, tuple(columns), tuple(tuple(r.get(c) for c in columns) for r in records))
+
+
+def _trace_summary(records: Sequence[dict[str, Any]]) -> list[Table]:
+    out: list[Table] = []
+    for source in dict.fromkeys(r["input"] for r in records if "input" in r):
+        mine = [r for r in records if r.get("input") == source]
+        out.append(_table(f"{source}: groups", ("group", "slices", "ops", "busy_us"),
+                          _of(mine, "group")))
+        for group in (g["group"] for g in _of(mine, "group")):
+            ops = [o for o in _of(mine, "op") if o["group"] == group]
+            out.append(_table(f"{source}: {group}", ("name", "count", "total_us", "self_us",
+                                                     "mean_us", "max_us"), ops))
+        out.append(_table(f"{source}: all groups", ("name", "count", "total_us", "self_us",
+                                                    "groups"), _of(mine, "op_total")))
+        steps = _of(mine, "steps")
+        if steps:
+            out.append(_table(f"{source}: steps", ("group", "count", "mean_us", "min_us",
+                                                   "p50_us", "max_us"), steps))
+    return out
+
+
+def _hlo_stats(records: Sequence[dict[str, Any]]) -> list[Table]:
+    modules = _of(records, "module")
+    rows = [{**m, "top_entry_ops": ", ".join(f"{k} {v}" for k, v in
+                                             list(m["entry_opcodes"].items())[:4])}
+            for m in modules]
+    out = [_table("modules", ("file", "stage", "instructions", "fusions", "parameter_bytes",
+                              "output_bytes", "top_entry_ops"), rows)]
+    for kind, columns in (("fusion", ("file", "name", "fusion_kind", "instructions",
+                                      "output_bytes")),
+                          ("custom_call", ("file", "name", "target", "operand_count",
+                                           "output_bytes")),
+                          ("collective", ("file", "name", "op", "bytes", "executions",
+                                          "total_bytes")),
+                          ("while", ("file", "name", "trip_count", "executions"))):
+        if _of(records, kind):
+            out.append(_table(f"{kind.replace('_', ' ')}s", columns, _of(records, kind)))
+    return out
+
+
+def _bench_summary(records: Sequence[dict[str, Any]]) -> list[Table]:
+    columns = ["metric", "count", "mean", "min", "p50", "p90", "p99", "max"]
+    if any("group" in r for r in _of(records, "metric")):
+        columns.insert(1, "group")
+    return [_table("metrics", columns, _of(records, "metric"))]
+
+
+RENDERERS: dict[str, Callable[[Sequence[dict[str, Any]]], list[Table]]] = {
+    "trace-summary": _trace_summary, "hlo-stats": _hlo_stats, "bench-summary": _bench_summary}
+
+
+def tables(plugin_name: str, records: list[dict[str, Any]]) -> list[Table]:
+    """The tables showing ``records`` (a built-in plugin's result, meta record included).
+
+    Returns [] for a plugin that is not built in. Records of unknown kinds are ignored; a
+    missing field shows as None.
+    """
+    renderer = RENDERERS.get(plugin_name)
+    return renderer(records) if renderer else []
