@@ -114,7 +114,7 @@ def error_from_response(status: int, body: Any, *, url: str) -> CLIError:
         message = f"the server failed (HTTP {status}): {message}"
     if exit_code is ExitCode.AUTH and status == 401:
         message = f"{message.rstrip('.')}; run `falcon auth login`"
-    return CLIError(message, exit_code)
+    return CLIError(message, exit_code, status=status)
 
 
 class FalconClient:

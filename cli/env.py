@@ -40,6 +40,14 @@ def default_config_dir(environ: Mapping[str, str]) -> Path:
     return Path("~/.config/falcon").expanduser()
 
 
+def _stdin_is_terminal() -> bool:
+    """True when the process's stdin is a terminal (a prompt can be answered)."""
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (AttributeError, ValueError):  # a closed or replaced stdin
+        return False
+
+
 def columns_from(environ: Mapping[str, str]) -> int | None:
     """Return the width `COLUMNS` asks for: None when unset or empty, `FALLBACK_WIDTH` when it is
     not a positive integer (`0`, `-3`, `abc`), which would otherwise make tables 0 columns wide
@@ -75,6 +83,8 @@ class Environment:
             in the cloudflare mode); tests pass a fake browser.
         login_timeout: seconds the browser login waits for the browser to come back.
         run: runs an external program (`subprocess.run`'s signature), for `--cloudflared`.
+        interactive: True when a person can answer a prompt (stdin is a terminal); tests
+            pretend either way.
     """
 
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
@@ -89,6 +99,7 @@ class Environment:
     open_browser: Callable[[str], bool] = open_in_browser
     login_timeout: float = DEFAULT_LOGIN_TIMEOUT
     run: Callable[..., Any] | None = None
+    interactive: Callable[[], bool] = _stdin_is_terminal
     _consoles: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property

@@ -15,11 +15,16 @@ Scripts branch on these numbers, so they are stable: never renumber, only add.
 | 5    | AUTH        | not logged in, the cached session expired, or the server refused the      |
 |      |             | token (HTTP 401): run `falcon auth login`                                 |
 | 6    | EXP_FAILED  | `exp wait` / `exp create --wait`: the experiment ended Failed or Aborted  |
-| 7    | TIMEOUT     | `exp wait --timeout` elapsed before the experiment reached a final state  |
+| 7    | TIMEOUT     | `exp wait --timeout` (or `analysis create --wait --timeout`) elapsed      |
+|      |             | before the experiment (analysis) reached a final state                    |
 | 8    | INVALID     | the server rejected the input (HTTP 400/413 field errors)                 |
-| 9    | UNAVAILABLE | the server could not be reached or did not answer in time                 |
+| 9    | UNAVAILABLE | the server could not be reached or did not answer in time, or (analysis   |
+|      |             | and plugins commands) the server answered 503: the analyzer controller is |
+|      |             | unavailable                                                               |
 | 10   | FORBIDDEN   | logged in, but not allowed to do this, e.g. aborting another user's       |
 |      |             | experiment (HTTP 403); logging in again does not help                     |
+| 11   | ANALYSIS_   | `analysis create --wait`: the analysis ended failed or cancelled          |
+|      | FAILED      |                                                                           |
 | 130  | INTERRUPTED | Ctrl-C (SIGINT) stopped the command (`exp wait`: the experiment goes on)   |
 | 141  | OUTPUT_     | the reader of stdout or stderr went away (`falcon ... | head -1`): the     |
 |      | CLOSED      | command stopped quietly, without a message (an experiment it created or   |
@@ -45,5 +50,6 @@ class ExitCode(IntEnum):
     INVALID = 8
     UNAVAILABLE = 9
     FORBIDDEN = 10  # 7 is TIMEOUT already: codes are never renumbered
+    ANALYSIS_FAILED = 11
     INTERRUPTED = 130  # 128 + SIGINT, the shell's convention
     OUTPUT_CLOSED = 141  # 128 + SIGPIPE, the same convention

@@ -11,6 +11,7 @@ import sys
 
 import rich_click as click
 
+from .analysis import analysis_group, plugins_group
 from .auth import auth_group
 from .env import Environment, columns_from
 from .errors import CLIError
@@ -114,7 +115,8 @@ def falcon(ctx: click.Context) -> None:
     Log in once with `falcon auth login`, then e.g. `falcon exp create --name ... --cluster ...
     --type ... --role-to-task-spec tasks.yaml --config config.yaml`.
     Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 conflict, 5 not logged in, 6 experiment
-    failed, 7 timeout, 8 invalid input, 9 server unavailable, 10 forbidden, 130 interrupted
+    failed, 7 timeout, 8 invalid input, 9 server unavailable, 10 forbidden, 11 analysis failed
+    or cancelled, 130 interrupted
     (Ctrl-C), 141 output closed (e.g. `| head`; the command stopped quietly).
     """
     ctx.ensure_object(Environment)
@@ -122,6 +124,8 @@ def falcon(ctx: click.Context) -> None:
 
 falcon.add_command(auth_group)
 falcon.add_command(exp_group)
+falcon.add_command(analysis_group)
+falcon.add_command(plugins_group)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -29,23 +29,50 @@ def output_option(func):
     )(func)
 
 
-class ExpIdType(click.ParamType):
-    """An experiment id: ASCII digits, from 1 to `MAX_ID`, checked before any request.
+class IdType(click.ParamType):
+    """A database id: ASCII digits, from 1 to `MAX_ID`, checked before any request.
 
     click's `int` would take `-1`, `+5`, `1_000` or non-ASCII digits, and the server would only
     answer that no such endpoint exists.
+
+    Args:
+        entity: what the id names in the message, e.g. `an experiment`.
+        lister: the command that lists the ids, e.g. `falcon exp list`.
     """
 
     name = "ID"
 
+    def __init__(self, entity: str, lister: str):
+        self.entity = entity
+        self.lister = lister
+
     def convert(self, value, param, ctx):
         text = str(value)
         if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_ID:
-            self.fail(f"{text!r} is not an experiment id: ids are whole numbers from 1 to "
-                      f"{MAX_ID} (see `falcon exp list`)", param, ctx)
+            self.fail(f"{text!r} is not {self.entity} id: ids are whole numbers from 1 to "
+                      f"{MAX_ID} (see `{self.lister}`)", param, ctx)
         return int(text)
+
+
+class ExpIdType(IdType):
+    """An experiment id (`IdType`)."""
+
+    def __init__(self):
+        super().__init__("an experiment", "falcon exp list")
+
+
+class AnalysisIdType(IdType):
+    """An analysis id (`IdType`)."""
+
+    def __init__(self):
+        super().__init__("an analysis", "falcon analysis list")
 
 
 def exp_id_argument(func):
     """Add the `ID` argument: an experiment id (`ExpIdType`)."""
     return click.argument("exp_id", type=ExpIdType(), metavar="ID")(func)
+
+
+def analysis_id_argument(func):
+    """Add the `ID` argument: an analysis id (`AnalysisIdType`)."""
+    return click.argument("analysis_id", type=AnalysisIdType(), metavar="ID")(func)

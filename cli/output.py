@@ -19,7 +19,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from core.statuses import ExpStatus, JobStatus
+from core.statuses import AnalysisStatus, ExpStatus, JobStatus
 
 from .visible import visible
 
@@ -29,6 +29,9 @@ STATUS_STYLES = {
     ExpStatus.CREATED: "cyan", JobStatus.PENDING: "cyan", ExpStatus.RUNNING: "yellow",
     ExpStatus.SUCCEEDED: "green", ExpStatus.FAILED: "red", ExpStatus.ABORTING: "magenta",
     ExpStatus.ABORTED: "magenta",
+    AnalysisStatus.PENDING: "cyan", AnalysisStatus.RUNNING: "yellow",
+    AnalysisStatus.SUCCEEDED: "green", AnalysisStatus.FAILED: "red",
+    AnalysisStatus.CANCELLED: "magenta",
 }
 
 
@@ -210,3 +213,197 @@ def duration(seconds: float) -> str:
     if minutes:
         return f"{minutes}m{secs:02d}s"
     return f"{secs}s"
+
+
+# --- analyses and plugins ------------------------------------------------------------------------
+
+def _parse_time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.astimezone()
+
+
+def run_time(analysis: dict[str, Any], now: datetime | None = None) -> str:
+    """Return how long an analysis ran: `finished_at - started_at`, or up to `now` while running.
+
+    Args:
+        analysis: the analysis as the API returns it (ISO-8601 `started_at`, `finished_at`).
+        now: the current time (aware); None means the wall clock.
+
+    Returns:
+        A `duration` string, or `-` when it never started.
+    """
+    from datetime import timezone
+
+    started = _parse_time(analysis.get("started_at"))
+    if started is None:
+        return "-"
+    finished = _parse_time(analysis.get("finished_at"))
+    end = finished or now or datetime.now(timezone.utc)
+    return duration((end - started).total_seconds())
+
+
+def analysis_list_table(console: Console, analyses: list[dict[str, Any]]) -> None:
+    """Draw analyses one row each: id, name, experiment, type, plugin, status, attempts,
+    created, duration."""
+    if not analyses:
+        console.print("No analyses match.")
+        return
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for column in ("ID", "NAME", "EXP", "TYPE", "PLUGIN", "STATUS", "ATTEMPTS", "CREATED",
+                   "DURATION"):
+        table.add_column(column, overflow="fold")
+    for item in analyses:
+        table.add_row(plain(item.get("id")), plain(item.get("name")), plain(item.get("exp_id")),
+                      plain(item.get("analysis_type")),
+                      plain(item.get("plugin_name") or "(command)"),
+                      status_text(item.get("status")), plain(item.get("attempts")),
+                      plain(when(item.get("created_at"))), plain(run_time(item)))
+    console.print(table)
+
+
+def analysis_summary(analysis: dict[str, Any]) -> Table:
+    """Return every field of an analysis as a two-column table; the queue position only while
+    pending, the error message only when there is one."""
+    script = "-"
+    if analysis.get("has_script"):
+        script = f"yes ({analysis.get('script_bytes')} bytes)"
+    rows: list[tuple[str, Text]] = [
+        ("id", plain(analysis.get("id"))),
+        ("name", plain(analysis.get("name"))),
+        ("experiment", plain(analysis.get("exp_id"))),
+        ("type", plain(analysis.get("analysis_type"))),
+        ("plugin", plain(analysis.get("plugin_name"))),
+        ("command", plain(analysis.get("command"), multiline=True)),
+        ("script", plain(script)),
+        ("status", status_text(analysis.get("status"))),
+    ]
+    if analysis.get("status") == AnalysisStatus.PENDING:
+        position = analysis.get("queue_position")
+        rows.append(("queue position", plain(position if position is not None else "unknown")))
+    rows += [("reason", plain(analysis.get("reason")))]
+    if analysis.get("error_message"):
+        rows.append(("error", plain(analysis.get("error_message"), multiline=True)))
+    rows += [
+        ("attempts", plain(analysis.get("attempts"))),
+        ("artifact", plain(analysis.get("artifact_id"))),
+        ("result path", plain(analysis.get("result_path"))),
+        ("cluster object", plain(analysis.get("cluster_object_name"))),
+        ("creator", plain(analysis.get("creator"))),
+        ("created", plain(when(analysis.get("created_at")))),
+        ("updated", plain(when(analysis.get("updated_at")))),
+        ("started", plain(when(analysis.get("started_at")))),
+        ("finished", plain(when(analysis.get("finished_at")))),
+        ("duration", plain(run_time(analysis))),
+    ]
+    return _fields_table(rows)
+
+
+def analysis_detail(console: Console, analysis: dict[str, Any]) -> None:
+    """Draw one analysis (`analysis_summary`)."""
+    console.print(analysis_summary(analysis))
+
+
+def _resources(plugin: dict[str, Any]) -> str:
+    res = plugin.get("resources") or {}
+    if not isinstance(res, dict):
+        return str(res)
+    cpu = f"cpu {res.get('cpu_request', '-')}/{res.get('cpu_limit', '-')}"
+    memory = f"memory {res.get('memory_request', '-')}/{res.get('memory_limit', '-')}"
+    return f"{cpu}, {memory}"
+
+
+def _types(plugin: dict[str, Any]) -> str:
+    types = plugin.get("artifact_types")
+    return ", ".join(str(t) for t in types) if isinstance(types, list) else str(types or "-")
+
+
+def plugin_list_table(console: Console, plugins: list[dict[str, Any]]) -> None:
+    """Draw the plugin catalog, one row per plugin (name, artifact types, description)."""
+    if not plugins:
+        console.print("No plugins in the catalog.")
+        return
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for column in ("NAME", "ARTIFACT TYPES", "TIMEOUT", "DESCRIPTION"):
+        table.add_column(column, overflow="fold")
+    for plugin in plugins:
+        timeout = plugin.get("timeout_seconds")
+        table.add_row(plain(plugin.get("name")), plain(_types(plugin)),
+                      plain(duration(timeout) if isinstance(timeout, (int, float)) else timeout),
+                      plain(plugin.get("description")))
+    console.print(table)
+
+
+def plugin_detail(console: Console, plugin: dict[str, Any]) -> None:
+    """Draw one plugin: its name, description, command, artifact types, resources, timeout, and
+    any other field the server sends."""
+    known = {"name", "description", "command", "artifact_types", "resources", "timeout_seconds"}
+    timeout = plugin.get("timeout_seconds")
+    rows = [
+        ("name", plain(plugin.get("name"))),
+        ("description", plain(plugin.get("description"), multiline=True)),
+        ("command", plain(plugin.get("command"), multiline=True)),
+        ("artifact types", plain(_types(plugin))),
+        ("resources (request/limit)", plain(_resources(plugin))),
+        ("timeout", plain(f"{timeout} s" if timeout is not None else None)),
+    ]
+    rows += [(str(key), plain(cell(value))) for key, value in plugin.items() if key not in known]
+    console.print(_fields_table(rows))
+
+
+def cell(value: Any) -> str:
+    """One JSON value as table text: strings as they are, anything else as compact JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def result_tables(console: Console, tables: list[tuple[str, list[str], list[list[Any]]]]) -> None:
+    """Draw result tables given as `(title, columns, rows)`; a cell is shown with `cell`.
+
+    Args:
+        console: where to draw.
+        tables: each table's title, its column names and its rows (one value per column).
+    """
+    parts: list[Any] = []
+    for title, columns, rows in tables:
+        table = Table(title=visible(str(title)) if title else None, title_justify="left",
+                      box=box.SIMPLE_HEAD, pad_edge=False)
+        for column in columns:
+            table.add_column(visible(str(column)), overflow="fold")
+        for row in rows:
+            table.add_row(*(Text("-") if value is None else plain(cell(value)) for value in row))
+        parts.append(table)
+    if not parts:
+        console.print("No records.")
+        return
+    console.print(Group(*parts))
+
+
+def generic_tables(records: list[Any]) -> list[tuple[str, list[str], list[list[Any]]]]:
+    """Lay out any JSON records as key/value tables: one table per `kind` (records without one
+    share a `records` table), its columns the keys in the order first seen.
+
+    Args:
+        records: the parsed results, usually JSON objects; anything else is shown under `value`.
+
+    Returns:
+        `(title, columns, rows)` for `result_tables`; a missing key is None.
+    """
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        if not isinstance(record, dict):
+            record = {"value": record}
+        kind = record.get("kind")
+        groups.setdefault(kind if isinstance(kind, str) and kind else "records", []).append(record)
+    tables = []
+    for title, group in groups.items():
+        columns: list[str] = []
+        for record in group:
+            columns += [key for key in record if key not in columns]
+        tables.append((title, columns, [[record.get(key) for key in columns] for record in group]))
+    return tables

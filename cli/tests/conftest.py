@@ -60,11 +60,12 @@ class Falcon:
     clock: object = None
     stdout: object = None  # a stream for results; None: click's captured stdout
     environ: dict = field(default_factory=dict)
+    interactive: object = None  # () -> bool: whether a prompt can be answered
 
     def env(self) -> Environment:
         kwargs = {"config_dir": self.config_dir, "environ": dict(self.environ),
                   "transport": self.transport, "http_timeout": 10.0}
-        for name in ("sleep", "monotonic", "clock", "stdout"):
+        for name in ("sleep", "monotonic", "clock", "stdout", "interactive"):
             if getattr(self, name) is not None:
                 kwargs[name] = getattr(self, name)
         return Environment(**kwargs)

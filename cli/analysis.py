@@ -1,0 +1,592 @@
+"""`falcon analysis` and `falcon plugins`: the Data Analyzer's HTTP API (docs/analyzer.md).
+
+Only click is imported at module level; httpx, rich and yaml are imported inside the commands.
+
+The API server keeps the analysis records; what has a side effect on the analyzer controller
+(creating, cancelling, deleting, the live log, the plugin catalog) goes through it, and a 503
+means the controller is unavailable, while records stay readable.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import rich_click as click
+
+from core.statuses import ANALYSIS_TERMINAL, AnalysisStatus, AnalysisType
+
+from .errors import CLIError
+from .exit_codes import ExitCode
+from .options import (
+    ExpIdType,
+    analysis_id_argument,
+    output_option,
+    pass_env,
+    server_option,
+)
+from .visible import visible
+
+ANALYSES = "/api/v1/analyses"
+PLUGINS = "/api/v1/plugins"
+STATUSES = tuple(status.value for status in AnalysisStatus)
+TYPES = tuple(kind.value for kind in AnalysisType)
+SCRIPT_MAX_BYTES = 1024 * 1024  # 1 MiB: a script is source text, not data
+DEFAULT_INTERVAL = 2.0  # seconds between polls of `--wait` and `logs --follow`
+# Seconds `--wait` and `logs --follow` keep polling a server that stopped answering (a restart).
+UNAVAILABLE_GRACE = 60.0
+CONTROLLER_UNAVAILABLE = ("the analyzer controller is unavailable; records stay readable "
+                          "(falcon analysis list/get)")
+RESOURCE_OPTIONS = ("cpu_request", "cpu_limit", "memory_request", "memory_limit")
+
+
+@contextlib.contextmanager
+def api_errors(*, analysis_id: int | None = None, plugin: str | None = None) -> Iterator[None]:
+    """Reword the server's errors of an analysis or plugins request.
+
+    A 503 becomes `CONTROLLER_UNAVAILABLE` with exit code UNAVAILABLE; a 404 about the analysis
+    `analysis_id` (or the plugin `plugin`) becomes `no analysis ID` (`no plugin NAME`) with
+    NOT_FOUND. Anything else (400 field errors, 401, 409, ...) passes through as the client made
+    it (`cli.client.error_from_response`).
+
+    Args:
+        analysis_id: the analysis the request is about, or None.
+        plugin: the plugin the request is about, or None.
+
+    Raises:
+        CLIError: the reworded error.
+    """
+    try:
+        yield
+    except CLIError as exc:
+        if exc.status == 503:
+            raise CLIError(CONTROLLER_UNAVAILABLE, ExitCode.UNAVAILABLE, status=503) from None
+        if exc.status == 404 and analysis_id is not None:
+            raise CLIError(f"no analysis {analysis_id} (see `falcon analysis list`)",
+                           ExitCode.NOT_FOUND, status=404) from None
+        if exc.status == 404 and plugin is not None:
+            raise CLIError(f"no plugin {plugin!r} (see `falcon plugins list`)",
+                           ExitCode.NOT_FOUND, status=404) from None
+        raise
+
+
+def read_script_file(path: str) -> str:
+    """Read the `--script` file as UTF-8 text, byte for byte.
+
+    Args:
+        path: the file as the user gave it.
+
+    Returns:
+        The script's text, sent as the analysis' `script`.
+
+    Raises:
+        CLIError(USAGE): the file is missing, not a regular file, over `SCRIPT_MAX_BYTES`
+            (1 MiB; the message names its size and the limit), unreadable or not UTF-8.
+    """
+    from .files import decode_utf8, read_limited
+
+    what = "script file"
+    data = read_limited(path, what, SCRIPT_MAX_BYTES, "--script accepts a file of")
+    return decode_utf8(data, path, what)
+
+
+# --- falcon analysis ---------------------------------------------------------------------------
+
+@click.group("analysis")
+def analysis_group() -> None:
+    """Run plugins or commands over an experiment's artifact, and read their results.
+
+    An analysis runs one plugin (`falcon plugins list`) or your own command (with an optional
+    script) over a finished experiment's artifact, and writes its results and its log.
+    """
+
+
+@analysis_group.command("create")
+@click.option("--exp", "exp_id", type=ExpIdType(), required=True, metavar="ID",
+              help="The finished experiment whose artifact is analysed.")
+@click.option("--plugin", help="Run this catalog plugin (see `falcon plugins list`). "
+                               "Exclusive with --command.")
+@click.option("--command", help="Run this shell command instead of a plugin. Exclusive with "
+                                "--plugin.")
+@click.option("--script", "script_file", metavar="FILE",
+              help="A UTF-8 file (at most 1 MiB) sent along with --command for it to run.")
+@click.option("--name", help="A name for the analysis.")
+@click.option("--cpu-request", metavar="Q", help="CPU request, a Kubernetes quantity (500m, 2).")
+@click.option("--cpu-limit", metavar="Q", help="CPU limit, a Kubernetes quantity.")
+@click.option("--memory-request", metavar="Q",
+              help="Memory request, a Kubernetes quantity (512Mi, 2Gi).")
+@click.option("--memory-limit", metavar="Q", help="Memory limit, a Kubernetes quantity.")
+@click.option("--wait", is_flag=True,
+              help="Wait until the analysis ends; exit code 11 when it failed or was cancelled.")
+@click.option("--timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help="With --wait: give up after this many seconds (exit code 7).")
+@output_option
+@server_option
+@pass_env
+def create(env, exp_id: int, plugin: str | None, command: str | None, script_file: str | None,
+           name: str | None, cpu_request: str | None, cpu_limit: str | None,
+           memory_request: str | None, memory_limit: str | None, wait: bool,
+           timeout: float | None, output: str, server: str) -> None:
+    """Create an online analysis of an experiment's artifact (POST /api/v1/analyses).
+
+    Give exactly one of --plugin and --command; --script needs --command.
+    """
+    from . import output as out
+    from .client import open_client
+
+    if script_file is not None and command is None:
+        raise click.UsageError("--script FILE is run by a --command; give --command CMD too "
+                               "(a --plugin takes no script)")
+    if (plugin is None) == (command is None):
+        which = "both were given" if plugin is not None else "neither was given"
+        raise click.UsageError(f"give exactly one of --plugin NAME and --command CMD ({which})")
+    if timeout is not None and not wait:
+        raise click.UsageError("--timeout applies to --wait; add --wait or drop --timeout")
+
+    body: dict[str, Any] = {"exp_id": exp_id}
+    if plugin is not None:
+        body["plugin"] = plugin
+    if command is not None:
+        body["command"] = command
+    if script_file is not None:
+        body["script"] = read_script_file(script_file)
+    if name is not None:
+        body["name"] = name
+    given = dict(zip(RESOURCE_OPTIONS, (cpu_request, cpu_limit, memory_request, memory_limit)))
+    resources = {key: value for key, value in given.items() if value is not None}
+    if resources:
+        body["resources"] = resources
+
+    with open_client(env, server) as client:
+        try:
+            with api_errors():
+                analysis = client.request("POST", ANALYSES, json=body)
+        except CLIError as exc:
+            if exc.status == 404:
+                raise CLIError(f"no experiment {exp_id} ({exc.message})", ExitCode.NOT_FOUND,
+                               status=404) from None
+            raise
+        if not wait:
+            out.emit(env, analysis, output, out.analysis_detail)
+            return
+        if output == "table":
+            env.print_out(visible(f"created analysis {analysis['id']}"
+                                  + (f" ({analysis['name']})" if analysis.get("name") else "")))
+        wait_for(env, client, analysis["id"], interval=DEFAULT_INTERVAL, timeout=timeout,
+                 output=output)
+
+
+def _progress_line(analysis: dict[str, Any], elapsed: float) -> str:
+    from .output import duration
+
+    line = f"[{duration(elapsed)}] analysis {analysis.get('id')} {analysis.get('status')}"
+    if analysis.get("status") == AnalysisStatus.PENDING:
+        position = analysis.get("queue_position")
+        line += f" (queue position {position if position is not None else 'unknown'})"
+    return visible(line)
+
+
+def wait_for(env, client, analysis_id: int, *, interval: float, timeout: float | None,
+             output: str) -> dict[str, Any]:
+    """Poll GET /api/v1/analyses/{id} until the analysis is succeeded, failed or cancelled.
+
+    One line is printed per change of status or queue position (`[12s] analysis 7 pending
+    (queue position 3)`), on stdout for `table` and on stderr for `json`/`yaml`; then the final
+    analysis is printed in the chosen format.
+
+    Args:
+        env: the run's `Environment` (its `sleep` and `monotonic` pace the loop).
+        client: a `FalconClient` for the server.
+        analysis_id: the analysis' id.
+        interval: seconds between polls.
+        timeout: seconds before giving up, or None to wait forever.
+        output: `table`, `json` or `yaml`.
+
+    Returns:
+        The final analysis, when it succeeded.
+
+    Raises:
+        CLIError: ANALYSIS_FAILED when it ended failed or cancelled, TIMEOUT when `timeout`
+            elapses, UNAVAILABLE when the server stays unreachable for `UNAVAILABLE_GRACE`
+            seconds, INTERRUPTED on Ctrl-C (the analysis goes on), or the request's error.
+    """
+    from . import output as out
+
+    stream = env.out if output == "table" else env.err
+    start = env.monotonic()
+    down_since: float | None = None
+    last = None
+    with api_errors(analysis_id=analysis_id):
+        analysis = client.request("GET", f"{ANALYSES}/{analysis_id}")
+    try:
+        while True:
+            seen = (analysis.get("status"), analysis.get("queue_position"))
+            if seen != last:
+                last = seen
+                stream.write(_progress_line(analysis, env.monotonic() - start) + "\n")
+                stream.flush()
+            if analysis.get("status") in ANALYSIS_TERMINAL:
+                break
+            now = env.monotonic()
+            if timeout is not None and now - start >= timeout:
+                raise CLIError(f"gave up waiting for analysis {analysis_id} after "
+                               f"{out.duration(now - start)}; it is still "
+                               f"{analysis.get('status')}", ExitCode.TIMEOUT)
+            delay = interval if timeout is None else min(interval, start + timeout - now)
+            env.sleep(max(delay, 0.0))
+            try:
+                with api_errors(analysis_id=analysis_id):
+                    analysis = client.request("GET", f"{ANALYSES}/{analysis_id}")
+                down_since = None
+            except CLIError as exc:
+                if exc.code != ExitCode.UNAVAILABLE:
+                    raise
+                down_since = env.monotonic() if down_since is None else down_since
+                if env.monotonic() - down_since > UNAVAILABLE_GRACE:
+                    raise
+    except KeyboardInterrupt:
+        raise CLIError(f"stopped waiting; analysis {analysis_id} is still "
+                       f"{analysis.get('status')} (`falcon analysis get {analysis_id}` shows it, "
+                       f"`falcon analysis cancel {analysis_id}` stops it)",
+                       ExitCode.INTERRUPTED) from None
+
+    out.emit(env, analysis, output, out.analysis_detail)
+    status = analysis.get("status")
+    if status != AnalysisStatus.SUCCEEDED:
+        detail = ": ".join(str(v) for v in (analysis.get("reason"), analysis.get("error_message"))
+                           if v)
+        raise CLIError(f"analysis {analysis_id} ended {status}"
+                       + (f" ({detail})" if detail else ""), ExitCode.ANALYSIS_FAILED)
+    return analysis
+
+
+@analysis_group.command("list")
+@click.option("--exp", "exp_id", type=ExpIdType(), metavar="ID",
+              help="Only analyses of this experiment.")
+@click.option("--status", type=click.Choice(STATUSES, case_sensitive=False),
+              help="Only analyses in this status.")
+@click.option("--type", "analysis_type", type=click.Choice(TYPES, case_sensitive=False),
+              help="Only offline (automatic) or online (asked for) analyses.")
+@click.option("--plugin", help="Only analyses of this plugin.")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True,
+              help="At most this many rows, newest first (pages are followed).")
+@output_option
+@server_option
+@pass_env
+def list_(env, exp_id: int | None, status: str | None, analysis_type: str | None,
+          plugin: str | None, limit: int, output: str, server: str) -> None:
+    """List analyses, newest first."""
+    from . import output as out
+    from .client import open_client
+
+    params: list[tuple[str, str]] = []
+    for key, value in (("exp", exp_id), ("status", status), ("analysis_type", analysis_type),
+                       ("plugin", plugin)):
+        if value is not None:
+            params.append((key, str(value)))
+    with open_client(env, server) as client, api_errors():
+        analyses = list(client.paginate(ANALYSES, params=params, limit=limit))
+    out.emit(env, analyses, output, out.analysis_list_table)
+
+
+@analysis_group.command("get")
+@analysis_id_argument
+@output_option
+@server_option
+@pass_env
+def get(env, analysis_id: int, output: str, server: str) -> None:
+    """Show one analysis: every field, its queue position while pending, its error when it
+    failed."""
+    from . import output as out
+    from .client import open_client
+
+    with open_client(env, server) as client, api_errors(analysis_id=analysis_id):
+        analysis = client.request("GET", f"{ANALYSES}/{analysis_id}")
+    out.emit(env, analysis, output, out.analysis_detail)
+
+
+@analysis_group.command("logs")
+@analysis_id_argument
+@click.option("--follow", "-f", is_flag=True,
+              help="Keep printing the log as it grows, until the analysis has ended.")
+@server_option
+@pass_env
+def logs(env, analysis_id: int, follow: bool, server: str) -> None:
+    """Print an analysis' log (its stdout and stderr).
+
+    Without --follow, prints what there is now; with it, keeps polling until the log is
+    complete. On a terminal, control characters are shown as escapes; a pipe gets the log as is.
+    """
+    from .client import open_client
+
+    with open_client(env, server) as client:
+        follow_log(env, client, analysis_id, follow=follow, interval=DEFAULT_INTERVAL)
+
+
+def follow_log(env, client, analysis_id: int, *, follow: bool, interval: float) -> None:
+    """Print the log of `analysis_id` page by page, from byte offset 0.
+
+    Each page is `GET /api/v1/analyses/{id}/logs?offset=N`, answered with `{"content",
+    "next_offset", "complete", "note"}`; the next page starts at `next_offset`. Without `follow`,
+    pages are read while they bring content; with it, until `complete` is true, sleeping
+    `interval` seconds whenever a page brings nothing new. The `note`, if any, is printed once on
+    stderr at the end.
+
+    Args:
+        env: the run's `Environment`.
+        client: a `FalconClient`.
+        analysis_id: the analysis.
+        follow: keep polling until the log is complete.
+        interval: seconds between polls that brought nothing.
+
+    Raises:
+        CLIError: NOT_FOUND (no such analysis), UNAVAILABLE (503: the controller is down, or
+            the server unreachable for `UNAVAILABLE_GRACE` seconds while following),
+            INTERRUPTED (Ctrl-C), ERROR (an answer that is not a log page).
+    """
+    raw = not _is_terminal(env.out)
+    offset = 0
+    note = None
+    down_since: float | None = None
+    path = f"{ANALYSES}/{analysis_id}/logs"
+    try:
+        while True:
+            try:
+                with api_errors(analysis_id=analysis_id):
+                    page = client.request("GET", path, params={"offset": str(offset)})
+                down_since = None
+            except CLIError as exc:
+                if not follow or offset == 0 or exc.code != ExitCode.UNAVAILABLE:
+                    raise
+                down_since = env.monotonic() if down_since is None else down_since
+                if env.monotonic() - down_since > UNAVAILABLE_GRACE:
+                    raise
+                env.sleep(interval)
+                continue
+            content, next_offset = _log_page(page, path)
+            if content:
+                env.out.write(content if raw else visible(content, multiline=True))
+                env.out.flush()
+            note = page.get("note") or note
+            complete = bool(page.get("complete"))
+            advanced = next_offset > offset
+            offset = max(offset, next_offset)
+            if complete:
+                break
+            if not follow:
+                if not content or not advanced:
+                    break
+                continue
+            if not content:
+                env.sleep(interval)
+    except KeyboardInterrupt:
+        raise CLIError(f"stopped following the log of analysis {analysis_id} (the analysis goes "
+                       "on)", ExitCode.INTERRUPTED) from None
+    if note:
+        env.print_err(visible(f"note: {note}"))
+
+
+def _log_page(page: Any, path: str) -> tuple[str, int]:
+    content = page.get("content") if isinstance(page, dict) else None
+    next_offset = page.get("next_offset") if isinstance(page, dict) else None
+    if (not isinstance(content, str) or isinstance(next_offset, bool)
+            or not isinstance(next_offset, int)):
+        raise CLIError(f"the server's answer to GET {path} is not a log page", ExitCode.ERROR)
+    return content, next_offset
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+@analysis_group.command("results")
+@analysis_id_argument
+@click.option("-o", "--output", "output", type=click.Choice(("table", "json")), default="table",
+              show_default=True,
+              help="table for people; json prints the results file's JSONL, one object a line.")
+@server_option
+@pass_env
+def results(env, analysis_id: int, output: str, server: str) -> None:
+    """Show an analysis' results.
+
+    The table lays out a known plugin's records as its own tables, any other as key/value
+    tables. `-o json` prints one JSON object per line, compact and in the stored key order (as
+    the plugins write them).
+    """
+    from .client import open_client
+
+    path = f"{ANALYSES}/{analysis_id}/results"
+    with open_client(env, server) as client:
+        try:
+            with api_errors():
+                answer = client.request("GET", path)
+        except CLIError as exc:
+            if exc.status != 404:
+                raise
+            # Which 404: no such analysis, or no results (yet)?
+            with api_errors(analysis_id=analysis_id):
+                analysis = client.request("GET", f"{ANALYSES}/{analysis_id}")
+            raise CLIError(f"analysis {analysis_id} ({analysis.get('status')}) has no results"
+                           + ("" if analysis.get("status") in ANALYSIS_TERMINAL else " yet")
+                           + f" ({exc.message})", ExitCode.NOT_FOUND, status=404) from None
+        plugin_name = None
+        if output == "table":
+            with api_errors(analysis_id=analysis_id):
+                plugin_name = client.request("GET", f"{ANALYSES}/{analysis_id}").get(
+                    "plugin_name")
+    records = answer.get("records") if isinstance(answer, dict) else None
+    if not isinstance(records, list):
+        raise CLIError(f"the server's answer to GET {path} holds no list of records",
+                       ExitCode.ERROR)
+    if output == "json":
+        import json
+
+        env.out.write("".join(json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+                              + "\n" for record in records))
+        env.out.flush()
+    else:
+        from . import output as out
+
+        out.result_tables(env.console(),
+                          render_tables(plugin_name, records, warn=lambda line: env.print_err(
+                              visible(line))))
+    if answer.get("truncated"):
+        env.print_err(f"note: the results of analysis {analysis_id} are truncated: only the "
+                      f"first {len(records)} records are shown")
+
+
+def render_tables(plugin_name: str | None, records: list[Any],
+                  warn=None) -> list[tuple[str, list[str], list[list[Any]]]]:
+    """Lay out result records as `(title, columns, rows)` tables.
+
+    A built-in plugin gets the tables of `plugins.render.tables(plugin_name, records)`; a plugin
+    it does not know (it answers `[]`), a command run (`plugin_name` None), or records it cannot
+    read (a renderer expecting a field that is missing) get `output.generic_tables`.
+
+    Args:
+        plugin_name: the analysis' plugin, or None for a command.
+        records: the parsed JSONL records.
+        warn: called with one line when the plugin's renderer failed on these records.
+    """
+    from . import output as out
+
+    tables: list[tuple[str, list[str], list[list[Any]]]] = []
+    if plugin_name:
+        from plugins import render
+
+        try:
+            tables = [(table.title, list(table.columns), [list(row) for row in table.rows])
+                      for table in render.tables(plugin_name, records)]
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            if warn is not None:
+                warn(f"note: the {plugin_name} records do not have the shape its tables expect "
+                     f"({type(exc).__name__}: {exc}); showing them as key/value tables")
+            tables = []
+    return tables or out.generic_tables(records)
+
+
+@analysis_group.command("cancel")
+@analysis_id_argument
+@output_option
+@server_option
+@pass_env
+def cancel(env, analysis_id: int, output: str, server: str) -> None:
+    """Cancel an analysis; an analysis that has already ended is left as it is."""
+    from . import output as out
+    from .client import open_client
+
+    with open_client(env, server) as client, api_errors(analysis_id=analysis_id):
+        analysis = client.request("POST", f"{ANALYSES}/{analysis_id}/cancel")
+    if output == "table":
+        env.print_out(visible(f"analysis {analysis.get('id')} is {analysis.get('status')}"))
+    else:
+        out.emit(env, analysis, output, out.analysis_detail)
+
+
+@analysis_group.command("delete")
+@analysis_id_argument
+@click.option("--purge", is_flag=True,
+              help="Also remove its results and log from the store (asks first).")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation of --purge.")
+@server_option
+@pass_env
+def delete(env, analysis_id: int, purge: bool, yes: bool, server: str) -> None:
+    """Delete an analysis that has ended (cancel it first if it has not); --purge also removes
+    its results and log."""
+    from .client import open_client
+
+    if purge and not yes:
+        if not env.interactive():
+            raise click.UsageError("--purge removes the results and log for good; without a "
+                                   "terminal to confirm it, pass --yes")
+        try:
+            confirmed = click.confirm(f"Delete analysis {analysis_id} and remove its results "
+                                      "and log for good?", default=False, err=True)
+        except click.exceptions.Abort:  # end of input or Ctrl-C at the prompt
+            env.print_err("")
+            confirmed = False
+        if not confirmed:
+            raise CLIError(f"analysis {analysis_id} was not deleted (pass --yes to purge without "
+                           "a prompt)", ExitCode.ERROR)
+    params = {"purge": "true"} if purge else None
+    with open_client(env, server) as client:
+        try:
+            with api_errors(analysis_id=analysis_id):
+                client.request("DELETE", f"{ANALYSES}/{analysis_id}", params=params)
+        except CLIError as exc:
+            if exc.status == 409:
+                raise CLIError(f"{exc.message.rstrip('.')}; only an analysis that has ended can "
+                               f"be deleted (`falcon analysis cancel {analysis_id}` first)",
+                               ExitCode.CONFLICT, status=409) from None
+            raise
+    env.print_out(f"deleted analysis {analysis_id}"
+                  + (" with its results and log" if purge else ""))
+
+
+# --- falcon plugins ----------------------------------------------------------------------------
+
+@click.group("plugins")
+def plugins_group() -> None:
+    """The analysis plugin catalog: what `falcon analysis create --plugin` can run."""
+
+
+@plugins_group.command("list")
+@output_option
+@server_option
+@pass_env
+def plugins_list(env, output: str, server: str) -> None:
+    """List the catalog's plugins."""
+    from . import output as out
+    from .client import open_client
+
+    with open_client(env, server) as client, api_errors():
+        answer = client.request("GET", PLUGINS)
+    plugins = answer.get("plugins") if isinstance(answer, dict) else None
+    if not isinstance(plugins, list):
+        raise CLIError(f"the server's answer to GET {PLUGINS} holds no list of plugins",
+                       ExitCode.ERROR)
+    out.emit(env, plugins, output, out.plugin_list_table)
+
+
+@plugins_group.command("get")
+@click.argument("name")
+@output_option
+@server_option
+@pass_env
+def plugins_get(env, name: str, output: str, server: str) -> None:
+    """Show one plugin: its command, artifact types, resources and timeout."""
+    from urllib.parse import quote
+
+    from . import output as out
+    from .client import open_client
+
+    with open_client(env, server) as client, api_errors(plugin=name):
+        plugin = client.request("GET", f"{PLUGINS}/{quote(name, safe='')}")
+    out.emit(env, plugin, output, out.plugin_detail)
+
+
+__all__ = ["analysis_group", "follow_log", "plugins_group", "read_script_file",
+           "render_tables", "wait_for"]
