@@ -1,7 +1,8 @@
 """`manage.py runlocal`: the whole platform on its embedded defaults, until Ctrl-C.
 
 Starts, as child processes of this one: the HTTP API (`runserver`), the gRPC API (`rungrpc`),
-the exp controller and the resource manager (`runcontroller exp|resources`), all on the embedded
+the exp controller, the resource manager and the analyzer controller (`runcontroller
+exp|resources|analyzer`, the latter serving AnalyzerService on FALCON_ANALYZER_ADDR), all on the embedded
 defaults (SQLite under var/, the local cluster backend, the local artifact directory and the
 local token issuer).
 
@@ -118,7 +119,7 @@ def listens(pid: int, port: int, host: str = "127.0.0.1") -> bool:
 
 
 class Command(BaseCommand):
-    help = "Run the HTTP API, the gRPC API and both controllers on the embedded defaults."
+    help = "Run the HTTP API, the gRPC API and the controllers on the embedded defaults."
     # Checked in handle(), once the local state the checks look for has been created.
     requires_system_checks: list = []
 
@@ -151,6 +152,9 @@ class Command(BaseCommand):
                                "--interval", interval, "--no-leader-election"],
             "resource-manager": [sys.executable, manage, "runcontroller", "resources",
                                  "--interval", interval, "--no-leader-election"],
+            # AnalyzerService on FALCON_ANALYZER_ADDR; runs adopted again after a restart.
+            "analyzer": [sys.executable, manage, "runcontroller", "analyzer",
+                         "--interval", interval, "--no-leader-election"],
         }
         stop = threading.Event()
 
