@@ -127,6 +127,9 @@ class Command(BaseCommand):
         parser.add_argument("--http", default="127.0.0.1:8000", help="HTTP address host:port.")
         parser.add_argument("--grpc", default=settings.FALCON_GRPC_ADDR,
                             help="gRPC address host:port (default: FALCON_GRPC_ADDR).")
+        parser.add_argument("--analyzer", default=settings.FALCON_ANALYZER_ADDR,
+                            help="AnalyzerService address host:port of the analyzer controller "
+                            "(default: FALCON_ANALYZER_ADDR).")
         parser.add_argument("--interval", type=float,
                             default=settings.FALCON_CONTROLLER_INTERVAL_SECONDS,
                             help="Seconds between two controller ticks.")
@@ -138,7 +141,14 @@ class Command(BaseCommand):
         self.check()
         call_command("migrate", interactive=False, verbosity=0)
         manage = str(Path(settings.BASE_DIR) / "manage.py")
+        analyzer = options["analyzer"]
+        problem = bind_problem(analyzer)
+        if problem:
+            raise CommandError(f"cannot start: the analyzer address {analyzer} cannot be listened "
+                               f"on: {problem}. Is another runlocal running? Stop it, or choose "
+                               "another address with --analyzer HOST:PORT. Nothing was started.")
         env = dict(os.environ, FALCON_GRPC_ADDR=grpc, FALCON_GRPC_TARGET=grpc,
+                   FALCON_ANALYZER_ADDR=analyzer, FALCON_ANALYZER_TARGET=analyzer,
                    PYTHONUNBUFFERED="1")
         interval = str(options["interval"])
         servers = {
@@ -153,7 +163,7 @@ class Command(BaseCommand):
             "resource-manager": [sys.executable, manage, "runcontroller", "resources",
                                  "--interval", interval, "--no-leader-election"],
             # AnalyzerService on FALCON_ANALYZER_ADDR; runs adopted again after a restart.
-            "analyzer": [sys.executable, manage, "runcontroller", "analyzer",
+            "analyzer": [sys.executable, manage, "runcontroller", "analyzer", "--addr", analyzer,
                          "--interval", interval, "--no-leader-election"],
         }
         stop = threading.Event()
