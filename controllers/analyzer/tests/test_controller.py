@@ -220,3 +220,39 @@ def test_lost_run_recreated_after_backoff_then_given_up(tmp_path):
     until(lambda: status(api, rec) == "failed", tick=c.tick)
     failed = api.get_record(rec.analysis_id)
     assert failed.reason == "RunLost" and "attempts 2 of 2" in failed.error_message
+
+
+def test_cancel_written_while_the_controller_was_down_stops_the_run(tmp_path):
+    api = FakeRecordAPI()
+    c = make_controller(api, tmp_path)
+    rec = online(api, tmp_path, plugin="slow")
+    until(lambda: status(api, rec) == "running", tick=c.tick)
+    name = run_name_for(rec.analysis_id)
+    until(lambda: runner_pids(name))
+    api.update_record(rec.analysis_id, status="cancelled")  # the API server, straight to the DB
+    c2 = make_controller(api, tmp_path)
+    c2.tick()
+    assert c2.queues.holds(rec.analysis_id)  # held until nothing of the run is left
+    until(lambda: not runner_pids(name) and not c2.queues.holds(rec.analysis_id), tick=c2.tick)
+    assert status(api, rec) == "cancelled"
+
+
+def test_start_refuses_to_adopt_the_run_of_another_analysis(tmp_path):
+    import json
+
+    import pytest
+
+    from controllers.analyzer.backends.base import RunConflict, RunSpec
+
+    c = make_controller(FakeRecordAPI(), tmp_path)
+    folder = c.backend.folder("an-x")
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text(json.dumps({"analysis_id": "an-other", "pid": 1,
+                                                 "start_time": 0}))
+    with pytest.raises(RunConflict, match="an-other"):
+        c.backend.start(RunSpec(analysis_id="an-x", exp_id=1, command="true",
+                                artifact_path=artifact(tmp_path),
+                                result_path=(tmp_path / "r").as_uri() + "/"))
+    assert c.backend.observe(["an-x"])["an-x"].phase == "missing"
+    assert run_name_for("A" * 80) != run_name_for("A" * 79 + "B")
+    assert len(run_name_for("A" * 80)) <= 63
