@@ -15,7 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 # RunState.phase values.
-PENDING, RUNNING, SUCCEEDED, FAILED, MISSING = "pending", "running", "succeeded", "failed", "missing"
+PENDING, RUNNING, SUCCEEDED, FAILED, MISSING = (
+    "pending", "running", "succeeded", "failed", "missing")
 # RunState.reason values the runner and the backends write.
 NON_ZERO_EXIT, TIMEOUT, KILLED, NO_RESULTS, FETCH_FAILED, STOPPED = (
     "NonZeroExit", "Timeout", "Killed", "NoResults", "FetchFailed", "Stopped")

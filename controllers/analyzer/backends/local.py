@@ -35,7 +35,6 @@ from collections.abc import Iterable
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 from artifacts.store import store_for
 from controllers.cluster_backends.local import _process_table, _read_stat

@@ -20,7 +20,8 @@ def plugin(name: str, command: str, timeout: int = 60, types=("profiling",)) -> 
 
 CATALOG = {
     "echo-ok": plugin("echo-ok", 'echo "hello from $FALCON_ANALYSIS_ID"; '
-                      'ls "$FALCON_INPUT_DIR" > /dev/null; echo \'{"ok": 1}\' > "$FALCON_RESULT_FILE"'),
+                      'ls "$FALCON_INPUT_DIR" > /dev/null; '
+                      'echo \'{"ok": 1}\' > "$FALCON_RESULT_FILE"'),
     "no-results": plugin("no-results", "echo nothing"),
     "slow": plugin("slow", 'echo first line; sleep 30; echo never'),
     "short-timeout": plugin("short-timeout", "echo started; sleep 30", timeout=1),
