@@ -112,6 +112,28 @@ class ArtifactStore(ABC):
     def delete_tree(self, url: str) -> int:
         """Remove every file under the folder `url`; return how many were removed (0 if none)."""
 
+    @abstractmethod
+    def fetch_tree(self, url: str, dest: str | os.PathLike) -> int:
+        """Copy every file under the folder `url` into the local folder `dest`, keeping the
+        relative paths (the analyzer's scratch copy of an artifact); return how many.
+
+        A missing folder copies nothing (0). Relative paths that would leave `dest` ('..') are
+        refused.
+
+        Raises:
+            ValueError: `url` is not of this store's scheme, or names a path outside `dest`.
+            OSError: a file cannot be read or written.
+        """
+
+
+def _inside(dest: str | os.PathLike, rel: str) -> Path:
+    """Return `dest/rel`, refusing a relative path that leaves `dest` (ValueError)."""
+    root = Path(dest).resolve()
+    target = (root / rel).resolve()
+    if root != target and root not in target.parents:
+        raise ValueError(f"{rel!r} is outside the destination folder {root}")
+    return target
+
 
 def _check_offset(offset: int) -> None:
     if offset < 0:
@@ -206,6 +228,19 @@ class LocalArtifactStore(ArtifactStore):
             return 0
         count = sum(1 for _ in self._walk(url))
         shutil.rmtree(root, ignore_errors=True)
+        return count
+
+    def fetch_tree(self, url: str, dest: str | os.PathLike) -> int:
+        """Copy the regular files below the directory of `url` into `dest` (see
+        `ArtifactStore.fetch_tree`)."""
+        import shutil
+
+        count = 0
+        for rel, full in self._walk(url):
+            target = _inside(dest, rel)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(full, target)
+            count += 1
         return count
 
 
@@ -324,6 +359,19 @@ class GCSArtifactStore(ArtifactStore):
                 pass
         return count
 
+    def fetch_tree(self, url: str, dest: str | os.PathLike) -> int:
+        """Download every object under the prefix `url` into `dest` (see
+        `ArtifactStore.fetch_tree`); folder placeholders are skipped."""
+        bucket, prefix = split_gs_url(url)
+        count = 0
+        for rel, _size in self._blobs(url, page_size=1000):
+            target = _inside(dest, rel)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self.client.bucket(bucket).blob(prefix + rel).download_to_filename(
+                str(target), timeout=self.timeout)
+            count += 1
+        return count
+
 
 _GCS_STORES: dict[str, GCSArtifactStore] = {}
 
@@ -346,3 +394,9 @@ def store_for(url: str) -> ArtifactStore:
         return _GCS_STORES[key]
     raise ValueError(f"Unsupported artifact URL {url!r}: use file:///absolute/path or "
                      "gs://bucket/prefix.")
+
+
+def fetch_tree(url: str, dest: str | os.PathLike) -> int:
+    """Copy every file under the folder `url` (file:// or gs://) into the local folder `dest`;
+    return how many (`ArtifactStore.fetch_tree` of `store_for(url)`)."""
+    return store_for(url).fetch_tree(url, dest)

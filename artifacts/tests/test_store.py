@@ -100,3 +100,23 @@ def test_gcs_list_files_is_relative_and_prefix_safe(gcs):
 
 def test_store_for_gs_uses_the_emulator(gcs):
     assert store_for("gs://bkt/runs/10").list_files("gs://bkt/runs/10") == [("c.txt", 9)]
+
+
+def test_fetch_tree_copies_a_local_folder(tmp_path):
+    from artifacts.store import fetch_tree
+
+    src = tmp_path / "art"
+    (src / "sub").mkdir(parents=True)
+    (src / "a.txt").write_text("a")
+    (src / "sub" / "b.txt").write_text("b")
+    dest = tmp_path / "dest"
+    assert fetch_tree(src.as_uri(), dest) == 2
+    assert (dest / "sub" / "b.txt").read_text() == "b"
+    assert fetch_tree((tmp_path / "none").as_uri(), tmp_path / "d2") == 0
+
+
+def test_fetch_tree_downloads_a_gcs_prefix(gcs, tmp_path):
+    _server, store = gcs
+    assert store.fetch_tree("gs://bkt/runs/1", tmp_path) == 2
+    assert (tmp_path / "a.txt").read_bytes() == b"hello"
+    assert (tmp_path / "sub" / "b.bin").read_bytes() == b"\0" * 300

@@ -14,6 +14,8 @@ Environment variables:
   repository), read once when the controller starts.
 - `FALCON_PLUGIN_DIR`: the folder of plugin executables put first on a run's PATH (default
   `plugins/bin` of the repository).
+- `FALCON_ANALYZER_STATE_DIR`: the local backend's run folders (default
+  `$FALCON_VAR_DIR/local-analyzer`; docs/analyzer.md, "Runs on the local backend").
 - `FALCON_ANALYSIS_OFFLINE_CONCURRENCY`, `FALCON_ANALYSIS_ONLINE_CONCURRENCY`: analyses of each
   queue running at once (defaults 2 and 2).
 - `FALCON_ANALYSIS_POLL_SECONDS`: seconds between two offline discovery polls (default 10).
@@ -28,7 +30,7 @@ import os
 from django.core.exceptions import ImproperlyConfigured
 
 from .auth import FALCON_AUTH_MODE, FALCON_INTERNAL_TOKEN
-from .base import BASE_DIR
+from .base import BASE_DIR, VAR_DIR
 from .clusters import FALCON_ARTIFACT_ROOT
 
 FALCON_ANALYZER_ADDR = os.environ.get("FALCON_ANALYZER_ADDR", "127.0.0.1:50052")
@@ -44,6 +46,8 @@ FALCON_ANALYZER_TOKEN = _ANALYZER_TOKEN_ENV or (
 FALCON_ANALYSIS_ROOT = os.environ.get("FALCON_ANALYSIS_ROOT", "") or FALCON_ARTIFACT_ROOT
 FALCON_PLUGIN_CATALOG = os.environ.get("FALCON_PLUGIN_CATALOG",
                                        str(BASE_DIR / "plugins" / "catalog.yaml"))
+FALCON_ANALYZER_STATE_DIR = os.environ.get("FALCON_ANALYZER_STATE_DIR",
+                                           str(VAR_DIR / "local-analyzer"))
 FALCON_PLUGIN_DIR = os.environ.get("FALCON_PLUGIN_DIR", str(BASE_DIR / "plugins" / "bin"))
 
 

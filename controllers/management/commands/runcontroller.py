@@ -1,4 +1,8 @@
-"""`manage.py runcontroller exp|resources`: run one controller loop until SIGTERM/SIGINT.
+"""`manage.py runcontroller exp|resources|analyzer`: run one controller loop until SIGTERM/SIGINT.
+
+`analyzer` also serves AnalyzerService on `--addr` (default `FALCON_ANALYZER_ADDR`); under
+leader election every replica serves it, but a follower answers UNAVAILABLE "not the leader"
+and only the leader's loop admits and runs analyses.
 
 By default the loop runs under leader election on a `coordination.k8s.io/v1` Lease
 (`controllers.leader`), so several replicas can be deployed and one acts; every write the
@@ -16,6 +20,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 API_WRITES = ("update_exp_status", "update_job_status", "update_artifact_status")
 BACKEND_WRITES = ("submit", "delete")
+ANALYSIS_WRITES = ("create_record", "update_record", "delete_record")
+ANALYSIS_BACKEND_WRITES = ("start", "stop")
 LEASE_NAME_MAX = 253  # a Lease name is a DNS-1123 subdomain
 
 
@@ -54,7 +60,28 @@ def build_resource_manager(options, fence=None):
                            pending_timeout=settings.FALCON_PENDING_TIMEOUT_SECONDS)
 
 
-REGISTRY = {"exp": build_exp_controller, "resources": build_resource_manager}
+def build_analyzer(options, fence=None):
+    """The analyzer controller: the catalog (`FALCON_PLUGIN_CATALOG`, read once), the local
+    backend under `FALCON_ANALYZER_STATE_DIR`, the record client of the API server;
+    record writes and run starts/stops fenced by the Lease."""
+    from pathlib import Path
+
+    from controllers.analyzer.backends.local import LocalAnalysisBackend
+    from controllers.analyzer.controller import AnalyzerConfig, AnalyzerController
+    from controllers.analyzer.grpc_client import GrpcAnalysisRecordAPI
+    from plugins.catalog import load_catalog
+
+    catalog = load_catalog(settings.FALCON_PLUGIN_CATALOG)
+    backend = LocalAnalysisBackend(Path(settings.FALCON_ANALYZER_STATE_DIR),
+                                   plugin_dir=settings.FALCON_PLUGIN_DIR)
+    return AnalyzerController(
+        _fenced(GrpcAnalysisRecordAPI.from_settings(), fence, ANALYSIS_WRITES),
+        _fenced(backend, fence, ANALYSIS_BACKEND_WRITES), catalog,
+        AnalyzerConfig.from_settings())
+
+
+REGISTRY = {"exp": build_exp_controller, "resources": build_resource_manager,
+            "analyzer": build_analyzer}
 
 
 def default_lease_name(prefix: str, controller: str, clusters: list[str] | None) -> str:
@@ -116,6 +143,9 @@ class Command(BaseCommand):
         parser.add_argument("--once", action="store_true", help="Run one tick and exit.")
         parser.add_argument("--cluster", dest="clusters", action="append", default=None,
                             help="resources: serve this cluster (repeatable; default all).")
+        parser.add_argument("--addr", default="",
+                            help="analyzer: AnalyzerService address host:port (default "
+                            "FALCON_ANALYZER_ADDR).")
         parser.add_argument("--no-leader-election", action="store_true",
                             help="Run without a Lease (local mode: one replica, no cluster).")
         parser.add_argument("--lease-name", default="",
@@ -142,6 +172,19 @@ class Command(BaseCommand):
             controller = REGISTRY[name](options, fence=elector.fence if elector else None)
         except Exception as exc:
             raise CommandError(f"cannot start controller {name}: {exc}") from exc
+        server = None
+        if name == "analyzer":
+            from controllers.analyzer.server import build_analyzer_server
+
+            try:
+                server = build_analyzer_server(
+                    options["addr"] or settings.FALCON_ANALYZER_ADDR, controller,
+                    settings.FALCON_ANALYZER_TOKEN,
+                    is_leader=elector.is_leader if elector else (lambda: True))
+            except (ValueError, RuntimeError) as exc:
+                raise CommandError(f"cannot start controller {name}: {exc}") from exc
+            server.start()
+            self.stderr.write(f"controller analyzer: AnalyzerService on port {server.port}")
         stop = threading.Event()
         install_stop_handlers(stop)
         max_ticks = 1 if options["once"] else None
@@ -153,11 +196,19 @@ class Command(BaseCommand):
         if elector is None:
             self.stderr.write(f"controller {controller.name}: running every "
                               f"{options['interval']} s (no leader election)")
-            work(stop)
+            try:
+                work(stop)
+            finally:
+                if server is not None:
+                    server.stop()
         else:
             cfg = elector.config
             self.stderr.write(f"controller {controller.name}: {cfg.identity} runs every "
                               f"{options['interval']} s while holding Lease "
                               f"{cfg.namespace}/{cfg.lease_name}")
-            run_elected(work, elector, stop=stop)
+            try:
+                run_elected(work, elector, stop=stop)
+            finally:
+                if server is not None:
+                    server.stop()
         self.stderr.write(f"controller {controller.name}: stopped")

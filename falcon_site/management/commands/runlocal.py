@@ -1,7 +1,8 @@
 """`manage.py runlocal`: the whole platform on its embedded defaults, until Ctrl-C.
 
 Starts, as child processes of this one: the HTTP API (`runserver`), the gRPC API (`rungrpc`),
-the exp controller and the resource manager (`runcontroller exp|resources`), all on the embedded
+the exp controller, the resource manager and the analyzer controller (`runcontroller
+exp|resources|analyzer`, the latter serving AnalyzerService on FALCON_ANALYZER_ADDR), all on the embedded
 defaults (SQLite under var/, the local cluster backend, the local artifact directory and the
 local token issuer).
 
@@ -118,7 +119,7 @@ def listens(pid: int, port: int, host: str = "127.0.0.1") -> bool:
 
 
 class Command(BaseCommand):
-    help = "Run the HTTP API, the gRPC API and both controllers on the embedded defaults."
+    help = "Run the HTTP API, the gRPC API and the controllers on the embedded defaults."
     # Checked in handle(), once the local state the checks look for has been created.
     requires_system_checks: list = []
 
@@ -126,6 +127,9 @@ class Command(BaseCommand):
         parser.add_argument("--http", default="127.0.0.1:8000", help="HTTP address host:port.")
         parser.add_argument("--grpc", default=settings.FALCON_GRPC_ADDR,
                             help="gRPC address host:port (default: FALCON_GRPC_ADDR).")
+        parser.add_argument("--analyzer", default=settings.FALCON_ANALYZER_ADDR,
+                            help="AnalyzerService address host:port of the analyzer controller "
+                            "(default: FALCON_ANALYZER_ADDR).")
         parser.add_argument("--interval", type=float,
                             default=settings.FALCON_CONTROLLER_INTERVAL_SECONDS,
                             help="Seconds between two controller ticks.")
@@ -137,7 +141,14 @@ class Command(BaseCommand):
         self.check()
         call_command("migrate", interactive=False, verbosity=0)
         manage = str(Path(settings.BASE_DIR) / "manage.py")
+        analyzer = options["analyzer"]
+        problem = bind_problem(analyzer)
+        if problem:
+            raise CommandError(f"cannot start: the analyzer address {analyzer} cannot be listened "
+                               f"on: {problem}. Is another runlocal running? Stop it, or choose "
+                               "another address with --analyzer HOST:PORT. Nothing was started.")
         env = dict(os.environ, FALCON_GRPC_ADDR=grpc, FALCON_GRPC_TARGET=grpc,
+                   FALCON_ANALYZER_ADDR=analyzer, FALCON_ANALYZER_TARGET=analyzer,
                    PYTHONUNBUFFERED="1")
         interval = str(options["interval"])
         servers = {
@@ -151,6 +162,9 @@ class Command(BaseCommand):
                                "--interval", interval, "--no-leader-election"],
             "resource-manager": [sys.executable, manage, "runcontroller", "resources",
                                  "--interval", interval, "--no-leader-election"],
+            # AnalyzerService on FALCON_ANALYZER_ADDR; runs adopted again after a restart.
+            "analyzer": [sys.executable, manage, "runcontroller", "analyzer", "--addr", analyzer,
+                         "--interval", interval, "--no-leader-election"],
         }
         stop = threading.Event()
 

@@ -1,0 +1,1 @@
+"""Where analysis runs execute: `base.AnalysisBackend` and its local implementation."""

@@ -1,0 +1,372 @@
+"""The analyzer controller's loop: queues, offline discovery, runs, recovery (docs/analyzer.md).
+
+`AnalyzerController.tick()` is level-triggered, like `controllers.exp_controller`: every tick
+reads the records it acts on again (through AnalysisRecordService, never the database) and the
+runs' states (one backend scan), and moves each analysis one step:
+
+1. first tick only: rebuild the queues from the pending records; hold a slot for every running
+   record (its run is re-attached below, or recovered); stop runs the backend still holds whose
+   record is terminal or gone ("Recovery");
+2. every `poll_seconds`: offline discovery (ListExpsAwaitingAnalysis with the catalog's plugin ->
+   artifact types map, CreateAnalysisRecord offline for each triple; ALREADY_EXISTS is fine),
+   and pending records not queued yet are queued;
+3. observe the running records' runs and write outcomes (expected_status running, so a cancel
+   that raced wins); a run gone without an exit status is started again after a capped
+   exponential back-off, at most `max_attempts` runs in all, then the record fails (RunLost);
+4. stop runs whose record is no longer running (cancelled, failed, deleted); a slot is released
+   only when the backend says nothing of the run is alive;
+5. admit from the queues while slots are free: mark running (attempts + 1, cluster_object_name)
+   with expected_status pending, then start the run.
+
+One analysis never has two runs: a run is (re)started only when the backend reports none alive.
+AnalyzerService (`server.py`) shares this object: every access holds `self.lock`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from core.errors import Conflict, NotFound
+
+from .backends.base import MISSING, AnalysisBackend, BackendError, RunSpec
+from .backends.base import PENDING as RUN_PENDING
+from .backends.base import RUNNING as RUN_RUNNING
+from .backends.base import SUCCEEDED as RUN_SUCCEEDED
+from .contract import (
+    FAILED, OFFLINE, PENDING, RUNNING, SUCCEEDED, AlreadyExists, AnalysisRecordAPI, AnalysisView,
+)
+from .queues import AnalysisQueues
+
+log = logging.getLogger("falcon.controllers.analyzer")
+
+ONLINE_TIMEOUT_SECONDS = 3600
+RUN_LOST = "RunLost"
+START_FAILED = "StartFailed"
+MESSAGE_MAX = 4000
+RESOURCE_KEYS = ("cpu_request", "cpu_limit", "memory_request", "memory_limit")
+
+
+@dataclass(frozen=True)
+class AnalyzerConfig:
+    """The controller's settings (falcon_site/settings/analysis.py).
+
+    Attributes:
+        result_root: `FALCON_ANALYSIS_ROOT`, sent on create as `result_root`.
+        limits: `FALCON_ANALYSIS_CONCURRENCY` (queue -> runs at once).
+        poll_seconds: seconds between two offline discovery polls.
+        max_attempts: runs started for one analysis before recovery gives up.
+        backoff_seconds, backoff_max_seconds: the capped exponential back-off before a lost
+            run is started again: min(backoff * 2**(attempts - 1), max), in seconds.
+        online_timeout_seconds: the time limit of a command without a plugin.
+        discovery_limit: triples asked for per offline poll.
+    """
+
+    result_root: str
+    limits: Mapping[str, int]
+    poll_seconds: float = 10.0
+    max_attempts: int = 3
+    backoff_seconds: float = 2.0
+    backoff_max_seconds: float = 60.0
+    online_timeout_seconds: int = ONLINE_TIMEOUT_SECONDS
+    discovery_limit: int = 100
+
+    @classmethod
+    def from_settings(cls) -> AnalyzerConfig:
+        """The config of `django.conf.settings` (FALCON_ANALYSIS_*)."""
+        from django.conf import settings
+
+        return cls(result_root=settings.FALCON_ANALYSIS_ROOT,
+                   limits=dict(settings.FALCON_ANALYSIS_CONCURRENCY),
+                   poll_seconds=settings.FALCON_ANALYSIS_POLL_SECONDS,
+                   max_attempts=settings.FALCON_ANALYSIS_MAX_ATTEMPTS,
+                   backoff_seconds=settings.FALCON_ANALYSIS_BACKOFF_SECONDS,
+                   backoff_max_seconds=settings.FALCON_ANALYSIS_BACKOFF_MAX_SECONDS)
+
+    def backoff(self, attempts: int) -> float:
+        """Seconds to wait before run number `attempts + 1` (recovery, capped exponential)."""
+        return min(self.backoff_seconds * 2 ** max(0, attempts - 1), self.backoff_max_seconds)
+
+
+def _cut(text: str, limit: int = MESSAGE_MAX) -> str:
+    return text if len(text) <= limit else text[:limit - 14] + " ...[cut]"
+
+
+class AnalyzerController:
+    """The analyzer's reconciler (see the module docstring).
+
+    Args:
+        api: the record calls (`AnalysisRecordAPI`; fenced under leader election).
+        backend: where runs execute (`AnalysisBackend`; start/stop fenced).
+        catalog: plugin name -> `plugins.catalog.Plugin` (read once at start-up).
+        config: `AnalyzerConfig`.
+        clock: monotonic seconds (tests may pass a fake).
+    """
+
+    name = "analyzer"
+
+    def __init__(self, api: AnalysisRecordAPI, backend: AnalysisBackend, catalog: Mapping,
+                 config: AnalyzerConfig, *, clock: Callable[[], float] = time.monotonic):
+        self.api = api
+        self.backend = backend
+        self.catalog = dict(catalog)
+        self.config = config
+        self.clock = clock
+        self.queues = AnalysisQueues(config.limits)
+        self.lock = threading.RLock()
+        self.wake = threading.Event()
+        # analysis id -> resource override (Kubernetes quantities), memory only, never stored.
+        self.overrides: dict[str, dict[str, str]] = {}
+        self.active: dict[str, str] = {}      # analysis id -> queue: runs holding a slot
+        self.stopping: set[str] = set()       # runs to stop: their record is not running
+        self.retry_at: dict[str, float] = {}  # lost runs to start again, at this clock time
+        self.created: dict[str, Any] = {}     # analysis id -> created_at (queue order)
+        self.recovered = False
+        self.next_poll = 0.0
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def plugin_artifact_types(self) -> dict[str, tuple[str, ...]]:
+        """The catalog's plugin -> artifact types map sent to ListExpsAwaitingAnalysis."""
+        return {name: tuple(p.artifact_types) for name, p in self.catalog.items()}
+
+    def enqueue(self, record: AnalysisView) -> bool:
+        """Queue a pending record by (created_at, analysis_id); False when already known."""
+        with self.lock:
+            if record.analysis_id in self.active or record.analysis_id in self.stopping:
+                return False
+            self.created[record.analysis_id] = record.created_at
+            return self.queues.enqueue(record.analysis_type, record.analysis_id,
+                                       record.created_at)
+
+    def spec_for(self, record: AnalysisView, attempt: int) -> RunSpec:
+        """The `RunSpec` of a record (with its script): the plugin's timeout and resources,
+        the in-memory resource override over them."""
+        plugin = self.catalog.get(record.plugin_name) if record.plugin_name else None
+        resources: dict[str, str] = {}
+        if plugin is not None:
+            resources = {key: getattr(plugin.resources, key) for key in RESOURCE_KEYS}
+        resources.update({k: v for k, v in self.overrides.get(record.analysis_id, {}).items()
+                          if v})
+        result_path = record.result_path if record.result_path.endswith("/") \
+            else record.result_path + "/"
+        return RunSpec(
+            analysis_id=record.analysis_id, exp_id=record.exp_id, command=record.command,
+            artifact_path=record.artifact_path, result_path=result_path,
+            plugin_name=record.plugin_name, script=record.script_content,
+            timeout_seconds=plugin.timeout_seconds if plugin is not None
+            else self.config.online_timeout_seconds,
+            resources=resources, attempt=attempt)
+
+    def _fail(self, analysis_id: str, reason: str, message: str) -> None:
+        """running -> failed; a record no longer running (a cancel won) is left as it is."""
+        try:
+            self.api.update_record(analysis_id, expected_status=RUNNING, status=FAILED,
+                                   reason=reason, error_message=_cut(message))
+        except (Conflict, NotFound) as exc:
+            log.info("analysis %s: not marked failed (%s): %s", analysis_id, reason, exc)
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def tick(self) -> dict[str, int]:
+        """One reconciliation pass (see the module docstring); returns counters.
+
+        Raises:
+            ApiUnavailable: the API server cannot be reached (transient: the loop retries).
+        """
+        stats = {"created": 0, "admitted": 0, "succeeded": 0, "failed": 0, "restarted": 0,
+                 "stopped": 0}
+        with self.lock:
+            if not self.recovered:
+                self.recover()
+                self.recovered = True
+            now = self.clock()
+            if now >= self.next_poll:
+                stats["created"] = self.discover()
+                self.next_poll = now + self.config.poll_seconds
+            self.observe(stats)
+            self.stop_finished(stats)
+            stats["admitted"] = self.admit()
+        return stats
+
+    def recover(self) -> None:
+        """Rebuild the queues and the slots after a start (docs/analyzer.md, "Recovery")."""
+        for record in self.api.list_records(statuses=(PENDING,)):
+            self.enqueue(record)
+        running = {r.analysis_id: r for r in self.api.list_running()}
+        for analysis_id, record in running.items():
+            self.queues.hold(record.analysis_type, analysis_id)
+            self.active[analysis_id] = record.analysis_type
+        for analysis_id in self.backend.list_runs():
+            if analysis_id in running:
+                continue
+            try:
+                record = self.api.get_record(analysis_id)
+            except NotFound:
+                record = None
+            if record is not None and record.status == PENDING:
+                continue  # admission adopts it (start is idempotent)
+            # Terminal or deleted while no controller ran (a cancel written straight to the
+            # database): stop its run, holding the slot of a known record until it is gone.
+            if record is not None:
+                self.queues.hold(record.analysis_type, analysis_id)
+                self.active[analysis_id] = record.analysis_type
+            self.stopping.add(analysis_id)
+        log.info("analyzer recovered: %d pending, %d running, %d runs to stop",
+                 sum(len(self.queues.pending(q)) for q in self.queues.limits),
+                 len(running), len(self.stopping))
+
+    def discover(self) -> int:
+        """Queue pending records not queued yet (and drop queued ones no longer pending);
+        create the offline records of ListExpsAwaitingAnalysis. Returns records created."""
+        pending = self.api.list_records(statuses=(PENDING,))
+        pending_ids = {r.analysis_id for r in pending}
+        for queue in self.queues.limits:
+            for analysis_id in self.queues.pending(queue):
+                if analysis_id not in pending_ids:
+                    self.queues.remove(analysis_id)
+        for record in pending:
+            self.enqueue(record)
+        created = 0
+        if not self.catalog:
+            return 0
+        for item in self.api.list_awaiting(self.plugin_artifact_types(),
+                                           self.config.discovery_limit):
+            plugin = self.catalog.get(item.plugin_name)
+            if plugin is None:
+                continue
+            try:
+                record = self.api.create_record(
+                    exp_id=item.exp_id, analysis_type=OFFLINE, plugin_name=plugin.name,
+                    command=plugin.command, artifact_id=item.artifact_id,
+                    creator_email=item.creator_email, result_root=self.config.result_root,
+                    name=f"{plugin.name} of {item.exp_name}"[:200])
+            except AlreadyExists:
+                continue  # idempotent on (artifact, plugin)
+            created += 1
+            self.enqueue(record)
+        return created
+
+    def observe(self, stats: dict[str, int]) -> None:
+        """Re-attach, finish or recover every running record's run; mark runs to stop."""
+        running = {r.analysis_id: r for r in self.api.list_running()}
+        ids = set(self.active) | set(running) | self.stopping
+        states = self.backend.observe(sorted(ids))
+        now = self.clock()
+        for analysis_id, record in running.items():
+            if analysis_id in self.stopping:
+                continue
+            if analysis_id not in self.active:  # running with no slot: re-attach
+                self.queues.hold(record.analysis_type, analysis_id)
+                self.active[analysis_id] = record.analysis_type
+            state = states[analysis_id]
+            if state.phase in (RUN_PENDING, RUN_RUNNING):
+                self.retry_at.pop(analysis_id, None)
+            elif state.ended:
+                if state.phase == RUN_SUCCEEDED:
+                    try:
+                        self.api.update_record(analysis_id, expected_status=RUNNING,
+                                               status=SUCCEEDED, reason="", error_message="")
+                    except (Conflict, NotFound) as exc:
+                        log.info("analysis %s: success not written: %s", analysis_id, exc)
+                    stats["succeeded"] += 1
+                else:
+                    self._fail(analysis_id, state.reason or "RunFailed",
+                               state.message or f"the run failed ({state.reason})")
+                    stats["failed"] += 1
+                self.stopping.add(analysis_id)
+            elif state.phase == MISSING:
+                self._recover_lost(record, now, stats)
+        for analysis_id in list(self.active):
+            if analysis_id in running or analysis_id in self.stopping:
+                continue
+            try:
+                record = self.api.get_record(analysis_id)
+            except NotFound:
+                record = None
+            if record is None or record.terminal:  # cancelled, failed or deleted elsewhere
+                self.retry_at.pop(analysis_id, None)
+                self.stopping.add(analysis_id)
+
+    def _recover_lost(self, record: AnalysisView, now: float, stats: dict[str, int]) -> None:
+        """A running record with no run: start it again after the back-off, or give up."""
+        analysis_id = record.analysis_id
+        due = self.retry_at.get(analysis_id)
+        if due is None:
+            if record.attempts >= self.config.max_attempts:
+                self._fail(analysis_id, RUN_LOST,
+                           f"the run was lost {record.attempts} times "
+                           f"(attempts {record.attempts} of {self.config.max_attempts}, "
+                           "FALCON_ANALYSIS_MAX_ATTEMPTS); giving up")
+                stats["failed"] += 1
+                self.stopping.add(analysis_id)
+            else:
+                wait = self.config.backoff(record.attempts)
+                self.retry_at[analysis_id] = now + wait
+                log.warning("analysis %s: run lost (attempt %d); starting it again in %.1f s",
+                            analysis_id, record.attempts, wait)
+            return
+        if now < due:
+            return
+        del self.retry_at[analysis_id]
+        full = self.api.get_record(analysis_id, with_script=True)
+        attempt = full.attempts + 1
+        try:
+            self.api.update_record(analysis_id, expected_status=RUNNING, attempts=attempt)
+        except (Conflict, NotFound):
+            return  # cancelled meanwhile: the next tick stops it
+        self._start(full, attempt)
+        stats["restarted"] += 1
+
+    def _start(self, record: AnalysisView, attempt: int) -> None:
+        try:
+            self.backend.start(self.spec_for(record, attempt))
+        except BackendError as exc:
+            log.error("analysis %s: cannot start its run: %s", record.analysis_id, exc)
+            self._fail(record.analysis_id, START_FAILED, f"cannot start the run: {exc}")
+            self.stopping.add(record.analysis_id)
+
+    def stop_finished(self, stats: dict[str, int]) -> None:
+        """Stop the runs of records no longer running; release a slot when nothing is left."""
+        for analysis_id in sorted(self.stopping):
+            if self.backend.stop(analysis_id):
+                self.stopping.discard(analysis_id)
+                self.active.pop(analysis_id, None)
+                self.retry_at.pop(analysis_id, None)
+                self.overrides.pop(analysis_id, None)
+                self.created.pop(analysis_id, None)
+                self.queues.release(analysis_id)
+                stats["stopped"] += 1
+
+    def admit(self) -> int:
+        """Admit pending analyses while slots are free: pending -> running, then start."""
+        admitted = 0
+        for admission in self.queues.admit_all():
+            analysis_id = admission.analysis_id
+            try:
+                record = self.api.get_record(analysis_id, with_script=True)
+                if record.status != PENDING:
+                    self.queues.release(analysis_id)
+                    continue
+                attempt = record.attempts + 1
+                script = record.script_content
+                record = self.api.update_record(
+                    analysis_id, expected_status=PENDING, status=RUNNING, attempts=attempt,
+                    cluster_object_name=self.backend.run_name(analysis_id))
+            except (Conflict, NotFound) as exc:  # cancelled or deleted while it waited
+                log.info("analysis %s: not admitted: %s", analysis_id, exc)
+                self.queues.release(analysis_id)
+                self.overrides.pop(analysis_id, None)
+                continue
+            except BaseException:  # the API server is down: back in its place, next tick
+                self.queues.release(analysis_id)
+                self.queues.enqueue(admission.queue, analysis_id, self.created.get(analysis_id))
+                raise
+            self.active[analysis_id] = admission.queue
+            self._start(dataclasses.replace(record, script_content=script), attempt)
+            admitted += 1
+        return admitted

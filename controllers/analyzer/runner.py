@@ -1,0 +1,254 @@
+"""The entry point inside an analysis run: `python -m controllers.analyzer.runner --spec FILE`.
+
+Django-free (import-linter: only the artifact store and the standard library). Steps, in the
+design's order (docs/analyzer.md, "Runs on the local backend"):
+
+1. copy the artifact's files from the store into `{work}/input` (`artifacts.store.fetch_tree`);
+2. save the user's script as `{work}/script`, mode 0700, when there is one;
+3. run the command with `sh -c` in its own process group, the plugin folder first on PATH and
+   FALCON_INPUT_DIR, FALCON_OUTPUT_DIR, FALCON_RESULT_FILE, FALCON_SCRIPT, FALCON_ANALYSIS_ID,
+   FALCON_EXP_ID set; its stdout and stderr are appended to `output.log` as the run goes (for a
+   file:// result folder straight into `{result_path}output.log`, line by line; for gs:// into a
+   local file put whole to the store every `log_upload_seconds` and at the end: objects cannot
+   be appended);
+4. stop it after `timeout_seconds` (SIGTERM to its group, SIGKILL after `grace_seconds`);
+5. put `{plugin or "result"}.jsonl` from the output folder to `{result_path}`;
+6. write the exit status (`exit_code`, `reason`, `message`, `finished_at`) to `exit_file`,
+   atomically. Reasons: NonZeroExit, Timeout, NoResults (a plugin exited 0 without results),
+   FetchFailed, Stopped (SIGTERM from the backend).
+
+A runner killed outright writes no exit status; the backend reports that run failed (Killed),
+and what the command printed so far stays in output.log.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from artifacts.store import fetch_tree, local_path, store_for
+
+NON_ZERO_EXIT, TIMEOUT, NO_RESULTS, FETCH_FAILED, STOPPED = (
+    "NonZeroExit", "Timeout", "NoResults", "FetchFailed", "Stopped")
+TAIL_BYTES = 4096
+TAIL_LINES = 20
+
+
+def write_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write `text` to `path` so readers see the old file or the whole new one, never a part."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def tail(path: Path) -> str:
+    """The last TAIL_LINES lines within the last TAIL_BYTES bytes of the file at `path`."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - TAIL_BYTES))
+            data = fh.read()
+    except OSError:
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    return "\n".join(text.rstrip("\n").splitlines()[-TAIL_LINES:])
+
+
+
+
+
+class Run:
+    """One run of a spec (the JSON written by the backend; fields in `RunSpec` plus
+    `work_dir`, `exit_file`, `child_file`, `plugin_dir`, `log_upload_seconds`, `grace_seconds`).
+    """
+
+    def __init__(self, spec: dict):
+        self.spec = spec
+        self.work = Path(spec["work_dir"])
+        self.result_path = spec["result_path"]
+        if not self.result_path.endswith("/"):
+            self.result_path += "/"
+        self.log_url = self.result_path + "output.log"
+        self.local_log = self.result_path.startswith("file:")
+        self.log_file = (local_path(self.log_url) if self.local_log
+                         else self.work / "output.log")
+        self.stopping = threading.Event()
+        self.proc: subprocess.Popen | None = None
+
+    # -- the log ----------------------------------------------------------------------------
+
+    def say(self, log, text: str) -> None:
+        """Append one line of the runner's own to the log."""
+        log.write(f"[falcon-analyzer] {text}\n".encode())
+        log.flush()
+
+    def upload_log(self) -> None:
+        """Put the local log to the store (gs:// result folders only); failures are printed."""
+        if self.local_log:
+            return
+        try:
+            store_for(self.log_url).put_file(self.log_file, self.log_url)
+        except Exception as exc:  # the next upload retries; the run must go on
+            print(f"cannot upload {self.log_url}: {exc}", file=sys.stderr, flush=True)
+
+    # -- the command ------------------------------------------------------------------------
+
+    def environment(self, input_dir: Path, output_dir: Path, script: Path | None) -> dict:
+        """The command's environment: this process's, the plugin folder first on PATH, and
+        Falcon's variables (they win over inherited ones)."""
+        env = dict(os.environ)
+        path = [p for p in (self.spec.get("plugin_dir") or "",
+                            str(Path(sys.executable).parent)) if p]
+        env["PATH"] = os.pathsep.join([*path, env.get("PATH", os.defpath)])
+        plugin = self.spec.get("plugin_name") or ""
+        env.update({
+            "FALCON_INPUT_DIR": str(input_dir),
+            "FALCON_OUTPUT_DIR": str(output_dir),
+            "FALCON_RESULT_FILE": str(output_dir / f"{plugin or 'result'}.jsonl"),
+            "FALCON_ANALYSIS_ID": self.spec["analysis_id"],
+            "FALCON_EXP_ID": str(self.spec["exp_id"]),
+        })
+        env.pop("FALCON_SCRIPT", None)
+        if script is not None:
+            env["FALCON_SCRIPT"] = str(script)
+        return env
+
+    def terminate(self) -> None:
+        """SIGTERM to the command's group, SIGKILL after `grace_seconds` (in a thread)."""
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        grace = float(self.spec.get("grace_seconds", 5.0))
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+
+        def later():
+            try:
+                proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                pass
+            try:  # the group may outlive its leader
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+        threading.Thread(target=later, daemon=True).start()
+
+    def on_sigterm(self, signum, frame) -> None:
+        """The backend stops the run: stop the command, then finish (reason Stopped)."""
+        self.stopping.set()
+        self.terminate()
+
+    def execute(self) -> dict:
+        """Fetch, run, put results; return the exit status dict (never raises for the
+        command's failures)."""
+        input_dir, output_dir = self.work / "input", self.work / "output"
+        for folder in (input_dir, output_dir):
+            folder.mkdir(parents=True, exist_ok=True)
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_file, "ab", buffering=0) as log:
+            try:
+                files = fetch_tree(self.spec["artifact_path"], input_dir)
+            except Exception as exc:
+                self.say(log, f"cannot fetch the artifact {self.spec['artifact_path']}: {exc}")
+                self.upload_log()
+                return {"exit_code": None, "reason": FETCH_FAILED,
+                        "message": f"cannot fetch the artifact: {exc}"}
+            self.say(log, f"fetched {files} files of {self.spec['artifact_path']}")
+            script = None
+            if self.spec.get("script"):
+                script = self.work / "script"
+                script.write_text(self.spec["script"], encoding="utf-8")
+                script.chmod(0o700)
+            timeout = float(self.spec.get("timeout_seconds") or 3600)
+            self.proc = subprocess.Popen(
+                ["sh", "-c", self.spec["command"]], stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, cwd=self.work, process_group=0,
+                env=self.environment(input_dir, output_dir, script))
+            write_atomic(self.spec["child_file"], json.dumps(
+                {"pid": self.proc.pid, "start_time": _start_time(self.proc.pid)}))
+            deadline = time.monotonic() + timeout
+            interval = float(self.spec.get("log_upload_seconds", 5.0))
+            timed_out = False
+            while True:
+                try:
+                    code = self.proc.wait(min(interval, max(0.01, deadline - time.monotonic())))
+                    break
+                except subprocess.TimeoutExpired:
+                    self.upload_log()
+                    if time.monotonic() >= deadline and not timed_out:
+                        timed_out = True
+                        self.say(log, f"timed out after {timeout:g} s: stopping the command")
+                        self.terminate()
+                        deadline = float("inf")
+            plugin = self.spec.get("plugin_name") or ""
+            results = output_dir / f"{plugin or 'result'}.jsonl"
+            put_error = ""
+            if results.is_file():
+                try:
+                    store_for(self.result_path).put_file(results, self.result_path + results.name)
+                except Exception as exc:
+                    put_error = f"cannot put {results.name} to {self.result_path}: {exc}"
+                    self.say(log, put_error)
+            self.say(log, f"the command ended with exit code {code}")
+        self.upload_log()
+        if timed_out:
+            return {"exit_code": code, "reason": TIMEOUT,
+                    "message": f"timed out after {timeout:g} s"}
+        if self.stopping.is_set():
+            return {"exit_code": code, "reason": STOPPED, "message": "stopped"}
+        if code != 0:
+            return {"exit_code": code, "reason": NON_ZERO_EXIT,
+                    "message": f"exited with code {code}"}
+        if put_error:
+            return {"exit_code": code, "reason": NO_RESULTS, "message": put_error}
+        if plugin and not results.is_file():
+            return {"exit_code": code, "reason": NO_RESULTS,
+                    "message": f"plugin {plugin} exited 0 without writing {results.name}"}
+        return {"exit_code": code, "reason": "", "message": ""}
+
+
+def _start_time(pid: int) -> int:
+    """The process's start time (clock ticks after boot, /proc/<pid>/stat field 22), -1 if gone."""
+    try:
+        data = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return -1
+    return int(data[data.rfind(b")") + 2:].split()[19])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the spec named by `--spec`; write its exit status file; return 0 (the status file,
+    not this process's exit code, tells the outcome)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", required=True, help="the run's spec.json")
+    args = parser.parse_args(argv)
+    spec = json.loads(Path(args.spec).read_text(encoding="utf-8"))
+    run = Run(spec)
+    signal.signal(signal.SIGTERM, run.on_sigterm)
+    try:
+        status = run.execute()
+    except Exception as exc:  # a runner bug or an unwritable folder: still say so
+        status = {"exit_code": None, "reason": "RunnerFailed",
+                  "message": f"{type(exc).__name__}: {exc}"}
+    if status["reason"]:
+        log_tail = tail(run.log_file)
+        if log_tail:
+            status["message"] = f"{status['message']}; log tail:\n{log_tail}"
+    status["finished_at"] = time.time()
+    write_atomic(spec["exit_file"], json.dumps(status))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
