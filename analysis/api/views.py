@@ -23,7 +23,7 @@ from core import jsoninput
 from core.drf import FilterSetBackend, StrictCursorPagination
 from core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
 from core.filters import MAX_ID, MAX_NAME_CHARS
-from core.statuses import EXP_TERMINAL
+from core.statuses import EXP_TERMINAL, AnalysisStatus, AnalysisType
 from experiments.selectors import exp_get_summary
 
 from .. import analyzer_client, selectors, services
@@ -66,6 +66,11 @@ def _list_param(name: str, items: dict, description: str) -> OpenApiParameter:
 
 
 LIST_PARAMETERS = [
+    # "" is no filter (the server skips blank values), so the schema allows it.
+    _list_param("status", {"type": "string", "enum": [*AnalysisStatus, ""]},
+                "Only analyses in these statuses (repeat it, or a comma list)."),
+    _list_param("analysis_type", {"type": "string", "enum": [*AnalysisType, ""]},
+                "Only offline or only online analyses."),
     _list_param("exp", {"type": "integer", "minimum": 1, "maximum": MAX_ID},
                 "Only the analyses of these experiments (repeat it, or a comma list)."),
     _list_param("plugin", {"type": "string", "maxLength": MAX_NAME_CHARS,
