@@ -140,6 +140,12 @@ CONTROLLER_ONLY_METHODS = frozenset({
     "/falcon.v1.ArtifactService/CreateArtifact",
     "/falcon.v1.ArtifactService/UpdateArtifactStatus",
     "/falcon.v1.ArtifactService/DeleteArtifact",
+    # The analyzer controller's (docs/analyzer.md): users reach analyses over HTTP.
+    "/falcon.v1.AnalysisRecordService/CreateAnalysisRecord",
+    "/falcon.v1.AnalysisRecordService/UpdateAnalysisRecord",
+    "/falcon.v1.AnalysisRecordService/DeleteAnalysisRecord",
+    "/falcon.v1.AnalysisRecordService/ListExpsAwaitingAnalysis",
+    "/falcon.v1.AnalysisRecordService/ListRunningAnalyses",
 })
 
 
@@ -156,8 +162,10 @@ def authorize(principal: Principal, method: str) -> None:
     """
     if method in CONTROLLER_ONLY_METHODS and principal.kind != "service":
         name = method.rsplit("/", 1)[-1]
-        raise PermissionDenied(f"{name} is called by Falcon's controllers only; users abort or "
-                               "delete experiments with AbortExp and DeleteExp.")
+        hint = ("users create, cancel and delete analyses over HTTP (/api/v1/analyses)."
+                if "AnalysisRecordService" in method else
+                "users abort or delete experiments with AbortExp and DeleteExp.")
+        raise PermissionDenied(f"{name} is called by Falcon's controllers only; {hint}")
 
 
 def current_principal() -> Principal:

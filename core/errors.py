@@ -54,6 +54,26 @@ class TransitionRace(Conflict):
     grpc_status = "ABORTED"
 
 
+class AlreadyExists(Conflict):
+    """The entity to create exists already (a retried create, or a unique key taken).
+
+    HTTP 409; gRPC ALREADY_EXISTS. `metadata` names the existing entity for clients, sent as
+    trailing metadata over gRPC (e.g. `{"falcon-analysis-id": "an-0f3c..."}`: the analyzer
+    design's duplicate offline analysis).
+
+    Args:
+        message: what exists and what to do instead.
+        metadata: `{key: value}`, keys lower-case and starting with `falcon-`, values ASCII.
+    """
+
+    code = "already_exists"
+    grpc_status = "ALREADY_EXISTS"
+
+    def __init__(self, message: str, *, metadata: dict[str, str] | None = None):
+        super().__init__(message)
+        self.metadata = dict(metadata or {})
+
+
 class PermissionDenied(FalconError):
     """The authenticated principal may not do this."""
 

@@ -9,6 +9,7 @@ from . import health
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("experiments.api.urls")),
+    path("api/v1/", include("analysis.api.urls")),
     path("api/v1/auth/", include("accounts.api.urls")),
     path("auth/", include("accounts.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

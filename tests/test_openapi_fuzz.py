@@ -17,6 +17,8 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
+from analysis.tests.factories import make_analysis, make_finished_exp
+from analysis.tests.fake_analyzer import running_fake_analyzer
 from experiments.tests.factories import make_exp
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,11 +35,26 @@ def falcon_token(token_for):
 
 
 @pytest.fixture
-def api_schema(live_server, transactional_db, falcon_token):
-    """The live server's schema, with a few experiments in the database."""
+def analyzer(settings, tmp_path):
+    """A real AnalyzerService (a small fake controller) for the analyses and plugins endpoints.
+
+    Without one they answer 503, as documented; schemathesis counts every 5xx as a server
+    error, so the fuzz runs against an analyzer that answers (503 itself is tested in
+    analysis/tests/test_api.py).
+    """
+    settings.FALCON_ANALYSIS_ROOT = (tmp_path / "analysis-store").as_uri()
+    with running_fake_analyzer() as (fake, target):
+        settings.FALCON_ANALYZER_TARGET = target
+        yield fake
+
+
+@pytest.fixture
+def api_schema(live_server, transactional_db, falcon_token, analyzer):
+    """The live server's schema, with a few experiments and analyses in the database."""
     # A few experiments, so that generated ids sometimes name one.
     for _ in range(3):
         make_exp()
+    make_analysis(exp=make_finished_exp())
     return schemathesis.openapi.from_url(live_server.url + "/api/schema/")
 
 
@@ -55,7 +72,7 @@ def adjust_valid_case(case) -> None:
     """Adjust valid (positive) cases to what the schema cannot state; invalid ones stay as
     generated."""
     positive = case.meta is not None and case.meta.generation.mode.is_positive
-    if positive and case.operation.path == "/api/v1/exps" and case.query:
+    if positive and case.operation.path in ("/api/v1/exps", "/api/v1/analyses") and case.query:
         # `cursor` is an opaque token only valid as the server gave it out (a `next` or
         # `previous` link): no schema can generate one, so valid cases go without it.
         case.query.pop("cursor", None)

@@ -16,7 +16,8 @@ from typing import Any
 import grpc
 
 from core.errors import (
-    Conflict, FalconError, NotFound, PermissionDenied, TransitionRace, ValidationFailed,
+    AlreadyExists, Conflict, FalconError, NotFound, PermissionDenied, TransitionRace,
+    ValidationFailed,
 )
 
 ERROR_CODE_KEY = "falcon-error-code"
@@ -92,6 +93,9 @@ def status_code_for(error: FalconError) -> grpc.StatusCode:
 def trailing_metadata_for(error: FalconError) -> tuple[tuple[str, str], ...]:
     """Return the trailing metadata that lets a client rebuild `error`."""
     metadata = [(ERROR_CODE_KEY, error.code)]
+    if isinstance(error, AlreadyExists):
+        metadata.extend((key, value) for key, value in error.metadata.items()
+                        if key not in (ERROR_CODE_KEY, ERROR_FIELDS_KEY))
     if isinstance(error, ValidationFailed):
         # ensure_ascii: non-`-bin` metadata values must be printable ASCII.
         fields = json.dumps(error.errors, ensure_ascii=True, separators=(",", ":"))
@@ -127,6 +131,7 @@ def abort_with_status(context: grpc.ServicerContext, status: grpc.StatusCode, co
 _BY_STATUS: dict[grpc.StatusCode, type[FalconError]] = {
     grpc.StatusCode.NOT_FOUND: NotFound,
     grpc.StatusCode.FAILED_PRECONDITION: Conflict,
+    grpc.StatusCode.ALREADY_EXISTS: AlreadyExists,
     grpc.StatusCode.ABORTED: TransitionRace,
     grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
     grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
@@ -166,6 +171,11 @@ def error_from_rpc_error(exc: grpc.RpcError) -> FalconError:
         if not isinstance(errors, dict):
             errors = {"detail": [message]}
         return cls(errors)
+    if cls is not None and issubclass(cls, AlreadyExists):
+        return cls(message, metadata={
+            key: value for key, value in trailers.items()
+            if isinstance(value, str) and key.startswith("falcon-")
+            and key not in (ERROR_CODE_KEY, ERROR_FIELDS_KEY)})
     if cls is not None and issubclass(cls, ApiCallFailed):
         return cls(message, status)
     if cls is not None:

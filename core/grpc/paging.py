@@ -22,6 +22,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from core import keyset
 from core.errors import ValidationFailed
 from core.grpc.channel import MAX_MESSAGE_BYTES
 
@@ -120,10 +121,49 @@ def keyset_page(queryset: QuerySet, *, page_size: int, page_token: str,
     if after is not None:
         qs = qs.filter(pk__gt=after)
     rows = list(qs[: size + 1])
+    return _fill(rows, size, to_message=to_message, byte_budget=byte_budget, rpc=rpc,
+                 token_of=lambda row: encode_page_token(row.pk))
+
+
+def ordered_keyset_page(queryset: QuerySet, *, ordering: tuple[str, ...], page_size: int,
+                        page_token: str, to_message: Callable[[Any], Any],
+                        byte_budget: int = PAGE_BYTE_BUDGET, rpc: str = "") -> Page:
+    """Return the page of `queryset` in `ordering` after `page_token`, like `keyset_page`.
+
+    For lists ordered by other keys than an integer id (ListAnalysisRecords: `(created_at,
+    analysis_id)`, whose key is a string): the token is a `core.keyset` position on the full
+    ordering (the primary key appended if missing), so rows created while a client pages never
+    shift or repeat a page. Skipping, budgets and errors are `keyset_page`'s.
+
+    Args:
+        ordering: model field names, `-` for descending (`("created_at", "analysis_id")`).
+
+    Raises:
+        ValidationFailed: `page_size` is invalid, or `page_token` was not issued by this list
+            (field `page_token`).
+    """
+    size = page_size_of(page_size)
+    keys = keyset.keys_for(queryset.model, ordering)
+    qs = queryset.order_by(*keyset.order_by(keys))
+    if page_token:
+        position = keyset.decode(page_token, queryset.model, keys, param="page_token")
+        if position.reverse:
+            raise ValidationFailed({"page_token": [
+                "is not a token this server issued; send the next_page_token of the previous "
+                "response unchanged, or none for the first page."]})
+        qs = qs.filter(keyset.after(keys, position.values))
+    rows = list(qs[: size + 1])
+    return _fill(rows, size, to_message=to_message, byte_budget=byte_budget, rpc=rpc,
+                 token_of=lambda row: keyset.encode(keys, keyset.values_of(row, keys)))
+
+
+def _fill(rows: list[Any], size: int, *, to_message: Callable[[Any], Any], byte_budget: int,
+          rpc: str, token_of: Callable[[Any], str]) -> Page:
+    """Map up to `size` of `rows` (one more tells whether a page follows) into a `Page`."""
     items: list[Any] = []
     skipped: list[Any] = []
     used = 0
-    last_id = None
+    last = None
     for row in rows[:size]:
         try:
             message = to_message(row)
@@ -133,18 +173,18 @@ def keyset_page(queryset: QuerySet, *, page_size: int, page_token: str,
                                  f"may carry ({MAX_ITEM_BYTES} bytes)")
         except Exception as exc:  # one row must never fail the page: skip it, say why
             skipped.append(row)
-            last_id = row.pk
+            last = row
             log.error("%s: skipped %s %s, which cannot be encoded: %s: %s (%d row(s) skipped "
                       "in this page so far)", rpc or "list", type(row).__name__, row.pk,
                       type(exc).__name__, exc, len(skipped))
             continue
         used += message_bytes
         if items and used > byte_budget:
-            return _page(items, encode_page_token(last_id), skipped, rpc)
+            return _page(items, token_of(last), skipped, rpc)
         items.append(message)
-        last_id = row.pk
+        last = row
     more = len(rows) > size
-    return _page(items, encode_page_token(last_id) if more else "", skipped, rpc)
+    return _page(items, token_of(last) if more else "", skipped, rpc)
 
 
 def _page(items: list[Any], token: str, skipped: list[Any], rpc: str) -> Page:

@@ -26,7 +26,8 @@ from grpc_reflection.v1alpha import reflection
 from core.grpc.channel import CHANNEL_OPTIONS
 from falcon_site.ports import bind_problem
 from falcon_proto.falcon.v1 import (
-    artifact_pb2, artifact_pb2_grpc, experiment_pb2, experiment_pb2_grpc, job_pb2, job_pb2_grpc,
+    analysis_pb2, analysis_pb2_grpc, artifact_pb2, artifact_pb2_grpc, experiment_pb2,
+    experiment_pb2_grpc, job_pb2, job_pb2_grpc,
 )
 from .interceptors import FalconServerInterceptor
 
@@ -36,6 +37,7 @@ SERVICE_NAMES = (
     experiment_pb2.DESCRIPTOR.services_by_name["ExperimentService"].full_name,
     job_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
     artifact_pb2.DESCRIPTOR.services_by_name["ArtifactService"].full_name,
+    analysis_pb2.DESCRIPTOR.services_by_name["AnalysisRecordService"].full_name,
 )
 
 # The server binds its port exclusively. grpcio sets SO_REUSEPORT on listening sockets by
@@ -88,6 +90,7 @@ def build_server(addr: str, *, max_workers: int = 16) -> FalconGrpcServer:
             host is not an address of this machine, ...); the message names the address and
             what to do.
     """
+    from analysis.grpc.record_servicer import AnalysisRecordServicer
     from experiments.grpc.artifact_servicer import ArtifactServicer
     from experiments.grpc.experiment_servicer import ExperimentServicer
     from experiments.grpc.job_servicer import JobServicer
@@ -100,6 +103,8 @@ def build_server(addr: str, *, max_workers: int = 16) -> FalconGrpcServer:
     experiment_pb2_grpc.add_ExperimentServiceServicer_to_server(ExperimentServicer(), server)
     job_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(), server)
     artifact_pb2_grpc.add_ArtifactServiceServicer_to_server(ArtifactServicer(), server)
+    analysis_pb2_grpc.add_AnalysisRecordServiceServicer_to_server(AnalysisRecordServicer(),
+                                                                  server)
 
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

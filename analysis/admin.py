@@ -1,0 +1,92 @@
+"""Django admin for operators: analyses, read-only, filtered by `AnalysisFilter`; cancel through
+the analyzer controller (the database when it is unavailable); the log's tail and the first
+results read from the store on the record's page."""
+from __future__ import annotations
+
+import json
+
+from django.contrib import admin, messages
+from django.utils.html import format_html
+
+from artifacts.store import store_for
+from core.admin import FilterSetAdminMixin, ReadOnlyAdminMixin, filterset_list_filter
+from core.errors import FalconError
+
+from . import analyzer_client, services
+from .analyzer_client import ServiceUnavailable
+from .api.views import LOG_FILE, read_results
+from .filters import AnalysisFilter
+from .models import AnalysisRecord
+
+LOG_TAIL_BYTES = 64 * 1024
+RESULTS_SHOWN = 50
+
+
+@admin.action(description="Cancel selected analyses", permissions=["operate"])
+def cancel_analyses(modeladmin, request, queryset):
+    """CancelAnalysis for each selected analysis (the database when the controller is down)."""
+    count = 0
+    for record in queryset.select_related(None).only("analysis_id", "status"):
+        if record.is_terminal:
+            continue
+        try:
+            try:
+                analyzer_client.cancel_analysis(analysis_id=record.analysis_id,
+                                                requester_email=request.user.email)
+            except ServiceUnavailable:
+                services.analysis_cancel_in_db(record.analysis_id, actor=request.user)
+            count += 1
+        except FalconError as exc:
+            modeladmin.message_user(request, f"{record.analysis_id}: {exc.message}",
+                                    level=messages.WARNING)
+    modeladmin.message_user(request, f"Cancelled {count} analysis(es).")
+
+
+@admin.register(AnalysisRecord)
+class AnalysisRecordAdmin(ReadOnlyAdminMixin, FilterSetAdminMixin, admin.ModelAdmin):
+    """Analyses are created by the analyzer controller and users; nothing is edited here."""
+
+    list_display = ("analysis_id", "name", "experiment", "analysis_type", "plugin_name",
+                    "status", "creator", "created_at")
+    filterset_class = AnalysisFilter
+    list_filter = [
+        filterset_list_filter(AnalysisFilter, "status"),
+        filterset_list_filter(AnalysisFilter, "analysis_type"),
+        filterset_list_filter(AnalysisFilter, "plugin", title="plugin name"),
+        filterset_list_filter(AnalysisFilter, "exp", title="experiment"),
+    ]
+    list_select_related = ("experiment", "creator")
+    actions = [cancel_analyses]
+    fields = ("analysis_id", "name", "experiment", "artifact", "creator", "analysis_type",
+              "plugin_name", "command", "script_content", "status", "reason", "message",
+              "result_path", "attempts", "cluster_object_name", "created_at", "updated_at",
+              "started_at", "finished_at", "log_tail", "results")
+
+    @admin.display(description=f"log (last {LOG_TAIL_BYTES // 1024} KiB)")
+    def log_tail(self, record: AnalysisRecord) -> str:
+        """The end of `output.log`, read from the store."""
+        if not record.result_path:
+            return "-"
+        url = record.result_path + LOG_FILE
+        try:
+            store = store_for(url)
+            size = store.size_of(url)
+            if size is None:
+                return "no log yet"
+            data = store.read_range(url, max(0, size - LOG_TAIL_BYTES), LOG_TAIL_BYTES)
+        except (OSError, ValueError) as exc:
+            return f"cannot read {url}: {exc}"
+        return format_html("<pre>{}</pre>", data.decode("utf-8", "replace"))
+
+    @admin.display(description=f"results (first {RESULTS_SHOWN})")
+    def results(self, record: AnalysisRecord) -> str:
+        """The first results, pretty-printed, read from the store."""
+        try:
+            out = read_results(record, max_records=RESULTS_SHOWN)
+        except FalconError as exc:
+            return exc.message
+        except (OSError, ValueError) as exc:
+            return f"cannot read the results: {exc}"
+        text = "\n".join(json.dumps(r, indent=2, ensure_ascii=False) for r in out["records"])
+        more = "\n… more in " + out["file"] if out["truncated"] else ""
+        return format_html("<pre>{}{}</pre>", text, more)

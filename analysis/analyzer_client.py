@@ -1,0 +1,171 @@
+"""The API server's client of the analyzer controller's AnalyzerService (docs/analyzer.md).
+
+The API server asks the controller for what has a side effect there (create, cancel, delete an
+analysis; its live log) or is its own data (the plugin catalog). Calls go to
+`settings.FALCON_ANALYZER_TARGET` with `authorization: Bearer <FALCON_ANALYZER_TOKEN>`, each
+with a deadline (`CALL_TIMEOUT_SECONDS`) and `wait_for_ready=False`, so a controller that is down
+answers at once instead of holding an HTTP request. One channel is kept per process and rebuilt
+when the target changes.
+
+A failed call raises the domain error the controller sent (`core.grpc.errors`'s reverse
+mapping): NotFound, ValidationFailed, Conflict, PermissionDenied, ...; UNAVAILABLE and
+DEADLINE_EXCEEDED raise `ServiceUnavailable`, which the HTTP API answers 503 with code
+`unavailable`.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import grpc
+from django.conf import settings
+
+from core.errors import FalconError
+from core.grpc.channel import CHANNEL_OPTIONS, auth_metadata
+from core.grpc.errors import ApiCallFailed, ApiUnavailable, Unauthenticated, error_from_rpc_error
+from falcon_proto.falcon.v1 import analysis_pb2, analysis_pb2_grpc
+
+# Seconds one call may take; the controller answers these from memory or one store read.
+CALL_TIMEOUT_SECONDS = 10.0
+UNAVAILABLE_MESSAGE = ("the analyzer controller is unavailable; try again in a moment (an "
+                       "operator can check `manage.py runcontroller analyzer`)")
+
+
+class ServiceUnavailable(ApiUnavailable):
+    """The analyzer controller could not be reached or did not answer in time (HTTP 503,
+    code `unavailable`)."""
+
+    http_status = 503
+
+
+class AnalyzerCallFailed(ApiCallFailed):
+    """The analyzer controller refused the API server itself (e.g. its token): HTTP 502."""
+
+
+_lock = threading.Lock()
+_channel: grpc.Channel | None = None
+_channel_target: str | None = None
+
+
+def _stub() -> analysis_pb2_grpc.AnalyzerServiceStub:
+    """Return a stub on the process' channel to the current target (rebuilt if it changed)."""
+    global _channel, _channel_target
+    target = settings.FALCON_ANALYZER_TARGET
+    with _lock:
+        if _channel is None or _channel_target != target:
+            if _channel is not None:
+                _channel.close()
+            _channel = grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
+            _channel_target = target
+        return analysis_pb2_grpc.AnalyzerServiceStub(_channel)
+
+
+def close() -> None:
+    """Close the process' channel (tests; the next call opens a new one)."""
+    global _channel, _channel_target
+    with _lock:
+        if _channel is not None:
+            _channel.close()
+        _channel, _channel_target = None, None
+
+
+def _call(method: str, request: Any) -> Any:
+    """Call AnalyzerService `method`; map a failure to a domain error.
+
+    Raises:
+        ServiceUnavailable: the controller is down, unreachable or too slow.
+        AnalyzerCallFailed: the controller refused the API server's credentials, or failed in
+            a way that is no domain error.
+        FalconError: the domain error the controller answered (NotFound, ValidationFailed,
+            Conflict, PermissionDenied, AlreadyExists, ...).
+    """
+    stub = _stub()
+    try:
+        return getattr(stub, method)(
+            request, timeout=CALL_TIMEOUT_SECONDS, wait_for_ready=False,
+            metadata=auth_metadata(settings.FALCON_ANALYZER_TOKEN))
+    except grpc.RpcError as exc:
+        error = error_from_rpc_error(exc)
+    if isinstance(error, ApiUnavailable) or getattr(error, "status_code", None) in (
+            grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        raise ServiceUnavailable(f"{UNAVAILABLE_MESSAGE} ({method}: {error.message}).",
+                                 grpc.StatusCode.UNAVAILABLE)
+    if isinstance(error, Unauthenticated):
+        raise AnalyzerCallFailed(f"the analyzer controller refused the API server's token "
+                                 f"({error.message}); check FALCON_ANALYZER_TOKEN on both.",
+                                 error.status_code)
+    if isinstance(error, ApiCallFailed):
+        raise AnalyzerCallFailed(f"the analyzer controller failed: {error.message}",
+                                 error.status_code)
+    assert isinstance(error, FalconError)
+    raise error
+
+
+def create_analysis(*, exp_id: int, creator_email: str, analysis_type: str = "online",
+                    plugin_name: str = "", command: str = "", script_content: str = "",
+                    name: str = "", resources: dict[str, str] | None = None
+                    ) -> analysis_pb2.CreateAnalysisResp:
+    """CreateAnalysis: validate, persist a pending record and queue it (the controller).
+
+    Args:
+        resources: `{"cpu_request"?, "cpu_limit"?, "memory_request"?, "memory_limit"?}`,
+            Kubernetes quantities; kept in the controller's memory only.
+
+    Raises:
+        as `_call`.
+    """
+    request = analysis_pb2.CreateAnalysisReq(
+        name=name, exp_id=exp_id, analysis_type=analysis_type, plugin_name=plugin_name,
+        command=command, script_content=script_content, creator_email=creator_email,
+        resource_override=analysis_pb2.ResourceOverride(**(resources or {})))
+    return _call("CreateAnalysis", request)
+
+
+def cancel_analysis(*, analysis_id: str, requester_email: str) -> analysis_pb2.CancelAnalysisResp:
+    """CancelAnalysis: move to cancelled and stop the run; OK when already terminal.
+
+    Raises:
+        as `_call`.
+    """
+    return _call("CancelAnalysis", analysis_pb2.CancelAnalysisReq(
+        analysis_id=analysis_id, requester_email=requester_email))
+
+
+def delete_analysis(*, analysis_id: str, purge: bool) -> analysis_pb2.DeleteAnalysisResp:
+    """DeleteAnalysis: delete a terminal analysis' record; with `purge` its outputs too.
+
+    Raises:
+        as `_call`.
+    """
+    return _call("DeleteAnalysis", analysis_pb2.DeleteAnalysisReq(
+        analysis_id=analysis_id, purge_gcs=purge))
+
+
+def get_analysis_logs(*, analysis_id: str, offset: int = 0,
+                      limit_bytes: int = 0) -> analysis_pb2.GetAnalysisLogsResp:
+    """GetAnalysisLogs: `output.log` from byte `offset`, at most `limit_bytes` (0: 1 MiB).
+
+    Raises:
+        as `_call`.
+    """
+    return _call("GetAnalysisLogs", analysis_pb2.GetAnalysisLogsReq(
+        analysis_id=analysis_id, offset=offset, limit_bytes=limit_bytes))
+
+
+def list_plugins() -> analysis_pb2.ListPluginsResp:
+    """ListPlugins: the controller's catalog.
+
+    Raises:
+        as `_call`.
+    """
+    return _call("ListPlugins", analysis_pb2.ListPluginsReq())
+
+
+def get_plugin(*, name: str) -> analysis_pb2.Plugin:
+    """GetPlugin: one catalog entry.
+
+    Raises:
+        NotFound: no plugin has this name.
+        as `_call` otherwise.
+    """
+    return _call("GetPlugin", analysis_pb2.GetPluginReq(name=name))

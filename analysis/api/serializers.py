@@ -1,0 +1,177 @@
+"""HTTP shapes of analyses and plugins (docs/analyzer.md, "HTTP API"): thin, no business rules.
+
+The create body is checked here first (field errors 400 naming the request's field), with the
+domain's own rules (`analysis.services.validate_create_fields`), so a bad request never reaches
+the analyzer controller.
+"""
+from __future__ import annotations
+
+import re
+
+from django.core.validators import RegexValidator
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from core.filters import MAX_ID
+from experiments.api.serializers import StrictCharField, StrictIntegerField, StrictSerializer
+
+from .. import selectors
+from ..models import SCRIPT_MAX_BYTES, AnalysisRecord
+from ..services import (
+    COMMAND_MAX_BYTES, NAME_MAX_CHARS, PLUGIN_NAME_MAX_CHARS, validate_create_fields,
+)
+
+TEXT = r"^[^\x00]*$"
+# A Kubernetes quantity ("500m", "2", "1.5", "512Mi", "1G"), or empty for the plugin's default.
+QUANTITY = re.compile(r"^([0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?)?$")
+QUANTITY_MAX_CHARS = 32
+RESOURCE_KEYS = ("cpu_request", "cpu_limit", "memory_request", "memory_limit")
+# Request field -> the domain's field name, for the errors of `validate_create_fields`.
+DOMAIN_FIELD = {"plugin": "plugin_name", "script": "script_content", "name": "name",
+                "command": "command"}
+
+
+def _no_nul(hint: str) -> RegexValidator:
+    return RegexValidator(TEXT, message=f"contains a NUL character; {hint}.")
+
+
+def _quantity_field() -> StrictCharField:
+    return StrictCharField(
+        required=False, allow_blank=True, max_length=QUANTITY_MAX_CHARS,
+        validators=[RegexValidator(QUANTITY.pattern, message=(
+            "is not a Kubernetes quantity: a number with an optional suffix such as 500m, 2, "
+            "512Mi or 4Gi; empty keeps the plugin's default."))])
+
+
+class ResourcesSerializer(StrictSerializer):
+    """The resource override: Kubernetes quantities, each optional (only these four keys)."""
+
+    cpu_request = _quantity_field()
+    cpu_limit = _quantity_field()
+    memory_request = _quantity_field()
+    memory_limit = _quantity_field()
+
+
+class AnalysisCreateInputSerializer(StrictSerializer):
+    """POST /api/v1/analyses: an online analysis of one finished experiment."""
+
+    exp_id = StrictIntegerField(min_value=1, max_value=MAX_ID,
+                                help_text="The experiment to analyse (finished).")
+    plugin = StrictCharField(required=False, allow_blank=True, default="",
+                             max_length=PLUGIN_NAME_MAX_CHARS,
+                             validators=[_no_nul("send a catalog plugin name")],
+                             help_text="A catalog plugin (GET /api/v1/plugins); a plugin or a "
+                                       "command is required.")
+    command = StrictCharField(required=False, allow_blank=True, default="",
+                              trim_whitespace=False, validators=[_no_nul("send a shell command")],
+                              help_text=f"A shell command, at most {COMMAND_MAX_BYTES} bytes "
+                                        "in UTF-8; a plugin or a command is required.")
+    script = StrictCharField(required=False, allow_blank=True, default="", trim_whitespace=False,
+                             max_length=SCRIPT_MAX_BYTES,
+                             validators=[_no_nul("send a text script")],
+                             help_text=f"The script's text, at most {SCRIPT_MAX_BYTES} bytes "
+                                       "(1 MiB) in UTF-8.")
+    name = StrictCharField(required=False, allow_blank=True, default="",
+                           max_length=NAME_MAX_CHARS, validators=[_no_nul("send plain text")])
+    resources = ResourcesSerializer(required=False)
+
+    def validate(self, attrs):
+        """Apply the domain's rules (a plugin or a command; the script's size in bytes).
+
+        Raises:
+            serializers.ValidationError: keyed by the request's field names.
+        """
+        errors = validate_create_fields(
+            name=attrs.get("name", ""), analysis_type="online",
+            plugin_name=attrs.get("plugin", ""), command=attrs.get("command", ""),
+            script_content=attrs.get("script", ""))
+        if errors:
+            request_field = {domain: field for field, domain in DOMAIN_FIELD.items()}
+            raise serializers.ValidationError(
+                {request_field.get(name, name): messages for name, messages in errors.items()})
+        return attrs
+
+
+class AnalysisSerializer(serializers.Serializer):
+    """An analysis in JSON (docs/analyzer.md): `queue_position` only while pending."""
+
+    id = serializers.CharField(source="analysis_id", read_only=True)
+    name = serializers.CharField(read_only=True)
+    exp_id = serializers.IntegerField(source="experiment_id", read_only=True)
+    analysis_type = serializers.CharField(read_only=True)
+    plugin_name = serializers.CharField(read_only=True)
+    status = serializers.CharField(read_only=True)
+    reason = serializers.CharField(read_only=True)
+    error_message = serializers.CharField(source="message", read_only=True)
+    command = serializers.CharField(read_only=True)
+    has_script = serializers.SerializerMethodField()
+    script_bytes = serializers.IntegerField(read_only=True)
+    artifact_id = serializers.IntegerField(read_only=True)
+    result_path = serializers.CharField(read_only=True)
+    creator = serializers.CharField(source="creator.email", read_only=True)
+    attempts = serializers.IntegerField(read_only=True)
+    cluster_object_name = serializers.CharField(read_only=True)
+    queue_position = serializers.SerializerMethodField()
+    created_at = serializers.DateTimeField(read_only=True)
+    updated_at = serializers.DateTimeField(read_only=True)
+    started_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    finished_at = serializers.DateTimeField(read_only=True, allow_null=True)
+
+    @extend_schema_field(OpenApiTypes.BOOL)
+    def get_has_script(self, record: AnalysisRecord) -> bool:
+        return bool(record.script_content)
+
+    @extend_schema_field({"type": "integer", "minimum": 1, "nullable": True,
+                          "description": "1 = next in its queue; null unless pending."})
+    def get_queue_position(self, record: AnalysisRecord) -> int | None:
+        if not self.context.get("queue_position"):
+            return None
+        return selectors.queue_position(record)
+
+
+class LogsSerializer(serializers.Serializer):
+    """A piece of the analysis' log (output.log)."""
+
+    content = serializers.CharField(help_text="The log's bytes from `offset`, as UTF-8 text "
+                                              "(undecodable bytes replaced).")
+    next_offset = serializers.IntegerField(help_text="The offset to ask for next.")
+    complete = serializers.BooleanField(help_text="True once nothing more will be written.")
+    note = serializers.CharField(allow_blank=True)
+
+
+@extend_schema_field({"type": "object", "additionalProperties": True})
+class AnyObjectField(serializers.JSONField):
+    """One JSON object of the results file, as written by the plugin."""
+
+
+class ResultsSerializer(serializers.Serializer):
+    """The results file, parsed: one object a line; an unparsable line is
+    `{"kind": "unparsable", "line": n}`."""
+
+    file = serializers.CharField(help_text="The results file's URL in the store.")
+    records = serializers.ListField(child=AnyObjectField())
+    truncated = serializers.BooleanField(help_text="True when the file holds more than was "
+                                                   "returned (record or byte cap).")
+
+
+class ResourceOutputSerializer(serializers.Serializer):
+    cpu_request = serializers.CharField(allow_blank=True)
+    cpu_limit = serializers.CharField(allow_blank=True)
+    memory_request = serializers.CharField(allow_blank=True)
+    memory_limit = serializers.CharField(allow_blank=True)
+
+
+class PluginSerializer(serializers.Serializer):
+    """One plugin of the analyzer controller's catalog."""
+
+    name = serializers.CharField()
+    description = serializers.CharField(allow_blank=True)
+    command = serializers.CharField(allow_blank=True)
+    artifact_types = serializers.ListField(child=serializers.CharField())
+    resources = ResourceOutputSerializer()
+    timeout_seconds = serializers.IntegerField()
+
+
+class PluginListSerializer(serializers.Serializer):
+    plugins = PluginSerializer(many=True)

@@ -1,0 +1,376 @@
+"""HTTP API of the Data Analyzer (docs/analyzer.md, "HTTP API"): `/api/v1/analyses`,
+`/api/v1/plugins`.
+
+Views parse, call a service, a selector or the analyzer client, and serialize; domain errors
+become HTTP errors in `core.drf.exception_handler` (the controller down: 503 `unavailable`).
+Reads come from the database and the store; what has a side effect on the analyzer controller
+(create, cancel, delete, the live log) or is its data (the catalog) goes through
+`analysis.analyzer_client`. Cancel and the log fall back to the database and the store when the
+controller is unavailable; a purge needs it.
+"""
+from __future__ import annotations
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view,
+)
+from rest_framework import generics, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from artifacts.store import store_for
+from core import jsoninput
+from core.drf import FilterSetBackend, StrictCursorPagination
+from core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
+from core.filters import MAX_ID, MAX_NAME_CHARS
+from core.statuses import EXP_TERMINAL, AnalysisStatus, AnalysisType
+from experiments.selectors import exp_get_summary
+
+from .. import analyzer_client, selectors, services
+from ..analyzer_client import ServiceUnavailable
+from ..filters import AnalysisFilter
+from ..models import AnalysisRecord
+from .serializers import (
+    AnalysisCreateInputSerializer, AnalysisSerializer, LogsSerializer, PluginListSerializer,
+    PluginSerializer, ResultsSerializer,
+)
+
+LOG_DEFAULT_LIMIT = 1024 * 1024
+LOG_MAX_LIMIT = 4 * 1024 * 1024
+LOG_MAX_OFFSET = 2**62
+RESULTS_MAX_RECORDS = 10_000
+RESULTS_MAX_BYTES = 16 * 1024 * 1024
+LOG_FILE = "output.log"
+
+
+class AnalysisCursorPagination(StrictCursorPagination):
+    """Keyset cursors on (created_at, analysis_id), newest first."""
+
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 500
+    ordering = "-created_at"
+
+
+def _error(description: str) -> OpenApiResponse:
+    return OpenApiResponse(description=description)
+
+
+UNAVAILABLE = _error("The analyzer controller is unavailable (`code`: `unavailable`); retry.")
+BAD_GATEWAY = _error("The analyzer controller refused the API server or failed.")
+
+
+def _list_param(name: str, items: dict, description: str) -> OpenApiParameter:
+    return OpenApiParameter(name, {"type": "array", "items": items}, explode=True,
+                            style="form", description=description)
+
+
+LIST_PARAMETERS = [
+    # "" is no filter (the server skips blank values), so the schema allows it.
+    _list_param("status", {"type": "string", "enum": [*AnalysisStatus, ""]},
+                "Only analyses in these statuses (repeat it, or a comma list)."),
+    _list_param("analysis_type", {"type": "string", "enum": [*AnalysisType, ""]},
+                "Only offline or only online analyses."),
+    _list_param("exp", {"type": "integer", "minimum": 1, "maximum": MAX_ID},
+                "Only the analyses of these experiments (repeat it, or a comma list)."),
+    _list_param("plugin", {"type": "string", "maxLength": MAX_NAME_CHARS,
+                           "pattern": "^[^,\\x00]*$"},
+                "Only analyses by these plugins (repeat it, or a comma list)."),
+    OpenApiParameter("page_size", {"type": "integer", "minimum": 1,
+                                   "maximum": AnalysisCursorPagination.max_page_size},
+                     description="Analyses per page, from 1 to "
+                                 f"{AnalysisCursorPagination.max_page_size} (default "
+                                 f"{AnalysisCursorPagination.page_size})."),
+    OpenApiParameter("cursor", OpenApiTypes.STR,
+                     description="The cursor of a page, from a `next` or `previous` link; any "
+                                 "other value is a 400."),
+]
+ANALYSIS_ID_PARAM = OpenApiParameter(
+    "analysis_id", {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$"},
+    OpenApiParameter.PATH, description="The analysis' id, e.g. an-0f3c9a1b2d4e5f60.")
+
+
+def _get_for_change(request, analysis_id: str, verb: str) -> AnalysisRecord:
+    """The record, if the request's user may cancel or delete it.
+
+    Raises:
+        NotFound: no such analysis.
+        PermissionDenied: neither its creator nor staff (HTTP 403).
+    """
+    record = selectors.analysis_get(analysis_id=analysis_id)
+    if not services.analysis_may_change(record=record, actor=request.user):
+        raise PermissionDenied(f"{getattr(request.user, 'email', request.user)} may not {verb} "
+                               f"analysis {analysis_id}: only its creator or a staff user may.")
+    return record
+
+
+def _detail(analysis_id: str) -> dict:
+    record = selectors.analysis_get(analysis_id=analysis_id)
+    return AnalysisSerializer(record, context={"queue_position": True}).data
+
+
+@extend_schema_view(
+    get=extend_schema(summary="ListAnalyses", responses=AnalysisSerializer(many=True),
+                      parameters=LIST_PARAMETERS),
+    post=extend_schema(summary="CreateAnalysis", request=AnalysisCreateInputSerializer,
+                       responses={
+                           201: AnalysisSerializer,
+                           400: _error("A field is invalid (named in the body)."),
+                           404: _error("No such experiment."),
+                           409: _error("The experiment has not finished."),
+                           502: BAD_GATEWAY, 503: UNAVAILABLE}),
+)
+class AnalysisListCreateView(generics.ListAPIView):
+    """List analyses (filters exp, status, analysis_type, plugin; cursor pages) or create an
+    online one through the analyzer controller."""
+
+    serializer_class = AnalysisSerializer
+    pagination_class = AnalysisCursorPagination
+    filter_backends = [FilterSetBackend]
+    filterset_class = AnalysisFilter  # the gRPC list and the admin use it too
+
+    def get_queryset(self):
+        return selectors.analysis_queryset()
+
+    def get_serializer_class(self):
+        if self.request is not None and self.request.method == "POST":
+            return AnalysisCreateInputSerializer
+        return AnalysisSerializer
+
+    def post(self, request):
+        data = AnalysisCreateInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        body = data.validated_data
+        # The experiment's existence and state are the API server's data: answered here, also
+        # while the controller is down (the controller checks them again).
+        exp = exp_get_summary(exp_id=body["exp_id"])
+        if exp.status not in EXP_TERMINAL:
+            raise Conflict(f"Experiment {exp.pk} is {exp.status} and has not finished; analyse "
+                           "it once it is Succeeded, Failed or Aborted.")
+        created = analyzer_client.create_analysis(
+            exp_id=exp.pk, creator_email=request.user.email, analysis_type="online",
+            plugin_name=body["plugin"], command=body["command"], script_content=body["script"],
+            name=body["name"], resources=dict(body.get("resources") or {}))
+        return Response(_detail(created.analysis_id), status=status.HTTP_201_CREATED)
+
+
+class AnalysisDetailView(APIView):
+    """Get or delete one analysis."""
+
+    @extend_schema(summary="GetAnalysis", parameters=[ANALYSIS_ID_PARAM],
+                   responses={200: AnalysisSerializer})
+    def get(self, request, analysis_id: str):
+        return Response(_detail(analysis_id))
+
+    @extend_schema(summary="DeleteAnalysis", parameters=[
+        ANALYSIS_ID_PARAM,
+        OpenApiParameter("purge", OpenApiTypes.BOOL, description="Also remove its results and "
+                         "log from the store (needs the analyzer controller).")],
+        responses={204: None,
+                   403: _error("Only the creator or a staff user may delete it."),
+                   409: _error("The analysis is not terminal: cancel it first."),
+                   502: BAD_GATEWAY,
+                   503: _error("The analyzer controller is unavailable and purge needs it.")})
+    def delete(self, request, analysis_id: str):
+        unknown = sorted(set(request.query_params) - {"purge", "format"})
+        if unknown:
+            raise ValidationFailed({name: ["is not a query parameter; use purge."]
+                                    for name in unknown})
+        purge = _bool_param(request, "purge")
+        record = _get_for_change(request, analysis_id, "delete")
+        if not record.is_terminal:
+            raise Conflict(f"Analysis {analysis_id} is {record.status}; only succeeded, failed "
+                           "or cancelled analyses can be deleted. Cancel it first.")
+        try:
+            analyzer_client.delete_analysis(analysis_id=analysis_id, purge=purge)
+        except ServiceUnavailable:
+            if purge:
+                raise
+            services.analysis_record_delete(analysis_id)
+        except NotFound:
+            # The controller found no record: it is gone already (deleted meanwhile).
+            if AnalysisRecord.objects.filter(pk=analysis_id).exists():
+                raise
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class AnalysisCancelView(APIView):
+    """Cancel one analysis; OK when already terminal."""
+
+    @extend_schema(summary="CancelAnalysis", request=None, parameters=[ANALYSIS_ID_PARAM],
+                   responses={200: AnalysisSerializer,
+                              403: _error("Only the creator or a staff user may cancel it."),
+                              502: BAD_GATEWAY})
+    def post(self, request, analysis_id: str):
+        record = _get_for_change(request, analysis_id, "cancel")
+        if not record.is_terminal:
+            try:
+                analyzer_client.cancel_analysis(analysis_id=analysis_id,
+                                                requester_email=request.user.email)
+            except ServiceUnavailable:
+                # The controller stops the run when it is back (it reconciles cancelled
+                # records with its live runs).
+                services.analysis_cancel_in_db(analysis_id, actor=request.user)
+        return Response(_detail(analysis_id))
+
+
+def _bool_param(request, name: str) -> bool:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return False
+    if raw.lower() in ("true", "1"):
+        return True
+    if raw.lower() in ("false", "0"):
+        return False
+    raise ValidationFailed({name: [f"must be true or false; got {raw[:40]!r}."]})
+
+
+def _int_param(request, name: str, *, default: int, minimum: int, maximum: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 19 or \
+            not minimum <= int(raw) <= maximum:
+        raise ValidationFailed({name: [f"must be an integer from {minimum} to {maximum}; "
+                                       f"got {raw[:40]!r}."]})
+    return int(raw)
+
+
+class AnalysisLogsView(APIView):
+    """The analysis' log from a byte offset: live from the controller, else from the store."""
+
+    @extend_schema(summary="GetAnalysisLogs", parameters=[
+        ANALYSIS_ID_PARAM,
+        OpenApiParameter("offset", {"type": "integer", "minimum": 0, "maximum": LOG_MAX_OFFSET},
+                         description="Byte offset to read from (default 0)."),
+        OpenApiParameter("limit", {"type": "integer", "minimum": 1, "maximum": LOG_MAX_LIMIT},
+                         description=f"Most bytes to return (default {LOG_DEFAULT_LIMIT}).")],
+        responses={200: LogsSerializer, 502: BAD_GATEWAY})
+    def get(self, request, analysis_id: str):
+        unknown = sorted(set(request.query_params) - {"offset", "limit", "format"})
+        if unknown:
+            raise ValidationFailed({name: ["is not a query parameter; use offset and limit."]
+                                    for name in unknown})
+        offset = _int_param(request, "offset", default=0, minimum=0, maximum=LOG_MAX_OFFSET)
+        limit = _int_param(request, "limit", default=LOG_DEFAULT_LIMIT, minimum=1,
+                           maximum=LOG_MAX_LIMIT)
+        record = selectors.analysis_get(analysis_id=analysis_id)
+        try:
+            logs = analyzer_client.get_analysis_logs(analysis_id=analysis_id, offset=offset,
+                                                     limit_bytes=limit)
+            content, next_offset = logs.content, logs.next_offset
+            complete, note = logs.complete, logs.note
+        except ServiceUnavailable:
+            content, note = _log_from_store(record, offset, limit)
+            next_offset = offset + len(content)
+            complete = record.is_terminal
+        return Response(LogsSerializer({
+            "content": content.decode("utf-8", "replace").replace("\x00", "\ufffd"),
+            "next_offset": next_offset, "complete": complete, "note": note}).data)
+
+
+def _log_from_store(record: AnalysisRecord, offset: int, limit: int) -> tuple[bytes, str]:
+    """Read `output.log` from the store directly (the controller is unavailable)."""
+    note = "read from the store: the analyzer controller is unavailable"
+    if not record.result_path:
+        return b"", note + "; the analysis has no output folder"
+    try:
+        return store_for(record.result_path + LOG_FILE).read_range(
+            record.result_path + LOG_FILE, offset, limit), note
+    except FileNotFoundError:
+        return b"", note + "; no log has been written yet"
+
+
+def parse_results(data: bytes, *, max_records: int = RESULTS_MAX_RECORDS
+                  ) -> tuple[list[dict], bool]:
+    """Parse a results file: one JSON object a line (blank lines skipped).
+
+    A line that is not a JSON object becomes `{"kind": "unparsable", "line": n}` (1-based).
+    Returns `(records, truncated)`; truncated when more than `max_records` lines hold records.
+    """
+    records: list[dict] = []
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        if len(records) >= max_records:
+            return records, True
+        try:
+            value = jsoninput.loads(line)
+        except (jsoninput.JSONInputError, UnicodeDecodeError, ValueError):
+            value = None
+        records.append(value if isinstance(value, dict) else
+                       {"kind": "unparsable", "line": number})
+    return records, False
+
+
+def results_url(record: AnalysisRecord) -> str:
+    """The results file of an analysis: `{result_path}{plugin_name or 'result'}.jsonl`."""
+    return f"{record.result_path}{record.plugin_name or 'result'}.jsonl"
+
+
+def read_results(record: AnalysisRecord, *, max_records: int = RESULTS_MAX_RECORDS,
+                 max_bytes: int = RESULTS_MAX_BYTES) -> dict:
+    """Read and parse the results file from the store (the API server reads it itself).
+
+    Returns `{"file", "records", "truncated"}`; at most `max_records` records from the first
+    `max_bytes` bytes (a line cut by the byte cap is dropped).
+
+    Raises:
+        NotFound: the file does not exist (yet).
+    """
+    url = results_url(record)
+    try:
+        data = store_for(url).read_range(url, 0, max_bytes + 1) if record.result_path else None
+    except FileNotFoundError:
+        data = None
+    if data is None:
+        raise NotFound(f"Analysis {record.analysis_id} has no results yet ({url} does not "
+                       f"exist); it is {record.status}.")
+    truncated = len(data) > max_bytes
+    if truncated:
+        data = data[: data.rfind(b"\n", 0, max_bytes) + 1]
+    records, more = parse_results(data, max_records=max_records)
+    return {"file": url, "records": records, "truncated": truncated or more}
+
+
+class AnalysisResultsView(APIView):
+    """The analysis' results file, parsed."""
+
+    @extend_schema(summary="GetAnalysisResults", parameters=[ANALYSIS_ID_PARAM],
+                   responses={200: ResultsSerializer,
+                              404: _error("No such analysis, or no results yet.")})
+    def get(self, request, analysis_id: str):
+        record = selectors.analysis_get(analysis_id=analysis_id)
+        return Response(ResultsSerializer(read_results(record)).data)
+
+
+def plugin_data(plugin) -> dict:
+    """A catalog entry (`falcon.v1.Plugin`) as the HTTP API shows it."""
+    res = plugin.resources
+    return {"name": plugin.name, "description": plugin.description, "command": plugin.command,
+            "artifact_types": list(plugin.artifact_types),
+            "resources": {"cpu_request": res.cpu_request, "cpu_limit": res.cpu_limit,
+                          "memory_request": res.memory_request,
+                          "memory_limit": res.memory_limit},
+            "timeout_seconds": plugin.timeout_seconds}
+
+
+class PluginListView(APIView):
+    """The analyzer controller's plugin catalog."""
+
+    @extend_schema(summary="ListPlugins", operation_id="v1_plugins_list", responses={200: PluginListSerializer,
+                                                     502: BAD_GATEWAY, 503: UNAVAILABLE})
+    def get(self, request):
+        plugins = analyzer_client.list_plugins().plugins
+        return Response(PluginListSerializer({"plugins": [plugin_data(p) for p in plugins]}).data)
+
+
+class PluginDetailView(APIView):
+    """One catalog entry."""
+
+    @extend_schema(summary="GetPlugin", operation_id="v1_plugins_retrieve", parameters=[OpenApiParameter(
+        "name", {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$"}, OpenApiParameter.PATH,
+        description="The plugin's name.")],
+        responses={200: PluginSerializer, 502: BAD_GATEWAY, 503: UNAVAILABLE})
+    def get(self, request, name: str):
+        return Response(PluginSerializer(plugin_data(analyzer_client.get_plugin(name=name))).data)

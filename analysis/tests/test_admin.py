@@ -1,0 +1,60 @@
+"""The analyses' admin: filters, the record page with its log and results, the cancel action."""
+from __future__ import annotations
+
+import pytest
+
+from accounts.models import User
+from analysis import analyzer_client
+from analysis.models import AnalysisRecord
+from analysis.tests.factories import make_analysis, make_finished_exp
+from analysis.tests.fake_analyzer import closed_port
+from artifacts.store import local_path
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def staff_client(client):
+    admin = User.objects.create_superuser("ops@example.com", password="pw-for-tests")
+    client.force_login(admin)
+    return client
+
+
+def test_changelist_filters(staff_client):
+    exp = make_finished_exp()
+    make_analysis(exp=exp, plugin_name="alpha-plugin", name="first-row")
+    make_analysis(exp=exp, plugin_name="beta-plugin", analysis_type="online",
+                  name="second-row")
+    res = staff_client.get("/admin/analysis/analysisrecord/?analysis_type=online")
+    assert res.status_code == 200
+    assert b"second-row" in res.content and b"first-row" not in res.content
+    res = staff_client.get(f"/admin/analysis/analysisrecord/?plugin=alpha-plugin&exp={exp.pk}"
+                           "&status=pending")
+    assert b"first-row" in res.content and b"second-row" not in res.content
+
+
+def test_record_page_shows_log_and_results(staff_client, tmp_path):
+    record = make_analysis(result_root=(tmp_path / "store").as_uri())
+    res = staff_client.get(f"/admin/analysis/analysisrecord/{record.analysis_id}/change/")
+    assert res.status_code == 200 and b"no log yet" in res.content
+    for name, data in (("output.log", b"the <log> tail\n"),
+                       ("summary.jsonl", b'{"metric": "p50", "value": 12}\n')):
+        path = local_path(record.result_path + name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    res = staff_client.get(f"/admin/analysis/analysisrecord/{record.analysis_id}/change/")
+    assert b"the &lt;log&gt; tail" in res.content and b"&quot;metric&quot;: &quot;p50&quot;" \
+        in res.content
+
+
+def test_cancel_action_falls_back_to_the_database(staff_client, settings):
+    settings.FALCON_ANALYZER_TARGET = closed_port()
+    records = [make_analysis(analysis_type="online") for _ in range(2)]
+    try:
+        res = staff_client.post("/admin/analysis/analysisrecord/", {
+            "action": "cancel_analyses",
+            "_selected_action": [r.analysis_id for r in records]}, follow=True)
+    finally:
+        analyzer_client.close()
+    assert res.status_code == 200 and b"Cancelled 2" in res.content
+    assert set(AnalysisRecord.objects.values_list("status", flat=True)) == {"cancelled"}

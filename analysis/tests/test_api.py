@@ -1,0 +1,270 @@
+"""The HTTP API of analyses and plugins, against a real fake AnalyzerService (a grpc server on a
+port) or none at all (a closed port: 503 at once, and the database and store fallbacks)."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from rest_framework.test import APIClient
+
+from accounts.models import User
+from analysis import analyzer_client
+from analysis.api.views import parse_results, read_results
+from analysis.models import SCRIPT_MAX_BYTES, AnalysisRecord
+from analysis.tests.factories import make_analysis, make_finished_exp
+from analysis.tests.fake_analyzer import LOG, closed_port, running_fake_analyzer
+from artifacts.store import local_path
+from experiments.tests.factories import make_exp
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _analysis_root(settings, tmp_path):
+    settings.FALCON_ANALYSIS_ROOT = (tmp_path / "store").as_uri()
+    settings.FALCON_ANALYZER_TOKEN = "analyzer-token-0123456789abcdef0123456789"
+    yield
+    analyzer_client.close()
+
+
+@pytest.fixture
+def analyzer(settings):
+    with running_fake_analyzer() as (fake, target):
+        settings.FALCON_ANALYZER_TARGET = target
+        yield fake
+
+
+@pytest.fixture
+def no_analyzer(settings):
+    settings.FALCON_ANALYZER_TARGET = closed_port()
+
+
+def client_for(token_for, email: str) -> tuple[APIClient, User]:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token_for(email)}")
+    assert client.get("/api/v1/analyses").status_code == 200  # registers the user
+    return client, User.objects.get(email=email)
+
+
+@pytest.fixture
+def alice(token_for):
+    return client_for(token_for, "alice@example.com")
+
+
+def test_create_through_the_analyzer(alice, analyzer):
+    client, user = alice
+    exp = make_finished_exp(creator=user)
+    resp = client.post("/api/v1/analyses", {
+        "exp_id": exp.pk, "plugin": "summary", "script": "print(1)", "name": "mine",
+        "resources": {"cpu_request": "500m", "memory_limit": "2Gi"}}, format="json")
+    assert resp.status_code == 201, resp.json()
+    body = resp.json()
+    assert body["status"] == "pending" and body["queue_position"] == 1
+    assert body["creator"] == "alice@example.com" and body["has_script"] is True
+    assert body["script_bytes"] == 8 and body["exp_id"] == exp.pk and body["name"] == "mine"
+    method, request, metadata = analyzer.calls[-1]
+    assert method == "CreateAnalysis" and request.analysis_type == "online"
+    assert request.creator_email == "alice@example.com"
+    assert request.resource_override.cpu_request == "500m"
+    assert metadata["authorization"] == "Bearer analyzer-token-0123456789abcdef0123456789"
+    got = client.get(f"/api/v1/analyses/{body['id']}").json()
+    assert got["id"] == body["id"] and got["queue_position"] == 1
+
+
+@pytest.mark.parametrize("body, field", [
+    ({}, "exp_id"),
+    ({"exp_id": 1}, "plugin"),
+    ({"exp_id": 1, "plugin": "", "command": "  "}, "plugin"),
+    ({"exp_id": 1, "plugin": "p", "script": "x" * (SCRIPT_MAX_BYTES + 1)}, "script"),
+    ({"exp_id": 1, "plugin": "p", "script": "é" * (SCRIPT_MAX_BYTES // 2 + 1)}, "script"),
+    ({"exp_id": 1, "plugin": "p", "resources": {"gpu": "1"}}, "resources"),
+    ({"exp_id": 1, "plugin": "p", "resources": {"cpu_limit": "lots"}}, "resources"),
+    ({"exp_id": 1, "plugin": "p", "command": "a\x00b"}, "command"),
+    ({"exp_id": "1", "plugin": "p"}, "exp_id"),
+    ({"exp_id": 1, "plugin": "p", "extra": 1}, "extra"),
+])
+def test_create_field_errors(alice, analyzer, body, field):
+    client, _ = alice
+    resp = client.post("/api/v1/analyses", body, format="json")
+    assert resp.status_code == 400 and field in resp.json(), resp.json()
+    assert not analyzer.calls
+
+
+def test_script_of_exactly_one_mib_is_accepted(alice, analyzer):
+    client, user = alice
+    exp = make_finished_exp(creator=user)
+    resp = client.post("/api/v1/analyses", {"exp_id": exp.pk, "command": "python s.py",
+                                            "script": "x" * SCRIPT_MAX_BYTES}, format="json")
+    assert resp.status_code == 201 and resp.json()["script_bytes"] == SCRIPT_MAX_BYTES
+
+
+def test_create_404_and_409(alice, analyzer):
+    client, user = alice
+    assert client.post("/api/v1/analyses", {"exp_id": 999999, "plugin": "p"},
+                       format="json").status_code == 404
+    running = make_exp(creator=user)
+    resp = client.post("/api/v1/analyses", {"exp_id": running.pk, "plugin": "p"}, format="json")
+    assert resp.status_code == 409 and "not finished" in resp.json()["detail"]
+
+
+def test_create_without_analyzer_is_503_at_once(alice, no_analyzer):
+    client, user = alice
+    exp = make_finished_exp(creator=user)
+    started = time.monotonic()
+    resp = client.post("/api/v1/analyses", {"exp_id": exp.pk, "plugin": "summary"},
+                       format="json")
+    assert time.monotonic() - started < 3
+    assert resp.status_code == 503
+    body = resp.json()
+    assert body["code"] == "unavailable"
+    assert body["detail"].startswith("the analyzer controller is unavailable")
+    assert client.get("/api/v1/plugins").status_code == 503
+    assert client.get("/api/v1/plugins/summary").status_code == 503
+
+
+def test_list_and_filters(alice):
+    client, user = alice
+    exp = make_finished_exp(creator=user)
+    a = make_analysis(exp=exp, plugin_name="p1", analysis_type="online")
+    b = make_analysis(exp=exp, plugin_name="p2")
+    make_analysis()
+    body = client.get(f"/api/v1/analyses?exp={exp.pk}").json()
+    assert {r["id"] for r in body["results"]} == {a.analysis_id, b.analysis_id}
+    assert set(body) == {"next", "previous", "results"}
+    body = client.get("/api/v1/analyses?plugin=p2").json()
+    assert [r["id"] for r in body["results"]] == [b.analysis_id]
+    body = client.get("/api/v1/analyses?analysis_type=online&status=pending").json()
+    assert [r["id"] for r in body["results"]] == [a.analysis_id]
+    assert client.get("/api/v1/analyses?status=Running").status_code == 400
+    assert client.get("/api/v1/analyses?bogus=1").status_code == 400
+    page = client.get("/api/v1/analyses?page_size=2").json()
+    rest = client.get(page["next"]).json()
+    assert len(page["results"]) == 2 and len(rest["results"]) == 1
+
+
+def test_queue_position_and_404(alice):
+    client, user = alice
+    exp = make_finished_exp(creator=user)
+    records = [make_analysis(exp=exp, analysis_type="online") for _ in range(3)]
+    assert [client.get(f"/api/v1/analyses/{r.analysis_id}").json()["queue_position"]
+            for r in records] == [1, 2, 3]
+    assert client.get("/api/v1/analyses/an-missing").status_code == 404
+    assert client.get("/api/v1/analyses/NOT_AN_ID").status_code == 404
+
+
+def test_cancel_permissions_and_fallback(alice, token_for, no_analyzer):
+    client, user = alice
+    record = make_analysis(exp=make_finished_exp(creator=user), analysis_type="online")
+    bob, _ = client_for(token_for, "bob@example.com")
+    assert bob.post(f"/api/v1/analyses/{record.analysis_id}/cancel").status_code == 403
+    resp = client.post(f"/api/v1/analyses/{record.analysis_id}/cancel")
+    assert resp.status_code == 200 and resp.json()["status"] == "cancelled"
+    assert resp.json()["reason"] == "Cancelled"
+    # Already terminal: OK, unchanged.
+    assert client.post(f"/api/v1/analyses/{record.analysis_id}/cancel").status_code == 200
+    staff, staff_user = client_for(token_for, "ops@example.com")
+    User.objects.filter(pk=staff_user.pk).update(is_staff=True)
+    other = make_analysis()
+    assert staff.post(f"/api/v1/analyses/{other.analysis_id}/cancel").json()["status"] == \
+        "cancelled"
+
+
+def test_cancel_through_the_analyzer(alice, analyzer):
+    client, user = alice
+    record = make_analysis(exp=make_finished_exp(creator=user))
+    resp = client.post(f"/api/v1/analyses/{record.analysis_id}/cancel")
+    assert resp.status_code == 200 and resp.json()["status"] == "cancelled"
+    assert analyzer.calls[-1][0] == "CancelAnalysis"
+    assert analyzer.calls[-1][1].requester_email == "alice@example.com"
+
+
+def test_delete(alice, token_for, analyzer, settings):
+    client, user = alice
+    record = make_analysis(exp=make_finished_exp(creator=user))
+    url = f"/api/v1/analyses/{record.analysis_id}"
+    assert client.delete(url).status_code == 409
+    bob, _ = client_for(token_for, "bob@example.com")
+    assert bob.delete(url).status_code == 403
+    client.post(url + "/cancel")
+    assert client.delete(url + "?purge=maybe").status_code == 400
+    assert client.delete(url + "?purge=true").status_code == 204
+    assert analyzer.calls[-1][0] == "DeleteAnalysis" and analyzer.calls[-1][1].purge_gcs
+    assert not AnalysisRecord.objects.filter(pk=record.analysis_id).exists()
+
+
+def test_delete_without_analyzer(alice, no_analyzer):
+    client, user = alice
+    record = make_analysis(exp=make_finished_exp(creator=user))
+    url = f"/api/v1/analyses/{record.analysis_id}"
+    client.post(url + "/cancel")
+    resp = client.delete(url + "?purge=true")
+    assert resp.status_code == 503 and resp.json()["code"] == "unavailable"
+    assert client.delete(url).status_code == 204
+    assert not AnalysisRecord.objects.filter(pk=record.analysis_id).exists()
+
+
+def _write(url: str, data: bytes) -> None:
+    path = local_path(url)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+def test_logs_live_and_from_the_store(alice, settings):
+    client, user = alice
+    record = make_analysis(exp=make_finished_exp(creator=user))
+    url = f"/api/v1/analyses/{record.analysis_id}/logs"
+    with running_fake_analyzer() as (fake, target):
+        settings.FALCON_ANALYZER_TARGET = target
+        body = client.get(url + "?offset=5&limit=3").json()
+        assert body == {"content": LOG[5:8].decode(), "next_offset": 8, "complete": False,
+                        "note": "live"}
+        assert fake.calls[-1][1].limit_bytes == 3
+    settings.FALCON_ANALYZER_TARGET = closed_port()
+    body = client.get(url).json()
+    assert body["content"] == "" and body["complete"] is False and "no log" in body["note"]
+    _write(record.result_path + "output.log", b"hello from the store\n")
+    AnalysisRecord.transition_pk(record.analysis_id, "cancelled")
+    body = client.get(url + "?offset=6").json()
+    assert body["content"] == "from the store\n" and body["complete"] is True
+    assert body["next_offset"] == 21
+    assert client.get(url + "?offset=-1").status_code == 400
+    assert client.get(url + "?limit=0").status_code == 400
+
+
+def test_results(alice):
+    client, user = alice
+    record = make_analysis(exp=make_finished_exp(creator=user), plugin_name="summary")
+    url = f"/api/v1/analyses/{record.analysis_id}/results"
+    resp = client.get(url)
+    assert resp.status_code == 404 and "no results yet" in resp.json()["detail"]
+    _write(record.result_path + "summary.jsonl",
+           b'{"a": 1}\nnot json\n\n[1, 2]\n{"b": NaN}\n{"c": "\xc3\xa9"}\n')
+    body = client.get(url).json()
+    assert body["file"] == record.result_path + "summary.jsonl"
+    assert body["truncated"] is False
+    assert body["records"] == [{"a": 1}, {"kind": "unparsable", "line": 2},
+                               {"kind": "unparsable", "line": 4},
+                               {"kind": "unparsable", "line": 5}, {"c": "é"}]
+
+
+def test_results_caps(db):
+    records, truncated = parse_results(b"".join(b'{"i": %d}\n' % i for i in range(20)),
+                                       max_records=10)
+    assert len(records) == 10 and truncated
+    record = make_analysis(analysis_type="online", plugin_name="", command="run")
+    _write(record.result_path + "result.jsonl",
+           b"".join(json.dumps({"i": i}).encode() + b"\n" for i in range(100)))
+    out = read_results(record, max_bytes=50)
+    assert out["truncated"] and out["file"].endswith("/result.jsonl")
+    assert out["records"] == [{"i": i} for i in range(len(out["records"]))]
+
+
+def test_plugins(alice, analyzer):
+    client, _ = alice
+    body = client.get("/api/v1/plugins").json()
+    assert [p["name"] for p in body["plugins"]] == ["summary", "trace"]
+    assert body["plugins"][0]["resources"]["cpu_request"] == "500m"
+    assert client.get("/api/v1/plugins/trace").json()["artifact_types"] == [
+        "profiling", "benchmark"]
+    assert client.get("/api/v1/plugins/nope").status_code == 404
