@@ -82,3 +82,19 @@ def test_list_page_plan_uses_an_index_in_list_order(seeded, query, after_row):
         first_table = plan[0][2]
         assert first_table == "experiments", text
         assert plan[0][5], f"no index used: {text}"
+
+
+def test_search_is_a_name_prefix_served_by_an_index(seeded):
+    """`search=` is a case-insensitive prefix of the name, and an index on the name serves it
+    (on SQLite the migration's `exp_name_nocase`, which a table rebuild would silently drop)."""
+    qs = ExperimentFilter.apply(Experiment.objects.all(),
+                                ExperimentFilter.validate(QueryDict("search=EXP-12")))
+    names = set(qs.values_list("name", flat=True))
+    assert "exp-12" in names and "exp-1234" in names and "exp-312" not in names
+    sql, params = Experiment.objects.filter(name__istartswith="exp-12").only("id").query \
+        .sql_with_params()
+    text = "\n".join(" ".join(str(part) for part in row) for row in explain(sql, params))
+    if connection.vendor == "sqlite":
+        assert "exp_name_nocase" in text, text
+    else:
+        assert "range" in text and "name" in text, text
