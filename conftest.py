@@ -76,6 +76,15 @@ def _isolated_var(settings, tmp_path, _signing_key):
 
 
 @pytest.fixture(autouse=True)
+def _fresh_user_cache():
+    """Every test starts without cached token users: its database was rolled back."""
+    from accounts.authentication import clear_user_cache
+    clear_user_cache()
+    yield
+    clear_user_cache()
+
+
+@pytest.fixture(autouse=True)
 def _clusters_file(settings, tmp_path_factory):
     """Point FALCON_CLUSTERS_FILE at a clusters file naming `TEST_CLUSTERS` as local clusters.
 

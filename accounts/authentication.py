@@ -2,13 +2,19 @@
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from collections import OrderedDict
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.db.models.signals import post_delete, post_save
 from rest_framework import authentication, exceptions
+from rest_framework.permissions import SAFE_METHODS
 
 from core.errors import PermissionDenied
 
+from .models import User
 from .services import NoIdentity, principal_from_claims
 from .verifier import InvalidToken, default_verifier, token_from
 
@@ -24,8 +30,12 @@ def token_from_request(request) -> str | None:
     return token_from(lambda name: request.headers.get(name), request.COOKIES.get)
 
 
-def authenticate_token(token: str):
+def authenticate_token(token: str, *, cached_user: bool = False):
     """Verify `token` and return `(principal, claims)`; shared by DRF and the admin middleware.
+
+    With `cached_user` (reads: GET, HEAD, OPTIONS), the token's user may come from the
+    per-process `UserCache` instead of a query; writes always read it, so a change of `is_staff`
+    or `is_active` decides every write at once.
 
     Returns:
         `(User | ServiceIdentity, claims dict)`.
@@ -45,14 +55,74 @@ def authenticate_token(token: str):
         log.error("auth is misconfigured: %s", exc)
         raise exceptions.AuthenticationFailed("the server's authentication is misconfigured") \
             from None
+    cached = _users.get(claims) if cached_user else None
+    if cached is not None:
+        return cached, claims
     try:
-        return principal_from_claims(claims), claims
+        principal = principal_from_claims(claims)
     except NoIdentity as exc:
         log.info("refused a token: %s", exc.reason)
         raise exceptions.AuthenticationFailed(exc.reason) from None
     except PermissionDenied as exc:
         log.info("refused a service token: %s", exc.message)
         raise exceptions.PermissionDenied(exc.message) from None
+    if isinstance(principal, User):
+        _users.put(claims, principal)
+    return principal, claims
+
+
+class UserCache:
+    """The users of verified tokens, per process: no user query per request.
+
+    Keyed by the token's `sub` and `email`; an entry lives until the token expires, at most
+    `FALCON_AUTH_USER_CACHE_SECONDS` (reads may see a deactivation that late; writes never use
+    the cache, and a user saved or deleted in this process clears it), and at most
+    `max_entries` users are kept (the oldest go first).
+    """
+
+    def __init__(self, max_entries: int = 1024):
+        self.max_entries = max_entries
+        self._entries: OrderedDict[tuple[str, str], tuple[float, User]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, claims: dict) -> User | None:
+        """Return the cached user of these claims, or None (absent or expired)."""
+        key = (claims.get("sub"), claims.get("email"))
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            if entry[0] <= time.time():
+                del self._entries[key]
+                return None
+            return entry[1]
+
+    def put(self, claims: dict, user: User) -> None:
+        """Keep `user` for these claims until the token's `exp` (bounded, see the class)."""
+        limit = time.time() + getattr(settings, "FALCON_AUTH_USER_CACHE_SECONDS", 300)
+        exp = claims.get("exp")
+        expires = min(limit, float(exp)) if isinstance(exp, (int, float)) else limit
+        key = (claims.get("sub"), claims.get("email"))
+        with self._lock:
+            self._entries[key] = (expires, user)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+    def clear(self, **_kwargs) -> None:
+        """Forget every user (a signal receiver: any user saved or deleted)."""
+        with self._lock:
+            self._entries.clear()
+
+
+_users = UserCache()
+post_save.connect(_users.clear, sender=User, dispatch_uid="falcon-auth-user-cache-save")
+post_delete.connect(_users.clear, sender=User, dispatch_uid="falcon-auth-user-cache-delete")
+
+
+def clear_user_cache() -> None:
+    """Forget the cached users of this process (tests, after the database was reset)."""
+    _users.clear()
 
 
 class AccessJWTAuthentication(authentication.BaseAuthentication):
@@ -71,7 +141,7 @@ class AccessJWTAuthentication(authentication.BaseAuthentication):
         token = token_from_request(request._request)
         if token is None:
             return None
-        return authenticate_token(token)
+        return authenticate_token(token, cached_user=request.method in SAFE_METHODS)
 
     def authenticate_header(self, request) -> str:
         return 'Bearer realm="falcon"'

@@ -137,7 +137,7 @@ def get(env, exp_id: int, output: str, server: str) -> None:
 @click.option("--type", "exp_type", help="Only this experiment type.")
 @click.option("--cluster", "cluster_name", help="Only this cluster.")
 @click.option("--creator", help="Only experiments of this creator (email or user id).")
-@click.option("--search", help="Only names containing this text.")
+@click.option("--search", help="Only names starting with this text (case-insensitive).")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True,
               help="At most this many rows, newest first (pages are followed).")
 @output_option

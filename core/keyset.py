@@ -91,13 +91,24 @@ def after(keys: list[Key], values: tuple[Any, ...], *, reverse: bool = False) ->
     """Return the filter of the rows strictly after `values` in the order of `keys`.
 
     With `reverse`, the rows strictly before it (the previous page, walked backwards).
+
+    The tuple comparison is written out (`k1 > v1 OR (k1 = v1 AND ...)`) and, in front of it,
+    the bound it implies on the first key alone (`k1 >= v1`): a plain range both SQLite and
+    MariaDB use to start the index scan at the cursor (an index on `(filter, k1, ..., id)`), the
+    OR then only decides among the few rows sharing `v1`.
     """
     condition: Q | None = None
     for key, value in zip(reversed(keys), reversed(values)):
         forward = key.descending == reverse  # ascending forward, or descending backward
         step = Q(**{f"{key.name}__{'gt' if forward else 'lt'}": value})
         condition = step if condition is None else step | (Q(**{key.name: value}) & condition)
-    return condition if condition is not None else Q()
+    if condition is None:
+        return Q()
+    if len(keys) > 1:
+        first = keys[0]
+        forward = first.descending == reverse
+        condition = Q(**{f"{first.name}__{'gte' if forward else 'lte'}": values[0]}) & condition
+    return condition
 
 
 def values_of(row: models.Model, keys: list[Key]) -> tuple[Any, ...]:

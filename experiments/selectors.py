@@ -1,11 +1,14 @@
 """Experiment queries that read: GetExp, ListExps (filtered by `experiments.filters`)."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import Prefetch, QuerySet
 
+from accounts.models import User
+from artifacts.models import Artifact
 from core.errors import NotFound
 from jobs.models import Job
 
@@ -27,6 +30,55 @@ def exp_summary_queryset() -> QuerySet[Experiment]:
     jobs with ListJobs.
     """
     return Experiment.objects.select_related("creator", "artifact").defer("config")
+
+
+# The columns of a list row: no config, no task specs (both may be large, and a list never
+# shows them; GetExp does).
+LIST_FIELDS = ("id", "name", "creator", "cluster_name", "exp_type", "artifact_path", "priority",
+               "status", "reason", "message", "created_at", "updated_at", "started_at",
+               "finished_at", "aborting_at", "aborted_at")
+
+
+def exp_list_queryset() -> QuerySet[Experiment]:
+    """The experiments of the HTTP ListExps: the list row's columns only, no join.
+
+    Without a join the database starts from the experiments table and walks the index of the
+    filter in list order (`Experiment.Meta.indexes`); the page's creators, jobs and artifacts
+    are read afterwards, one query each for the whole page (`exp_list_rows`).
+    """
+    return Experiment.objects.only(*LIST_FIELDS)
+
+
+@dataclass(frozen=True)
+class ListRelated:
+    """What a page of list rows shows besides the experiments' own columns."""
+
+    emails: dict[str, str]  # creator_id -> email
+    jobs: dict[int, list[dict[str, Any]]]  # experiment id -> its jobs' summaries, by role
+    artifacts: dict[int, dict[str, Any]]  # experiment id -> its artifact's summary
+
+
+def exp_list_related(page: list[Experiment], *, job_fields: Sequence[str],
+                     artifact_fields: Sequence[str]) -> ListRelated:
+    """Read the creators, jobs and artifacts of a page of experiments: one query each.
+
+    Args:
+        page: the experiments of one list page.
+        job_fields, artifact_fields: the columns to read (`.values()`), `id` included.
+    """
+    ids = [exp.id for exp in page]
+    if not ids:
+        return ListRelated({}, {}, {})
+    emails = dict(User.objects.filter(pk__in={exp.creator_id for exp in page})
+                  .values_list("pk", "email"))
+    jobs: dict[int, list[dict[str, Any]]] = {}
+    for job in (Job.objects.filter(experiment_id__in=ids).order_by("experiment_id", "role")
+                .values("experiment_id", *job_fields)):
+        jobs.setdefault(job["experiment_id"], []).append(job)
+    artifacts = {artifact["experiment_id"]: artifact for artifact in
+                 Artifact.objects.filter(experiment_id__in=ids)
+                 .values("experiment_id", *artifact_fields)}
+    return ListRelated(emails, jobs, artifacts)
 
 
 def exp_get_summary(*, exp_id: int) -> Experiment:

@@ -17,8 +17,11 @@ from core.drf import StrictCursorPagination
 from core.filters import MAX_ID, MAX_NAME_CHARS
 
 from .. import selectors, services
-from ..filters import ExperimentFilter
-from .serializers import ExpCreateInputSerializer, ExpDetailSerializer, ExpListItemSerializer
+from ..filters import SEARCH_HELP, ExperimentFilter
+from .serializers import (
+    ARTIFACT_SUMMARY_FIELDS, JOB_SUMMARY_FIELDS, ExpCreateInputSerializer, ExpDetailSerializer,
+    ExpListItemSerializer, list_rows,
+)
 
 
 class ExpCursorPagination(StrictCursorPagination):
@@ -65,8 +68,7 @@ LIST_EXPS_PARAMETERS = [
     OpenApiParameter("creator", {"type": "string", "pattern": NO_NUL},
                      description="Only the experiments of this creator (email or user id)."),
     OpenApiParameter("search", {"type": "string", "pattern": NO_NUL},
-                     description="Only names containing every term of this text "
-                                 "(case-insensitive)."),
+                     description=SEARCH_HELP),
     OpenApiParameter("cursor", OpenApiTypes.STR,
                      description="The cursor of a page, from a `next` or `previous` link; any "
                                  "other value is a 400."),
@@ -95,7 +97,18 @@ class ExpListCreateView(generics.ListAPIView):
     ordering = ["-created_at"]
 
     def get_queryset(self):
-        return selectors.exp_queryset()
+        return selectors.exp_list_queryset()
+
+    def list(self, request, *args, **kwargs):
+        """ListExps: one page of summary rows, in at most 4 queries whatever its size.
+
+        The page (list columns only, through the filter's index), then its creators, jobs and
+        artifacts, one query each; the rows are built directly, not by a serializer per row.
+        """
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        related = selectors.exp_list_related(page, job_fields=JOB_SUMMARY_FIELDS,
+                                             artifact_fields=ARTIFACT_SUMMARY_FIELDS)
+        return self.get_paginated_response(list_rows(page, related))
 
     def get_serializer_class(self):
         # The browsable API renders its POST form from this: show CreateExp's input fields.

@@ -10,6 +10,8 @@ these settings) without a team domain and an audience. Both feed `accounts.verif
 Environment variables:
 
 - `FALCON_AUTH_MODE`: `local` (default) or `cloudflare`.
+- `FALCON_AUTH_USER_CACHE_SECONDS`: how long a process keeps a token's user instead of reading
+  it per request (default 300; never beyond the token's expiry).
 - `FALCON_AUTH_JWKS_URL`: local mode, the key set the verifier uses (default: the embedded
   issuer's key, without an HTTP round trip).
 - `FALCON_AUTH_AUDIENCE`: local mode, the accepted `aud` values, comma-separated (default
@@ -45,6 +47,9 @@ from django.core.exceptions import ImproperlyConfigured
 from .base import VAR_DIR, env_list, read_secret
 
 FALCON_AUTH_MODE = os.environ.get("FALCON_AUTH_MODE", "local")
+# Seconds a token's user is kept per process (accounts.authentication.UserCache); at most the
+# token's own lifetime.
+FALCON_AUTH_USER_CACHE_SECONDS = int(os.environ.get("FALCON_AUTH_USER_CACHE_SECONDS", "300"))
 if FALCON_AUTH_MODE not in {"local", "cloudflare"}:
     raise ImproperlyConfigured(
         f"FALCON_AUTH_MODE={FALCON_AUTH_MODE!r} is not known: set it to 'local' or 'cloudflare'."

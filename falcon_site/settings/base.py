@@ -19,8 +19,8 @@ Environment variables:
 - `DATABASE_URL`: e.g. `mysql://user:pass@host:3306/falcon` (mysqlclient, utf8mb4, strict
   mode; the system check `falcon.E004`/`falcon.E005`, run by `migrate`, refuses a database or
   table whose character set is not utf8mb4); default `sqlite:///$FALCON_VAR_DIR/falcon.sqlite3`.
-- `FALCON_DB_CONN_MAX_AGE`: seconds a database connection is kept for reuse (default 0: a new
-  connection per request). Above 0, `CONN_HEALTH_CHECKS` is on: a reused connection is checked
+- `FALCON_DB_CONN_MAX_AGE`: seconds a database connection is kept for reuse (default 60; 0 opens
+  a new connection per request). Above 0, `CONN_HEALTH_CHECKS` is on: a reused connection is checked
   at the start of each request and reopened if the server dropped it.
 - `FALCON_LOG_LEVEL`: the root logger's level (default `INFO`).
 """
@@ -30,6 +30,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+import orjson
 
 from core.statuses import ArtifactStatus, ExpStatus, JobStatus
 from core.statuses import choices as status_choices
@@ -129,7 +130,7 @@ TEMPLATES = [
 
 # --- database -------------------------------------------------------------------------------
 # The test database's name is set by the test suite (the root conftest.py), not here.
-_CONN_MAX_AGE = int(os.environ.get("FALCON_DB_CONN_MAX_AGE", "0"))
+_CONN_MAX_AGE = int(os.environ.get("FALCON_DB_CONN_MAX_AGE", "60"))
 DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'falcon.sqlite3'}"),
@@ -183,6 +184,14 @@ REST_FRAMEWORK = {
     # JSON only, bounded in size and depth, no duplicate keys or lone surrogates (core.jsoninput).
     "DEFAULT_PARSER_CLASSES": ["core.parsers.StrictJSONParser"],
     "EXCEPTION_HANDLER": "core.drf.exception_handler",
+    # JSON by orjson (the same JSON as DRF's renderer, several times faster on list pages);
+    # the browsable API for browsers.
+    "DEFAULT_RENDERER_CLASSES": [
+        "drf_orjson_renderer.renderers.ORJSONRenderer",
+        "rest_framework.renderers.BrowsableAPIRenderer",
+    ],
+    # Date-times that reach the renderer unformatted end in Z, as DRF's fields write them.
+    "ORJSON_RENDERER_OPTIONS": (orjson.OPT_UTC_Z, orjson.OPT_NON_STR_KEYS),
 }
 
 SPECTACULAR_SETTINGS = {
