@@ -200,8 +200,10 @@ def creator_for(principal: Principal, creator_email: str):
     creator_email = (creator_email or "").strip()
     if principal.user is not None:
         if creator_email and creator_email.lower() != principal.user.email.lower():
+            from accounts.emails import shown_email
+
             raise PermissionDenied(f"{principal.user.email} cannot create experiments for "
-                                   f"{creator_email}; leave creator_email empty.")
+                                   f"{shown_email(creator_email)}; leave creator_email empty.")
         return principal.user
     if principal.service is None or not principal.service.internal:
         return principal.actor

@@ -11,6 +11,27 @@ class UserManager(BaseUserManager):
 
     use_in_migrations = True
 
+    @classmethod
+    def normalize_email(cls, email: str | None) -> str:
+        """Return the stored form of `email` (`accounts.emails.normalize_email`: validated,
+        lower case).
+
+        Raises:
+            django.core.exceptions.ValidationError: not a valid address (field `email`).
+        """
+        from django.core.exceptions import ValidationError
+
+        from .emails import InvalidEmail, normalize_email
+
+        try:
+            return normalize_email(email or "")
+        except InvalidEmail as exc:
+            raise ValidationError({"email": [str(exc)]}) from None
+
+    def get_by_natural_key(self, username: str):
+        """Find a user by email in any case (the admin's and `createsuperuser`'s login)."""
+        return self.get(email=(username or "").strip().lower())
+
     def create_user(self, email: str, user_id: str | None = None, password: str | None = None,
                     **extra):
         """Create a user; without `user_id`, the `sub` the local issuer gives this email.
@@ -62,6 +83,17 @@ class User(AbstractBaseUser, PermissionsMixin):
 
     def __str__(self) -> str:
         return self.email
+
+    def clean(self) -> None:
+        """Validate and lower-case the email (forms: the admin, `createsuperuser`)."""
+        super().clean()
+        self.email = User.objects.normalize_email(self.email)
+
+    def save(self, *args, **kwargs) -> None:
+        """Store the email lower-cased, whichever code path saves the row."""
+        if self.email:
+            self.email = self.email.strip().lower()
+        super().save(*args, **kwargs)
 
 
 class ServicePrincipal(models.Model):

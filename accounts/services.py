@@ -5,6 +5,7 @@ from typing import Any
 
 from core.errors import Conflict, PermissionDenied, ValidationFailed
 
+from .emails import InvalidEmail, normalize_email
 from .models import User
 from .principals import ServiceIdentity
 from .selectors import service_principal_allowed
@@ -66,8 +67,12 @@ def user_register(*, user_id: str, email: str) -> User:
         user_id: the token's `sub` (non-empty).
         email: the token's `email` (non-empty).
 
+    The email is validated and lower-cased (`accounts.emails.normalize_email`), so the same
+    address in another case is the same user on every database.
+
     Raises:
-        ValidationFailed: `user_id` or `email` is empty or longer than 255 characters.
+        ValidationFailed: `user_id` is empty, longer than 255 characters or has control
+            characters; `email` is not a valid address (the message never echoes it raw).
         Conflict: the email already belongs to another `sub`.
     """
     if not user_id or not email:
@@ -75,15 +80,20 @@ def user_register(*, user_id: str, email: str) -> User:
             "is empty: a user needs both a subject and an email."]})
     # The columns hold 255 characters (docs/limits.md). MySQL's INSERT IGNORE would cut a longer
     # value silently (a warning, not an error), so a different identity could be stored.
-    for field, value in (("sub", user_id), ("email", email)):
-        if len(value) > 255:
-            raise ValidationFailed({field: [f"is {len(value)} characters; at most 255 are "
-                                            "accepted."]})
+    if len(user_id) > 255:
+        raise ValidationFailed({"sub": [f"is {len(user_id)} characters; at most 255 are "
+                                        "accepted."]})
+    if any(ord(c) < 32 or ord(c) == 127 for c in user_id):
+        raise ValidationFailed({"sub": ["contains control characters."]})
+    try:
+        email = normalize_email(email)
+    except InvalidEmail as exc:
+        raise ValidationFailed({"email": [f"{exc}."]}) from None
     user = User.objects.filter(pk=user_id).first()
     if user is not None:
         return user
-    User.objects.bulk_create([User(user_id=user_id, email=User.objects.normalize_email(email),
-                                   password="!")], ignore_conflicts=True)
+    User.objects.bulk_create([User(user_id=user_id, email=email, password="!")],
+                             ignore_conflicts=True)
     user = User.objects.filter(pk=user_id).first()
     if user is None:
         raise Conflict(f"The email {email} is registered to another identity; ask an operator "
