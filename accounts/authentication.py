@@ -10,7 +10,7 @@ from rest_framework import authentication, exceptions
 from core.errors import PermissionDenied
 
 from .services import NoIdentity, principal_from_claims
-from .verifier import InvalidToken, default_verifier, token_from
+from .verifier import InvalidToken, KeysUnavailable, default_verifier, token_from
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +24,21 @@ def token_from_request(request) -> str | None:
     return token_from(lambda name: request.headers.get(name), request.COOKIES.get)
 
 
+class KeysUnavailableError(exceptions.APIException):
+    """503 with `Retry-After`: the signing keys cannot be had now (an outage, not a bad token).
+
+    DRF's exception handler turns `wait` into the `Retry-After` header (RFC 9110 10.2.3).
+    """
+
+    status_code = 503
+    default_code = "unavailable"
+    default_detail = "the identity provider's signing keys are unavailable; retry shortly"
+
+    def __init__(self, detail: str, retry_after: int):
+        super().__init__(detail)
+        self.wait = retry_after
+
+
 def authenticate_token(token: str):
     """Verify `token` and return `(principal, claims)`; shared by DRF and the admin middleware.
 
@@ -31,11 +46,14 @@ def authenticate_token(token: str):
         `(User | ServiceIdentity, claims dict)`.
 
     Raises:
+        KeysUnavailableError: no signing key can be had now (503 with `Retry-After`).
         exceptions.AuthenticationFailed: the token is refused (401 with the one-line reason).
         exceptions.PermissionDenied: a service token operators have not allowed (403).
     """
     try:
         claims = default_verifier().verify(token)
+    except KeysUnavailable as exc:
+        raise KeysUnavailableError(exc.reason, exc.retry_after) from None
     except InvalidToken as exc:
         # The reason only: the token itself is a credential and never reaches a log.
         log.info("refused a token: %s", exc.reason)

@@ -98,6 +98,7 @@ def authenticate(metadata: Any) -> Principal:
             the internal token nor a valid access JWT naming a user or an allowed service (with
             the verifier's one-line reason; the token is never logged).
         core.errors.PermissionDenied: a valid service token operators have not allowed.
+        accounts.verifier.KeysUnavailable: no signing key can be had now (UNAVAILABLE).
     """
     token = bearer_token(metadata)
     if token is None:
@@ -110,10 +111,12 @@ def authenticate(metadata: Any) -> Principal:
         return SERVICE
 
     from accounts.services import NoIdentity, principal_from_claims
-    from accounts.verifier import InvalidToken, default_verifier
+    from accounts.verifier import InvalidToken, KeysUnavailable, default_verifier
 
     try:
         claims = default_verifier().verify(token)
+    except KeysUnavailable:
+        raise  # the interceptor answers UNAVAILABLE: an outage, not a bad token
     except InvalidToken as exc:
         log.info("refused a gRPC token: %s", exc.reason)
         raise AuthenticationFailed(

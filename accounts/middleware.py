@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib import auth
+from django.http import HttpResponse
 from django.urls import NoReverseMatch, reverse
 
 BACKEND = "accounts.auth_backends.CloudflareAccessBackend"
@@ -29,7 +30,15 @@ class CloudflareAccessAdminMiddleware:
 
     def __call__(self, request):
         if settings.FALCON_AUTH_MODE == "cloudflare" and self._is_admin(request.path_info):
-            self._sync_session(request)
+            from .authentication import KeysUnavailableError
+
+            try:
+                self._sync_session(request)
+            except KeysUnavailableError as exc:
+                response = HttpResponse(f"{exc.detail}\n", status=503,
+                                        content_type="text/plain; charset=utf-8")
+                response["Retry-After"] = str(exc.wait)
+                return response
         return self.get_response(request)
 
     @staticmethod

@@ -74,7 +74,10 @@ def cli_login(request):
     try:
         principal, _claims = authenticate_token(token)
     except exceptions.APIException as exc:
-        return _refuse(exc.status_code, str(exc.detail))
+        response = _refuse(exc.status_code, str(exc.detail))
+        if getattr(exc, "wait", None):
+            response["Retry-After"] = str(exc.wait)  # 503: the signing keys are unavailable
+        return response
     if not isinstance(principal, User):
         return _refuse(401, "a service token cannot log in the CLI; use it directly")
     target = (f"http://{LOOPBACK}:{port}/callback?"
