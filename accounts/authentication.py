@@ -6,9 +6,11 @@ import logging
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from rest_framework import authentication, exceptions
+from rest_framework.permissions import SAFE_METHODS
 
 from core.errors import PermissionDenied
 
+from .principals import ServiceIdentity
 from .services import NoIdentity, principal_from_claims
 from .verifier import InvalidToken, KeysUnavailable, default_verifier, token_from
 
@@ -89,7 +91,13 @@ class AccessJWTAuthentication(authentication.BaseAuthentication):
         token = token_from_request(request._request)
         if token is None:
             return None
-        return authenticate_token(token)
+        principal, claims = authenticate_token(token)
+        if isinstance(principal, ServiceIdentity) and request.method not in SAFE_METHODS:
+            # Service tokens only read over HTTP; controllers write through gRPC by role
+            # (decisions.md#auth-8).
+            raise exceptions.PermissionDenied(
+                f"{principal.label} may only read over HTTP (GET, HEAD, OPTIONS).")
+        return principal, claims
 
     def authenticate_header(self, request) -> str:
         return 'Bearer realm="falcon"'

@@ -96,6 +96,10 @@ class User(AbstractBaseUser, PermissionsMixin):
         super().save(*args, **kwargs)
 
 
+# The service roles (accounts.grpc_auth.ROLE_METHODS holds what each may call).
+SERVICE_ROLES = ("exp-controller", "resource-manager", "analyzer", "maintenance", "read-only")
+
+
 class ServicePrincipal(models.Model):
     """A Cloudflare Access service token an operator allows to call the API.
 
@@ -103,7 +107,8 @@ class ServicePrincipal(models.Model):
     (Cloudflare "Validate JWTs"); they are never a `User` (decisions.md#auth-2). A token is allowed
     when its common name is in `settings.FALCON_CF_SERVICE_TOKENS` or has an active row here;
     a row with `is_active` off refuses it even when the setting lists it, so the admin is the
-    quick way to cut one off.
+    quick way to cut one off. Its `role` (or FALCON_SERVICE_ROLES) says which gRPC methods it
+    may call; without one it only reads.
     """
 
     common_name = models.CharField(
@@ -113,6 +118,10 @@ class ServicePrincipal(models.Model):
     description = models.CharField(max_length=255, blank=True,
                                    help_text="Who uses this token and for what.")
     is_active = models.BooleanField(default=True, help_text="Off refuses the token (403).")
+    role = models.CharField(
+        max_length=32, blank=True, choices=[(r, r) for r in SERVICE_ROLES],
+        help_text="The gRPC rights of this token (decisions.md#auth-8). Blank: the role "
+                  "FALCON_SERVICE_ROLES gives it, else read-only.")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -8,7 +8,7 @@ from core.errors import Conflict, PermissionDenied, ValidationFailed
 from .emails import InvalidEmail, normalize_email
 from .models import User
 from .principals import ServiceIdentity
-from .selectors import service_principal_allowed
+from .selectors import service_principal_allowed, service_role
 
 
 class NoIdentity(Exception):
@@ -42,7 +42,8 @@ def principal_from_claims(claims: dict[str, Any]) -> User | ServiceIdentity:
             raise PermissionDenied(
                 f"service token {common_name!r} is not allowed on this Falcon; an operator can "
                 "add it in the admin (Service principals) or to FALCON_CF_SERVICE_TOKENS")
-        return ServiceIdentity(name=common_name)
+        return ServiceIdentity(name=common_name,
+                               roles=frozenset({service_role(common_name=common_name)}))
     if not isinstance(sub, str) or not sub or not isinstance(email, str) or not email:
         raise NoIdentity("token has no user identity (empty 'sub' or 'email') and is not an "
                          "allowed service token")

