@@ -219,3 +219,45 @@ def test_a_bad_service_roles_setting_stops_the_server_naming_it(raw):
 
     with pytest.raises(ImproperlyConfigured, match="FALCON_SERVICE_ROLES"):
         _service_roles(raw)
+
+
+# -- AUTH-9: the Access cookie does not authenticate cross-site writes --------------------------
+
+@pytest.fixture
+def own_exp(cloudflare):
+    from accounts.services import user_register
+    from experiments.tests.factories import make_exp
+
+    return make_exp(creator=user_register(user_id="cf-sub-bob", email="bob@example.com"))
+
+
+def test_a_cross_site_form_post_with_the_cookie_cannot_abort(cloudflare, own_exp):
+    from django.test import Client
+
+    browser = Client(enforce_csrf_checks=True)
+    browser.cookies["CF_Authorization"] = cloudflare.sign()
+    for headers in ({"HTTP_ORIGIN": "https://evil.example"},
+                    {"HTTP_REFERER": "https://evil.example/page"}, {}):
+        res = browser.post(f"/api/v1/exps/{own_exp.pk}/abort", {"x": "1"}, **headers)
+        assert res.status_code == 403, res.content
+        assert "CSRF" in res.json()["detail"]
+    own_exp.refresh_from_db()
+    assert own_exp.status == "Created"
+
+
+def test_a_same_site_post_with_the_cookie_may_abort(cloudflare, own_exp):
+    from django.test import Client
+
+    browser = Client(enforce_csrf_checks=True)
+    browser.cookies["CF_Authorization"] = cloudflare.sign()
+    res = browser.post(f"/api/v1/exps/{own_exp.pk}/abort", HTTP_ORIGIN="http://testserver")
+    assert res.status_code == 200, res.content
+
+
+def test_header_authenticated_clients_need_no_csrf(cloudflare, own_exp):
+    from django.test import Client
+
+    res = Client(enforce_csrf_checks=True).post(
+        f"/api/v1/exps/{own_exp.pk}/abort", HTTP_CF_ACCESS_JWT_ASSERTION=cloudflare.sign(),
+        HTTP_ORIGIN="https://evil.example")
+    assert res.status_code == 200, res.content
