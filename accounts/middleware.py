@@ -19,6 +19,8 @@ from django.contrib import auth
 from django.http import HttpResponse
 from django.urls import NoReverseMatch, reverse
 
+from falcon_site.ports import is_loopback
+
 BACKEND = "accounts.auth_backends.CloudflareAccessBackend"
 
 
@@ -67,3 +69,25 @@ class CloudflareAccessAdminMiddleware:
         if current.is_authenticated and current.pk == user.pk:
             return
         auth.login(request, user, backend=BACKEND)
+
+
+class LocalModeLoopbackOnlyMiddleware:
+    """In the local mode, answer only loopback peers (decisions.md#auth-10).
+
+    `ALLOWED_HOSTS` checks the `Host` header, which the client writes: on a non-loopback bind
+    `Host: localhost` gets past it. The peer address (`REMOTE_ADDR`, set by the server from the
+    socket) cannot be forged that way, so in the local mode a request from a non-loopback peer
+    is refused with 403 unless FALCON_LOCAL_ALLOW_NONLOOPBACK is set. Other modes: no effect.
+    """
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if (settings.FALCON_AUTH_MODE == "local" and not settings.FALCON_LOCAL_ALLOW_NONLOOPBACK
+                and not is_loopback(request.META.get("REMOTE_ADDR") or "")):
+            return HttpResponse("Falcon runs in the local mode and answers this machine only; "
+                                "set FALCON_LOCAL_ALLOW_NONLOOPBACK=1 to serve a trusted "
+                                "network.\n", status=403,
+                                content_type="text/plain; charset=utf-8")
+        return self.get_response(request)

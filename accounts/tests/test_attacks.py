@@ -261,3 +261,79 @@ def test_header_authenticated_clients_need_no_csrf(cloudflare, own_exp):
         f"/api/v1/exps/{own_exp.pk}/abort", HTTP_CF_ACCESS_JWT_ASSERTION=cloudflare.sign(),
         HTTP_ORIGIN="https://evil.example")
     assert res.status_code == 200, res.content
+
+
+# -- AUTH-10: the local mode stays local -------------------------------------------------------
+
+@pytest.mark.parametrize("addr", ["0.0.0.0:8000", "[::]:8000", "10.1.2.3:8000", "example.com:80",
+                                  "0:8000"])
+def test_local_mode_refuses_a_non_loopback_bind_without_the_opt_in(addr):
+    from falcon_site.ports import local_bind_problem
+
+    refusal, warning = local_bind_problem(addr, mode="local", opt_in=False)
+    assert refusal and "FALCON_LOCAL_ALLOW_NONLOOPBACK" in refusal and warning is None
+    refusal, warning = local_bind_problem(addr, mode="local", opt_in=True)
+    assert refusal is None and "WARNING" in warning
+    assert local_bind_problem(addr, mode="cloudflare", opt_in=False) == (None, None)
+
+
+@pytest.mark.parametrize("addr", ["127.0.0.1:8000", "[::1]:8000", "localhost:8000",
+                                  "127.0.0.2:9"])
+def test_local_mode_binds_loopback(addr):
+    from falcon_site.ports import local_bind_problem
+
+    assert local_bind_problem(addr, mode="local", opt_in=False) == (None, None)
+
+
+def _run(args, env_extra=None):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "FALCON_AUTH_MODE": "local", "PYTHONPATH": str(root),
+           **(env_extra or {})}
+    env.pop("FALCON_LOCAL_ALLOW_NONLOOPBACK", None) if not env_extra else None
+    return subprocess.run(args, cwd=root, env=env, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("args", [["manage.py", "runlocal", "--http", "0.0.0.0:18000",
+                                   "--grpc", "127.0.0.1:18051"],
+                                  ["manage.py", "rungrpc", "--addr", "0.0.0.0:18051"]])
+def test_runlocal_and_rungrpc_refuse_a_non_loopback_bind(args):
+    import sys
+
+    result = _run([sys.executable, *args])
+    assert result.returncode != 0
+    assert "refusing to listen on 0.0.0.0" in result.stderr
+
+
+def test_gunicorn_refuses_a_non_loopback_bind_in_local_mode():
+    import shutil
+    import sys
+    from pathlib import Path
+
+    gunicorn = Path(sys.executable).parent / "gunicorn"
+    if not gunicorn.exists() and not shutil.which("gunicorn"):
+        pytest.skip("gunicorn is not installed in this environment")
+    result = _run([str(gunicorn), "falcon_site.wsgi", "--bind", "0.0.0.0:18002"])
+    assert result.returncode != 0
+    assert "refusing to listen on 0.0.0.0" in result.stderr
+
+
+def test_a_forged_host_header_from_a_remote_peer_is_refused_in_local_mode(client):
+    res = client.post("/api/v1/auth/token", {"email": "root@example.com"},
+                      content_type="application/json", HTTP_HOST="localhost",
+                      REMOTE_ADDR="203.0.113.9")
+    assert res.status_code == 403
+    res = client.post("/api/v1/auth/token", {"email": "root@example.com"},
+                      content_type="application/json", HTTP_HOST="localhost",
+                      REMOTE_ADDR="127.0.0.1")
+    assert res.status_code == 201
+
+
+def test_the_opt_in_serves_remote_peers(client, settings):
+    settings.FALCON_LOCAL_ALLOW_NONLOOPBACK = True
+    res = client.get("/api/v1/auth/config", REMOTE_ADDR="203.0.113.9")
+    assert res.status_code == 200

@@ -28,6 +28,8 @@ Environment variables:
 - `FALCON_SERVICE_ROLES`: `common_name=role` pairs, comma-separated: the gRPC rights of each
   service token (`exp-controller`, `resource-manager`, `analyzer`, `maintenance`,
   `read-only`); a token named here is allowed in; allowed tokens named nowhere are read-only.
+- `FALCON_LOCAL_ALLOW_NONLOOPBACK`: `1` lets the local mode listen on and answer a
+  non-loopback address (with a warning on start); off by default.
 - `FALCON_CONTROLLER_ACCESS_URL`, `FALCON_CF_CLIENT_ID`, `FALCON_CF_CLIENT_SECRET`: cloudflare
   mode, the controllers' own Access service token and the Access-protected URL where they
   exchange it for the JWT they send to the gRPC API (`controllers.service_token`).
@@ -118,6 +120,12 @@ if FALCON_AUTH_MODE == "cloudflare":
             f"FALCON_CF_TEAM_DOMAIN={FALCON_CF_TEAM_DOMAIN!r} is not a team domain: use "
             "https://<team>.cloudflareaccess.com (https, a host, no path); it is the tokens' "
             "issuer.")
+
+# Local mode listens on loopback only unless this is set (decisions.md#auth-10,
+# falcon_site.ports.local_bind_problem): runlocal, rungrpc and gunicorn refuse another address,
+# and the HTTP API refuses requests from a non-loopback peer.
+FALCON_LOCAL_ALLOW_NONLOOPBACK = os.environ.get("FALCON_LOCAL_ALLOW_NONLOOPBACK", "").strip() \
+    .lower() in {"1", "true", "yes", "on"}
 
 # Key-set fetching (PyJWKClient plus `accounts.jwks`), in seconds: short timeouts so a slow
 # certs endpoint cannot stall requests; a bounded cache; at most one refetch per cooldown for
