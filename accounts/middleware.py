@@ -6,8 +6,10 @@ that header, as Django's `RemoteUserMiddleware` does with `REMOTE_USER`:
 
 - a verified token of another identity than the session's -> log that user in (a session, so
   the admin's CSRF and messages work as usual);
-- no header, or a refused token, while the session came from this backend -> log out, so a
-  session never outlives the Access identity that opened it.
+- no header, or a refused token -> log out, so a session never outlives the Access identity
+  that opened it;
+- a session made another way (a local-mode password) -> log out at once, and in the local
+  mode a session made through Access is logged out (decisions.md#auth-11).
 
 It acts on the admin only: API requests authenticate per request (`AccessJWTAuthentication`),
 and writing a session row for each of them would be pure cost.
@@ -31,6 +33,9 @@ class CloudflareAccessAdminMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
+        if (settings.FALCON_AUTH_MODE != "cloudflare" and request.user.is_authenticated
+                and request.session.get(auth.BACKEND_SESSION_KEY) == BACKEND):
+            auth.logout(request)  # a session opened through Access is not valid in another mode
         if settings.FALCON_AUTH_MODE == "cloudflare" and self._is_admin(request.path_info):
             from .authentication import KeysUnavailableError
 
@@ -54,9 +59,12 @@ class CloudflareAccessAdminMiddleware:
     def _sync_session(request) -> None:
         token = (request.headers.get("Cf-Access-Jwt-Assertion") or "").strip()
         current = request.user
-        from_us = request.session.get(auth.BACKEND_SESSION_KEY) == BACKEND
+        if current.is_authenticated and request.session.get(auth.BACKEND_SESSION_KEY) != BACKEND:
+            # A password session from the local mode: never valid behind Access.
+            auth.logout(request)
+            current = request.user
         if not token:
-            if current.is_authenticated and from_us:
+            if current.is_authenticated:
                 auth.logout(request)
             return
         user = auth.authenticate(request, cf_access_token=token)

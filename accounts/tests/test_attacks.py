@@ -337,3 +337,33 @@ def test_the_opt_in_serves_remote_peers(client, settings):
     settings.FALCON_LOCAL_ALLOW_NONLOOPBACK = True
     res = client.get("/api/v1/auth/config", REMOTE_ADDR="203.0.113.9")
     assert res.status_code == 200
+
+
+# -- AUTH-11: admin sessions are bound to the mode and identity that made them ------------------
+
+def test_a_local_password_session_does_not_open_the_admin_in_cloudflare_mode(settings, client):
+    from accounts.models import User
+
+    User.objects.create_superuser("root@example.com", password="pw-123456789")
+    settings.FALCON_AUTH_MODE = "local"
+    assert client.login(username="root@example.com", password="pw-123456789")
+    assert client.get("/admin/").status_code == 200
+    settings.FALCON_AUTH_MODE = "cloudflare"
+    settings.FALCON_CF_TEAM_DOMAIN = "https://acme.cloudflareaccess.com"
+    settings.FALCON_CF_AUDIENCES = ["aud"]
+    res = client.get("/admin/")
+    assert res.status_code == 302 and "/login/" in res["Location"]
+
+
+def test_an_access_session_needs_the_matching_header_on_every_request(cloudflare, client):
+    from accounts.models import User
+
+    User.objects.create_superuser("bob@example.com", user_id="cf-sub-bob")
+    assert client.get("/admin/", HTTP_CF_ACCESS_JWT_ASSERTION=cloudflare.sign()).status_code \
+        == 200
+    assert client.get("/admin/").status_code == 302  # no header: the session ends
+    User.objects.create_superuser("eve@example.com", user_id="cf-sub-eve")
+    client.get("/admin/", HTTP_CF_ACCESS_JWT_ASSERTION=cloudflare.sign())
+    res = client.get("/admin/", HTTP_CF_ACCESS_JWT_ASSERTION=cloudflare.sign(
+        email="eve@example.com", sub="cf-sub-eve"))
+    assert res.status_code == 200 and res.wsgi_request.user.email == "eve@example.com"
