@@ -367,3 +367,19 @@ def test_an_access_session_needs_the_matching_header_on_every_request(cloudflare
     res = client.get("/admin/", HTTP_CF_ACCESS_JWT_ASSERTION=cloudflare.sign(
         email="eve@example.com", sub="cf-sub-eve"))
     assert res.status_code == 200 and res.wsgi_request.user.email == "eve@example.com"
+
+
+def test_the_readme_lists_every_auth_setting():
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text()
+    source = (root / "falcon_site/settings/auth.py").read_text()
+    names = set(re.findall(r"^(FALCON_[A-Z_]+) =", source, re.M)) - {"FALCON_INTERNAL_TOKEN_FILE",
+                                                                     "FALCON_LOCAL_SIGNING_KEY"}
+    shown = set(re.findall(r"FALCON_[A-Z_]+", readme))
+    suffixes = {m for m in re.findall(r"`(_[A-Z_]+SECONDS)`", readme)}
+    missing = {n for n in names if n not in shown
+               and not any(n == "FALCON_AUTH_JWKS" + s for s in suffixes)}
+    assert not missing, missing
