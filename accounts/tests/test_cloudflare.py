@@ -405,13 +405,16 @@ def test_service_principal_may_read_but_not_create(api, cloudflare, settings, us
 
 
 def test_service_principal_admin_lists_and_edits(client, cloudflare):
-    admin = User.objects.create_superuser("ops@example.com", password="pw")
-    client.force_login(admin)
+    # Behind Access the admin follows the Access identity of each request (decisions.md#auth-11).
+    User.objects.create_superuser("ops@example.com", user_id="cf-ops")
+    access = {"HTTP_CF_ACCESS_JWT_ASSERTION": cloudflare.sign(email="ops@example.com",
+                                                              sub="cf-ops")}
     res = client.post("/admin/accounts/serviceprincipal/add/",
-                      {"common_name": "ci.access", "description": "CI", "is_active": "on"})
+                      {"common_name": "ci.access", "description": "CI", "is_active": "on"},
+                      **access)
     assert res.status_code == 302, res.content
     assert ServicePrincipal.objects.get().common_name == "ci.access"
-    assert b"ci.access" in client.get("/admin/accounts/serviceprincipal/").content
+    assert b"ci.access" in client.get("/admin/accounts/serviceprincipal/", **access).content
 
 
 # -- AUTH-4: two first requests of a new user at once ----------------------------------------------
