@@ -28,7 +28,27 @@ class UserAdmin(BaseUserAdmin):
 class ServicePrincipalAdmin(admin.ModelAdmin):
     """Operators allow or cut off Cloudflare service tokens here (docs/decisions.md#auth-2)."""
 
-    list_display = ("common_name", "description", "is_active", "created_at")
-    list_filter = ("is_active",)
+    list_display = ("common_name", "description", "is_active", "role", "effective_role",
+                    "created_at")
+    list_filter = ("is_active", "role")
     search_fields = ("common_name", "description")
-    readonly_fields = ("created_at",)
+    readonly_fields = ("effective_role", "created_at")
+
+    def changelist_view(self, request, extra_context=None):
+        """The list, with the roles FALCON_SERVICE_ROLES gives (tokens without a row too)."""
+        from django.conf import settings
+        from django.contrib import messages
+
+        mapping = settings.FALCON_SERVICE_ROLES
+        text = (", ".join(f"{name}={role}" for name, role in sorted(mapping.items()))
+                if mapping else "(empty: tokens without a row role are read-only)")
+        messages.info(request, f"FALCON_SERVICE_ROLES: {text}")
+        return super().changelist_view(request, extra_context)
+
+    @admin.display(description="Effective role")
+    def effective_role(self, obj: ServicePrincipal) -> str:
+        """The role the token gets now: this row's, else FALCON_SERVICE_ROLES', else read-only
+        (decisions.md#auth-8)."""
+        from .selectors import service_role
+
+        return service_role(common_name=obj.common_name) if obj.common_name else "-"

@@ -35,18 +35,21 @@ class CloudflareAccessBackend(ModelBackend):
             request: the HTTP request (unused; part of Django's backend protocol).
             cf_access_token: the `Cf-Access-Jwt-Assertion` value set by Cloudflare Access.
 
-        Returns None (never raises) for a missing or refused token, a service token (services
+        Raises `authentication.KeysUnavailableError` when the signing keys cannot be had (an
+        outage, answered 503). Returns None for a missing or refused token, a service token (services
         have no admin session) or a deactivated user; the reason is logged without the token.
         """
         if settings.FALCON_AUTH_MODE != "cloudflare" or not cf_access_token:
             return None
         from rest_framework import exceptions
 
-        from .authentication import authenticate_token
+        from .authentication import KeysUnavailableError, authenticate_token
         from .models import User
 
         try:
             principal, _claims = authenticate_token(cf_access_token)
+        except KeysUnavailableError:
+            raise  # an outage: the middleware answers 503, the session is kept
         except exceptions.APIException:
             return None  # authenticate_token logged the one-line reason
         if not isinstance(principal, User) or not self.user_can_authenticate(principal):

@@ -15,8 +15,9 @@ from rest_framework.permissions import SAFE_METHODS
 from core.errors import PermissionDenied
 
 from .models import User
+from .principals import ServiceIdentity
 from .services import NoIdentity, principal_from_claims
-from .verifier import InvalidToken, default_verifier, token_from
+from .verifier import InvalidToken, KeysUnavailable, default_verifier, token_from
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,21 @@ def token_from_request(request) -> str | None:
     return token_from(lambda name: request.headers.get(name), request.COOKIES.get)
 
 
+class KeysUnavailableError(exceptions.APIException):
+    """503 with `Retry-After`: the signing keys cannot be had now (an outage, not a bad token).
+
+    DRF's exception handler turns `wait` into the `Retry-After` header (RFC 9110 10.2.3).
+    """
+
+    status_code = 503
+    default_code = "unavailable"
+    default_detail = "the identity provider's signing keys are unavailable; retry shortly"
+
+    def __init__(self, detail: str, retry_after: int):
+        super().__init__(detail)
+        self.wait = retry_after
+
+
 def authenticate_token(token: str, *, cached_user: bool = False):
     """Verify `token` and return `(principal, claims)`; shared by DRF and the admin middleware.
 
@@ -41,11 +57,14 @@ def authenticate_token(token: str, *, cached_user: bool = False):
         `(User | ServiceIdentity, claims dict)`.
 
     Raises:
+        KeysUnavailableError: no signing key can be had now (503 with `Retry-After`).
         exceptions.AuthenticationFailed: the token is refused (401 with the one-line reason).
         exceptions.PermissionDenied: a service token operators have not allowed (403).
     """
     try:
         claims = default_verifier().verify(token)
+    except KeysUnavailable as exc:
+        raise KeysUnavailableError(exc.reason, exc.retry_after) from None
     except InvalidToken as exc:
         # The reason only: the token itself is a credential and never reaches a log.
         log.info("refused a token: %s", exc.reason)
@@ -125,12 +144,62 @@ def clear_user_cache() -> None:
     _users.clear()
 
 
+def _request_origin(request) -> str | None:
+    """The `Origin` header, else the origin (`scheme://host[:port]`) of `Referer`, else None."""
+    from urllib.parse import urlsplit
+
+    origin = request.headers.get("Origin")
+    if origin and origin != "null":
+        return origin.rstrip("/").lower()
+    referer = request.headers.get("Referer")
+    if referer:
+        parts = urlsplit(referer)
+        if parts.scheme and parts.netloc:
+            return f"{parts.scheme}://{parts.netloc}".lower()
+    return None
+
+
+def enforce_cookie_csrf(request) -> None:
+    """Refuse a cross-site unsafe request authenticated by the `CF_Authorization` cookie.
+
+    A browser sends the cookie with a form POST from any site, so the cookie alone proves
+    nothing about who made the request (OWASP CSRF cheat sheet; RFC 6454 origins). Accepted:
+    an `Origin` (else `Referer`) equal to this server's own origin or one of
+    `CSRF_TRUSTED_ORIGINS`, or else a valid Django CSRF token (DRF's
+    `SessionAuthentication.enforce_csrf`, Django's `CsrfViewMiddleware` rules). Requests that
+    carry their token in a header (the CLI, controllers, Cloudflare's
+    `Cf-Access-Jwt-Assertion`) never get here: no browser adds those headers cross-site.
+
+    Raises:
+        rest_framework.exceptions.PermissionDenied: 403 naming the missing origin or token.
+    """
+    origin = _request_origin(request)
+    if origin is not None:
+        try:
+            own = f"{request.scheme}://{request.get_host()}".lower()
+        except Exception:  # DisallowedHost: no own origin to match
+            own = None
+        allowed = {own} | {o.rstrip("/").lower() for o in settings.CSRF_TRUSTED_ORIGINS}
+        if origin in allowed:
+            return
+    try:
+        authentication.SessionAuthentication().enforce_csrf(request)
+    except exceptions.PermissionDenied:
+        raise exceptions.PermissionDenied(
+            "CSRF check failed: a request authenticated by the CF_Authorization cookie must "
+            "come from this site (Origin or Referer) or carry a CSRF token; API clients send "
+            "the token in the Cf-Access-Jwt-Assertion or Authorization header instead.") \
+            from None
+
+
 class AccessJWTAuthentication(authentication.BaseAuthentication):
     """Authenticate with an RS256 access JWT; register the user or admit the service.
 
     The token is taken from `Cf-Access-Jwt-Assertion`, `cf-access-token`, the `CF_Authorization`
     cookie or `Authorization: Bearer`, in that order. No token: returns None (DRF then answers 401
-    unless another scheme succeeds). A bad token: 401 with the verifier's one-line reason; a
+    unless another scheme succeeds). An unsafe request authenticated by the cookie alone must
+    pass `enforce_cookie_csrf` (403 otherwise). A bad token: 401 with the verifier's one-line
+    reason; a
     service token operators have not allowed: 403. A person becomes `request.user` as an
     `accounts.User` (registered on first sight); an allowed service token as an
     `accounts.principals.ServiceIdentity`. The token itself is never logged.
@@ -138,10 +207,20 @@ class AccessJWTAuthentication(authentication.BaseAuthentication):
 
     def authenticate(self, request):
         """Return `(principal, claims)` or None; raises DRF's 401/403 exceptions."""
-        token = token_from_request(request._request)
+        django_request = request._request
+        token = token_from_request(django_request)
         if token is None:
             return None
-        return authenticate_token(token, cached_user=request.method in SAFE_METHODS)
+        from_cookie = token_from(lambda name: django_request.headers.get(name)) is None
+        principal, claims = authenticate_token(token, cached_user=request.method in SAFE_METHODS)
+        if from_cookie and request.method not in SAFE_METHODS:
+            enforce_cookie_csrf(django_request)
+        if isinstance(principal, ServiceIdentity) and request.method not in SAFE_METHODS:
+            # Service tokens only read over HTTP; controllers write through gRPC by role
+            # (decisions.md#auth-8).
+            raise exceptions.PermissionDenied(
+                f"{principal.label} may only read over HTTP (GET, HEAD, OPTIONS).")
+        return principal, claims
 
     def authenticate_header(self, request) -> str:
         return 'Bearer realm="falcon"'

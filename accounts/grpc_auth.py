@@ -98,6 +98,7 @@ def authenticate(metadata: Any) -> Principal:
             the internal token nor a valid access JWT naming a user or an allowed service (with
             the verifier's one-line reason; the token is never logged).
         core.errors.PermissionDenied: a valid service token operators have not allowed.
+        accounts.verifier.KeysUnavailable: no signing key can be had now (UNAVAILABLE).
     """
     token = bearer_token(metadata)
     if token is None:
@@ -110,10 +111,12 @@ def authenticate(metadata: Any) -> Principal:
         return SERVICE
 
     from accounts.services import NoIdentity, principal_from_claims
-    from accounts.verifier import InvalidToken, default_verifier
+    from accounts.verifier import InvalidToken, KeysUnavailable, default_verifier
 
     try:
         claims = default_verifier().verify(token)
+    except KeysUnavailable:
+        raise  # the interceptor answers UNAVAILABLE: an outage, not a bad token
     except InvalidToken as exc:
         log.info("refused a gRPC token: %s", exc.reason)
         raise AuthenticationFailed(
@@ -130,8 +133,8 @@ def authenticate(metadata: Any) -> Principal:
 
 
 # The internal RPCs whose callers are Falcon's controllers (the resource
-# manager, the exp controller): they move entities through their state machines or edit an
-# experiment's rows directly. Users act through CreateExp, AbortExp and DeleteExp instead.
+# manager, the exp controller, the analyzer): they move entities through their state machines or
+# edit an experiment's rows directly. Users act through CreateExp, AbortExp and DeleteExp instead.
 CONTROLLER_ONLY_METHODS = frozenset({
     "/falcon.v1.ExperimentService/UpdateExpStatus",
     "/falcon.v1.JobService/CreateJob",
@@ -140,7 +143,8 @@ CONTROLLER_ONLY_METHODS = frozenset({
     "/falcon.v1.ArtifactService/CreateArtifact",
     "/falcon.v1.ArtifactService/UpdateArtifactStatus",
     "/falcon.v1.ArtifactService/DeleteArtifact",
-    # The analyzer controller's (docs/analyzer.md): users reach analyses over HTTP.
+    # The analyzer controller's (docs/analyzer.md); users read records with Get/List and
+    # create, cancel and delete analyses over HTTP.
     "/falcon.v1.AnalysisRecordService/CreateAnalysisRecord",
     "/falcon.v1.AnalysisRecordService/UpdateAnalysisRecord",
     "/falcon.v1.AnalysisRecordService/DeleteAnalysisRecord",
@@ -148,20 +152,86 @@ CONTROLLER_ONLY_METHODS = frozenset({
     "/falcon.v1.AnalysisRecordService/ListRunningAnalyses",
 })
 
+# The reads every allowed service token may call, whatever its role.
+READ_METHODS = frozenset({
+    "/falcon.v1.ExperimentService/GetExp",
+    "/falcon.v1.ExperimentService/ListExps",
+    "/falcon.v1.JobService/GetJob",
+    "/falcon.v1.JobService/ListJobs",
+    "/falcon.v1.ArtifactService/GetArtifact",
+    "/falcon.v1.ArtifactService/ListArtifacts",
+    "/falcon.v1.AnalysisRecordService/GetAnalysisRecord",
+    "/falcon.v1.AnalysisRecordService/ListAnalysisRecords",
+})
+
+# Service roles (decisions.md#auth-8): what each machine identity may call besides
+# READ_METHODS, exactly the RPCs its code calls (controllers/grpc_client.py: the exp controller
+# updates experiments, jobs and artifacts; the resource manager updates jobs; the analyzer keeps
+# its analysis records). `maintenance` holds the controller-only RPCs no controller calls
+# (repair scripts); `read-only` is every allowed service token no operator gave a role. A
+# service token's role comes from FALCON_SERVICE_ROLES or its ServicePrincipal row.
+READ_ONLY = "read-only"
+ROLE_METHODS: dict[str, frozenset[str]] = {
+    "exp-controller": frozenset({
+        "/falcon.v1.ExperimentService/UpdateExpStatus",
+        "/falcon.v1.JobService/UpdateJobStatus",
+        "/falcon.v1.ArtifactService/UpdateArtifactStatus",
+    }),
+    "resource-manager": frozenset({
+        "/falcon.v1.JobService/UpdateJobStatus",
+    }),
+    "analyzer": frozenset({
+        "/falcon.v1.AnalysisRecordService/ListExpsAwaitingAnalysis",
+        "/falcon.v1.AnalysisRecordService/CreateAnalysisRecord",
+        "/falcon.v1.AnalysisRecordService/GetAnalysisRecord",
+        "/falcon.v1.AnalysisRecordService/ListAnalysisRecords",
+        "/falcon.v1.AnalysisRecordService/UpdateAnalysisRecord",
+        "/falcon.v1.AnalysisRecordService/DeleteAnalysisRecord",
+        "/falcon.v1.AnalysisRecordService/ListRunningAnalyses",
+    }),
+    "maintenance": frozenset({
+        "/falcon.v1.JobService/CreateJob",
+        "/falcon.v1.JobService/DeleteJob",
+        "/falcon.v1.ArtifactService/CreateArtifact",
+        "/falcon.v1.ArtifactService/DeleteArtifact",
+    }),
+    READ_ONLY: frozenset(),
+}
+
+
+def service_may_call(service: ServiceIdentity, method: str) -> bool:
+    """Whether `service` may call `method` (a full gRPC method name).
+
+    The local mode's internal token may call everything (runlocal runs every controller, and it
+    acts for a named user in CreateExp); any other service the reads plus its roles' RPCs.
+    """
+    if service.internal:
+        return True
+    return method in READ_METHODS or any(method in ROLE_METHODS.get(role, ())
+                                         for role in service.roles)
+
 
 def authorize(principal: Principal, method: str) -> None:
     """Check that `principal` may call `method` (a full gRPC method name).
 
-    Any authenticated principal may call the read RPCs and CreateExp/AbortExp/DeleteExp (whose
-    services apply the creator-or-staff rule). The controller-only RPCs need a service
-    principal: the internal token (local mode) or a Cloudflare service token that operators
-    allowed.
+    A user may call the read RPCs and CreateExp/AbortExp/DeleteExp (whose services apply the
+    creator-or-staff rule), never a controller-only RPC. A service may call what
+    `service_may_call` allows: default deny, so an allowed service token without a role only
+    reads.
 
     Raises:
-        core.errors.PermissionDenied: a user called a controller-only RPC.
+        core.errors.PermissionDenied: the principal may not call `method` (PERMISSION_DENIED).
     """
-    if method in CONTROLLER_ONLY_METHODS and principal.kind != "service":
-        name = method.rsplit("/", 1)[-1]
+    name = method.rsplit("/", 1)[-1]
+    if principal.kind == "service" and principal.service is not None:
+        if not service_may_call(principal.service, method):
+            roles = ", ".join(sorted(principal.service.roles)) or READ_ONLY
+            raise PermissionDenied(
+                f"{name} is not allowed for {principal.service.label} (role {roles}); an "
+                "operator gives a service token a role in FALCON_SERVICE_ROLES or in the admin "
+                "(Service principals).")
+        return
+    if method in CONTROLLER_ONLY_METHODS:
         hint = ("users create, cancel and delete analyses over HTTP (/api/v1/analyses)."
                 if "AnalysisRecordService" in method else
                 "users abort or delete experiments with AbortExp and DeleteExp.")
@@ -208,8 +278,10 @@ def creator_for(principal: Principal, creator_email: str):
     creator_email = (creator_email or "").strip()
     if principal.user is not None:
         if creator_email and creator_email.lower() != principal.user.email.lower():
+            from accounts.emails import shown_email
+
             raise PermissionDenied(f"{principal.user.email} cannot create experiments for "
-                                   f"{creator_email}; leave creator_email empty.")
+                                   f"{shown_email(creator_email)}; leave creator_email empty.")
         return principal.user
     if principal.service is None or not principal.service.internal:
         return principal.actor

@@ -12,12 +12,14 @@ waits for the fetch timeout under the client's lock (decisions.md#auth-3).
 fetched successfully and, when a fetch fails, keeps serving that set for at most
 `stale_seconds` after it was fetched, while retrying the endpoint at most every
 `retry_seconds` (so an outage costs one timeout per retry period, not one per request).
+An answer without a usable RS256 key (`{}`, `{"keys": []}`, only EC keys) counts as a failed
+fetch: it never replaces the last good keys (decisions.md#auth-7).
 """
 from __future__ import annotations
 
 import http.client
-
 import logging
+import math
 import threading
 import time
 from typing import Any
@@ -76,23 +78,59 @@ class ResilientJWKClient(PyJWKClient):
             if now < self._retry_not_before:
                 raise PyJWKClientConnectionError(
                     f"the certs endpoint failed recently ({self._last_error}); not retrying yet")
+            # PyJWKClient caches whatever JSON object it fetched; this class caches only an
+            # answer with a usable key (below), so the cache is off during the fetch.
+            cache, last_fetch = self.jwk_set_cache, self._last_successful_fetch
+            self.jwk_set_cache = None
             try:
                 data = super().fetch_data()
+                problem = usable_key_problem(data)
+                if problem:
+                    raise jwt.PyJWKSetError(problem)
             except PyJWKClientConnectionError as exc:
-                self._retry_not_before = now + self.retry_seconds
-                self._last_error = type(exc.__cause__ or exc).__name__
+                self._failed(now, type(exc.__cause__ or exc).__name__, last_fetch)
                 raise
-            except (ValueError, OSError, http.client.HTTPException, jwt.PyJWKClientError) as exc:
+            except (ValueError, OSError, http.client.HTTPException, jwt.PyJWKClientError,
+                    jwt.PyJWKSetError) as exc:
                 # PyJWKClient turns only URL, timeout and HTTP-status errors into connection
-                # errors; a body that is not JSON (an HTML error page, a truncated answer) or a
-                # connection reset mid-body is the same outage: back off and keep the last
-                # good keys rather than fail the request with a 500.
-                self._retry_not_before = now + self.retry_seconds
-                self._last_error = type(exc).__name__
+                # errors; a body that is not JSON (an HTML error page, a truncated answer), a
+                # connection reset mid-body, or a key set with no usable RS256 key (`{}`,
+                # `{"keys": []}`) is the same outage: back off and keep the last good keys
+                # rather than lock everyone out or fail the request with a 500.
+                self._failed(now, str(exc) if isinstance(exc, jwt.PyJWKSetError)
+                             else type(exc).__name__, last_fetch)
                 raise PyJWKClientConnectionError(
-                    f"the certs endpoint gave an unusable answer ({type(exc).__name__})") from exc
+                    f"the certs endpoint gave an unusable answer ({self._last_error})") from exc
+            finally:
+                self.jwk_set_cache = cache
+            if cache is not None:
+                cache.put(data)
             self._retry_not_before = 0.0
             return data
+
+    def _failed(self, now: float, error: str, last_fetch: float | None) -> None:
+        """Record a failed fetch: back off, keep the cooldown clock, warn once per failure.
+
+        Failures are at most one per `retry_seconds` (the back-off), so this warning is
+        rate-limited by construction; serving the stale set in between logs nothing.
+        """
+        self._retry_not_before = now + self.retry_seconds
+        self._last_error = error
+        self._last_successful_fetch = last_fetch
+        if self._last_good is not None and self._last_good_at is not None:
+            age = self._clock() - self._last_good_at
+            fallback = (f"serving the key set fetched {age:.0f} s ago (allowed up to "
+                        f"{self.stale_seconds:.0f} s)" if age <= self.stale_seconds
+                        else "the last good key set is too old to serve")
+        else:
+            fallback = "no key set was ever fetched"
+        log.warning("JWKS endpoint %s failed (%s); %s; next attempt in %.0f s", self.uri,
+                    error, fallback, self.retry_seconds)
+
+    def retry_after(self) -> int:
+        """Seconds (at least 1) until the endpoint will be tried again: for `Retry-After`."""
+        with self._lock:
+            return max(1, math.ceil(self._retry_not_before - self._clock()))
 
     def get_jwk_set(self, refresh: bool = False) -> PyJWKSet:
         """Return the key set: cached, freshly fetched, or during an outage the last good one.
@@ -121,7 +159,30 @@ class ResilientJWKClient(PyJWKClient):
         age = self._clock() - self._last_good_at
         if age > self.stale_seconds:
             return None
-        log.warning("JWKS endpoint %s is failing (%s); serving the key set fetched %.0f s ago "
-                    "(allowed up to %.0f s)", self.uri, self._last_error, age,
-                    self.stale_seconds)
         return self._last_good
+
+
+def usable_key_problem(data: object) -> str | None:
+    """Say why a fetched certs answer has no key this verifier can use, or None when it has one.
+
+    Usable: a JWK (RFC 7517 section 4) with `kty` `RSA`, a `kid`, `use` absent or `sig`, and
+    `alg` absent or `RS256` (the only algorithm accepted, decisions.md#dec-auth), that PyJWT
+    can load. Cloudflare's certs always carry their current and previous RSA keys ("Validate
+    JWTs"), so an answer without one is an outage, not a key rotation.
+    """
+    if not isinstance(data, dict):
+        return "the answer is not a JSON object"
+    keys = data.get("keys")
+    if not isinstance(keys, list) or not keys:
+        return "the answer has no 'keys'"
+    for jwk in keys:
+        if not isinstance(jwk, dict) or jwk.get("kty") != "RSA" or not jwk.get("kid"):
+            continue
+        if jwk.get("use", "sig") != "sig" or jwk.get("alg", "RS256") != "RS256":
+            continue
+        try:
+            jwt.PyJWK(jwk)
+        except jwt.PyJWTError:
+            continue
+        return None
+    return "the answer has no usable RS256 signing key"

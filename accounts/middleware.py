@@ -6,8 +6,10 @@ that header, as Django's `RemoteUserMiddleware` does with `REMOTE_USER`:
 
 - a verified token of another identity than the session's -> log that user in (a session, so
   the admin's CSRF and messages work as usual);
-- no header, or a refused token, while the session came from this backend -> log out, so a
-  session never outlives the Access identity that opened it.
+- no header, or a refused token -> log out, so a session never outlives the Access identity
+  that opened it;
+- a session made another way (a local-mode password) -> log out at once, and in the local
+  mode a session made through Access is logged out (decisions.md#auth-11).
 
 It acts on the admin only: API requests authenticate per request (`AccessJWTAuthentication`),
 and writing a session row for each of them would be pure cost.
@@ -16,7 +18,10 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib import auth
+from django.http import HttpResponse
 from django.urls import NoReverseMatch, reverse
+
+from falcon_site.ports import is_loopback
 
 BACKEND = "accounts.auth_backends.CloudflareAccessBackend"
 
@@ -28,8 +33,19 @@ class CloudflareAccessAdminMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
+        if (settings.FALCON_AUTH_MODE != "cloudflare" and request.user.is_authenticated
+                and request.session.get(auth.BACKEND_SESSION_KEY) == BACKEND):
+            auth.logout(request)  # a session opened through Access is not valid in another mode
         if settings.FALCON_AUTH_MODE == "cloudflare" and self._is_admin(request.path_info):
-            self._sync_session(request)
+            from .authentication import KeysUnavailableError
+
+            try:
+                self._sync_session(request)
+            except KeysUnavailableError as exc:
+                response = HttpResponse(f"{exc.detail}\n", status=503,
+                                        content_type="text/plain; charset=utf-8")
+                response["Retry-After"] = str(exc.wait)
+                return response
         return self.get_response(request)
 
     @staticmethod
@@ -43,9 +59,12 @@ class CloudflareAccessAdminMiddleware:
     def _sync_session(request) -> None:
         token = (request.headers.get("Cf-Access-Jwt-Assertion") or "").strip()
         current = request.user
-        from_us = request.session.get(auth.BACKEND_SESSION_KEY) == BACKEND
+        if current.is_authenticated and request.session.get(auth.BACKEND_SESSION_KEY) != BACKEND:
+            # A password session from the local mode: never valid behind Access.
+            auth.logout(request)
+            current = request.user
         if not token:
-            if current.is_authenticated and from_us:
+            if current.is_authenticated:
                 auth.logout(request)
             return
         user = auth.authenticate(request, cf_access_token=token)
@@ -58,3 +77,25 @@ class CloudflareAccessAdminMiddleware:
         if current.is_authenticated and current.pk == user.pk:
             return
         auth.login(request, user, backend=BACKEND)
+
+
+class LocalModeLoopbackOnlyMiddleware:
+    """In the local mode, answer only loopback peers (decisions.md#auth-10).
+
+    `ALLOWED_HOSTS` checks the `Host` header, which the client writes: on a non-loopback bind
+    `Host: localhost` gets past it. The peer address (`REMOTE_ADDR`, set by the server from the
+    socket) cannot be forged that way, so in the local mode a request from a non-loopback peer
+    is refused with 403 unless FALCON_LOCAL_ALLOW_NONLOOPBACK is set. Other modes: no effect.
+    """
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if (settings.FALCON_AUTH_MODE == "local" and not settings.FALCON_LOCAL_ALLOW_NONLOOPBACK
+                and not is_loopback(request.META.get("REMOTE_ADDR") or "")):
+            return HttpResponse("Falcon runs in the local mode and answers this machine only; "
+                                "set FALCON_LOCAL_ALLOW_NONLOOPBACK=1 to serve a trusted "
+                                "network.\n", status=403,
+                                content_type="text/plain; charset=utf-8")
+        return self.get_response(request)

@@ -11,6 +11,27 @@ class UserManager(BaseUserManager):
 
     use_in_migrations = True
 
+    @classmethod
+    def normalize_email(cls, email: str | None) -> str:
+        """Return the stored form of `email` (`accounts.emails.normalize_email`: validated,
+        lower case).
+
+        Raises:
+            django.core.exceptions.ValidationError: not a valid address (field `email`).
+        """
+        from django.core.exceptions import ValidationError
+
+        from .emails import InvalidEmail, normalize_email
+
+        try:
+            return normalize_email(email or "")
+        except InvalidEmail as exc:
+            raise ValidationError({"email": [str(exc)]}) from None
+
+    def get_by_natural_key(self, username: str):
+        """Find a user by email in any case (the admin's and `createsuperuser`'s login)."""
+        return self.get(email=(username or "").strip().lower())
+
     def create_user(self, email: str, user_id: str | None = None, password: str | None = None,
                     **extra):
         """Create a user; without `user_id`, the `sub` the local issuer gives this email.
@@ -63,6 +84,21 @@ class User(AbstractBaseUser, PermissionsMixin):
     def __str__(self) -> str:
         return self.email
 
+    def clean(self) -> None:
+        """Validate and lower-case the email (forms: the admin, `createsuperuser`)."""
+        super().clean()
+        self.email = User.objects.normalize_email(self.email)
+
+    def save(self, *args, **kwargs) -> None:
+        """Store the email lower-cased, whichever code path saves the row."""
+        if self.email:
+            self.email = self.email.strip().lower()
+        super().save(*args, **kwargs)
+
+
+# The service roles (accounts.grpc_auth.ROLE_METHODS holds what each may call).
+SERVICE_ROLES = ("exp-controller", "resource-manager", "analyzer", "maintenance", "read-only")
+
 
 class ServicePrincipal(models.Model):
     """A Cloudflare Access service token an operator allows to call the API.
@@ -71,7 +107,8 @@ class ServicePrincipal(models.Model):
     (Cloudflare "Validate JWTs"); they are never a `User` (decisions.md#auth-2). A token is allowed
     when its common name is in `settings.FALCON_CF_SERVICE_TOKENS` or has an active row here;
     a row with `is_active` off refuses it even when the setting lists it, so the admin is the
-    quick way to cut one off.
+    quick way to cut one off. Its `role` (or FALCON_SERVICE_ROLES) says which gRPC methods it
+    may call; without one it only reads.
     """
 
     common_name = models.CharField(
@@ -81,6 +118,10 @@ class ServicePrincipal(models.Model):
     description = models.CharField(max_length=255, blank=True,
                                    help_text="Who uses this token and for what.")
     is_active = models.BooleanField(default=True, help_text="Off refuses the token (403).")
+    role = models.CharField(
+        max_length=32, blank=True, choices=[(r, r) for r in SERVICE_ROLES],
+        help_text="The gRPC rights of this token (decisions.md#auth-8). Blank: the role "
+                  "FALCON_SERVICE_ROLES gives it, else read-only.")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -22,11 +22,14 @@ class ServiceIdentity:
             delete other people's experiments.
         internal: True for the local mode's internal gRPC token, which may act for a named
             user (gRPC CreateExp `creator_email`).
+        roles: the service roles (`accounts.grpc_auth.ROLE_METHODS` keys) that decide which
+            gRPC methods it may call; `read-only` for a token no operator gave a role.
     """
 
     name: str
     is_staff: bool = False
     internal: bool = False
+    roles: frozenset = frozenset({"read-only"})
 
     # What DRF and Django's auth machinery ask of `request.user`.
     is_authenticated = True
@@ -53,7 +56,9 @@ class ServiceIdentity:
         return self.label
 
 
-INTERNAL_SERVICE = ServiceIdentity(name="internal", is_staff=True, internal=True)
+INTERNAL_SERVICE = ServiceIdentity(
+    name="internal", is_staff=True, internal=True,
+    roles=frozenset({"exp-controller", "resource-manager", "analyzer", "maintenance"}))
 """The caller proven by `FALCON_INTERNAL_TOKEN` (local mode only): Falcon's own controllers."""
 
 

@@ -26,7 +26,8 @@ def user_get_by_email(*, email: str) -> User:
 def service_principal_allowed(*, common_name: str) -> bool:
     """True when operators allow the Cloudflare service token `common_name` (decisions.md#auth-2).
 
-    Allowed: listed in `settings.FALCON_CF_SERVICE_TOKENS`, or an active `ServicePrincipal` row.
+    Allowed: listed in `settings.FALCON_CF_SERVICE_TOKENS` or `FALCON_SERVICE_ROLES`, or an
+    active `ServicePrincipal` row.
     A row with `is_active` off refuses it even when the setting lists it: switching it off in
     the admin cuts the token off without a redeploy.
     """
@@ -40,4 +41,20 @@ def service_principal_allowed(*, common_name: str) -> bool:
         "is_active", flat=True).first()
     if row is not None:
         return bool(row)
-    return common_name in settings.FALCON_CF_SERVICE_TOKENS
+    return (common_name in settings.FALCON_CF_SERVICE_TOKENS
+            or common_name in settings.FALCON_SERVICE_ROLES)
+
+
+def service_role(*, common_name: str) -> str:
+    """Return the role of the allowed service token `common_name` (decisions.md#auth-8).
+
+    The `ServicePrincipal` row's `role` when set, else `settings.FALCON_SERVICE_ROLES`, else
+    `read-only`.
+    """
+    from django.conf import settings
+
+    from .models import ServicePrincipal
+
+    row = ServicePrincipal.objects.filter(common_name=common_name).values_list(
+        "role", flat=True).first()
+    return row or settings.FALCON_SERVICE_ROLES.get(common_name, "read-only")

@@ -5,9 +5,10 @@ from typing import Any
 
 from core.errors import Conflict, PermissionDenied, ValidationFailed
 
+from .emails import InvalidEmail, normalize_email
 from .models import User
 from .principals import ServiceIdentity
-from .selectors import service_principal_allowed
+from .selectors import service_principal_allowed, service_role
 
 
 class NoIdentity(Exception):
@@ -41,7 +42,8 @@ def principal_from_claims(claims: dict[str, Any]) -> User | ServiceIdentity:
             raise PermissionDenied(
                 f"service token {common_name!r} is not allowed on this Falcon; an operator can "
                 "add it in the admin (Service principals) or to FALCON_CF_SERVICE_TOKENS")
-        return ServiceIdentity(name=common_name)
+        return ServiceIdentity(name=common_name,
+                               roles=frozenset({service_role(common_name=common_name)}))
     if not isinstance(sub, str) or not sub or not isinstance(email, str) or not email:
         raise NoIdentity("token has no user identity (empty 'sub' or 'email') and is not an "
                          "allowed service token")
@@ -66,8 +68,12 @@ def user_register(*, user_id: str, email: str) -> User:
         user_id: the token's `sub` (non-empty).
         email: the token's `email` (non-empty).
 
+    The email is validated and lower-cased (`accounts.emails.normalize_email`), so the same
+    address in another case is the same user on every database.
+
     Raises:
-        ValidationFailed: `user_id` or `email` is empty or longer than 255 characters.
+        ValidationFailed: `user_id` is empty, longer than 255 characters or has control
+            characters; `email` is not a valid address (the message never echoes it raw).
         Conflict: the email already belongs to another `sub`.
     """
     if not user_id or not email:
@@ -75,15 +81,20 @@ def user_register(*, user_id: str, email: str) -> User:
             "is empty: a user needs both a subject and an email."]})
     # The columns hold 255 characters (docs/limits.md). MySQL's INSERT IGNORE would cut a longer
     # value silently (a warning, not an error), so a different identity could be stored.
-    for field, value in (("sub", user_id), ("email", email)):
-        if len(value) > 255:
-            raise ValidationFailed({field: [f"is {len(value)} characters; at most 255 are "
-                                            "accepted."]})
+    if len(user_id) > 255:
+        raise ValidationFailed({"sub": [f"is {len(user_id)} characters; at most 255 are "
+                                        "accepted."]})
+    if any(ord(c) < 32 or ord(c) == 127 for c in user_id):
+        raise ValidationFailed({"sub": ["contains control characters."]})
+    try:
+        email = normalize_email(email)
+    except InvalidEmail as exc:
+        raise ValidationFailed({"email": [f"{exc}."]}) from None
     user = User.objects.filter(pk=user_id).first()
     if user is not None:
         return user
-    User.objects.bulk_create([User(user_id=user_id, email=User.objects.normalize_email(email),
-                                   password="!")], ignore_conflicts=True)
+    User.objects.bulk_create([User(user_id=user_id, email=email, password="!")],
+                             ignore_conflicts=True)
     user = User.objects.filter(pk=user_id).first()
     if user is None:
         raise Conflict(f"The email {email} is registered to another identity; ask an operator "

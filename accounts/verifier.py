@@ -44,6 +44,19 @@ class InvalidToken(Exception):
         self.reason = reason
 
 
+class KeysUnavailable(Exception):
+    """No signing key can be had now (certs endpoint down, no last good key set to serve).
+
+    Not the caller's fault: HTTP answers 503 with `Retry-After`, gRPC UNAVAILABLE, never 401
+    (clients read 401 as an expired session). `retry_after` is in seconds.
+    """
+
+    def __init__(self, reason: str, retry_after: int):
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
 class KeySource(Protocol):
     """Something that returns the signing key for a `kid` (PyJWKClient's interface)."""
 
@@ -81,11 +94,16 @@ class TokenVerifier:
         self.issuer = issuer
         self.leeway = leeway
 
+    def _retry_after(self) -> int:
+        retry = getattr(self.keys, "retry_after", None)
+        return retry() if callable(retry) else 15
+
     def verify(self, token: str) -> dict[str, Any]:
         """Return the token's claims after checking signature, `alg`, `exp`, `iat`, `iss`, `aud`.
 
         Raises:
             InvalidToken: any check fails; `reason` is safe to show and to log.
+            KeysUnavailable: no signing key can be had now (an outage, not a bad token).
         """
         if not token or len(token) > MAX_TOKEN_BYTES:
             raise InvalidToken(f"token is empty or longer than {MAX_TOKEN_BYTES} bytes")
@@ -102,13 +120,15 @@ class TokenVerifier:
         try:
             key = self.keys.get_signing_key(kid)
         except jwt.PyJWKClientConnectionError:
-            log.warning("JWKS fetch failed while verifying a token with kid %s", kid)
-            raise InvalidToken("signing keys are unavailable; try again shortly") from None
+            # jwks.ResilientJWKClient logged the failure once per fetch; nothing per request.
+            raise KeysUnavailable("the identity provider's signing keys are unavailable; "
+                                  "retry shortly", self._retry_after()) from None
         except (jwt.PyJWKClientError, jwt.PyJWKSetError, jwt.PyJWKError):
             raise InvalidToken(f"no signing key matches kid {kid!r}") from None
-        except Exception:  # whatever a key source does, a request gets a 401, never a 500
+        except Exception:  # whatever a key source does, a request gets a 503, never a 500
             log.exception("unexpected error reading signing keys for kid %s", kid)
-            raise InvalidToken("signing keys are unavailable; try again shortly") from None
+            raise KeysUnavailable("the identity provider's signing keys are unavailable; "
+                                  "retry shortly", self._retry_after()) from None
         if key.key_type != "RSA":
             raise InvalidToken("the signing key is not an RSA key")
         try:

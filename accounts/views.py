@@ -23,6 +23,8 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from rest_framework import exceptions
 
+from core.numbers import BadNumber, parse_decimal
+
 from .authentication import authenticate_token
 from .models import User
 
@@ -59,8 +61,10 @@ def cli_login(request):
         return _refuse(404, "this server does not use Cloudflare Access; run `falcon auth "
                             "login` without a browser")
     raw_port, state = request.GET.get("port", ""), request.GET.get("state", "")
-    if not raw_port.isdigit() or not MIN_PORT <= int(raw_port) <= 65535:
-        return _refuse(400, f"port must be an integer in {MIN_PORT}..65535")
+    try:
+        port = parse_decimal(raw_port, minimum=MIN_PORT, maximum=65535)
+    except BadNumber:
+        return _refuse(400, f"port must be an integer in {MIN_PORT}..65535 (ASCII digits)")
     if not STATE.match(state):
         return _refuse(400, "state must be 16-128 characters of letters, digits, '_' or '-'")
     token = (request.headers.get("Cf-Access-Jwt-Assertion") or "").strip()
@@ -70,10 +74,13 @@ def cli_login(request):
     try:
         principal, _claims = authenticate_token(token)
     except exceptions.APIException as exc:
-        return _refuse(exc.status_code, str(exc.detail))
+        response = _refuse(exc.status_code, str(exc.detail))
+        if getattr(exc, "wait", None):
+            response["Retry-After"] = str(exc.wait)  # 503: the signing keys are unavailable
+        return response
     if not isinstance(principal, User):
         return _refuse(401, "a service token cannot log in the CLI; use it directly")
-    target = (f"http://{LOOPBACK}:{int(raw_port)}/callback?"
+    target = (f"http://{LOOPBACK}:{port}/callback?"
               + urlencode({"token": token, "state": state}))
     response = HttpResponseRedirect(target)
     # The token is in the Location: keep it out of referrers of the next page.

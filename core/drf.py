@@ -150,12 +150,14 @@ class StrictCursorPagination(CursorPagination):
         raw = request.query_params.get(self.page_size_query_param)
         if raw is None:
             return self.page_size
-        if (not raw.isascii() or not raw.isdigit() or len(raw) > 9
-                or not 1 <= int(raw) <= self.max_page_size):
+        from core.numbers import BadNumber, parse_decimal
+
+        try:
+            return parse_decimal(raw, minimum=1, maximum=self.max_page_size)
+        except BadNumber:
             raise ValidationError({self.page_size_query_param: [
                 f"must be an integer from 1 to {self.max_page_size} (default {self.page_size});"
-                f" got {raw[:40]!r}."]})
-        return int(raw)
+                f" got {raw[:40]!r}."]}) from None
 
     def paginate_queryset(self, queryset, request, view=None):
         self.request = request

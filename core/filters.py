@@ -134,9 +134,10 @@ class IdListField(MultiValueField):
         if isinstance(item, bool):
             raise ValueError(item)
         if isinstance(item, str):
-            if not item.isascii() or not item.isdigit() or len(item) > 19:
-                raise ValueError(item)
-            item = int(item)
+            from core.numbers import parse_decimal
+
+            # BadNumber is a ValueError: the item is reported with the others.
+            item = parse_decimal(item, minimum=1, maximum=MAX_ID)
         if not isinstance(item, int) or not 1 <= item <= MAX_ID:
             raise ValueError(item)
         return item

@@ -58,3 +58,48 @@ def bind_problem(addr: str) -> str | None:
                     return f"{host} is not an address of this machine"
                 return f"{addr} cannot be bound: {exc.strerror or exc}"
     return None
+
+
+LOCAL_OPT_IN = "FALCON_LOCAL_ALLOW_NONLOOPBACK"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (an IP literal, possibly `[v6]`, or `localhost`) is a loopback address.
+
+    Uses `ipaddress` (127.0.0.0/8 and ::1, RFC 1122 3.2.1.3 / RFC 4291 2.5.3); any other name
+    counts as not loopback, since it may resolve anywhere.
+    """
+    import ipaddress
+
+    host = host.strip().strip("[]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def local_bind_problem(addr: str, *, mode: str, opt_in: bool) -> tuple[str | None, str | None]:
+    """Say whether a server may listen on `addr` in auth `mode`: `(refusal, warning)`.
+
+    In the local mode anyone reaching the server gets a token for any email (staff included),
+    so it listens on loopback only, unless the operator sets FALCON_LOCAL_ALLOW_NONLOOPBACK=1
+    (decisions.md#auth-10); then it starts with a warning. Other modes: `(None, None)`.
+    """
+    if mode != "local":
+        return None, None
+    try:
+        host, _port = split_addr(addr)
+    except ValueError as exc:
+        return str(exc), None
+    if is_loopback(host):
+        return None, None
+    if opt_in:
+        return None, (f"WARNING: local mode listening on {addr}, beyond this machine: anyone who "
+                      f"reaches it can get a token for any email, staff included "
+                      f"({LOCAL_OPT_IN} is set).")
+    return (f"refusing to listen on {addr} in the local mode: anyone who reaches it could get a "
+            f"token for any email, staff included. Listen on 127.0.0.1 or [::1], use "
+            f"FALCON_AUTH_MODE=cloudflare, or set {LOCAL_OPT_IN}=1 if this network is "
+            f"trusted."), None

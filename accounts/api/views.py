@@ -48,7 +48,12 @@ class LocalTokenView(APIView):
         _require_local_mode()
         data = LocalTokenInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        email = data.validated_data["email"]
+        from ..emails import InvalidEmail, normalize_email
+
+        try:
+            email = normalize_email(data.validated_data["email"])
+        except InvalidEmail as exc:
+            raise serializers.ValidationError({"email": [str(exc)]}) from None
         issued = local_issuer().issue(email, ttl_seconds=settings.FALCON_LOCAL_TOKEN_TTL_SECONDS)
         out = {"token": issued.token, "token_type": "Bearer", "expires_at": issued.expires_at,
                "email": email}

@@ -58,9 +58,10 @@ def decode_page_token(token: str) -> int | None:
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode("ascii")
         if raw.startswith(_TOKEN_PREFIX):
-            last_id = int(raw[len(_TOKEN_PREFIX):])
-            if 0 <= last_id <= _MAX_ID:  # a larger one fails in the database driver
-                return last_id
+            from core.numbers import parse_decimal
+
+            # ASCII digits within BIGINT: a larger id fails in the database driver.
+            return parse_decimal(raw[len(_TOKEN_PREFIX):], minimum=0, maximum=_MAX_ID)
     except (binascii.Error, UnicodeDecodeError, ValueError):
         pass
     raise ValidationFailed({"page_token": [

@@ -1,20 +1,22 @@
-from django.urls import path, register_converter
+from django.urls import path, re_path, register_converter
 
 from core.filters import MAX_ID
+from core.numbers import parse_decimal
 
 from . import views
 
 
 class IdConverter:
-    """A database id in a path: 1 to 2^63 - 1 (a larger number names no row: 404, not 500)."""
+    """A database id in a path: ASCII digits, 1 to 2^63 - 1 (`core.numbers.parse_decimal`).
+
+    Anything else in that segment (a sign, a space, `²`, a 30-digit number) does not match
+    here and falls through to `views.bad_exp_id`: a 400 naming `exp_id`, never a 500.
+    """
 
     regex = "[0-9]{1,19}"
 
     def to_python(self, value: str) -> int:
-        number = int(value)
-        if not 1 <= number <= MAX_ID:
-            raise ValueError(value)
-        return number
+        return parse_decimal(value, minimum=1, maximum=MAX_ID)
 
     def to_url(self, value: int) -> str:
         return str(value)
@@ -26,4 +28,6 @@ urlpatterns = [
     path("exps", views.ExpListCreateView.as_view(), name="exp-list"),
     path("exps/<id:exp_id>", views.ExpDetailView.as_view(), name="exp-detail"),
     path("exps/<id:exp_id>/abort", views.ExpAbortView.as_view(), name="exp-abort"),
+    # Last: a path segment where an id belongs that is not one.
+    re_path(r"^exps/(?P<raw>[^/]+)(?:/abort)?$", views.bad_exp_id),
 ]

@@ -151,3 +151,21 @@ class ExpAbortView(APIView):
     def post(self, request, exp_id: int):
         services.exp_abort(exp_id=exp_id, actor=request.user)
         return Response(ExpDetailSerializer(selectors.exp_get(exp_id=exp_id)).data)
+
+
+def bad_exp_id(request, raw: str):
+    """400 for `/api/v1/exps/<raw>[/abort]` where `raw` is not an id (`core.numbers`).
+
+    Answers any method: the path is wrong whatever the method, and no data is read.
+    """
+    from django.http import JsonResponse
+
+    from core.numbers import BadNumber, parse_decimal
+
+    try:
+        parse_decimal(raw, minimum=1, maximum=MAX_ID)
+        message = f"must be an integer from 1 to {MAX_ID}"
+    except BadNumber as exc:
+        message = str(exc)
+    return JsonResponse({"exp_id": [f"{message}; got {raw[:40]!r}."], "code": "invalid"},
+                        status=400)

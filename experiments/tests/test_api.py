@@ -200,9 +200,14 @@ def test_every_error_body_has_a_code(auth_api):
 
 
 def test_unknown_api_path_is_a_json_404(auth_api):
-    for path in ("/api/v1/nope", "/api/v1/exps/-5"):
-        res = auth_api.get(path)
-        assert res.status_code == 404 and res.json()["code"] == "not_found", path
+    res = auth_api.get("/api/v1/nope")
+    assert res.status_code == 404 and res.json()["code"] == "not_found"
+
+
+def test_an_exp_id_that_is_not_a_number_is_a_json_400(auth_api):
+    res = auth_api.get("/api/v1/exps/-5")
+    assert res.status_code == 400 and res.json()["code"] == "invalid"
+    assert "exp_id" in res.json()
 
 
 def test_bad_cursor_and_ordering_are_400(auth_api, user):

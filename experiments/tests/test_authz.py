@@ -241,9 +241,9 @@ def test_grpc_controller_only_rpcs_refuse_every_user(stubs, cloudflare, people, 
 
 
 @pytest.mark.django_db(transaction=True)
-def test_grpc_an_allowed_service_token_may_call_controller_rpcs(stubs, cloudflare, people,
-                                                                settings):
-    settings.FALCON_CF_SERVICE_TOKENS = ["falcon-controllers.access"]
+def test_grpc_a_service_token_with_a_controller_role_may_call_its_rpcs(stubs, cloudflare,
+                                                                       people, settings):
+    settings.FALCON_SERVICE_ROLES = {"falcon-controllers.access": "resource-manager"}
     from falcon_proto.falcon.v1 import job_pb2
 
     exp = make_exp(creator=people["creator"])

@@ -349,9 +349,10 @@ def test_huge_ids_in_filters_are_400_not_500(auth_api):
 
 
 @pytest.mark.django_db
-def test_huge_id_in_the_path_is_404_not_500(auth_api):
-    assert auth_api.get(f"/api/v1/exps/{2**63}").status_code == 404
-    assert auth_api.get(f"/api/v1/exps/{10**40}").status_code == 404
+def test_huge_id_in_the_path_is_400_not_500(auth_api):
+    assert auth_api.get(f"/api/v1/exps/{2**63}").status_code == 400
+    assert auth_api.get(f"/api/v1/exps/{10**40}").status_code == 400
+    assert auth_api.get(f"/api/v1/exps/{2**63 - 1}").status_code == 404  # an id, no such row
 
 
 # -- 6. messages that say what is wrong and what to do -----------------------------------------

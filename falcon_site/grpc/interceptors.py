@@ -17,6 +17,8 @@ from django.db import OperationalError, close_old_connections
 
 from core.errors import FalconError
 
+from accounts.verifier import KeysUnavailable
+
 from accounts.grpc_auth import (
     AuthenticationFailed, authenticate, authorize, reset_principal, set_principal,
 )
@@ -88,6 +90,10 @@ def _wrap(behaviour: Callable, method: str) -> Callable:
             except FalconError as exc:
                 # A valid service token operators have not allowed: PERMISSION_DENIED.
                 abort_with_error(context, exc)
+            except KeysUnavailable as exc:
+                # An outage of the identity provider's certs: clients retry, no re-login.
+                abort_with_status(context, grpc.StatusCode.UNAVAILABLE, UNAVAILABLE_CODE,
+                                  exc.reason)
             except ImproperlyConfigured:
                 log.error("auth is misconfigured while authenticating %s", method, exc_info=True)
                 abort_with_status(context, grpc.StatusCode.UNAUTHENTICATED,

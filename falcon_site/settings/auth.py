@@ -27,6 +27,11 @@ Environment variables:
 - `FALCON_CF_AUDIENCES`: cloudflare mode, the Access applications' AUD tags, comma-separated.
 - `FALCON_CF_SERVICE_TOKENS`: service-token common names (client ids) allowed in,
   comma-separated, besides the active `accounts.ServicePrincipal` rows.
+- `FALCON_SERVICE_ROLES`: `common_name=role` pairs, comma-separated: the gRPC rights of each
+  service token (`exp-controller`, `resource-manager`, `analyzer`, `maintenance`,
+  `read-only`); a token named here is allowed in; allowed tokens named nowhere are read-only.
+- `FALCON_LOCAL_ALLOW_NONLOOPBACK`: `1` lets the local mode listen on and answer a
+  non-loopback address (with a warning on start); off by default.
 - `FALCON_CONTROLLER_ACCESS_URL`, `FALCON_CF_CLIENT_ID`, `FALCON_CF_CLIENT_SECRET`: cloudflare
   mode, the controllers' own Access service token and the Access-protected URL where they
   exchange it for the JWT they send to the gRPC API (`controllers.service_token`).
@@ -74,6 +79,33 @@ FALCON_CF_AUDIENCES = env_list("FALCON_CF_AUDIENCES")
 # Common names (client ids) of Cloudflare service tokens allowed in, besides the active
 # `accounts.ServicePrincipal` rows operators keep in the admin.
 FALCON_CF_SERVICE_TOKENS = env_list("FALCON_CF_SERVICE_TOKENS")
+# Service roles (decisions.md#auth-8): `common_name=role` pairs, comma-separated, e.g.
+# "id1.access=exp-controller,id2.access=resource-manager,id3.access=analyzer". A token named
+# here is allowed in with that role; an allowed token named nowhere is read-only. A
+# ServicePrincipal row's role, when set, wins.
+SERVICE_ROLE_NAMES = ("exp-controller", "resource-manager", "analyzer", "maintenance",
+                      "read-only")
+
+
+def _service_roles(raw: str) -> dict[str, str]:
+    roles: dict[str, str] = {}
+    for item in (part.strip() for part in raw.split(",")):
+        if not item:
+            continue
+        name, sep, role = (x.strip() for x in item.partition("="))
+        if not sep or not name or role not in SERVICE_ROLE_NAMES:
+            raise ImproperlyConfigured(
+                f"FALCON_SERVICE_ROLES: {item!r} is not COMMON_NAME=ROLE with ROLE one of "
+                f"{', '.join(SERVICE_ROLE_NAMES)}; e.g. FALCON_SERVICE_ROLES="
+                "'0123abcd.access=exp-controller,4567ef01.access=resource-manager'.")
+        if roles.get(name, role) != role:
+            raise ImproperlyConfigured(f"FALCON_SERVICE_ROLES names {name!r} twice with "
+                                       "different roles; keep one.")
+        roles[name] = role
+    return roles
+
+
+FALCON_SERVICE_ROLES = _service_roles(os.environ.get("FALCON_SERVICE_ROLES", ""))
 # The controllers' own Cloudflare Access service token (cloudflare mode): exchanged at this
 # Access-protected URL for the JWT they send to the gRPC API (controllers/service_token.py).
 FALCON_CONTROLLER_ACCESS_URL = os.environ.get("FALCON_CONTROLLER_ACCESS_URL", "")
@@ -93,6 +125,12 @@ if FALCON_AUTH_MODE == "cloudflare":
             f"FALCON_CF_TEAM_DOMAIN={FALCON_CF_TEAM_DOMAIN!r} is not a team domain: use "
             "https://<team>.cloudflareaccess.com (https, a host, no path); it is the tokens' "
             "issuer.")
+
+# Local mode listens on loopback only unless this is set (decisions.md#auth-10,
+# falcon_site.ports.local_bind_problem): runlocal, rungrpc and gunicorn refuse another address,
+# and the HTTP API refuses requests from a non-loopback peer.
+FALCON_LOCAL_ALLOW_NONLOOPBACK = os.environ.get("FALCON_LOCAL_ALLOW_NONLOOPBACK", "").strip() \
+    .lower() in {"1", "true", "yes", "on"}
 
 # Key-set fetching (PyJWKClient plus `accounts.jwks`), in seconds: short timeouts so a slow
 # certs endpoint cannot stall requests; a bounded cache; at most one refetch per cooldown for

@@ -98,6 +98,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First: a body over DATA_UPLOAD_MAX_MEMORY_SIZE is answered 413 before anything reads it.
     "core.middleware.BodySizeLimitMiddleware",
+    # The local mode answers loopback peers only, whatever the Host header says.
+    "accounts.middleware.LocalModeLoopbackOnlyMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

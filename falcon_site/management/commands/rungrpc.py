@@ -41,6 +41,15 @@ class Command(BaseCommand):
         from falcon_site.grpc.server import AddressUnavailable, build_server
 
         addr = addr or settings.FALCON_GRPC_ADDR
+        from falcon_site.ports import local_bind_problem
+
+        refusal, warning = local_bind_problem(addr, mode=settings.FALCON_AUTH_MODE,
+                                              opt_in=settings.FALCON_LOCAL_ALLOW_NONLOOPBACK)
+        if refusal:
+            raise CommandError(f"--addr: {refusal}")
+        if warning:
+            log.warning("%s", warning)
+            self.stderr.write(warning)
         if workers < 1:
             raise CommandError("--workers must be at least 1")
         if not settings.FALCON_INTERNAL_TOKEN:

@@ -37,7 +37,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from falcon_site.ports import bind_problem, split_addr
+from falcon_site.ports import bind_problem, local_bind_problem, split_addr
 from falcon_site.startup import prepare_local_state
 
 GRACE_SECONDS = 10.0
@@ -224,6 +224,13 @@ class Command(BaseCommand):
                                "give them different ports.")
         for label, option, addr, port in (("HTTP", "--http", http, http_port),
                                           ("gRPC", "--grpc", grpc, grpc_port)):
+            refusal, warning = local_bind_problem(
+                addr, mode=settings.FALCON_AUTH_MODE,
+                opt_in=settings.FALCON_LOCAL_ALLOW_NONLOOPBACK)
+            if refusal:
+                raise CommandError(f"{option}: {refusal}")
+            if warning:
+                sys.stderr.write(warning + "\n")
             problem = bind_problem(addr)
             if problem:
                 raise CommandError(
