@@ -128,3 +128,19 @@ def auth_api(api, token_for):
     """A DRF test client authenticated as alice@example.com through a real local-issuer JWT."""
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {token_for('alice@example.com')}")
     return api
+
+
+@pytest.fixture
+def analyzer(settings, tmp_path):
+    """A real AnalyzerService (a small fake controller) for the analyses and plugins endpoints.
+
+    Without one they answer 503, as documented; tests that assert "never a 5xx" over every
+    endpoint (the schema fuzz, the request-number checks) run against an analyzer that answers
+    (503 itself is tested in analysis/tests/test_api.py).
+    """
+    from analysis.tests.fake_analyzer import running_fake_analyzer
+
+    settings.FALCON_ANALYSIS_ROOT = (tmp_path / "analysis-store").as_uri()
+    with running_fake_analyzer() as (fake, target):
+        settings.FALCON_ANALYZER_TARGET = target
+        yield fake

@@ -18,7 +18,6 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 
 from analysis.tests.factories import make_analysis, make_finished_exp
-from analysis.tests.fake_analyzer import running_fake_analyzer
 from experiments.tests.factories import make_exp
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -32,20 +31,6 @@ MAX_EXAMPLES = 40
 @pytest.fixture
 def falcon_token(token_for):
     return token_for("fuzz@example.com")
-
-
-@pytest.fixture
-def analyzer(settings, tmp_path):
-    """A real AnalyzerService (a small fake controller) for the analyses and plugins endpoints.
-
-    Without one they answer 503, as documented; schemathesis counts every 5xx as a server
-    error, so the fuzz runs against an analyzer that answers (503 itself is tested in
-    analysis/tests/test_api.py).
-    """
-    settings.FALCON_ANALYSIS_ROOT = (tmp_path / "analysis-store").as_uri()
-    with running_fake_analyzer() as (fake, target):
-        settings.FALCON_ANALYZER_TARGET = target
-        yield fake
 
 
 @pytest.fixture

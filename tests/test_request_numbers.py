@@ -13,6 +13,7 @@ import pytest
 from django.test import Client
 
 from core.numbers import BadNumber, parse_decimal
+from analysis.tests.factories import make_analysis
 from experiments.tests.factories import make_exp
 
 pytestmark = pytest.mark.django_db
@@ -64,8 +65,9 @@ def test_the_schema_has_the_numeric_parameters_this_module_is_about():
 @pytest.mark.parametrize("path,method,name,where,numeric,listed", PARAMETERS,
                          ids=[f"{m}:{p}:{n}" for p, m, n, *_ in PARAMETERS])
 def test_no_parameter_answers_5xx_and_numbers_answer_400(path, method, name, where, numeric,
-                                                         listed, token_for):
+                                                         listed, token_for, analyzer):
     exp = make_exp()
+    analysis = make_analysis()
     client = Client(HTTP_AUTHORIZATION=f"Bearer {token_for('alice@example.com')}")
     for raw in BAD_NUMBERS:
         if where == "path":
@@ -76,7 +78,9 @@ def test_no_parameter_answers_5xx_and_numbers_answer_400(path, method, name, whe
             if raw == "" or (listed and raw.strip() != raw):
                 # No value is no filter; a comma list trims its items ("1, 2") by design.
                 continue
-            url, query = path.replace("{exp_id}", str(exp.pk)), {name: raw}
+            url = path.replace("{exp_id}", str(exp.pk)).replace("{analysis_id}",
+                                                                analysis.analysis_id)
+            query = {name: raw}
         res = getattr(client, method)(url, query if method == "get" else None,
                                       QUERY_STRING="&".join(f"{k}={quote(v)}"
                                                             for k, v in query.items()))

@@ -23,6 +23,7 @@ from core import jsoninput
 from core.drf import FilterSetBackend, StrictCursorPagination
 from core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
 from core.filters import MAX_ID, MAX_NAME_CHARS
+from core.numbers import parse_param
 from core.statuses import EXP_TERMINAL, AnalysisStatus, AnalysisType
 from experiments.selectors import exp_get_summary
 
@@ -226,14 +227,15 @@ def _bool_param(request, name: str) -> bool:
 
 
 def _int_param(request, name: str, *, default: int, minimum: int, maximum: int) -> int:
+    """The query parameter `name` as ASCII decimal in `minimum..maximum`; `default` if absent.
+
+    Raises:
+        ValidationFailed: any other value (HTTP 400 naming the parameter).
+    """
     raw = request.query_params.get(name)
     if raw is None:
         return default
-    if not raw.isascii() or not raw.isdigit() or len(raw) > 19 or \
-            not minimum <= int(raw) <= maximum:
-        raise ValidationFailed({name: [f"must be an integer from {minimum} to {maximum}; "
-                                       f"got {raw[:40]!r}."]})
-    return int(raw)
+    return parse_param(raw, field=name, minimum=minimum, maximum=maximum)
 
 
 class AnalysisLogsView(APIView):

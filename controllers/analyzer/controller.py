@@ -128,6 +128,23 @@ class AnalyzerController:
         self.recovered = False
         self.next_poll = 0.0
 
+    def reset(self) -> None:
+        """Forget the queues, slots and retries, so the next tick recovers from the records.
+
+        Called when this replica becomes the leader (again): what it knew from an earlier term
+        is stale, since another leader may have admitted, finished or cancelled analyses since.
+        Resource overrides are kept (they live only in the memory of the replica that took the
+        request).
+        """
+        with self.lock:
+            self.queues = AnalysisQueues(self.config.limits)
+            self.active.clear()
+            self.stopping.clear()
+            self.retry_at.clear()
+            self.created.clear()
+            self.recovered = False
+            self.next_poll = 0.0
+
     # -- helpers ----------------------------------------------------------------------------
 
     def plugin_artifact_types(self) -> dict[str, tuple[str, ...]]:

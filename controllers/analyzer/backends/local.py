@@ -37,7 +37,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from artifacts.store import store_for
-from controllers.cluster_backends.local import _process_table, _read_stat
+from controllers.cluster_backends.local import DEFAULT_PASSTHROUGH_ENV, _process_table, _read_stat
 
 from ..runner import write_atomic
 from .base import (
@@ -166,7 +166,9 @@ class LocalAnalysisBackend(AnalysisBackend):
             # between here and the spawn leaves a folder start() claims again, never a stranger.
             write_atomic(folder / RUN, json.dumps({"analysis_id": spec.analysis_id, "pid": 0,
                                                    "start_time": -1}))
-            env = dict(os.environ)
+            # A subset of this process's environment, as for the local cluster backend's tasks:
+            # the controller holds tokens and database URLs that a user's script must not read.
+            env = {k: os.environ[k] for k in DEFAULT_PASSTHROUGH_ENV if k in os.environ}
             root = str(Path(__file__).resolve().parents[3])
             env["PYTHONPATH"] = os.pathsep.join(
                 p for p in (root, env.get("PYTHONPATH", "")) if p)

@@ -256,3 +256,42 @@ def test_start_refuses_to_adopt_the_run_of_another_analysis(tmp_path):
     assert c.backend.observe(["an-x"])["an-x"].phase == "missing"
     assert run_name_for("A" * 80) != run_name_for("A" * 79 + "B")
     assert len(run_name_for("A" * 80)) <= 63
+
+
+def test_a_run_sees_none_of_the_controllers_secrets(tmp_path, monkeypatch):
+    """A user's command runs with a subset of the controller's environment: no token, no
+    database URL, no Django secret reaches it."""
+    secrets = {"FALCON_INTERNAL_TOKEN": "internal-" + "x" * 32,
+               "FALCON_ANALYZER_TOKEN": "analyzer-" + "y" * 32,
+               "DATABASE_URL": "mysql://root:pw@db/falcon", "DJANGO_SECRET_KEY": "z" * 50}
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    api = FakeRecordAPI()
+    c = make_controller(api, tmp_path)
+    rec = online(api, tmp_path, plugin="echo-ok")
+    api.records[rec.analysis_id] = api.records[rec.analysis_id].__class__(
+        **{**api.records[rec.analysis_id].__dict__, "plugin_name": "",
+           "command": 'env > "$FALCON_RESULT_FILE"'})
+    until(lambda: status(api, rec) in ("succeeded", "failed"), tick=c.tick)
+    assert status(api, rec) == "succeeded"
+    seen = (local_path(api.get_record(rec.analysis_id).result_path) / "result.jsonl").read_text()
+    assert "FALCON_ANALYSIS_ID=" + rec.analysis_id in seen
+    for name, value in secrets.items():
+        assert name not in seen and value not in seen
+
+
+def test_a_new_leadership_term_recovers_from_the_records_not_from_memory(tmp_path):
+    """What a replica knew in an earlier term is dropped when it leads again: a record another
+    leader finished meanwhile is not queued any more, and one created meanwhile is."""
+    api = FakeRecordAPI()
+    first = api.add(analysis_id="an-term1", created_at=T0, analysis_type="online")
+    c = make_controller(api, tmp_path)
+    c.recover()
+    assert c.queues.pending("online") == ["an-term1"]
+    # Another replica led for a while: it finished the first record and a user made another.
+    api.records[first.analysis_id] = api.records[first.analysis_id].__class__(
+        **{**api.records[first.analysis_id].__dict__, "status": "cancelled"})
+    api.add(analysis_id="an-term2", created_at=T0 + timedelta(seconds=1), analysis_type="online")
+    c.reset()
+    c.recover()
+    assert c.queues.pending("online") == ["an-term2"]

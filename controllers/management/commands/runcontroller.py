@@ -190,6 +190,10 @@ class Command(BaseCommand):
         max_ticks = 1 if options["once"] else None
 
         def work(halt: threading.Event) -> int:
+            # A new leadership term starts from the records, not from a past term's memory.
+            reset = getattr(controller, "reset", None)
+            if reset is not None:
+                reset()
             return run_loop(controller, interval=options["interval"], stop=halt,
                             is_transient=_is_transient, max_ticks=max_ticks)
 
