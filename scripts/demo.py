@@ -75,12 +75,14 @@ def show_offline_analysis(exp_id: int, env: dict, timeout: float = 120.0) -> boo
     if record is None:
         print(f"demo: no offline analysis of experiment {exp_id} ended within {timeout:.0f} s")
         return False
-    falcon("analysis", "get", record["id"], env=env)
+    if falcon("analysis", "get", record["id"], env=env).returncode:
+        return False
     if record["status"] != AnalysisStatus.SUCCEEDED:
         falcon("analysis", "logs", record["id"], env=env)
         print(f"demo: analysis {record['id']} ended {record['status']}")
         return False
-    falcon("analysis", "results", record["id"], env=env)
+    if falcon("analysis", "results", record["id"], env=env).returncode:
+        return False
     print(f"\ndemo: analysis {record['id']} ({record['plugin_name']}) succeeded; its files are "
           f"under {record['result_path']}")
     return True
