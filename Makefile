@@ -35,3 +35,5 @@ bench: setup
 	$(PY) bench/reconcile.py
 	$(PY) bench/resources.py
 	$(PY) bench/cli_startup.py
+	$(PY) bench/analyzer_queue.py
+	$(PY) bench/analysis_awaiting.py
