@@ -10,7 +10,7 @@ import sys
 
 def on_starting(server):
     """Refuse (exit 1) or warn about the configured binds before gunicorn listens."""
-    from falcon_site.ports import local_bind_problem
+    from core.ports import local_bind_problem
 
     mode = os.environ.get("FALCON_AUTH_MODE", "local")
     opt_in = os.environ.get("FALCON_LOCAL_ALLOW_NONLOOPBACK", "").strip().lower() in {

@@ -21,7 +21,7 @@ from django.contrib import auth
 from django.http import HttpResponse
 from django.urls import NoReverseMatch, reverse
 
-from falcon_site.ports import is_loopback
+from core.ports import is_loopback
 
 BACKEND = "accounts.auth_backends.CloudflareAccessBackend"
 

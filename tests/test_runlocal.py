@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from falcon_site.ports import bind_problem
+from core.ports import bind_problem
 from tests.test_e2e import alive, database_url, free_port
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -127,7 +127,7 @@ if FALCON_AUTH_MODE == "cloudflare":
             "issuer.")
 
 # Local mode listens on loopback only unless this is set (decisions.md#auth-10,
-# falcon_site.ports.local_bind_problem): runlocal, rungrpc and gunicorn refuse another address,
+# core.ports.local_bind_problem): runlocal, rungrpc and gunicorn refuse another address,
 # and the HTTP API refuses requests from a non-loopback peer.
 FALCON_LOCAL_ALLOW_NONLOOPBACK = os.environ.get("FALCON_LOCAL_ALLOW_NONLOOPBACK", "").strip() \
     .lower() in {"1", "true", "yes", "on"}

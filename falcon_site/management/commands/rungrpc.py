@@ -41,7 +41,7 @@ class Command(BaseCommand):
         from falcon_site.grpc.server import AddressUnavailable, build_server
 
         addr = addr or settings.FALCON_GRPC_ADDR
-        from falcon_site.ports import local_bind_problem
+        from core.ports import local_bind_problem
 
         refusal, warning = local_bind_problem(addr, mode=settings.FALCON_AUTH_MODE,
                                               opt_in=settings.FALCON_LOCAL_ALLOW_NONLOOPBACK)

@@ -37,7 +37,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from falcon_site.ports import bind_problem, local_bind_problem, split_addr
+from core.ports import bind_problem, local_bind_problem, split_addr
 from falcon_site.startup import prepare_local_state
 
 GRACE_SECONDS = 10.0
