@@ -77,7 +77,7 @@ def run(sizes: list[int]) -> None:
     from plugins.catalog import load_catalog
 
     call_command("migrate", verbosity=0)
-    user = User.objects.create(email="bench@falcon.local", username="bench@falcon.local")
+    user = User.objects.create_user("bench@falcon.local")
     plugins = [(p.name, p.artifact_types) for p in load_catalog().values()]
     print(f"database: {connection.vendor}; plugins: {', '.join(n for n, _ in plugins)}")
     print(f"{'experiments':>12} {'queries':>8} {'triples':>8} {'median s':>9}")
