@@ -41,7 +41,7 @@ RESOURCE_OPTIONS = ("cpu_request", "cpu_limit", "memory_request", "memory_limit"
 
 
 @contextlib.contextmanager
-def api_errors(*, analysis_id: int | None = None, plugin: str | None = None) -> Iterator[None]:
+def api_errors(*, analysis_id: str | None = None, plugin: str | None = None) -> Iterator[None]:
     """Reword the server's errors of an analysis or plugins request.
 
     A 503 becomes `CONTROLLER_UNAVAILABLE` with exit code UNAVAILABLE; a 404 about the analysis
@@ -186,13 +186,13 @@ def _progress_line(analysis: dict[str, Any], elapsed: float) -> str:
     return visible(line)
 
 
-def wait_for(env, client, analysis_id: int, *, interval: float, timeout: float | None,
+def wait_for(env, client, analysis_id: str, *, interval: float, timeout: float | None,
              output: str) -> dict[str, Any]:
     """Poll GET /api/v1/analyses/{id} until the analysis is succeeded, failed or cancelled.
 
-    One line is printed per change of status or queue position (`[12s] analysis 7 pending
-    (queue position 3)`), on stdout for `table` and on stderr for `json`/`yaml`; then the final
-    analysis is printed in the chosen format.
+    One line is printed per change of status or queue position (`[12s] analysis
+    an-127d556979606b76 pending (queue position 3)`), on stdout for `table` and on stderr for
+    `json`/`yaml`; then the final analysis is printed in the chosen format.
 
     Args:
         env: the run's `Environment` (its `sleep` and `monotonic` pace the loop).
@@ -294,7 +294,7 @@ def list_(env, exp_id: int | None, status: str | None, analysis_type: str | None
 @output_option
 @server_option
 @pass_env
-def get(env, analysis_id: int, output: str, server: str) -> None:
+def get(env, analysis_id: str, output: str, server: str) -> None:
     """Show one analysis: every field, its queue position while pending, its error when it
     failed."""
     from . import output as out
@@ -311,7 +311,7 @@ def get(env, analysis_id: int, output: str, server: str) -> None:
               help="Keep printing the log as it grows, until the analysis has ended.")
 @server_option
 @pass_env
-def logs(env, analysis_id: int, follow: bool, server: str) -> None:
+def logs(env, analysis_id: str, follow: bool, server: str) -> None:
     """Print an analysis' log (its stdout and stderr).
 
     Without --follow, prints what there is now; with it, keeps polling until the log is
@@ -323,7 +323,7 @@ def logs(env, analysis_id: int, follow: bool, server: str) -> None:
         follow_log(env, client, analysis_id, follow=follow, interval=DEFAULT_INTERVAL)
 
 
-def follow_log(env, client, analysis_id: int, *, follow: bool, interval: float) -> None:
+def follow_log(env, client, analysis_id: str, *, follow: bool, interval: float) -> None:
     """Print the log of `analysis_id` page by page, from byte offset 0.
 
     Each page is `GET /api/v1/analyses/{id}/logs?offset=N`, answered with `{"content",
@@ -409,7 +409,7 @@ def _is_terminal(stream) -> bool:
               help="table for people; json prints the results file's JSONL, one object a line.")
 @server_option
 @pass_env
-def results(env, analysis_id: int, output: str, server: str) -> None:
+def results(env, analysis_id: str, output: str, server: str) -> None:
     """Show an analysis' results.
 
     The table lays out a known plugin's records as its own tables, any other as key/value
@@ -493,7 +493,7 @@ def render_tables(plugin_name: str | None, records: list[Any],
 @output_option
 @server_option
 @pass_env
-def cancel(env, analysis_id: int, output: str, server: str) -> None:
+def cancel(env, analysis_id: str, output: str, server: str) -> None:
     """Cancel an analysis; an analysis that has already ended is left as it is."""
     from . import output as out
     from .client import open_client
@@ -513,7 +513,7 @@ def cancel(env, analysis_id: int, output: str, server: str) -> None:
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation of --purge.")
 @server_option
 @pass_env
-def delete(env, analysis_id: int, purge: bool, yes: bool, server: str) -> None:
+def delete(env, analysis_id: str, purge: bool, yes: bool, server: str) -> None:
     """Delete an analysis that has ended (cancel it first if it has not); --purge also removes
     its results and log."""
     from .client import open_client

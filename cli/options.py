@@ -1,12 +1,19 @@
 """Options shared by several commands, defined once."""
 from __future__ import annotations
 
+import re
+
 import rich_click as click
 
 from .env import DEFAULT_SERVER, Environment
 
 OUTPUT_FORMATS = ("table", "json", "yaml")
 MAX_ID = 2**63 - 1  # ids are the database's 64-bit primary keys
+# An analysis id is a string key, a DNS-1123 label (`analysis.models.ANALYSIS_ID_MAX`; the CLI
+# does not import Django, a test keeps the two equal).
+ANALYSIS_ID_MAX = 40
+ANALYSIS_ID_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+ANALYSIS_ID_EXAMPLE = "an-127d556979606b76"
 
 pass_env = click.make_pass_decorator(Environment, ensure=True)
 """Pass the run's `Environment` (created from the process when the caller gave none)."""
@@ -61,11 +68,26 @@ class ExpIdType(IdType):
         super().__init__("an experiment", "falcon exp list")
 
 
-class AnalysisIdType(IdType):
-    """An analysis id (`IdType`)."""
+class AnalysisIdType(click.ParamType):
+    """An analysis id: a DNS-1123 label of at most `ANALYSIS_ID_MAX` characters (ASCII
+    lower-case letters, digits and `-`, starting and ending with a letter or digit), e.g.
+    `an-127d556979606b76`. Checked before any request; converted to the string itself.
 
-    def __init__(self):
-        super().__init__("an analysis", "falcon analysis list")
+    The server answers 404 for a path that is no analysis id, so a typo would only read as "no
+    such analysis"; the format names what is wrong.
+    """
+
+    name = "ID"
+
+    def convert(self, value, param, ctx):
+        text = str(value)
+        if not (text.isascii() and len(text) <= ANALYSIS_ID_MAX
+                and ANALYSIS_ID_RE.fullmatch(text)):
+            shown = text if len(text) <= 60 else text[:57] + "..."
+            self.fail(f"{shown!r} is not an analysis id: ids are lower-case letters, digits "
+                      f"and '-' (not first or last), at most {ANALYSIS_ID_MAX} characters, "
+                      f"e.g. {ANALYSIS_ID_EXAMPLE} (see `falcon analysis list`)", param, ctx)
+        return text
 
 
 def exp_id_argument(func):

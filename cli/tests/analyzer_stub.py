@@ -5,9 +5,15 @@ It keeps its state in memory: the experiments that exist (and whether they have 
 analyses, each analysis' log bytes and stored result lines, and whether the analyzer controller
 is up (when it is not, what needs it answers 503 and records stay readable). Tests change that
 state directly, e.g. from the CLI's injected `sleep`.
+
+Analysis ids are string keys in the server's format (`an-` and 16 hex digits, a DNS-1123 label):
+`analysis_id(n)` is the id of the n-th analysis the stub stores. They are deterministic but not
+in creation order, so nothing can lean on their order: lists are ordered by `created_at`, as the
+server orders them.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from dataclasses import dataclass, field
@@ -20,6 +26,12 @@ TERMINAL = {"succeeded", "failed", "cancelled"}
 PAGE_SIZE = 2  # small, so that lists of a few analyses already span pages
 RESOURCE_KEYS = ("cpu_request", "cpu_limit", "memory_request", "memory_limit")
 T0 = datetime(2025, 4, 15, 12, 0, 0, tzinfo=timezone.utc)
+
+
+def analysis_id(n: int) -> str:
+    """The id the stub gives its n-th analysis (from 1), e.g. `an-6b86b273ff34fce1`."""
+    return "an-" + hashlib.sha256(str(n).encode()).hexdigest()[:16]
+
 
 PLUGINS = [
     {"name": "trace-summary", "description": "Top operations by time from trace-event JSON",
@@ -41,26 +53,28 @@ class AnalyzerState:
 
     finished_exps: set[int] = field(default_factory=lambda: {1, 2})
     running_exps: set[int] = field(default_factory=lambda: {3})
-    analyses: dict[int, dict[str, Any]] = field(default_factory=dict)
-    logs: dict[int, bytes] = field(default_factory=dict)
-    log_complete: set[int] = field(default_factory=set)
-    log_notes: dict[int, str] = field(default_factory=dict)
+    analyses: dict[str, dict[str, Any]] = field(default_factory=dict)  # by analysis id
+    logs: dict[str, bytes] = field(default_factory=dict)
+    log_complete: set[str] = field(default_factory=set)
+    log_notes: dict[str, str] = field(default_factory=dict)
     log_page_bytes: int = 1 << 20  # the most bytes one logs page answers
-    results: dict[int, list[str]] = field(default_factory=dict)  # stored JSONL lines
-    created_bodies: dict[int, dict[str, Any]] = field(default_factory=dict)  # what POST got
-    truncated: set[int] = field(default_factory=set)
+    results: dict[str, list[str]] = field(default_factory=dict)  # stored JSONL lines
+    created_bodies: dict[str, dict[str, Any]] = field(default_factory=dict)  # what POST got
+    truncated: set[str] = field(default_factory=set)
     controller_up: bool = True
     requests: list[tuple[str, str, Any]] = field(default_factory=list)  # method, path+query, body
-    next_id: int = 1
+    count: int = 0  # analyses stored so far
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, **fields: Any) -> dict[str, Any]:
-        """Store a new analysis (defaults: pending, online, plugin trace-summary) and return it."""
-        analysis_id = self.next_id
-        self.next_id += 1
-        created = T0 + timedelta(minutes=analysis_id)
+        """Store a new analysis (defaults: pending, online, plugin trace-summary) and return it.
+
+        Its id is `analysis_id(n)` for the n-th one stored, unless `id` is given.
+        """
+        self.count += 1
+        created = T0 + timedelta(minutes=self.count)
         analysis = {
-            "id": analysis_id, "name": "", "exp_id": 1, "analysis_type": "online",
+            "id": analysis_id(self.count), "name": "", "exp_id": 1, "analysis_type": "online",
             "plugin_name": "trace-summary", "status": "pending", "reason": "",
             "error_message": "", "command": "", "has_script": False, "script_bytes": 0,
             "artifact_id": 10, "result_path": "", "creator": "alice@example.com",
@@ -71,10 +85,10 @@ class AnalyzerState:
         analysis.update(fields)
         if analysis["status"] != "pending":
             analysis["queue_position"] = None
-        self.analyses[analysis_id] = analysis
+        self.analyses[analysis["id"]] = analysis
         return analysis
 
-    def move(self, analysis_id: int, status: str, **fields: Any) -> None:
+    def move(self, analysis_id: str, status: str, **fields: Any) -> None:
         """Move an analysis to `status` the way the controller would (times, queue position)."""
         analysis = self.analyses[analysis_id]
         created = datetime.fromisoformat(analysis["created_at"])
@@ -150,7 +164,7 @@ class _Handler(BaseHTTPRequestHandler):
                                 "code": "unavailable"})
 
     def _analysis(self, text: str) -> dict[str, Any]:
-        analysis = self.state.analyses.get(int(text)) if text.isdigit() else None
+        analysis = self.state.analyses.get(text)
         if analysis is None:
             raise _Answer(404, {"detail": "No such analysis.", "code": "not_found"})
         return analysis
@@ -263,7 +277,9 @@ class _Handler(BaseHTTPRequestHandler):
         if unknown:
             raise _Answer(400, {"detail": f"Unknown parameters: {sorted(unknown)}.",
                                 "code": "invalid"})
-        rows = sorted(self.state.analyses.values(), key=lambda a: a["id"], reverse=True)
+        # Newest first, as the server orders them: by (created_at, id), never by id alone.
+        rows = sorted(self.state.analyses.values(), key=lambda a: (a["created_at"], a["id"]),
+                      reverse=True)
         for key, column in (("exp", "exp_id"), ("status", "status"),
                             ("analysis_type", "analysis_type"), ("plugin", "plugin_name")):
             if key in query:

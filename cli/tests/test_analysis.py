@@ -15,11 +15,13 @@ import pytest
 from cli.exit_codes import ExitCode
 from cli.token_cache import CredentialStore, Session
 
-from .analyzer_stub import AnalyzerStub
+from .analyzer_stub import AnalyzerStub, analysis_id
 from .conftest import EMAIL, Falcon, one_line
 
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 1024 * 1024
+# The ids of the first analyses the stub stores (strings like `an-6b86b273ff34fce1`).
+A1, A2, A3, A4, A5 = (analysis_id(n) for n in range(1, 6))
 UNAVAILABLE = ("error: the analyzer controller is unavailable; records stay readable "
                "(falcon analysis list/get)")
 
@@ -85,9 +87,9 @@ def test_create_with_a_plugin_sends_the_contract_body(cli, state):
                  "top-ops", "--cpu-request", "500m", "--memory-limit", "2Gi", "-o", "json")
     assert result.exit_code == 0, result.output
     created = json.loads(result.stdout)
-    assert created["id"] == 1 and created["status"] == "pending"
+    assert created["id"] == A1 and created["status"] == "pending"
     assert created["plugin_name"] == "trace-summary" and created["name"] == "top-ops"
-    assert state.created_bodies[1] == {"exp_id": 1, "plugin": "trace-summary", "name": "top-ops",
+    assert state.created_bodies[A1] == {"exp_id": 1, "plugin": "trace-summary", "name": "top-ops",
                                        "resources": {"cpu_request": "500m",
                                                      "memory_limit": "2Gi"}}
 
@@ -97,7 +99,7 @@ def test_create_with_a_command_and_script_sends_the_script_verbatim(cli, state, 
     result = cli("analysis", "create", "--exp", "2", "--command", "python script.py",
                  "--script", files("script.py", script))
     assert result.exit_code == 0, result.output
-    assert state.created_bodies[1] == {"exp_id": 2, "command": "python script.py",
+    assert state.created_bodies[A1] == {"exp_id": 2, "command": "python script.py",
                                        "script": script}
     for text in ("python script.py", "pending", "queue position", f"yes ({len(script.encode())} "
                  "bytes)"):
@@ -146,7 +148,7 @@ def test_a_script_over_1_mib_is_refused_locally_and_exactly_1_mib_is_sent(cli, s
                  exact, "-o", "json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["script_bytes"] == MIB
-    assert state.created_bodies[1]["script"] == "#" * MIB
+    assert state.created_bodies[A1]["script"] == "#" * MIB
 
 
 def test_a_script_that_is_not_utf8_or_missing_is_refused_locally(cli, state, files, tmp_path):
@@ -194,22 +196,22 @@ def test_wait_shows_status_and_queue_position_until_succeeded(cli, state):
     script = _scripted(
         cli,
         lambda: None,
-        lambda: (state.move(1, "running"), state.analyses[2].update(queue_position=1)),
-        lambda: state.move(2, "running"),
+        lambda: (state.move(A1, "running"), state.analyses[A2].update(queue_position=1)),
+        lambda: state.move(A2, "running"),
         lambda: None,
-        lambda: state.move(2, "succeeded", result_path="/store/analysis/1/2/trace-summary.jsonl"),
+        lambda: state.move(A2, "succeeded", result_path=f"/store/analysis/1/{A2}/"),
     )
     result = cli("analysis", "create", "--exp", "1", "--plugin", "trace-summary", "--wait")
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[:5] == [
-        "created analysis 2",
-        "[0s] analysis 2 pending (queue position 2)",
-        "[4s] analysis 2 pending (queue position 1)",
-        "[6s] analysis 2 running",
-        "[10s] analysis 2 succeeded",
+        f"created analysis {A2}",
+        f"[0s] analysis {A2} pending (queue position 2)",
+        f"[4s] analysis {A2} pending (queue position 1)",
+        f"[6s] analysis {A2} running",
+        f"[10s] analysis {A2} succeeded",
     ]
-    assert "/store/analysis/1/2/trace-summary.jsonl" in result.stdout  # then the analysis
+    assert f"/store/analysis/1/{A2}/" in result.stdout  # then the analysis
     assert script.slept == [2.0] * 5
 
 
@@ -219,14 +221,15 @@ def test_wait_shows_status_and_queue_position_until_succeeded(cli, state):
     ({"status": "cancelled", "reason": "Cancelled"}, " (Cancelled)"),
 ])
 def test_wait_exits_non_zero_when_the_analysis_failed_or_was_cancelled(cli, state, end, detail):
-    _scripted(cli, lambda: state.move(1, end.pop("status"), **end))
+    _scripted(cli, lambda: state.move(A1, end.pop("status"), **end))
     result = cli("analysis", "create", "--exp", "1", "--plugin", "trace-summary", "--wait",
                  "-o", "json")
     assert result.exit_code == ExitCode.ANALYSIS_FAILED == 11, result.output
     final = json.loads(result.stdout)  # only the final analysis on stdout
     assert final["status"] in ("failed", "cancelled")
-    assert "[0s] analysis 1 pending (queue position 1)" in result.stderr
-    assert result.stderr.splitlines()[-1] == f"error: analysis 1 ended {final['status']}{detail}"
+    assert f"[0s] analysis {A1} pending (queue position 1)" in result.stderr
+    assert result.stderr.splitlines()[-1] == \
+        f"error: analysis {A1} ended {final['status']}{detail}"
 
 
 def test_wait_gives_up_after_the_timeout(cli, state):
@@ -235,13 +238,13 @@ def test_wait_gives_up_after_the_timeout(cli, state):
                  "--timeout", "5")
     assert result.exit_code == ExitCode.TIMEOUT
     assert result.stderr.splitlines()[-1] == \
-        "error: gave up waiting for analysis 1 after 5s; it is still pending"
+        f"error: gave up waiting for analysis {A1} after 5s; it is still pending"
     assert script.slept == [2.0, 2.0, 1.0]
 
 
 def test_wait_rides_out_a_controller_outage_since_records_stay_readable(cli, state):
     _scripted(cli, lambda: setattr(state, "controller_up", False),
-              lambda: state.move(1, "succeeded"))
+              lambda: state.move(A1, "succeeded"))
     result = cli("analysis", "create", "--exp", "1", "--plugin", "trace-summary", "--wait")
     assert result.exit_code == 0, result.output
 
@@ -275,13 +278,13 @@ def test_list_shows_the_columns_and_follows_pages(cli, state):
         assert result.exit_code == 0, result.output
         return [a["id"] for a in json.loads(result.stdout)]
 
-    assert ids() == [5, 4, 3, 2, 1]
-    assert ids("--exp", "1") == [5, 2, 1]
-    assert ids("--status", "RUNNING") == [3]
-    assert ids("--type", "offline") == [1]
-    assert ids("--plugin", "trace-summary", "--exp", "2") == [4]
+    assert ids() == [A5, A4, A3, A2, A1]  # newest first, whatever the ids' own order
+    assert ids("--exp", "1") == [A5, A2, A1]
+    assert ids("--status", "RUNNING") == [A3]
+    assert ids("--type", "offline") == [A1]
+    assert ids("--plugin", "trace-summary", "--exp", "2") == [A4]
     state.requests.clear()
-    assert ids("--limit", "3") == [5, 4, 3]
+    assert ids("--limit", "3") == [A5, A4, A3]
     assert len(state.requests) == 2
     assert state.requests[0][1] == "/api/v1/analyses"
     assert "No analyses match." in cli("analysis", "list", "--exp", "77").stdout
@@ -293,44 +296,66 @@ def test_list_and_get_work_while_the_controller_is_down(cli, state):
     _five(state)
     state.controller_up = False
     assert cli("analysis", "list").exit_code == 0
-    assert cli("analysis", "get", "1").exit_code == 0
+    assert cli("analysis", "get", A1).exit_code == 0
 
 
 def test_get_shows_every_field_the_queue_position_and_the_error(cli, state):
     state.add(status="pending", queue_position=3, name="queued")
     state.add(status="failed", error_message="trace-summary: no trace files under /in",
               reason="PluginFailed", attempts=2)
-    result = cli("analysis", "get", "1")
+    result = cli("analysis", "get", A1)
     assert result.exit_code == 0, result.output
+    assert re.search(rf"id\s+{A1}", result.stdout)
     assert re.search(r"queue position\s+3", result.stdout)
     assert "error" not in result.stdout
-    result = cli("analysis", "get", "2")
+    result = cli("analysis", "get", A2)
     assert "queue position" not in result.stdout
     assert re.search(r"error\s+trace-summary: no trace files under /in", result.stdout)
     assert "PluginFailed" in result.stdout
-    got = json.loads(cli("analysis", "get", "1", "-o", "json").stdout)
-    assert got == state.analyses[1]
+    got = json.loads(cli("analysis", "get", A1, "-o", "json").stdout)
+    assert got == state.analyses[A1] and got["id"] == A1
     import yaml
 
-    assert yaml.safe_load(cli("analysis", "get", "2", "-o", "yaml").stdout) == state.analyses[2]
+    assert yaml.safe_load(cli("analysis", "get", A2, "-o", "yaml").stdout) == state.analyses[A2]
 
 
-@pytest.mark.parametrize("args", [["get", "42"], ["cancel", "42"], ["delete", "--yes", "42"],
-                                  ["logs", "42"], ["results", "42"]])
-def test_an_unknown_analysis_is_one_line_and_not_found(cli, args):
-    result = cli("analysis", *args)
+UNKNOWN = "an-00000000000000ff"
+
+
+@pytest.mark.parametrize("args", [["get"], ["cancel"], ["delete", "--yes"], ["logs"],
+                                  ["results"]])
+@pytest.mark.parametrize("unknown", [UNKNOWN, "42"])  # digits alone are a DNS-1123 label too
+def test_an_unknown_analysis_is_one_line_and_not_found(cli, state, args, unknown):
+    state.add()
+    result = cli("analysis", *args, unknown)
     assert result.exit_code == ExitCode.NOT_FOUND, result.output
-    assert one_line(result.stderr) == "error: no analysis 42 (see `falcon analysis list`)"
+    assert one_line(result.stderr) == f"error: no analysis {unknown} (see `falcon analysis list`)"
+    assert state.requests[0][1].startswith(f"/api/v1/analyses/{unknown}")
 
 
 @pytest.mark.parametrize("command", [["get"], ["cancel"], ["delete", "--yes"], ["logs"],
                                      ["results"]])
-def test_ids_are_checked_before_any_request(cli, state, command):
-    result = cli("analysis", *command, "--", "-3")
-    assert result.exit_code == ExitCode.USAGE
-    assert "'-3' is not an analysis id" in _unwrapped(result.stderr)
-    assert "(see `falcon analysis list`)" in _unwrapped(result.stderr)
+@pytest.mark.parametrize("bad", [
+    "-3", "an-1-", "An-127d556979606b76", "an_127d556979606b76", "an.1", "an 1", "an/1",
+    "an-127d556979606b76\n", "", "\u0430n-1", "an-\uff11", "a" * 41,
+])
+def test_ids_are_checked_before_any_request(cli, state, command, bad):
+    result = cli("analysis", *command, "--", bad)
+    assert result.exit_code == ExitCode.USAGE, result.output
+    text = _unwrapped(result.stderr)
+    assert "is not an analysis id: ids are lower-case letters, digits and '-' (not first or " \
+        "last), at most 40 characters, e.g. an-127d556979606b76 (see `falcon analysis list`)" \
+        in text
     assert state.requests == []
+
+
+@pytest.mark.parametrize("good", ["an-127d556979606b76", "7", "a" * 40, "x-y--z", "0a"])
+def test_any_dns_label_of_at_most_40_characters_is_an_id(cli, state, good):
+    state.add(id=good, status="succeeded")
+    result = cli("analysis", "get", good, "-o", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["id"] == good
+    assert state.requests[0][1] == f"/api/v1/analyses/{good}"
 
 
 def test_not_logged_in_is_exit_5(cli, tmp_path):
@@ -344,11 +369,11 @@ def test_not_logged_in_is_exit_5(cli, tmp_path):
 
 def test_logs_prints_what_there_is_stitching_pages(cli, state):
     state.add(status="running")
-    state.logs[1] = "step 1\n\u00e9t\u00e9 \U0001f985\nstep 2\n".encode()
+    state.logs[A1] = "step 1\n\u00e9t\u00e9 \U0001f985\nstep 2\n".encode()
     state.log_page_bytes = 5  # pages end mid-character: the stub cuts before it
-    result = cli("analysis", "logs", "1")
+    result = cli("analysis", "logs", A1)
     assert result.exit_code == 0, result.output
-    assert result.stdout == state.logs[1].decode()
+    assert result.stdout == state.logs[A1].decode()
     offsets = [int(re.search(r"offset=(\d+)", r[1]).group(1)) for r in state.requests]
     assert offsets[0] == 0 and offsets == sorted(offsets) and len(offsets) > 5
     assert result.stderr == ""
@@ -356,20 +381,20 @@ def test_logs_prints_what_there_is_stitching_pages(cli, state):
 
 def test_logs_follow_polls_until_complete_and_prints_the_note(cli, state):
     state.add(status="running")
-    state.logs[1] = b"starting\n"
+    state.logs[A1] = b"starting\n"
 
     def grow(text: bytes, done: bool = False):
         def step():
-            state.logs[1] += text
+            state.logs[A1] += text
             if done:
-                state.move(1, "succeeded")
-                state.log_complete.add(1)
-                state.log_notes[1] = "the log was cut at 10 MiB"
+                state.move(A1, "succeeded")
+                state.log_complete.add(A1)
+                state.log_notes[A1] = "the log was cut at 10 MiB"
         return step
 
     script = _scripted(cli, lambda: None, grow(b"half"), grow(b"way\n"),
                        grow(b"done\n", done=True))
-    result = cli("analysis", "logs", "1", "--follow")
+    result = cli("analysis", "logs", A1, "--follow")
     assert result.exit_code == 0, result.output
     assert result.stdout == "starting\nhalfway\ndone\n"
     assert one_line(result.stderr) == "note: the log was cut at 10 MiB"
@@ -380,9 +405,9 @@ def test_logs_follow_polls_until_complete_and_prints_the_note(cli, state):
 
 def test_logs_of_a_finished_analysis_stop_at_complete(cli, state):
     state.add(status="failed")
-    state.logs[1] = b"Traceback ...\n"
-    state.log_complete.add(1)
-    result = cli("analysis", "logs", "1", "-f")
+    state.logs[A1] = b"Traceback ...\n"
+    state.log_complete.add(A1)
+    result = cli("analysis", "logs", A1, "-f")
     assert result.exit_code == 0 and result.stdout == "Traceback ...\n"
     assert len(state.requests) == 1
 
@@ -390,7 +415,7 @@ def test_logs_of_a_finished_analysis_stop_at_complete(cli, state):
 def test_logs_need_the_controller(cli, state):
     state.add(status="running")
     state.controller_up = False
-    result = cli("analysis", "logs", "1")
+    result = cli("analysis", "logs", A1)
     assert result.exit_code == ExitCode.UNAVAILABLE
     assert one_line(result.stderr) == UNAVAILABLE
 
@@ -407,8 +432,8 @@ STORED = [
 
 def test_results_json_prints_the_stored_lines_exactly(cli, state):
     state.add(status="succeeded")
-    state.results[1] = STORED
-    result = cli("analysis", "results", "1", "-o", "json")
+    state.results[A1] = STORED
+    result = cli("analysis", "results", A1, "-o", "json")
     assert result.exit_code == 0, result.output
     assert result.stdout == "".join(line + "\n" for line in STORED)
     assert result.stderr == ""
@@ -416,9 +441,9 @@ def test_results_json_prints_the_stored_lines_exactly(cli, state):
 
 def test_results_of_a_command_are_key_value_tables(cli, state):
     state.add(status="succeeded", plugin_name=None, command="python x.py")
-    state.results[1] = ['{"metric":"latency_ms","p50":12.5}', '{"metric":"tps","p50":980}',
+    state.results[A1] = ['{"metric":"latency_ms","p50":12.5}', '{"metric":"tps","p50":980}',
                         '{"kind":"note","text":"\\u001b[31mred"}']
-    result = cli("analysis", "results", "1")
+    result = cli("analysis", "results", A1)
     assert result.exit_code == 0, result.output
     assert re.search(r"metric\s+p50", result.stdout)
     assert re.search(r"latency_ms\s+12\.5", result.stdout)
@@ -427,8 +452,8 @@ def test_results_of_a_command_are_key_value_tables(cli, state):
 
 def test_results_of_a_plugin_render_does_not_know_are_key_value_tables(cli, state):
     state.add(status="succeeded", plugin_name="no-such-renderer")
-    state.results[1] = STORED
-    result = cli("analysis", "results", "1")
+    state.results[A1] = STORED
+    result = cli("analysis", "results", A1)
     assert result.exit_code == 0, result.output
     assert "fusion.1" in result.stdout and "caf\u00e9" in result.stdout
     assert re.search(r"NAME\s+TOTAL_US\s+COUNT\s+DEVICE", result.stdout, re.I)
@@ -447,8 +472,8 @@ TRACE = [
 
 def test_results_of_a_built_in_plugin_use_its_tables(cli, state):
     state.add(status="succeeded", plugin_name="trace-summary")
-    state.results[1] = [json.dumps(r, separators=(",", ":")) for r in TRACE]
-    result = cli("analysis", "results", "1")
+    state.results[A1] = [json.dumps(r, separators=(",", ":")) for r in TRACE]
+    result = cli("analysis", "results", A1)
     assert result.exit_code == 0, result.output
     for title in ("p.json.gz: groups", "p.json.gz: TPU:0", "p.json.gz: all groups"):
         assert title in result.stdout
@@ -457,9 +482,9 @@ def test_results_of_a_built_in_plugin_use_its_tables(cli, state):
     assert "meta" not in result.stdout  # the renderer's tables, not the generic ones
 
     state.add(status="succeeded", plugin_name="bench-summary")
-    state.results[2] = ['{"kind":"metric","metric":"latency_ms","count":3,"mean":2.5,"min":1,'
+    state.results[A2] = ['{"kind":"metric","metric":"latency_ms","count":3,"mean":2.5,"min":1,'
                         '"p50":2,"p90":4,"p99":4,"max":4}']
-    result = cli("analysis", "results", "2")
+    result = cli("analysis", "results", A2)
     assert result.exit_code == 0, result.output
     assert "metrics" in result.stdout
     assert re.search(r"latency_ms\s+3\s+2\.5\s+1\s+2\s+4\s+4\s+4", result.stdout)
@@ -467,8 +492,8 @@ def test_results_of_a_built_in_plugin_use_its_tables(cli, state):
 
 def test_records_a_renderer_cannot_read_fall_back_to_key_value_tables(cli, state):
     state.add(status="succeeded", plugin_name="hlo-stats")
-    state.results[1] = ['{"kind":"module","file":"m.txt"}']  # no entry_opcodes
-    result = cli("analysis", "results", "1")
+    state.results[A1] = ['{"kind":"module","file":"m.txt"}']  # no entry_opcodes
+    result = cli("analysis", "results", A1)
     assert result.exit_code == 0, result.output
     assert "m.txt" in result.stdout
     assert one_line(result.stderr).startswith(
@@ -477,35 +502,35 @@ def test_records_a_renderer_cannot_read_fall_back_to_key_value_tables(cli, state
 
 def test_truncated_results_say_so_on_stderr(cli, state):
     state.add(status="succeeded")
-    state.results[1] = STORED[:2]
-    state.truncated.add(1)
-    result = cli("analysis", "results", "1", "-o", "json")
+    state.results[A1] = STORED[:2]
+    state.truncated.add(A1)
+    result = cli("analysis", "results", A1, "-o", "json")
     assert result.exit_code == 0
     assert result.stdout == "".join(line + "\n" for line in STORED[:2])
-    assert one_line(result.stderr) == ("note: the results of analysis 1 are truncated: only the "
-                                       "first 2 records are shown")
+    assert one_line(result.stderr) == (f"note: the results of analysis {A1} are truncated: only "
+                                       "the first 2 records are shown")
 
 
 def test_no_results_yet_is_not_found_and_says_why(cli, state):
     state.add(status="running")
-    result = cli("analysis", "results", "1")
+    result = cli("analysis", "results", A1)
     assert result.exit_code == ExitCode.NOT_FOUND
     assert one_line(result.stderr) == \
-        "error: analysis 1 (running) has no results yet (This analysis has no results.)"
-    assert cli("analysis", "results", "1", "-o", "yaml").exit_code == ExitCode.USAGE
+        f"error: analysis {A1} (running) has no results yet (This analysis has no results.)"
+    assert cli("analysis", "results", A1, "-o", "yaml").exit_code == ExitCode.USAGE
 
 
 # --- cancel and delete -------------------------------------------------------------------------
 
 def test_cancel_is_harmless_when_repeated(cli, state):
     state.add(status="running")
-    result = cli("analysis", "cancel", "1")
+    result = cli("analysis", "cancel", A1)
     assert result.exit_code == 0, result.output
-    assert result.stdout == "analysis 1 is cancelled\n"
-    again = json.loads(cli("analysis", "cancel", "1", "-o", "json").stdout)
+    assert result.stdout == f"analysis {A1} is cancelled\n"
+    again = json.loads(cli("analysis", "cancel", A1, "-o", "json").stdout)
     assert again["status"] == "cancelled"
     state.controller_up = False
-    result = cli("analysis", "cancel", "1")
+    result = cli("analysis", "cancel", A1)
     assert result.exit_code == ExitCode.UNAVAILABLE
     assert one_line(result.stderr) == UNAVAILABLE
 
@@ -513,43 +538,43 @@ def test_cancel_is_harmless_when_repeated(cli, state):
 def test_delete_a_finished_analysis_and_refuse_a_running_one(cli, state):
     state.add(status="running")
     state.add(status="succeeded")
-    result = cli("analysis", "delete", "1")
+    result = cli("analysis", "delete", A1)
     assert result.exit_code == ExitCode.CONFLICT
     assert one_line(result.stderr) == (
-        "error: Analysis 1 is running; only an analysis that has ended can be deleted "
-        "(`falcon analysis cancel 1` first)")
-    result = cli("analysis", "delete", "2")
+        f"error: Analysis {A1} is running; only an analysis that has ended can be deleted "
+        f"(`falcon analysis cancel {A1}` first)")
+    result = cli("analysis", "delete", A2)
     assert result.exit_code == 0, result.output
-    assert result.stdout == "deleted analysis 2\n"
-    assert state.requests[-1][:2] == ("DELETE", "/api/v1/analyses/2")
+    assert result.stdout == f"deleted analysis {A2}\n"
+    assert state.requests[-1][:2] == ("DELETE", f"/api/v1/analyses/{A2}")
 
 
 def test_purge_asks_on_a_terminal_and_refuses_without_one(cli, state):
     state.add(status="failed")
-    state.results[1] = STORED
-    result = cli("analysis", "delete", "1", "--purge")
+    state.results[A1] = STORED
+    result = cli("analysis", "delete", A1, "--purge")
     assert result.exit_code == ExitCode.USAGE
     assert "without a terminal to confirm it, pass --yes" in _unwrapped(result.stderr)
     assert state.requests == []
 
     cli.interactive = lambda: True
-    result = cli("analysis", "delete", "1", "--purge", input="n\n")
+    result = cli("analysis", "delete", A1, "--purge", input="n\n")
     assert result.exit_code == ExitCode.ERROR
-    assert "analysis 1 was not deleted" in result.stderr
-    assert state.requests == [] and 1 in state.analyses
+    assert f"analysis {A1} was not deleted" in result.stderr
+    assert state.requests == [] and A1 in state.analyses
 
-    result = cli("analysis", "delete", "1", "--purge", input="y\n")
+    result = cli("analysis", "delete", A1, "--purge", input="y\n")
     assert result.exit_code == 0, result.output
-    assert "deleted analysis 1 with its results and log" in result.stdout
-    assert state.requests == [("DELETE", "/api/v1/analyses/1?purge=true", None)]
-    assert 1 not in state.results
+    assert f"deleted analysis {A1} with its results and log" in result.stdout
+    assert state.requests == [("DELETE", f"/api/v1/analyses/{A1}?purge=true", None)]
+    assert A1 not in state.results
 
 
 def test_purge_with_yes_asks_nothing(cli, state):
     state.add(status="cancelled")
-    result = cli("analysis", "delete", "1", "--purge", "--yes")
+    result = cli("analysis", "delete", A1, "--purge", "--yes")
     assert result.exit_code == 0, result.output
-    assert state.requests == [("DELETE", "/api/v1/analyses/1?purge=true", None)]
+    assert state.requests == [("DELETE", f"/api/v1/analyses/{A1}?purge=true", None)]
 
 
 # --- plugins -----------------------------------------------------------------------------------

@@ -152,3 +152,27 @@ def test_the_config_dir_comes_from_falcon_config_dir_or_defaults(tmp_path):
     assert Environment(environ={"FALCON_CONFIG_DIR": str(tmp_path)}).credentials_dir == tmp_path
     assert Environment(environ={}).credentials_dir == Path("~/.config/falcon").expanduser()
     assert Environment(environ={}, config_dir=tmp_path / "x").credentials_dir == tmp_path / "x"
+
+
+def test_the_cli_checks_analysis_ids_as_the_server_defines_them():
+    """The CLI keeps its own copy of the format (it imports no Django): the same length, and it
+    accepts exactly the DNS-1123 labels the server's URL routes accept."""
+    import re
+
+    from analysis.api.urls import AnalysisIdConverter
+    from analysis.models import ANALYSIS_ID_MAX, new_analysis_id
+    from jobs.specs import DNS1123_LABEL
+    from cli.options import ANALYSIS_ID_EXAMPLE, ANALYSIS_ID_MAX as CLI_MAX, AnalysisIdType
+
+    assert CLI_MAX == ANALYSIS_ID_MAX
+    check = AnalysisIdType()
+    route = re.compile(AnalysisIdConverter.regex)
+    samples = [new_analysis_id(), ANALYSIS_ID_EXAMPLE, "7", "a" * 40, "a" * 41, "a-b", "-a",
+               "a-", "A", "a_b", "a.b", "", "a\n", "\u0430", "\uff11"]
+    for text in samples:
+        try:
+            cli_ok = check.convert(text, None, None) == text
+        except Exception:
+            cli_ok = False
+        server_ok = len(text) <= ANALYSIS_ID_MAX and bool(DNS1123_LABEL.fullmatch(text))
+        assert cli_ok == server_ok == bool(route.fullmatch(text)), text
