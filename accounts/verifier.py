@@ -115,7 +115,7 @@ class TokenVerifier:
         if alg not in ALGORITHMS:
             raise InvalidToken(f"token algorithm {alg!r} is not accepted; only RS256 is")
         kid = header.get("kid")
-        if not isinstance(kid, str) or not KID.match(kid):
+        if not isinstance(kid, str) or not KID.fullmatch(kid):
             raise InvalidToken("token header has no usable 'kid'")
         try:
             key = self.keys.get_signing_key(kid)

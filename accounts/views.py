@@ -65,7 +65,7 @@ def cli_login(request):
         port = parse_decimal(raw_port, minimum=MIN_PORT, maximum=65535)
     except BadNumber:
         return _refuse(400, f"port must be an integer in {MIN_PORT}..65535 (ASCII digits)")
-    if not STATE.match(state):
+    if not STATE.fullmatch(state):
         return _refuse(400, "state must be 16-128 characters of letters, digits, '_' or '-'")
     token = (request.headers.get("Cf-Access-Jwt-Assertion") or "").strip()
     if not token:

@@ -174,7 +174,7 @@ def analysis_record_create(*, name: Any = "", exp_id: int, analysis_type: Any,
                                     script_content=script_content)
     if analysis_id:
         if (not isinstance(analysis_id, str) or len(analysis_id) > ANALYSIS_ID_MAX
-                or not DNS1123_LABEL.match(analysis_id)):
+                or not DNS1123_LABEL.fullmatch(analysis_id)):
             errors["analysis_id"] = [
                 f"must be a DNS-1123 label (lower-case letters, digits and '-', starting and "
                 f"ending with a letter or digit) of at most {ANALYSIS_ID_MAX} characters, or "

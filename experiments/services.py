@@ -391,7 +391,7 @@ def _validate_new_artifact(*, path: Any, artifact_type: Any) -> tuple[str, str]:
                               "artifact_path."]
     if not isinstance(artifact_type, str):
         errors["artifact_type"] = ["must be a string such as profiling."]
-    elif artifact_type and (len(artifact_type) > 255 or not ARTIFACT_TYPE.match(artifact_type)):
+    elif artifact_type and (len(artifact_type) > 255 or not ARTIFACT_TYPE.fullmatch(artifact_type)):
         errors["artifact_type"] = [f"{artifact_type[:80]!r} is not valid: a lowercase type such "
                                    "as profiling; leave it empty for the experiment's exp_type."]
     if errors:

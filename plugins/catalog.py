@@ -75,7 +75,7 @@ def _quantity(value: Any, field: str, where: str) -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise ValueError(f"{where}: resources.{field} must be a Kubernetes quantity, got {value!r}")
     text = str(value)
-    if not QUANTITY_RE.match(text):
+    if not QUANTITY_RE.fullmatch(text):
         raise ValueError(f"{where}: resources.{field} is not a Kubernetes quantity: {text!r}")
     return text
 
@@ -123,7 +123,7 @@ def parse_entry(index: int, entry: Any) -> Plugin:
     if missing:
         raise ValueError(f"{where}: missing field {missing[0]!r}")
     name = _string(entry, "name", where)
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):
         raise ValueError(f"{where}: name must be lowercase letters, digits and '-' "
                          f"(at most 63, no leading or trailing '-'), got {name!r}")
     return Plugin(name=name, description=_string(entry, "description", where),

@@ -145,7 +145,7 @@ class AnalyzerServicer(analysis_pb2_grpc.AnalyzerServiceServicer):
         override = {key: getattr(request.resource_override, key) for key in RESOURCE_KEYS
                     if getattr(request.resource_override, key)}
         for key, value in override.items():
-            if not QUANTITY_RE.match(value):
+            if not QUANTITY_RE.fullmatch(value):
                 _invalid(context, f"resource_override.{key}",
                          f"{value!r} is not a Kubernetes quantity (e.g. 500m, 2, 512Mi)")
         try:

@@ -71,6 +71,11 @@ def test_create_rules(env):
         exp_id=1, command="true", resource_override=analysis_pb2.ResourceOverride(
             cpu_limit="lots")), metadata=AUTH)
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "resource_override.cpu_limit" in details
+    # A pattern check is on the whole value: "$" alone would let a trailing newline through.
+    code, details = code_of(stub.CreateAnalysis, analysis_pb2.CreateAnalysisReq(
+        exp_id=1, command="true", resource_override=analysis_pb2.ResourceOverride(
+            memory_limit="2Gi\n")), metadata=AUTH)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "resource_override.memory_limit" in details
     assert not api.records
     ok = stub.CreateAnalysis(analysis_pb2.CreateAnalysisReq(
         exp_id=1, plugin_name="echo-ok", script_content="y" * (1 << 20),
