@@ -11,6 +11,7 @@ from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from ..emails import MAX_EMAIL_CHARS
 from ..issuer import local_issuer
 
 
@@ -25,7 +26,8 @@ def _require_local_mode() -> None:
 
 
 class LocalTokenInputSerializer(serializers.Serializer):
-    email = serializers.EmailField(max_length=255)
+    # The same limit as accounts.emails.normalize_email (RFC 5321), so the schema states it.
+    email = serializers.EmailField(max_length=MAX_EMAIL_CHARS)
 
 
 class LocalTokenOutputSerializer(serializers.Serializer):

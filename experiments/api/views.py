@@ -5,6 +5,7 @@ Views parse, call a service or selector, and serialize; domain errors become HTT
 """
 from __future__ import annotations
 
+from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view,
@@ -153,15 +154,25 @@ class ExpAbortView(APIView):
         return Response(ExpDetailSerializer(selectors.exp_get(exp_id=exp_id)).data)
 
 
-def bad_exp_id(request, raw: str):
+@csrf_exempt
+def bad_exp_id(request, raw: str, abort: str | None = None):
     """400 for `/api/v1/exps/<raw>[/abort]` where `raw` is not an id (`core.numbers`).
 
-    Answers any method: the path is wrong whatever the method, and no data is read.
+    Only for the methods the real route serves (GET and DELETE on the experiment, POST on
+    `/abort`): any other method is 405 Method Not Allowed with `Allow`, as the real view would
+    answer. No data is read. CSRF-exempt like every API view (the DRF views are): the path is
+    wrong whatever the credentials, and a browser's cookie must not turn it into an HTML 403.
     """
     from django.http import JsonResponse
 
     from core.numbers import BadNumber, parse_decimal
 
+    allowed = ("POST", "OPTIONS") if abort else ("GET", "HEAD", "DELETE", "OPTIONS")
+    if request.method not in allowed:
+        res = JsonResponse({"detail": f'Method "{request.method}" not allowed.',
+                            "code": "method_not_allowed"}, status=405)
+        res["Allow"] = ", ".join(allowed)
+        return res
     try:
         parse_decimal(raw, minimum=1, maximum=MAX_ID)
         message = f"must be an integer from 1 to {MAX_ID}"

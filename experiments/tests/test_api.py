@@ -222,3 +222,21 @@ def test_bad_cursor_and_ordering_are_400(auth_api, user):
 def test_swagger_ui_is_served_without_a_cdn(api):
     page = api.get("/api/docs/").content.decode()
     assert "cdn.jsdelivr" not in page and "swagger-ui" in page
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("method,path,status", [
+    ("DELETE", "/api/v1/exps/%C2%84", 400), ("POST", "/api/v1/exps/x/abort", 400),
+    ("TRACE", "/api/v1/exps/0", 405), ("PUT", "/api/v1/exps/0/abort", 405),
+])
+def test_a_bad_id_in_the_path_answers_json_over_a_real_server(live_server, token_for, method,
+                                                              path, status):
+    """Through a real server (CSRF middleware on, a session cookie present): a bad id is a JSON
+    400 for the route's own methods and 405 for others, never Django's HTML 403."""
+    import httpx
+
+    res = httpx.request(method, live_server.url + path, headers={
+        "Authorization": f"Bearer {token_for('alice@example.com')}",
+        "Cookie": "sessionid=abc"})
+    assert res.status_code == status, res.text
+    assert res.headers["content-type"] == "application/json"
