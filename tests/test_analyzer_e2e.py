@@ -339,6 +339,7 @@ def test_offline_bench_summary_of_a_succeeded_benchmark(platform):
 
 SCRIPT = """\
 echo "hello from the script of $FALCON_ANALYSIS_ID"
+echo "größe ✓ 終わり"
 printf '{"kind": "metric", "metric": "answer", "value": %s}\\n' "$1" > "$FALCON_RESULT_FILE"
 printf '{"kind": "note", "text": "second"}\\n' >> "$FALCON_RESULT_FILE"
 """
@@ -359,6 +360,16 @@ def test_online_command_with_a_script_over_http(platform):
     assert logs.status_code == 200, logs.text
     assert f"hello from the script of {created['id']}" in logs.json()["content"]
     assert logs.json()["complete"] is True
+    # Read in small pages (as a follower does), the log is the same, every character whole.
+    pages, offset, complete = [], 0, False
+    while not complete:
+        page = platform.http.get(f"/api/v1/analyses/{created['id']}/logs", offset=offset,
+                                 limit=5).json()
+        assert page["next_offset"] > offset or page["complete"], page
+        pages.append(page["content"])
+        offset, complete = page["next_offset"], page["complete"]
+    assert "".join(pages) == logs.json()["content"]
+    assert "größe ✓ 終わり\n" in logs.json()["content"]
     results = platform.http.get(f"/api/v1/analyses/{created['id']}/results")
     assert results.status_code == 200, results.text
     assert results.json()["records"] == [
