@@ -265,10 +265,33 @@ class AnalysisLogsView(APIView):
         except ServiceUnavailable:
             content, note = _log_from_store(record, offset, limit)
             next_offset = offset + len(content)
-            complete = record.is_terminal
+            # As the controller answers: a full page may have more after it.
+            complete = record.is_terminal and len(content) < limit
+        if not complete:
+            whole = whole_characters(content)
+            next_offset -= len(content) - len(whole)
+            content = whole
         return Response(LogsSerializer({
             "content": content.decode("utf-8", "replace").replace("\x00", "\ufffd"),
             "next_offset": next_offset, "complete": complete, "note": note}).data)
+
+
+def whole_characters(content: bytes) -> bytes:
+    """`content` without the UTF-8 character its last bytes begin but do not finish.
+
+    A page of the log is bytes from an offset; it may end inside a character (the page's
+    limit, or a command whose output buffer was flushed mid-character). Decoded alone, both
+    halves would become U+FFFD; cut, the character's bytes start the next page instead. A page
+    that holds nothing else is returned whole, so a reader always moves on.
+    """
+    for back in range(1, min(4, len(content)) + 1):
+        byte = content[-back]
+        if byte & 0xC0 == 0x80:  # a continuation byte: look further back for the lead byte
+            continue
+        size = 2 if byte >> 5 == 0b110 else 3 if byte >> 4 == 0b1110 else \
+            4 if byte >> 3 == 0b11110 else 1
+        return content[:-back] if size > back and back < len(content) else content
+    return content
 
 
 def _log_from_store(record: AnalysisRecord, offset: int, limit: int) -> tuple[bytes, str]:

@@ -268,3 +268,37 @@ def test_plugins(alice, analyzer):
     assert client.get("/api/v1/plugins/trace").json()["artifact_types"] == [
         "profiling", "benchmark"]
     assert client.get("/api/v1/plugins/nope").status_code == 404
+
+
+def test_log_pages_end_on_whole_characters(alice, settings):
+    """A page never ends inside a UTF-8 character: its bytes are left to the next page, so the
+    pages put together are the log (a follower reading a log as it grows sees no U+FFFD). An
+    ended analysis' log read from the store is complete only at its last page."""
+    client, user = alice
+    record = make_analysis(exp=make_finished_exp(creator=user))
+    url = f"/api/v1/analyses/{record.analysis_id}/logs"
+    text = "größe ✓ 終わり 🎉 done\n"
+    _write(record.result_path + "output.log", text.encode())
+    settings.FALCON_ANALYZER_TARGET = closed_port()
+    def read_all(limit: int) -> str:
+        pages, offset, complete = [], 0, False
+        while not complete:
+            body = client.get(f"{url}?offset={offset}&limit={limit}").json()
+            assert body["next_offset"] > offset or body["complete"], body
+            pages.append(body["content"])
+            offset, complete = body["next_offset"], body["complete"]
+            assert offset <= len(text.encode())
+            if not record.is_terminal and offset == len(text.encode()):
+                break
+        return "".join(pages)
+
+    for limit in (4, 5, 6, 7):
+        assert read_all(limit) == text, limit
+    # Ended: complete only once the last page is read, also with the controller down.
+    AnalysisRecord.transition_pk(record.analysis_id, "cancelled")
+    record.refresh_from_db()
+    for limit in (4, 5, 6, 7, 1000):
+        assert read_all(limit) == text, limit
+    # A page too small for one character still moves on (the character is replaced).
+    body = client.get(f"{url}?offset={text.encode().index('🎉'.encode())}&limit=2").json()
+    assert body["next_offset"] > text.encode().index("🎉".encode())

@@ -1,28 +1,22 @@
 """An in-memory double of the API server's AnalysisRecordService, for the analyzer's tests.
 
 `FakeRecordAPI` implements `controllers.analyzer.contract.AnalysisRecordAPI` in memory (the
-state machine's transitions, expected_status races, offline idempotency on (artifact, plugin));
-`serve_fake` puts it behind a real gRPC server so a real `runcontroller analyzer` subprocess and
-`GrpcAnalysisRecordAPI` can be tested end to end.
+state machine's transitions, expected_status races, offline idempotency on (artifact, plugin)),
+for the controller's and AnalyzerService's unit tests. The end-to-end tests run against the API
+server's real AnalysisRecordService instead (test_end_to_end.py, tests/test_analyzer_e2e.py).
 """
 from __future__ import annotations
 
 import dataclasses
 import itertools
 import threading
-from concurrent import futures
 from datetime import datetime, timedelta, timezone
-
-import grpc
 
 from controllers.analyzer.contract import (
     CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, TERMINAL, AlreadyExists, AnalysisView,
     AwaitingView,
 )
-from controllers.analyzer.grpc_client import ANALYSIS_ID_KEY, analysis_message
 from core.errors import Conflict, InvalidTransition, NotFound, TransitionRace
-from core.grpc.errors import trailing_metadata_for
-from falcon_proto.falcon.v1 import analysis_pb2, analysis_pb2_grpc
 
 ALLOWED = {PENDING: {RUNNING, FAILED, CANCELLED}, RUNNING: {SUCCEEDED, FAILED, CANCELLED}}
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -123,77 +117,3 @@ class FakeRecordAPI:
             if rec.status not in TERMINAL:
                 raise Conflict(f"{analysis_id} is {rec.status}")
             del self.records[analysis_id]
-
-
-class FakeRecordServicer(analysis_pb2_grpc.AnalysisRecordServiceServicer):
-    """AnalysisRecordService over a `FakeRecordAPI` (no auth)."""
-
-    def __init__(self, api: FakeRecordAPI):
-        self.api = api
-
-    def _run(self, context, fn, *args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except AlreadyExists as exc:
-            context.set_trailing_metadata(((ANALYSIS_ID_KEY, exc.analysis_id),))
-            context.abort(grpc.StatusCode.ALREADY_EXISTS, exc.message)
-        except (NotFound, Conflict) as exc:
-            context.set_trailing_metadata(trailing_metadata_for(exc))
-            context.abort(getattr(grpc.StatusCode, exc.grpc_status), exc.message)
-
-    def ListExpsAwaitingAnalysis(self, request, context):
-        plugins = {p.plugin_name: tuple(p.artifact_types) for p in request.plugins}
-        items = self._run(context, self.api.list_awaiting, plugins, request.limit or 100)
-        return analysis_pb2.ListExpsAwaitingAnalysisResp(items=[analysis_pb2.ExpAwaiting(
-            exp_id=a.exp_id, exp_name=a.exp_name, exp_type=a.exp_type,
-            creator_email=a.creator_email, artifact_id=a.artifact_id,
-            artifact_path=a.artifact_path, artifact_type=a.artifact_type,
-            plugin_name=a.plugin_name) for a in items])
-
-    def CreateAnalysisRecord(self, request, context):
-        rec = self._run(context, self.api.create_record, exp_id=request.exp_id,
-                        analysis_type=request.analysis_type, result_root=request.result_root,
-                        plugin_name=request.plugin_name, command=request.command,
-                        script_content=request.script_content, artifact_id=request.artifact_id,
-                        creator_email=request.creator_email, name=request.name,
-                        analysis_id=request.analysis_id)
-        return analysis_pb2.AnalysisRecordResp(record=analysis_message(rec), changed=True)
-
-    def GetAnalysisRecord(self, request, context):
-        return analysis_message(self._run(context, self.api.get_record, request.analysis_id,
-                                          request.with_script))
-
-    def _page(self, records, request):
-        size = request.page_size or 100
-        start = int(request.page_token or 0)
-        return analysis_pb2.ListAnalysisRecordsResp(
-            records=[analysis_message(r) for r in records[start:start + size]],
-            next_page_token=str(start + size) if start + size < len(records) else "")
-
-    def ListAnalysisRecords(self, request, context):
-        return self._page(self.api.list_records(statuses=tuple(request.statuses),
-                                                exp_id=request.exp_id,
-                                                analysis_type=request.analysis_type), request)
-
-    def ListRunningAnalyses(self, request, context):
-        return self._page(self.api.list_running(), request)
-
-    def UpdateAnalysisRecord(self, request, context):
-        fields = {path: getattr(request.record, path) for path in request.update_mask.paths}
-        expected = request.expected_status if request.HasField("expected_status") else None
-        rec = self._run(context, self.api.update_record, request.analysis_id,
-                        expected_status=expected, **fields)
-        return analysis_pb2.AnalysisRecordResp(record=analysis_message(rec), changed=True)
-
-    def DeleteAnalysisRecord(self, request, context):
-        self._run(context, self.api.delete_record, request.analysis_id)
-        return analysis_pb2.DeleteAnalysisRecordResp()
-
-
-def serve_fake(api: FakeRecordAPI) -> tuple[grpc.Server, int]:
-    """Start a gRPC server of AnalysisRecordService over `api` on 127.0.0.1; (server, port)."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-    analysis_pb2_grpc.add_AnalysisRecordServiceServicer_to_server(FakeRecordServicer(api), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    return server, port
