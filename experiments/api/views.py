@@ -125,14 +125,22 @@ class ExpListCreateView(generics.ListAPIView):
         return Response(ExpDetailSerializer(exp).data, status=status.HTTP_201_CREATED)
 
 
+# The path's experiment id as the server reads it (`IdConverter`, `core.numbers`): ASCII digits,
+# 1 to 2^63 - 1; anything else answers 400 naming `exp_id`.
+EXP_ID_PARAM = OpenApiParameter(
+    "exp_id", {"type": "integer", "minimum": 1, "maximum": MAX_ID}, OpenApiParameter.PATH,
+    description="The experiment's id.")
+
+
 class ExpDetailView(APIView):
     """Get or delete one experiment."""
 
-    @extend_schema(summary="GetExp", responses={200: ExpDetailSerializer})
+    @extend_schema(summary="GetExp", parameters=[EXP_ID_PARAM],
+                   responses={200: ExpDetailSerializer})
     def get(self, request, exp_id: int):
         return Response(ExpDetailSerializer(selectors.exp_get(exp_id=exp_id)).data)
 
-    @extend_schema(summary="DeleteExp", responses={
+    @extend_schema(summary="DeleteExp", parameters=[EXP_ID_PARAM], responses={
         204: None,
         403: OpenApiResponse(description="Only the creator or a staff user may delete it."),
         409: OpenApiResponse(description="The experiment is not terminal.")})
@@ -144,7 +152,7 @@ class ExpDetailView(APIView):
 class ExpAbortView(APIView):
     """Abort one experiment (idempotent)."""
 
-    @extend_schema(summary="AbortExp", request=None, responses={
+    @extend_schema(summary="AbortExp", request=None, parameters=[EXP_ID_PARAM], responses={
         200: ExpDetailSerializer,
         403: OpenApiResponse(description="Only the creator or a staff user may abort it."),
         409: OpenApiResponse(description="The experiment already Succeeded or Failed, or "
