@@ -6,15 +6,16 @@ from __future__ import annotations
 import json
 
 from django.contrib import admin, messages
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from artifacts.store import store_for
 from core.admin import FilterSetAdminMixin, ReadOnlyAdminMixin, filterset_list_filter
 from core.errors import FalconError
+from plugins.render import tables
 
 from . import analyzer_client, services
 from .analyzer_client import ServiceUnavailable
-from .api.views import LOG_FILE, read_results
+from .outputs import LOG_FILE, read_results
 from .filters import AnalysisFilter
 from .models import AnalysisRecord
 
@@ -46,8 +47,8 @@ def cancel_analyses(modeladmin, request, queryset):
 class AnalysisRecordAdmin(ReadOnlyAdminMixin, FilterSetAdminMixin, admin.ModelAdmin):
     """Analyses are created by the analyzer controller and users; nothing is edited here."""
 
-    list_display = ("analysis_id", "name", "experiment", "analysis_type", "plugin_name",
-                    "status", "creator", "created_at")
+    list_display = ("analysis_id", "status", "experiment", "plugin_name", "analysis_type",
+                    "attempts", "creator", "created_at")
     filterset_class = AnalysisFilter
     list_filter = [
         filterset_list_filter(AnalysisFilter, "status"),
@@ -58,7 +59,7 @@ class AnalysisRecordAdmin(ReadOnlyAdminMixin, FilterSetAdminMixin, admin.ModelAd
     list_select_related = ("experiment", "creator")
     actions = [cancel_analyses]
     fields = ("analysis_id", "name", "experiment", "artifact", "creator", "analysis_type",
-              "plugin_name", "command", "script_content", "status", "reason", "message",
+              "plugin_name", "command", "script_content", "status", "reason", "error_message",
               "result_path", "attempts", "cluster_object_name", "created_at", "updated_at",
               "started_at", "finished_at", "log_tail", "results")
 
@@ -78,15 +79,32 @@ class AnalysisRecordAdmin(ReadOnlyAdminMixin, FilterSetAdminMixin, admin.ModelAd
             return f"cannot read {url}: {exc}"
         return format_html("<pre>{}</pre>", data.decode("utf-8", "replace"))
 
+    @admin.display(description="error message")
+    def error_message(self, record: AnalysisRecord) -> str:
+        """Why the analysis failed or was cancelled (the `error_message` column)."""
+        return record.message or "-"
+
     @admin.display(description=f"results (first {RESULTS_SHOWN})")
     def results(self, record: AnalysisRecord) -> str:
-        """The first results, pretty-printed, read from the store."""
+        """The first results read from the store: the CLI's tables for a built-in plugin
+        (`plugins.render`), pretty-printed JSON for anything else."""
         try:
             out = read_results(record, max_records=RESULTS_SHOWN)
         except FalconError as exc:
             return exc.message
         except (OSError, ValueError) as exc:
             return f"cannot read the results: {exc}"
+        more = f"… more in {out['file']}" if out["truncated"] else ""
+        try:
+            rendered = tables(record.plugin_name, out["records"])
+        except (KeyError, TypeError, ValueError):
+            rendered = []  # records a renderer cannot read are shown as they are
+        if rendered:
+            return format_html("{}<p>{}</p>", format_html_join(
+                "", "<h4>{}</h4><table><thead><tr>{}</tr></thead><tbody>{}</tbody></table>",
+                ((t.title, format_html_join("", "<th>{}</th>", ((c,) for c in t.columns)),
+                  format_html_join("", "<tr>{}</tr>", ((format_html_join(
+                      "", "<td>{}</td>", ((cell,) for cell in row)),) for row in t.rows)))
+                 for t in rendered)), more)
         text = "\n".join(json.dumps(r, indent=2, ensure_ascii=False) for r in out["records"])
-        more = "\n… more in " + out["file"] if out["truncated"] else ""
-        return format_html("<pre>{}{}</pre>", text, more)
+        return format_html("<pre>{}</pre><p>{}</p>", text, more)

@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 
 from accounts.models import User
 from analysis import analyzer_client
-from analysis.api.views import parse_results, read_results
+from analysis.outputs import parse_results, read_results
 from analysis.models import SCRIPT_MAX_BYTES, AnalysisRecord
 from analysis.tests.factories import make_analysis, make_finished_exp
 from analysis.tests.fake_analyzer import LOG, closed_port, running_fake_analyzer

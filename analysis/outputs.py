@@ -1,0 +1,96 @@
+"""The outputs of an analysis in the store, as the API server reads them itself: the log
+(`output.log`) and the results file (`{plugin}.jsonl`) under the record's `result_path`
+(docs/analyzer.md, "Storage layout"). Used by the HTTP API and the admin."""
+from __future__ import annotations
+
+import codecs
+import json
+
+from artifacts.store import store_for
+from core import jsoninput
+from core.errors import NotFound
+
+from .models import AnalysisRecord
+
+RESULTS_MAX_RECORDS = 10_000
+RESULTS_MAX_BYTES = 16 * 1024 * 1024
+LOG_FILE = "output.log"
+
+
+def whole_characters(content: bytes) -> bytes:
+    """`content` without the UTF-8 character its last bytes begin but do not finish.
+
+    A page of the log is bytes from an offset; it may end inside a character (the page's
+    limit, or a command whose output buffer was flushed mid-character). Decoded alone, both
+    halves would become U+FFFD; cut, the character's bytes start the next page instead. The
+    codec's incremental decoder says which trailing bytes it holds back. A page that holds
+    nothing else is returned whole, so a reader always moves on.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    decoder.decode(content, final=False)
+    pending = len(decoder.getstate()[0])
+    return content[:-pending] if 0 < pending < len(content) else content
+
+
+def log_from_store(record: AnalysisRecord, offset: int, limit: int) -> tuple[bytes, str]:
+    """Read `output.log` from the store directly (the controller is unavailable)."""
+    note = "read from the store: the analyzer controller is unavailable"
+    if not record.result_path:
+        return b"", note + "; the analysis has no output folder"
+    try:
+        return store_for(record.result_path + LOG_FILE).read_range(
+            record.result_path + LOG_FILE, offset, limit), note
+    except FileNotFoundError:
+        return b"", note + "; no log has been written yet"
+
+
+def parse_results(data: bytes, *, max_records: int = RESULTS_MAX_RECORDS
+                  ) -> tuple[list[dict], bool]:
+    """Parse a results file: one JSON object a line (blank lines skipped).
+
+    A line that is not a JSON object becomes `{"kind": "unparsable", "line": n}` (1-based).
+    Returns `(records, truncated)`; truncated when more than `max_records` lines hold records.
+    """
+    records: list[dict] = []
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        if len(records) >= max_records:
+            return records, True
+        try:
+            value = jsoninput.loads(line)
+        except (jsoninput.JSONInputError, UnicodeDecodeError, ValueError):
+            value = None
+        records.append(value if isinstance(value, dict) else
+                       {"kind": "unparsable", "line": number})
+    return records, False
+
+
+def results_url(record: AnalysisRecord) -> str:
+    """The results file of an analysis: `{result_path}{plugin_name or 'result'}.jsonl`."""
+    return f"{record.result_path}{record.plugin_name or 'result'}.jsonl"
+
+
+def read_results(record: AnalysisRecord, *, max_records: int = RESULTS_MAX_RECORDS,
+                 max_bytes: int = RESULTS_MAX_BYTES) -> dict:
+    """Read and parse the results file from the store (the API server reads it itself).
+
+    Returns `{"file", "records", "truncated"}`; at most `max_records` records from the first
+    `max_bytes` bytes (a line cut by the byte cap is dropped).
+
+    Raises:
+        NotFound: the file does not exist (yet).
+    """
+    url = results_url(record)
+    try:
+        data = store_for(url).read_range(url, 0, max_bytes + 1) if record.result_path else None
+    except FileNotFoundError:
+        data = None
+    if data is None:
+        raise NotFound(f"Analysis {record.analysis_id} has no results yet ({url} does not "
+                       f"exist); it is {record.status}.")
+    truncated = len(data) > max_bytes
+    if truncated:
+        data = data[: data.rfind(b"\n", 0, max_bytes) + 1]
+    records, more = parse_results(data, max_records=max_records)
+    return {"file": url, "records": records, "truncated": truncated or more}
