@@ -18,6 +18,8 @@ from core.grpc.channel import auth_metadata
 from falcon_proto.falcon.v1 import common_pb2, experiment_pb2_grpc
 from falcon_site.grpc.testing import grpc_channel, grpc_server  # noqa: F401 (fixtures)
 
+from .test_cloudflare_web import LOGIN
+
 pytestmark = pytest.mark.django_db(transaction=True)
 WHOAMI = "/api/v1/auth/whoami"
 
@@ -84,7 +86,7 @@ def test_a_certs_outage_on_the_admin_is_503_and_keeps_the_session(client, cloudf
 
 def test_cli_login_during_a_certs_outage_is_503(client, cloudflare):
     cloudflare.certs.status = 503
-    res = client.get("/auth/cli-login", {"port": "4000", "state": "s" * 32},
+    res = client.get("/auth/cli-login", {**LOGIN, "port": "4000"},
                      HTTP_CF_ACCESS_JWT_ASSERTION=cloudflare.sign())
     assert res.status_code == 503 and int(res["Retry-After"]) >= 1
 
