@@ -316,3 +316,30 @@ def test_a_login_page_on_another_host_is_refused(tmp_path, login_url):
     else:  # a path on the same host is merely a wrong page: the login just does not finish
         assert result.exit_code == ExitCode.TIMEOUT
         assert [urlsplit(u).hostname for u in opened] == ["falcon.example.com"]
+
+
+def test_a_redeem_path_guarded_by_access_names_the_bypass_fix(tmp_path):
+    """Access in front of `/auth/cli-login/redeem` redirects the CLI to its login page."""
+    def server(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/api/v1/auth/config":
+            return httpx.Response(200, json={"mode": "cloudflare", "login_url": "/auth/cli-login"})
+        assert request.url.path == "/auth/cli-login/redeem"
+        return httpx.Response(302, headers={
+            "Location": "https://acme.cloudflareaccess.com/cdn-cgi/access/login/falcon"})
+
+    def browser(url: str) -> bool:  # the user confirmed: the server sent a grant to the listener
+        query = parse_qs(urlsplit(url).query)
+        callback = (f"http://127.0.0.1:{query['port'][0]}/callback?"
+                    + urlencode({"state": query["state"][0], "grant": "g" * 43}))
+        with urllib.request.urlopen(callback, timeout=10) as res:
+            assert res.status == 200
+        return True
+
+    env = Environment(config_dir=tmp_path, environ={}, transport=httpx.MockTransport(server),
+                      open_browser=browser, login_timeout=5)
+    result = CliRunner().invoke(falcon, ["auth", "login"], obj=env,
+                                env={"FALCON_SERVER": "https://falcon.example.com"})
+    assert result.exit_code == ExitCode.AUTH
+    error = result.stderr.splitlines()[-1]
+    assert error.startswith("error: ") and "/auth/cli-login/redeem" in error and "Bypass" in error
+    assert not (tmp_path / "credentials.json").exists()
