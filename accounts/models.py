@@ -130,3 +130,29 @@ class ServicePrincipal(models.Model):
 
     def __str__(self) -> str:
         return self.common_name
+
+
+class CliLoginGrant(models.Model):
+    """One confirmed `falcon auth login`, waiting for the CLI to redeem it (decisions.md#auth-12).
+
+    Made when the user confirms the CLI login page (a CSRF-protected POST), deleted when the CLI
+    redeems it or, unredeemed, by the next login after it expired. It binds the user's Access
+    token to the CLI's `state` and PKCE `challenge` (RFC 7636, S256): only the holder of the
+    `verifier` behind the challenge, who also learnt the one-time grant id from the loopback
+    redirect, receives the token. Only the SHA-256 of the grant id is stored.
+    """
+
+    grant_hash = models.CharField(primary_key=True, max_length=64,
+                                  help_text="SHA-256 (hex) of the grant id sent to the loopback "
+                                            "listener.")
+    state = models.CharField(max_length=128)
+    challenge = models.CharField(max_length=43, help_text="BASE64URL(SHA256(verifier)).")
+    token = models.TextField(help_text="The user's Access token, handed over once.")
+    user_id = models.CharField(max_length=255)
+    expires_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        db_table = "cli_login_grants"
+
+    def __str__(self) -> str:
+        return f"CLI login grant of {self.user_id}"

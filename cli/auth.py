@@ -6,14 +6,17 @@ under the name `--method` selects:
 - `local`: the server's embedded issuer (docs/architecture.md, "Embedded defaults and
   production"; decisions.md#dec-auth);
 - `cloudflare`: the browser flow ("Cloudflare Access + local server"): a loopback listener, the
-  browser at the server's Access-protected `/auth/cli-login`, the token handed back with a
-  `state` the CLI checks;
+  browser at the server's Access-protected `/auth/cli-login` where the user confirms the code
+  the CLI prints, a one-time grant id back on the listener with a `state` the CLI checks, and
+  the token redeemed with a PKCE verifier (decisions.md#auth-12);
 - `cloudflared`: `cloudflared access login` / `cloudflared access token`, when it is installed.
 
 Without `--method` the CLI asks the server (`GET /api/v1/auth/config`) which mode it runs in.
 """
 from __future__ import annotations
 
+import base64
+import hashlib
 import secrets
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
@@ -30,6 +33,8 @@ TOKEN_PATH = "/api/v1/auth/token"
 CONFIG_PATH = "/api/v1/auth/config"
 WHOAMI_PATH = "/api/v1/auth/whoami"
 CLI_LOGIN_PATH = "/auth/cli-login"  # used when Access guards even the config endpoint
+REDEEM_SUFFIX = "/redeem"  # the CLI login's grant is redeemed at <login page>/redeem
+CODE_ALPHABET = "BCDFGHJKLMNPQRSTVWXZ"  # RFC 8628 section 6.1
 ACCESS_LOGOUT_PATH = "/cdn-cgi/access/logout"  # Cloudflare ends the browser's Access session
 CLOUDFLARED_TIMEOUT = 600.0  # seconds `cloudflared access login` may take (browser, SSO, MFA)
 
@@ -113,13 +118,32 @@ def _confirm_identity(env, client, token: str) -> str:
     return email
 
 
-class CloudflareBrowserLogin(LoginFlow):
-    """Cloudflare mode: log in through Access in the browser, token back over loopback.
+def login_code() -> str:
+    """A short code the user compares between the terminal and the login page: `XXXX-XXXX`.
 
-    Listen on 127.0.0.1 at a port the kernel picks, open
-    `<server><login_path>?port=<port>&state=<random>` in the browser (or print it with
-    `--no-browser`), wait up to `env.login_timeout` seconds for the server's redirect to
-    `/callback` with the same `state`, then confirm the token with the server.
+    RFC 8628 section 6.1's user-code alphabet (base 20, no vowels, no look-alike characters).
+    """
+    chars = "".join(secrets.choice(CODE_ALPHABET) for _ in range(8))
+    return f"{chars[:4]}-{chars[4:]}"
+
+
+def s256_challenge(verifier: str) -> str:
+    """RFC 7636 section 4.2: `BASE64URL-ENCODE(SHA256(ASCII(code_verifier)))`, no padding."""
+    digest = hashlib.sha256(verifier.encode("ascii")).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+class CloudflareBrowserLogin(LoginFlow):
+    """Cloudflare mode: log in through Access in the browser, confirm, redeem over the API.
+
+    Listen on 127.0.0.1 at a port the kernel picks; make a one-time `state`, a PKCE `verifier`
+    (32 random bytes, kept here; RFC 7636) and a code printed in the terminal; open
+    `<server><login_path>?port=&state=&challenge=S256(verifier)&code=` in the browser (or print
+    it with `--no-browser`). The user confirms there; the server sends the browser to
+    `/callback?state=&grant=` on the listener, and the CLI redeems the grant with
+    `POST <login_path>/redeem {grant, state, verifier}`, receiving the token in the body. The
+    whole wait lasts at most `env.login_timeout` seconds; the token is then confirmed with the
+    server (decisions.md#auth-12).
     """
 
     name = "cloudflare"
@@ -127,6 +151,7 @@ class CloudflareBrowserLogin(LoginFlow):
     def obtain(self, env, client, *, email: str | None, no_browser: bool = False,
                login_path: str | None = None) -> tuple[str, str]:
         """Run the browser login; `email` is not used (Access decides who logs in)."""
+        from .client import RedirectedError
         from .loopback import CallbackListener
 
         base = urljoin(client.server + "/", login_path or CLI_LOGIN_PATH)
@@ -134,8 +159,11 @@ class CloudflareBrowserLogin(LoginFlow):
             raise CLIError(f"{client.server} announced a login page on another host ({base}); "
                            "refusing to log in there", ExitCode.AUTH)
         state = secrets.token_urlsafe(32)
+        verifier = secrets.token_urlsafe(32)  # 32 random bytes, 43 characters: never sent
+        code = login_code()
         with CallbackListener(state) as listener:
-            url = f"{base}?{urlencode({'port': listener.port, 'state': state})}"
+            url = f"{base}?" + urlencode({"port": listener.port, "state": state,
+                                          "challenge": s256_challenge(verifier), "code": code})
             opened = False
             if not no_browser:
                 try:
@@ -148,10 +176,24 @@ class CloudflareBrowserLogin(LoginFlow):
             else:
                 env.print_err("Open this URL in a browser on this machine to log in:")
                 env.print_err(url)
-            token = listener.wait(env.login_timeout)
-        if token is None:
+            env.print_err(f"Confirm there only if the page shows the code {code}")
+            grant = listener.wait(env.login_timeout)
+        if grant is None:
             raise CLIError(f"the browser login did not finish within {env.login_timeout:.0f} s; "
                            "run `falcon auth login` again", ExitCode.TIMEOUT)
+        redeem = urlsplit(base).path.rstrip("/") + REDEEM_SUFFIX
+        try:
+            body = client.request("POST", redeem, authenticated=False,
+                                  json={"grant": grant, "state": state, "verifier": verifier})
+        except RedirectedError:
+            raise CLIError(f"Cloudflare Access guards {client.server}{redeem}, so the CLI cannot "
+                           "collect its login; give that path a Bypass policy in the Access "
+                           "application (the grant and verifier protect it)",
+                           ExitCode.AUTH) from None
+        token = body.get("token") if isinstance(body, dict) else None
+        if not isinstance(token, str) or not token:
+            raise CLIError(f"{client.server} answered the login without a token",
+                           ExitCode.ERROR)
         return token, _confirm_identity(env, client, token)
 
 

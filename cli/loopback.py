@@ -1,35 +1,39 @@
 """The loopback listener of the browser login ("Cloudflare Access + local server").
 
 `falcon auth login` listens on 127.0.0.1 at a port the kernel picks, then sends the browser to the
-server's Access-protected login page, which redirects back to
-`http://127.0.0.1:<port>/callback?token=<jwt>&state=<state>`. The listener accepts only that path
-with the exact `state` it was created with (compared in constant time), so another local process
-or web page cannot inject a token of its own choosing (the `state` check of OAuth 2.0 for native
-apps, RFC 8252 section 8.9). It never writes the request line anywhere: the token is in it.
+server's Access-protected login page. Once the user confirms there, the server redirects the
+browser to `http://127.0.0.1:<port>/callback?state=<state>&grant=<grant id>`: a one-time grant
+id, never the token, which the CLI then redeems with its PKCE verifier (decisions.md#auth-12).
+The listener accepts only that path with the exact `state` it was created with (compared in
+constant time), so another local process or web page cannot slip in a grant of its own (the
+`state` check of OAuth 2.0 for native apps, RFC 8252 section 8.9). It never writes the request
+line anywhere.
 """
 from __future__ import annotations
 
 import hmac
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 PAGE_OK = (b"<!doctype html><meta charset=utf-8><title>Falcon</title>"
-           b"<p>Falcon CLI login complete. You can close this tab.</p>")
+           b"<p>Falcon CLI login confirmed; the CLI is finishing it. You can close this tab.</p>")
 PAGE_BAD = (b"<!doctype html><meta charset=utf-8><title>Falcon</title>"
             b"<p>This login answer was not expected by the Falcon CLI; run `falcon auth login` "
             b"again.</p>")
+GRANT = re.compile(r"^[A-Za-z0-9_\-]{32,128}$")
 
 
 class CallbackListener:
-    """Wait for one `/callback` carrying the expected `state` on a loopback port.
+    """Wait for one `/callback` carrying the expected `state` and a grant id on loopback.
 
     Args:
         state: the random value the login page must echo back.
 
     Attributes:
         port: the bound TCP port on 127.0.0.1.
-        rejected: how many requests were refused (wrong path, wrong or missing state/token).
+        rejected: how many requests were refused (wrong path, wrong or missing state/grant).
 
     Use as a context manager; it serves on a daemon thread until closed.
     """
@@ -37,7 +41,7 @@ class CallbackListener:
     def __init__(self, state: str):
         self.state = state
         self.rejected = 0
-        self._token: str | None = None
+        self._grant: str | None = None
         self._done = threading.Event()
         listener = self
 
@@ -46,7 +50,7 @@ class CallbackListener:
                 listener._handle(self)
 
             def log_message(self, format: str, *args) -> None:  # noqa: A002
-                # The default writes the request line to stderr, and the token is in it.
+                # The default writes the request line to stderr, and the grant id is in it.
                 return
 
         self._server = HTTPServer(("127.0.0.1", 0), Handler)
@@ -71,8 +75,8 @@ class CallbackListener:
         parts = urlsplit(request.path)
         query = parse_qs(parts.query, keep_blank_values=True)
         state = (query.get("state") or [""])[0]
-        token = (query.get("token") or [""])[0]
-        ok = (parts.path == "/callback" and not self._done.is_set() and bool(token)
+        grant = (query.get("grant") or [""])[0]
+        ok = (parts.path == "/callback" and not self._done.is_set() and bool(GRANT.fullmatch(grant))
               and hmac.compare_digest(state.encode(), self.state.encode()))
         body = PAGE_OK if ok else PAGE_BAD
         request.send_response(200 if ok else 400)
@@ -83,13 +87,13 @@ class CallbackListener:
         request.end_headers()
         request.wfile.write(body)
         if ok:
-            self._token = token
+            self._grant = grant
             self._done.set()
         else:
             self.rejected += 1
 
     def wait(self, timeout: float) -> str | None:
-        """Return the token once a valid callback arrived, or None after `timeout` seconds."""
+        """Return the grant id once a valid callback arrived, or None after `timeout` seconds."""
         if not self._done.wait(timeout):
             return None
-        return self._token
+        return self._grant

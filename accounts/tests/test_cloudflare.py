@@ -1,14 +1,12 @@
 """Cloudflare mode of the verifier, offline: tokens signed here, certs served on loopback.
 
-Accepted and refused tokens, bad input, logs without tokens, and the rules of decisions.md:
-AUTH-1 (no audience, no start), AUTH-2 (service tokens), AUTH-3 (certs outage) and AUTH-4 (two
-first requests of a new user).
+Accepted tokens, bad input, logs without tokens, and the rules of decisions.md: AUTH-1 (no
+audience, no start), AUTH-2 (service tokens), AUTH-3 (certs outage) and AUTH-4 (two first
+requests of a new user). Forged tokens and the expiry leeway are in test_attacks.py.
 """
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 import json
 import logging
 import os
@@ -150,64 +148,11 @@ def test_aud_as_list_or_string(api, cloudflare, aud):
     assert whoami(api, cloudflare.sign(aud=aud)).status_code == 200
 
 
-def test_expired_within_the_leeway_is_accepted(api, cloudflare, settings):
-    settings.FALCON_AUTH_LEEWAY_SECONDS = 30
-    assert whoami(api, cloudflare.sign(exp=int(time.time()) - 10)).status_code == 200
-
-
 def test_previous_key_is_still_accepted(api, cloudflare):
     assert whoami(api, cloudflare.sign(key=cloudflare.previous)).status_code == 200
 
 
-# -- refused tokens: 401 with a one-line reason, no user -------------------------------------------
-
-def _hs256_with_public_key(cf) -> str:
-    """The classic key-confusion forgery: HS256 keyed with the RSA public key's PEM."""
-    def b64(raw: bytes) -> str:
-        return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-
-    signing_input = (f"{b64(json.dumps({'alg': 'HS256', 'kid': cf.current.kid}).encode())}."
-                     f"{b64(json.dumps(cf.claims()).encode())}")
-    sig = hmac.new(cf.current.public_pem, signing_input.encode(), hashlib.sha256).digest()
-    return f"{signing_input}.{b64(sig)}"
-
-
-REFUSED = [
-    ("wrong aud", lambda cf: cf.sign(aud=[OTHER_AUD]), "audience"),
-    ("wrong aud string", lambda cf: cf.sign(aud=OTHER_AUD), "audience"),
-    ("wrong iss", lambda cf: cf.sign(iss="https://evil.cloudflareaccess.com"), "issuer"),
-    ("expired beyond leeway", lambda cf: cf.sign(exp=int(time.time()) - 120), "expired"),
-    ("missing exp", lambda cf: cf.sign(exp=None), "'exp'"),
-    ("missing iat", lambda cf: cf.sign(iat=None), "'iat'"),
-    ("missing aud", lambda cf: cf.sign(aud=None), "aud"),
-    ("missing iss", lambda cf: cf.sign(iss=None), "iss"),
-    ("not yet valid", lambda cf: cf.sign(nbf=int(time.time()) + 600), "not valid yet"),
-    ("alg none", lambda cf: jwt.encode(cf.claims(), None, algorithm="none",
-                                       headers={"kid": cf.current.kid}), "algorithm"),
-    ("HS256 with the public key", _hs256_with_public_key, "algorithm"),
-    ("RS512", lambda cf: cf.sign(alg="RS512"), "algorithm"),
-    ("signed by another key under our kid",
-     lambda cf: cf.sign(key=signing_key("attacker"), kid=cf.current.kid), "signature"),
-    ("unknown kid", lambda cf: cf.sign(key=signing_key("attacker")), "kid"),
-    ("kid with path characters", lambda cf: cf.sign(kid="../../etc/passwd"), "kid"),
-    ("kid with a URL", lambda cf: cf.sign(kid="https://evil.example/certs"), "kid"),
-    ("empty sub without common_name", lambda cf: cf.sign(sub=""), "identity"),
-    ("no email", lambda cf: cf.sign(email=None), "identity"),
-    ("malformed", lambda cf: "eyJhbGciOi.not-base64!.x", "well-formed"),
-    ("two segments", lambda cf: "abc.def", "well-formed"),
-    ("100 KB", lambda cf: "a" * 100_000, "longer"),
-    ("100 KB JWT", lambda cf: cf.sign(pad="x" * 100_000), "longer"),
-]
-
-
-@pytest.mark.parametrize("name,make,reason", REFUSED, ids=[r[0] for r in REFUSED])
-def test_bad_tokens_are_401_with_a_one_line_reason(api, cloudflare, name, make, reason):
-    res = whoami(api, make(cloudflare))
-    assert res.status_code == 401, res.content
-    assert reason in detail(res)
-    assert res["WWW-Authenticate"].startswith("Bearer")
-    assert not User.objects.exists()
-
+# -- refused input: 401 with a one-line reason (forged tokens: test_attacks.py) --------------------
 
 @pytest.mark.parametrize("value", ["Basic dXNlcjpwYXNz", "Bearer", "Bearer  ", "bearer a b c",
                                    "Token abc"])

@@ -1,11 +1,12 @@
 """Browser-facing auth: the admin behind Access, the CLI login page, the auth config endpoint."""
 from __future__ import annotations
 
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 
-from accounts.models import User
+from accounts.cli_login import s256
+from accounts.models import CliLoginGrant, User
 
 pytestmark = pytest.mark.django_db
 
@@ -97,38 +98,78 @@ def test_admin_middleware_ignores_the_api(client, cloudflare):
     assert "sessionid" not in res.cookies  # the API never opens sessions
 
 
-# -- the CLI login page ----------------------------------------------------------------------------
+# -- the CLI login page (decisions.md#auth-12; the attacks are in test_attacks.py) ----------------
 
-def test_cli_login_redirects_the_token_to_loopback(client, cloudflare):
+VERIFIER = "v" * 43
+CHALLENGE = s256(VERIFIER)
+CODE = "BCDF-GHJK"
+LOGIN = {"port": "54321", "state": STATE, "challenge": CHALLENGE, "code": CODE}
+
+
+def test_cli_login_page_asks_for_confirmation_and_hands_nothing_over(client, cloudflare):
     token = cloudflare.sign()
-    res = client.get(f"/auth/cli-login?port=54321&state={STATE}",
-                     HTTP_CF_ACCESS_JWT_ASSERTION=token)
-    assert res.status_code == 302
+    res = client.get("/auth/cli-login", LOGIN, HTTP_CF_ACCESS_JWT_ASSERTION=token)
+    assert res.status_code == 200 and "Location" not in res
+    body = res.content.decode()
+    assert "127.0.0.1:54321" in body and CODE in body and "bob@example.com" in body
+    assert 'method="post"' in body and "csrfmiddlewaretoken" in body
+    assert token not in body
+    assert res["X-Frame-Options"] == "DENY" and "frame-ancestors 'none'" in \
+        res["Content-Security-Policy"]
+    assert res["Referrer-Policy"] == "no-referrer" and "no-store" in res["Cache-Control"]
+    assert not CliLoginGrant.objects.exists()
+
+
+def test_cli_login_confirm_redirects_a_grant_to_loopback_and_redeem_hands_the_token(
+        client, cloudflare):
+    from django.test import Client
+
+    token = cloudflare.sign()
+    browser = Client(enforce_csrf_checks=True)
+    page = browser.get("/auth/cli-login", LOGIN, HTTP_CF_ACCESS_JWT_ASSERTION=token)
+    csrf = page.cookies["csrftoken"].value
+    res = browser.post("/auth/cli-login", {**LOGIN, "csrfmiddlewaretoken": csrf},
+                       HTTP_CF_ACCESS_JWT_ASSERTION=token, HTTP_ORIGIN="http://testserver")
+    assert res.status_code == 303
     target = urlsplit(res["Location"])
     assert (target.scheme, target.hostname, target.port, target.path) == (
         "http", "127.0.0.1", 54321, "/callback")
-    assert parse_qs(target.query) == {"token": [token], "state": [STATE]}
-    assert res["Referrer-Policy"] == "no-referrer" and "no-store" in res["Cache-Control"]
+    query = parse_qs(target.query)
+    assert set(query) == {"state", "grant"} and query["state"] == [STATE]
+    assert token not in res["Location"]
+    assert res["Referrer-Policy"] == "no-referrer"
     assert User.objects.filter(pk="cf-sub-bob").exists()
+    redeemed = client.post("/auth/cli-login/redeem", {"grant": query["grant"][0],
+                                                      "state": STATE, "verifier": VERIFIER},
+                           content_type="application/json")
+    assert redeemed.status_code == 200 and redeemed.json() == {"token": token,
+                                                               "token_type": "Bearer"}
+    assert "no-store" in redeemed["Cache-Control"]
+    assert not CliLoginGrant.objects.exists()
 
 
 @pytest.mark.parametrize("query,status,reason", [
-    (f"port=80&state={STATE}", 400, "port"),
-    (f"port=70000&state={STATE}", 400, "port"),
-    (f"port=evil.example&state={STATE}", 400, "port"),
-    (f"port=5000@evil.example&state={STATE}", 400, "port"),
-    ("port=54321&state=short", 400, "state"),
-    ("port=54321&state=" + "x" * 20 + "%2F..", 400, "state"),
-    (f"state={STATE}", 400, "port"),
+    ({"port": "80"}, 400, "port"),
+    ({"port": "70000"}, 400, "port"),
+    ({"port": "evil.example"}, 400, "port"),
+    ({"port": "5000@evil.example"}, 400, "port"),
+    ({"state": "short"}, 400, "state"),
+    ({"state": "x" * 20 + "/.."}, 400, "state"),
+    ({"port": None}, 400, "port"),
+    ({"challenge": None}, 400, "challenge"),
+    ({"challenge": "plain-verifier"}, 400, "challenge"),
+    ({"code": None}, 400, "code"),
+    ({"code": "AAAA-AAAA"}, 400, "code"),
 ])
-def test_cli_login_refuses_bad_port_or_state(client, cloudflare, query, status, reason):
-    res = client.get(f"/auth/cli-login?{query}", HTTP_CF_ACCESS_JWT_ASSERTION=cloudflare.sign())
+def test_cli_login_refuses_a_bad_field_naming_it(client, cloudflare, query, status, reason):
+    params = {k: v for k, v in {**LOGIN, **query}.items() if v is not None}
+    res = client.get("/auth/cli-login", params, HTTP_CF_ACCESS_JWT_ASSERTION=cloudflare.sign())
     assert res.status_code == status and reason in res.content.decode()
     assert "Location" not in res
 
 
 def test_cli_login_needs_a_valid_access_header(client, cloudflare, settings):
-    url = f"/auth/cli-login?port=54321&state={STATE}"
+    url = "/auth/cli-login?" + urlencode(LOGIN)
     res = client.get(url)
     assert res.status_code == 401 and b"Cloudflare Access" in res.content
     res = client.get(url, HTTP_CF_ACCESS_JWT_ASSERTION=cloudflare.sign(aud=["other"]))
@@ -146,9 +187,21 @@ def test_cli_login_needs_a_valid_access_header(client, cloudflare, settings):
 
 
 def test_cli_login_is_off_in_local_mode(client, token_for):
-    res = client.get(f"/auth/cli-login?port=54321&state={STATE}",
+    res = client.get("/auth/cli-login", LOGIN,
                      HTTP_CF_ACCESS_JWT_ASSERTION=token_for("bob@example.com"))
     assert res.status_code == 404
+    res = client.post("/auth/cli-login/redeem", {"grant": "g" * 43, "state": STATE,
+                                                 "verifier": VERIFIER},
+                      content_type="application/json")
+    assert res.status_code == 404
+
+
+@pytest.mark.parametrize("body", [b"", b"[]", b"not json", b'{"grant": 1}',
+                                  b'{"grant": "g", "state": "s", "verifier": "v"}'])
+def test_cli_login_redeem_refuses_bad_bodies_naming_the_field(client, cloudflare, body):
+    res = client.post("/auth/cli-login/redeem", body, content_type="application/json")
+    assert res.status_code == 400 and res.json()["code"] == "invalid_grant"
+    assert res.json()["detail"]
 
 
 # -- GET /api/v1/auth/config -----------------------------------------------------------------------

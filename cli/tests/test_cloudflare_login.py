@@ -2,12 +2,15 @@
 
 The browser is a fake: a function that does what a browser behind Cloudflare Access does with
 the login URL. It requests the Falcon page carrying `Cf-Access-Jwt-Assertion` (what the edge
-adds after the Access login), does not follow the redirect by itself, checks it points at
-loopback, then requests that URL (the CLI's listener), as a browser would.
+adds after the Access login), reads the confirmation form, checks the page shows the code the
+CLI printed, submits the form (Django's CSRF cookie and token, a same-origin `Origin`), does not
+follow the redirect by itself, checks it points at loopback and holds no token, then requests
+that URL (the CLI's listener), as a browser would. The CLI then redeems the grant itself.
 """
 from __future__ import annotations
 
 import io
+import json
 import logging
 import os
 import re
@@ -15,6 +18,7 @@ import stat
 import threading
 import urllib.error
 import urllib.request
+from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
@@ -23,6 +27,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from cli.auth import s256_challenge
 from cli.client import FalconClient
 from cli.token_cache import CredentialStore, normalize_server
 from cli.env import Environment
@@ -32,41 +37,70 @@ from cli.main import falcon
 from .conftest import RecordingTransport, one_line
 
 pytestmark = pytest.mark.django_db(transaction=True)
+CODE = re.compile(r"\b[BCDFGHJKLMNPQRSTVWXZ]{4}-[BCDFGHJKLMNPQRSTVWXZ]{4}\b")
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args, **kwargs):
-        return None
+class _Form(HTMLParser):
+    """The first form of a page: its action and its hidden inputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.action: str | None = None
+        self.fields: dict[str, str] = {}
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "form" and self.action is None:
+            self.action = attrs.get("action") or ""
+        elif tag == "input" and attrs.get("type") == "hidden":
+            self.fields[attrs["name"]] = attrs.get("value") or ""
 
 
 class FakeBrowser:
-    """Stands in for `webbrowser.open`: Access login (a header), then follow to loopback.
+    """Stands in for `webbrowser.open`: Access login (a header), confirm, follow to loopback.
 
     Attributes:
         token: the Access token the edge attaches, or None for none.
+        expect_code: the code the page must show (None: any; the test checks it afterwards).
         tamper_state: replace `state` in the redirect before following it (an attacker).
-        visits: the URLs opened, and the loopback status codes seen.
+        confirm: press Confirm (False: a user who only looked at the page).
+        opened: the URLs opened; locations: the redirects seen; pages: the page texts;
+        callback_status: the loopback status codes seen; refused: a refusal's text.
     """
 
     def __init__(self, token: str | None):
         self.token = token
         self.tamper_state = False
+        self.confirm = True
         self.opened: list[str] = []
+        self.pages: list[str] = []
+        self.locations: list[str] = []
         self.callback_status: list[int] = []
         self.refused: str | None = None
 
     def __call__(self, url: str) -> bool:
         self.opened.append(url)
         headers = {"Cf-Access-Jwt-Assertion": self.token} if self.token else {}
-        opener = urllib.request.build_opener(_NoRedirect)
-        try:
-            opener.open(urllib.request.Request(url, headers=headers), timeout=10)
-            raise AssertionError("the login page did not redirect")
-        except urllib.error.HTTPError as exc:
-            if exc.code != 302:
-                self.refused = exc.read().decode()
+        parts = urlsplit(url)
+        origin = f"{parts.scheme}://{parts.netloc}"
+        with httpx.Client(follow_redirects=False, timeout=10) as http:
+            page = http.get(url, headers=headers)
+            if page.status_code != 200:
+                self.refused = page.text
                 return True
-            location = exc.headers["Location"]
+            assert "Location" not in page.headers
+            self.pages.append(page.text)
+            if not self.confirm:
+                return True
+            form = _Form()
+            form.feed(page.text)
+            answer = http.post(urljoin_same(origin, form.action), data=form.fields,
+                               headers={**headers, "Origin": origin})
+        if answer.status_code != 303:
+            self.refused = answer.text
+            return True
+        location = answer.headers["Location"]
+        self.locations.append(location)
         target = urlsplit(location)
         assert (target.scheme, target.hostname) == ("http", "127.0.0.1"), location
         if self.tamper_state:
@@ -79,6 +113,11 @@ class FakeBrowser:
         except urllib.error.HTTPError as exc:
             self.callback_status.append(exc.code)
         return True
+
+
+def urljoin_same(origin: str, path: str) -> str:
+    assert path.startswith("/") and not path.startswith("//"), path
+    return origin + path
 
 
 class URLWatchingStderr(io.StringIO):
@@ -123,6 +162,14 @@ def test_browser_login_end_to_end(live_server, tmp_path, cloudflare, bob_token, 
     assert parts.path == "/auth/cli-login" and f"{parts.scheme}://{parts.netloc}" == \
         live_server.url
     assert browser.callback_status == [200]
+    # The user compared the code: the terminal and the page show the same one.
+    [code] = set(CODE.findall(result.stderr))
+    query = parse_qs(parts.query)
+    assert query["code"] == [code] and code in browser.pages[0]
+    # No token in any URL: neither the login URL nor the redirect to the listener.
+    [location] = browser.locations
+    assert bob_token not in url and bob_token not in location
+    assert set(parse_qs(urlsplit(location).query)) == {"state", "grant"}
 
     # Cached for this server, 0600, with the Access token and its expiry.
     path = tmp_path / "credentials.json"
@@ -130,9 +177,16 @@ def test_browser_login_end_to_end(live_server, tmp_path, cloudflare, bob_token, 
     session = CredentialStore(tmp_path).get(live_server.url)
     assert session.token == bob_token and session.method == "cloudflare"
     assert session.email == "bob@example.com"
-    # The login asked the mode, then the server confirmed the token (whoami) with both headers.
-    config, whoami = env.transport.requests
+    # The login asked the mode, redeemed the grant with its verifier (whose S256 the login
+    # URL carried, the verifier itself never), then had the token confirmed (whoami).
+    config, redeem, whoami = env.transport.requests
     assert config.url.path == "/api/v1/auth/config" and "cf-access-token" not in config.headers
+    sent = json.loads(redeem.content)
+    assert redeem.url.path == "/auth/cli-login/redeem" and redeem.method == "POST"
+    assert "authorization" not in redeem.headers and "cf-access-token" not in redeem.headers
+    assert sent["state"] == query["state"][0] and sent["verifier"] not in url
+    assert query["challenge"] == [s256_challenge(sent["verifier"])]
+    assert len(sent["verifier"]) >= 43  # 32 random bytes
     assert whoami.url.path == "/api/v1/auth/whoami"
     assert whoami.headers["cf-access-token"] == bob_token
 
@@ -262,3 +316,30 @@ def test_a_login_page_on_another_host_is_refused(tmp_path, login_url):
     else:  # a path on the same host is merely a wrong page: the login just does not finish
         assert result.exit_code == ExitCode.TIMEOUT
         assert [urlsplit(u).hostname for u in opened] == ["falcon.example.com"]
+
+
+def test_a_redeem_path_guarded_by_access_names_the_bypass_fix(tmp_path):
+    """Access in front of `/auth/cli-login/redeem` redirects the CLI to its login page."""
+    def server(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/api/v1/auth/config":
+            return httpx.Response(200, json={"mode": "cloudflare", "login_url": "/auth/cli-login"})
+        assert request.url.path == "/auth/cli-login/redeem"
+        return httpx.Response(302, headers={
+            "Location": "https://acme.cloudflareaccess.com/cdn-cgi/access/login/falcon"})
+
+    def browser(url: str) -> bool:  # the user confirmed: the server sent a grant to the listener
+        query = parse_qs(urlsplit(url).query)
+        callback = (f"http://127.0.0.1:{query['port'][0]}/callback?"
+                    + urlencode({"state": query["state"][0], "grant": "g" * 43}))
+        with urllib.request.urlopen(callback, timeout=10) as res:
+            assert res.status == 200
+        return True
+
+    env = Environment(config_dir=tmp_path, environ={}, transport=httpx.MockTransport(server),
+                      open_browser=browser, login_timeout=5)
+    result = CliRunner().invoke(falcon, ["auth", "login"], obj=env,
+                                env={"FALCON_SERVER": "https://falcon.example.com"})
+    assert result.exit_code == ExitCode.AUTH
+    error = result.stderr.splitlines()[-1]
+    assert error.startswith("error: ") and "/auth/cli-login/redeem" in error and "Bypass" in error
+    assert not (tmp_path / "credentials.json").exists()

@@ -16,6 +16,8 @@ Environment variables:
 - `DJANGO_DEBUG`: `1`, `true`, `yes` or `on` turns Django's debug mode on (default off).
 - `DJANGO_ALLOWED_HOSTS`: the host names served, comma-separated (default
   `localhost,127.0.0.1,[::1],testserver`).
+- `DJANGO_CSRF_TRUSTED_ORIGINS`: public origins allowed to POST forms, comma-separated (e.g.
+  `https://falcon.example.com` behind a proxy that ends TLS).
 - `DATABASE_URL`: e.g. `mysql://user:pass@host:3306/falcon` (mysqlclient, utf8mb4, strict
   mode; the system check `falcon.E004`/`falcon.E005`, run by `migrate`, refuses a database or
   table whose character set is not utf8mb4); default `sqlite:///$FALCON_VAR_DIR/falcon.sqlite3`.
@@ -74,6 +76,10 @@ SECRET_KEY = _SECRET_KEY_ENV or read_secret(FALCON_SECRET_KEY_FILE)
 # Off unless asked for: DEBUG pages leak settings and answer API clients with HTML.
 DEBUG = env_bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
+# The public origins (`https://falcon.example.com`) whose forms may POST here: behind a proxy
+# that ends TLS the server sees `http`, so Django's CSRF `Origin` check needs them (the CLI
+# login's Confirm button, the admin).
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
