@@ -477,7 +477,9 @@ def _run(args, env_extra=None):
 
 @pytest.mark.parametrize("args", [["manage.py", "runlocal", "--http", "0.0.0.0:18000",
                                    "--grpc", "127.0.0.1:18051"],
-                                  ["manage.py", "rungrpc", "--addr", "0.0.0.0:18051"]])
+                                  ["manage.py", "rungrpc", "--addr", "0.0.0.0:18051"],
+                                  ["manage.py", "runcontroller", "analyzer",
+                                   "--no-leader-election", "--addr", "0.0.0.0:18052"]])
 def test_runlocal_and_rungrpc_refuse_a_non_loopback_bind(args):
     import sys
 

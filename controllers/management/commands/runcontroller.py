@@ -176,9 +176,20 @@ class Command(BaseCommand):
         if name == "analyzer":
             from controllers.analyzer.server import build_analyzer_server
 
+            from core.ports import local_bind_problem
+
+            addr = options["addr"] or settings.FALCON_ANALYZER_ADDR
+            # Like the APIs: in the local mode, loopback only unless the operator opts in.
+            refusal, warning = local_bind_problem(
+                addr, mode=settings.FALCON_AUTH_MODE,
+                opt_in=settings.FALCON_LOCAL_ALLOW_NONLOOPBACK)
+            if refusal:
+                raise CommandError(f"--addr: {refusal}")
+            if warning:
+                self.stderr.write(warning)
             try:
                 server = build_analyzer_server(
-                    options["addr"] or settings.FALCON_ANALYZER_ADDR, controller,
+                    addr, controller,
                     settings.FALCON_ANALYZER_TOKEN,
                     is_leader=elector.is_leader if elector else (lambda: True))
             except (ValueError, RuntimeError) as exc:
