@@ -155,3 +155,22 @@ def test_sigkill_of_runlocal_takes_its_children_down(runlocal):
     wait_for(lambda: bind_problem(f"127.0.0.1:{instance.grpc}") is None, 5,
              "the gRPC port was not released")
     assert bind_problem(f"127.0.0.1:{instance.http}") is None
+
+
+def test_a_dead_controller_is_restarted_and_the_apis_keep_serving(runlocal):
+    """Like a Deployment's restart policy: a controller that exits is started again (after a
+    short back-off) while the APIs go on; runlocal itself keeps running."""
+    instance = runlocal()
+    instance.wait_running()
+
+    def analyzer_pids() -> list[int]:
+        return [pid for pid in children_of(instance.proc.pid)
+                if b"analyzer" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+
+    (first,) = analyzer_pids()
+    os.kill(first, signal.SIGKILL)
+    wait_for(lambda: (pids := analyzer_pids()) and pids[0] != first and alive(pids[0]), 20,
+             "the analyzer controller was not restarted")
+    assert instance.proc.poll() is None, instance.log()
+    assert accepts(instance.http) and accepts(instance.grpc)
+    assert "analyzer exited with code -9; restarting it" in instance.log()

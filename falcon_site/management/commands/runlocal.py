@@ -16,9 +16,12 @@ local token issuer).
 The children die with it, whatever ends it: SIGINT (Ctrl-C), SIGTERM and SIGHUP (the terminal
 closed) stop them all (SIGTERM, then SIGKILL after a grace period); if it is killed outright
 (SIGKILL), Linux sends each child SIGTERM itself (the parent-death signal, `prctl
-PR_SET_PDEATHSIG`, set in every child before it runs). If one child dies, the others are stopped
-and the command exits non-zero. Tasks already running on the local backend keep running in their
-own process groups and are adopted by the next resource manager.
+PR_SET_PDEATHSIG`, set in every child before it runs). A controller that dies is started again
+after a capped exponential back-off (1 s, 2 s, ... 30 s), as a Deployment's restart policy
+would: controllers are level-triggered and recover from the records and the runs they find. If
+the HTTP or gRPC API dies, the others are stopped and the command exits non-zero. Tasks and
+analyses already running on the local backends keep running in their own process groups and are
+adopted by the next resource manager or analyzer controller.
 """
 from __future__ import annotations
 
@@ -118,6 +121,12 @@ def listens(pid: int, port: int, host: str = "127.0.0.1") -> bool:
     return False
 
 
+# A dead controller is started again after 1, 2, 4, ... seconds, at most 30 (the kubelet's
+# CrashLoopBackOff, shorter); the HTTP and gRPC servers stop everything when they die.
+RESTART_BACKOFF_SECONDS = 1.0
+RESTART_BACKOFF_MAX_SECONDS = 30.0
+
+
 class Command(BaseCommand):
     help = "Run the HTTP API, the gRPC API and the controllers on the embedded defaults."
     # Checked in handle(), once the local state the checks look for has been created.
@@ -188,12 +197,29 @@ class Command(BaseCommand):
                 self.stdout.write(
                     f"Falcon is running: HTTP http://{http}/api/v1/exps "
                     f"(docs /api/docs/, admin /admin/), gRPC {grpc}. Ctrl-C stops it.")
+            restarts: dict[str, int] = {}
+            due: dict[str, float] = {}
             while not stop.is_set() and not failed:
-                for name, proc in children.items():
-                    if proc.poll() is not None:
+                for name, proc in list(children.items()):
+                    if proc.poll() is None:
+                        continue
+                    if name in servers:
                         failed = f"{name} exited with code {proc.returncode}"
                         stop.set()
                         break
+                    # A controller is restarted, as a Deployment's kubelet would (restartPolicy
+                    # Always, with a capped exponential back-off): its work is level-triggered
+                    # and recovers from the records and the runs it finds.
+                    if name not in due:
+                        restarts[name] = restarts.get(name, 0) + 1
+                        wait = min(RESTART_BACKOFF_SECONDS * 2 ** (restarts[name] - 1),
+                                   RESTART_BACKOFF_MAX_SECONDS)
+                        due[name] = time.monotonic() + wait
+                        self.stderr.write(f"{name} exited with code {proc.returncode}; "
+                                          f"restarting it in {wait:.0f} s")
+                    elif time.monotonic() >= due[name]:
+                        del due[name]
+                        children[name] = self._spawn(controllers[name], env, preexec)
                 stop.wait(0.5)
         finally:
             self._stop_all(children)
