@@ -108,8 +108,9 @@ def list_request(flt: ListFilter) -> common_pb2.CommonListReq:
     return request
 
 
-class GrpcFalconAPI:
-    """The `controllers.contract.FalconAPI` contract over the falcon.v1 gRPC services.
+class GrpcClient:
+    """What every controller's client of the API server shares: one channel, the service token,
+    a deadline per call, and the domain errors rebuilt from a failed call's status.
 
     Args:
         target: the API server's `host:port` (a gRPC target string).
@@ -119,6 +120,8 @@ class GrpcFalconAPI:
         timeout: the deadline of every call (each page of a list), in seconds.
         channel: an existing channel to use instead of opening one to `target` (tests,
             TLS set up by the caller); it is then not closed by `close()`.
+
+    Subclasses make their stubs in `_stubs(channel)`.
 
     Raises:
         ValueError: `token` is empty or `timeout` is not positive.
@@ -135,12 +138,13 @@ class GrpcFalconAPI:
         self._token = token if callable(token) else (lambda: token)
         self._owns_channel = channel is None
         self._channel = channel or grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
-        self.exps = experiment_pb2_grpc.ExperimentServiceStub(self._channel)
-        self.jobs = job_pb2_grpc.JobServiceStub(self._channel)
-        self.artifacts = artifact_pb2_grpc.ArtifactServiceStub(self._channel)
+        self._stubs(self._channel)
+
+    def _stubs(self, channel: grpc.Channel) -> None:
+        """Make this client's service stubs on `channel`."""
 
     @classmethod
-    def from_settings(cls, timeout: float = 10.0) -> GrpcFalconAPI:
+    def from_settings(cls, timeout: float = 10.0):
         """Build a client from settings: `FALCON_GRPC_TARGET` and the auth mode's credentials
         (`controllers.service_token.token_source_from_settings`).
 
@@ -159,11 +163,21 @@ class GrpcFalconAPI:
         if self._owns_channel:
             self._channel.close()
 
-    def __enter__(self) -> GrpcFalconAPI:
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
+
+
+class GrpcFalconAPI(GrpcClient):
+    """The `controllers.contract.FalconAPI` contract over the falcon.v1 gRPC services
+    (ExperimentService, JobService, ArtifactService); arguments as `GrpcClient`."""
+
+    def _stubs(self, channel: grpc.Channel) -> None:
+        self.exps = experiment_pb2_grpc.ExperimentServiceStub(channel)
+        self.jobs = job_pb2_grpc.JobServiceStub(channel)
+        self.artifacts = artifact_pb2_grpc.ArtifactServiceStub(channel)
 
     def call(self, method: Callable, request: Any) -> Any:
         """Call one stub method with the deadline and credentials.

@@ -19,7 +19,8 @@ import grpc
 import tenacity
 from google.protobuf import field_mask_pb2
 
-from core.grpc.channel import CHANNEL_OPTIONS, auth_metadata
+from controllers.grpc_client import GrpcClient
+from core.grpc.channel import auth_metadata
 from core.grpc.errors import ApiUnavailable, error_from_rpc_error
 from falcon_proto.falcon.v1 import analysis_pb2, analysis_pb2_grpc
 
@@ -85,15 +86,11 @@ def rebuild_error(exc: grpc.RpcError) -> Exception:
     return error_from_rpc_error(exc)
 
 
-class GrpcAnalysisRecordAPI:
+class GrpcAnalysisRecordAPI(GrpcClient):
     """The `AnalysisRecordAPI` contract over falcon.v1.AnalysisRecordService.
 
     Args:
-        target: the API server's `host:port`.
-        token: the internal service token, or a function returning the current one (see
-            `controllers.grpc_client.GrpcFalconAPI`); sent as `authorization: Bearer <token>`.
-        timeout: the deadline of every call (each page of a list), in seconds.
-        channel: an existing channel to use instead of opening one (not closed by `close()`).
+        target, token, timeout, channel: as `controllers.grpc_client.GrpcClient`.
         retry_wait: first back-off between two attempts of a read, in seconds (doubles).
 
     Raises:
@@ -102,39 +99,14 @@ class GrpcAnalysisRecordAPI:
 
     def __init__(self, target: str, token: str | Callable[[], str], timeout: float = 10.0, *,
                  channel: grpc.Channel | None = None, retry_wait: float = 0.2):
-        if not token:
-            raise ValueError("a token is required: set FALCON_INTERNAL_TOKEN")
-        if timeout <= 0:
-            raise ValueError(f"timeout must be positive seconds; got {timeout}")
-        self.target = target
-        self.timeout = timeout
-        self._token = token if callable(token) else (lambda: token)
-        self._owns_channel = channel is None
-        self._channel = channel or grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
-        self.stub = analysis_pb2_grpc.AnalysisRecordServiceStub(self._channel)
+        super().__init__(target, token, timeout, channel=channel)
         self._retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(READ_ATTEMPTS),
             wait=tenacity.wait_exponential(multiplier=retry_wait, max=2.0),
             retry=tenacity.retry_if_exception_type(ApiUnavailable), reraise=True)
 
-    @classmethod
-    def from_settings(cls, timeout: float = 10.0) -> GrpcAnalysisRecordAPI:
-        """A client of `settings.FALCON_GRPC_TARGET` with the auth mode's service credentials.
-
-        Raises:
-            django.core.exceptions.ImproperlyConfigured: the mode's credentials are not set.
-        """
-        from django.conf import settings
-
-        from controllers.service_token import token_source_from_settings
-
-        target = getattr(settings, "FALCON_GRPC_TARGET", "") or "127.0.0.1:50051"
-        return cls(target, token_source_from_settings(), timeout)
-
-    def close(self) -> None:
-        """Close the channel if this client opened it."""
-        if self._owns_channel:
-            self._channel.close()
+    def _stubs(self, channel: grpc.Channel) -> None:
+        self.stub = analysis_pb2_grpc.AnalysisRecordServiceStub(channel)
 
     def call(self, method: Callable, request: Any) -> Any:
         """Call one stub method once with the deadline and credentials.

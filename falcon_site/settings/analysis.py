@@ -51,33 +51,29 @@ FALCON_ANALYZER_STATE_DIR = os.environ.get("FALCON_ANALYZER_STATE_DIR",
 FALCON_PLUGIN_DIR = os.environ.get("FALCON_PLUGIN_DIR", str(BASE_DIR / "plugins" / "bin"))
 
 
-def _positive_int(name: str, default: int) -> int:
+def _positive(name: str, default: int | float, kind: type = int) -> int | float:
+    """The environment variable `name` as a `kind` (int: a whole number >= 1; float: seconds
+    > 0), `default` when unset.
+
+    Raises:
+        ImproperlyConfigured: any other value, naming the variable and what it must be.
+    """
     raw = os.environ.get(name, "")
     try:
-        value = int(raw) if raw else default
+        value = kind(raw) if raw else default
     except ValueError:
         value = 0
-    if value < 1:
-        raise ImproperlyConfigured(f"{name} must be a whole number >= 1; got {raw!r}.")
-    return value
-
-
-def _positive_float(name: str, default: float) -> float:
-    raw = os.environ.get(name, "")
-    try:
-        value = float(raw) if raw else default
-    except ValueError:
-        value = 0.0
     if not value > 0:
-        raise ImproperlyConfigured(f"{name} must be a number of seconds > 0; got {raw!r}.")
+        what = "a whole number >= 1" if kind is int else "a number of seconds > 0"
+        raise ImproperlyConfigured(f"{name} must be {what}; got {raw!r}.")
     return value
 
 
 FALCON_ANALYSIS_CONCURRENCY = {
-    "offline": _positive_int("FALCON_ANALYSIS_OFFLINE_CONCURRENCY", 2),
-    "online": _positive_int("FALCON_ANALYSIS_ONLINE_CONCURRENCY", 2),
+    "offline": _positive("FALCON_ANALYSIS_OFFLINE_CONCURRENCY", 2),
+    "online": _positive("FALCON_ANALYSIS_ONLINE_CONCURRENCY", 2),
 }
-FALCON_ANALYSIS_POLL_SECONDS = _positive_float("FALCON_ANALYSIS_POLL_SECONDS", 10.0)
-FALCON_ANALYSIS_MAX_ATTEMPTS = _positive_int("FALCON_ANALYSIS_MAX_ATTEMPTS", 3)
-FALCON_ANALYSIS_BACKOFF_SECONDS = _positive_float("FALCON_ANALYSIS_BACKOFF_SECONDS", 2.0)
-FALCON_ANALYSIS_BACKOFF_MAX_SECONDS = _positive_float("FALCON_ANALYSIS_BACKOFF_MAX_SECONDS", 60.0)
+FALCON_ANALYSIS_POLL_SECONDS = _positive("FALCON_ANALYSIS_POLL_SECONDS", 10.0, float)
+FALCON_ANALYSIS_MAX_ATTEMPTS = _positive("FALCON_ANALYSIS_MAX_ATTEMPTS", 3)
+FALCON_ANALYSIS_BACKOFF_SECONDS = _positive("FALCON_ANALYSIS_BACKOFF_SECONDS", 2.0, float)
+FALCON_ANALYSIS_BACKOFF_MAX_SECONDS = _positive("FALCON_ANALYSIS_BACKOFF_MAX_SECONDS", 60.0, float)

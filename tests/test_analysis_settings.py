@@ -1,0 +1,38 @@
+"""The analyzer's settings refuse bad values at start, naming the variable."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load(**env: str) -> subprocess.CompletedProcess:
+    code = ("import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'falcon_site.settings'; "
+            "django.setup(); from django.conf import settings as s; "
+            "print(s.FALCON_ANALYSIS_CONCURRENCY, s.FALCON_ANALYSIS_POLL_SECONDS)")
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=60)
+
+
+@pytest.mark.parametrize("name,value,what", [
+    ("FALCON_ANALYSIS_ONLINE_CONCURRENCY", "0", "a whole number >= 1"),
+    ("FALCON_ANALYSIS_OFFLINE_CONCURRENCY", "two", "a whole number >= 1"),
+    ("FALCON_ANALYSIS_MAX_ATTEMPTS", "-1", "a whole number >= 1"),
+    ("FALCON_ANALYSIS_POLL_SECONDS", "0", "a number of seconds > 0"),
+    ("FALCON_ANALYSIS_BACKOFF_SECONDS", "nan", "a number of seconds > 0"),
+])
+def test_a_bad_value_is_refused_naming_the_variable(name, value, what):
+    result = load(**{name: value})
+    assert result.returncode != 0
+    assert f"{name} must be {what}; got {value!r}." in result.stderr
+
+
+def test_good_values_are_read():
+    result = load(FALCON_ANALYSIS_ONLINE_CONCURRENCY="3", FALCON_ANALYSIS_POLL_SECONDS="0.5")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "{'offline': 2, 'online': 3} 0.5"
