@@ -164,8 +164,14 @@ def test_a_dead_controller_is_restarted_and_the_apis_keep_serving(runlocal):
     instance.wait_running()
 
     def analyzer_pids() -> list[int]:
-        return [pid for pid in children_of(instance.proc.pid)
-                if b"analyzer" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        pids = []
+        for pid in children_of(instance.proc.pid):
+            try:
+                if b"analyzer" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    pids.append(pid)
+            except OSError:  # exited since it was listed
+                pass
+        return pids
 
     (first,) = analyzer_pids()
     os.kill(first, signal.SIGKILL)
