@@ -281,3 +281,13 @@ class ExpDetailSerializer(UTCModelSerializer):
                   "message", "created_at", "updated_at", "started_at", "finished_at",
                   "aborting_at", "aborted_at", "jobs", "artifact", "config"]
         read_only_fields = fields
+
+
+class ExpCreatedSerializer(ExpDetailSerializer):
+    """`ExpDetailSerializer` of the experiment `services.exp_create` returns, read from memory.
+
+    Its creator and artifact are loaded and its jobs are in `created_jobs`, so the 201 reply
+    costs no query; the fields and their values are those GetExp then reads.
+    """
+
+    jobs = JobOutputSerializer(many=True, read_only=True, source="created_jobs")
