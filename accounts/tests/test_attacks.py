@@ -32,6 +32,7 @@ def cold_cache() -> None:
                          enter=True)
 
 
+@pytest.mark.usefixtures("uncached_tokens")
 # -- AUTH-7: a certs answer without usable keys is an outage, not a lock-out -----------------------
 
 @pytest.mark.parametrize("document", [{"keys": []}, {}, {"keys": [{"kty": "EC", "kid": "x"}]},
