@@ -16,8 +16,12 @@ with a one-line reason: never a 500, and never the token itself in a message or 
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -76,6 +80,61 @@ class LocalKeySource:
         return jwt.PyJWK(issuer.public_jwk)
 
 
+class VerifiedTokens:
+    """Tokens this process has verified, by SHA-256 digest, with their claims: bounded, expiring.
+
+    A client sends the same token with every request until it expires; verifying it again (two
+    base64 passes, JSON, an RSA signature check) is most of authentication's cost. An entry
+    lives until the token's `exp` (the leeway is not granted from the cache: a token past `exp`
+    is verified again, and refused once past the leeway too) and at most `max_seconds`, so a key
+    removed from the key set stops being honoured within that time; at most `max_entries`
+    tokens are kept, the least recently used go first. Only successes are kept: a refused token
+    is verified, and refused, each time. The token itself is never kept, only its digest.
+    """
+
+    def __init__(self, *, max_seconds: float, max_entries: int = 4096):
+        self.max_seconds = max_seconds
+        self.max_entries = max_entries
+        self._entries: OrderedDict[bytes, tuple[float, dict[str, Any]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def digest(token: str) -> bytes:
+        """Return the cache key of `token`."""
+        return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+
+    def get(self, key: bytes) -> dict[str, Any] | None:
+        """Return a copy of the claims cached under `key`, or None (absent or expired)."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            if entry[0] <= time.time():
+                del self._entries[key]
+                return None
+            self._entries.move_to_end(key)
+            return dict(entry[1])
+
+    def put(self, key: bytes, claims: dict[str, Any]) -> None:
+        """Keep the claims of a verified token until its `exp`, at most `max_seconds`."""
+        exp = claims.get("exp")
+        if self.max_seconds <= 0 or not isinstance(exp, (int, float)):
+            return
+        expires = min(time.time() + self.max_seconds, float(exp))
+        if expires <= time.time():
+            return
+        with self._lock:
+            self._entries[key] = (expires, dict(claims))
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        """Forget every token."""
+        with self._lock:
+            self._entries.clear()
+
+
 class TokenVerifier:
     """Verify RS256 access tokens.
 
@@ -84,15 +143,19 @@ class TokenVerifier:
         audiences: accepted `aud` values; a token's `aud` (list or string) must contain one.
         issuer: the required `iss`.
         leeway: clock skew allowed on `exp`, `nbf`, `iat`, in seconds.
+        cache_seconds: keep verified tokens this long at most (`VerifiedTokens`); 0 verifies
+            every token every time.
     """
 
-    def __init__(self, keys: KeySource, *, audiences: list[str], issuer: str, leeway: int = 30):
+    def __init__(self, keys: KeySource, *, audiences: list[str], issuer: str, leeway: int = 30,
+                 cache_seconds: float = 0):
         if not audiences:
             raise ValueError("a verifier needs at least one audience: the check is never skipped")
         self.keys = keys
         self.audiences = audiences
         self.issuer = issuer
         self.leeway = leeway
+        self.verified = VerifiedTokens(max_seconds=cache_seconds) if cache_seconds > 0 else None
 
     def _retry_after(self) -> int:
         retry = getattr(self.keys, "retry_after", None)
@@ -101,12 +164,25 @@ class TokenVerifier:
     def verify(self, token: str) -> dict[str, Any]:
         """Return the token's claims after checking signature, `alg`, `exp`, `iat`, `iss`, `aud`.
 
+        A token this verifier accepted before and whose cache entry is still live
+        (`VerifiedTokens`) is not checked again.
+
         Raises:
             InvalidToken: any check fails; `reason` is safe to show and to log.
             KeysUnavailable: no signing key can be had now (an outage, not a bad token).
         """
         if not token or len(token) > MAX_TOKEN_BYTES:
             raise InvalidToken(f"token is empty or longer than {MAX_TOKEN_BYTES} bytes")
+        if self.verified is None:
+            return self._verify(token)
+        key = self.verified.digest(token)
+        claims = self.verified.get(key)
+        if claims is None:
+            claims = self._verify(token)
+            self.verified.put(key, claims)
+        return claims
+
+    def _verify(self, token: str) -> dict[str, Any]:
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:
@@ -244,7 +320,8 @@ def default_verifier() -> TokenVerifier:
     else:
         keys = LocalKeySource()
     return TokenVerifier(keys, audiences=list(conf.audiences), issuer=conf.issuer,
-                         leeway=conf.leeway)
+                         leeway=conf.leeway,
+                         cache_seconds=getattr(settings, "FALCON_AUTH_TOKEN_CACHE_SECONDS", 0))
 
 
 # Where a request carries its token, in the order they are tried: the header Cloudflare Access sets

@@ -17,9 +17,10 @@ What it does, in order:
    default unless `--conn-max-age` is given);
 4. for each measured operation, runs `--clients` client threads (one httpx client each) for
    `--seconds` seconds against 127.0.0.1 only, and prints requests per second and the
-   50th/95th/99th percentile latency in milliseconds. The list operations are: no filter, each
-   filter (`status`, `creator`, `cluster_name`, `exp_type`), page 1 and page 21 (the cursor of
-   page 21 is found by following `next` links first), and `search`; then create.
+   50th/95th/99th percentile latency in milliseconds, and the CPU the client itself used per
+   request (it shares the machine's CPUs with the server). The list operations are: no filter,
+   each filter (`status`, `creator`, `cluster_name`, `exp_type`), page 1 and page 21 (the cursor
+   of page 21 is found by following `next` links first), and `search`; then create.
 
 Authentication is the local mode's: a token of the local issuer for a seeded user.
 
@@ -252,6 +253,10 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=8.0, help="per operation")
     parser.add_argument("--workers", type=int, default=4, help="gunicorn workers")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="threads per worker (more than 1: gunicorn's gthread worker)")
+    parser.add_argument("--keep-alive", type=int, default=None,
+                        help="gunicorn --keep-alive seconds (gthread keeps connections open)")
     parser.add_argument("--conn-max-age", default=None,
                         help="FALCON_DB_CONN_MAX_AGE for the server (default: the settings')")
     parser.add_argument("--only", default="", help="comma list of operation names to run")
@@ -283,9 +288,14 @@ def main() -> None:
 
         port = free_port()
         base = f"http://127.0.0.1:{port}"
+        command = [GUNICORN, "falcon_site.wsgi", "--bind", f"127.0.0.1:{port}", "--workers",
+                   str(args.workers), "--timeout", "60"]
+        if args.threads > 1:
+            command += ["--worker-class", "gthread", "--threads", str(args.threads)]
+        if args.keep_alive is not None:
+            command += ["--keep-alive", str(args.keep_alive)]
         server = subprocess.Popen(
-            [GUNICORN, "falcon_site.wsgi", "--bind", f"127.0.0.1:{port}", "--workers",
-             str(args.workers), "--timeout", "60"],
+            command,
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True)
         wait_ready(base, server)
@@ -303,15 +313,16 @@ def main() -> None:
         only = {name.strip() for name in args.only.split(",") if name.strip()}
 
         print(f"# {args.clients} clients, {args.seconds:g} s each, gunicorn {args.workers} "
-              f"workers, {os.cpu_count()} CPUs", flush=True)
+              f"workers x {args.threads} thread(s), {os.cpu_count()} CPUs", flush=True)
         print(f"{'operation':<20} {'req/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
-              f"{'errors':>6}", flush=True)
+              f"{'errors':>6} {'client cpu ms/req':>17}", flush=True)
         for label, url in ops:
             if only and label not in only:
                 continue
             if url is None and label != "create":
                 print(f"{label:<20} (skipped: the list has fewer pages)", flush=True)
                 continue
+            cpu0 = time.process_time()
             if label == "create":
                 run = uuid.uuid4().hex[:6]
 
@@ -323,9 +334,10 @@ def main() -> None:
                                           args.clients, method="POST", body_for=body)
             else:
                 lat, errors, wall = drive(url, headers, args.seconds, args.clients)
+            client_cpu = (time.process_time() - cpu0) * 1000 / max(len(lat), 1)
             print(f"{label:<20} {len(lat) / wall:8.1f} {percentile(lat, 50):8.1f} "
-                  f"{percentile(lat, 95):8.1f} {percentile(lat, 99):8.1f} {errors:6d}",
-                  flush=True)
+                  f"{percentile(lat, 95):8.1f} {percentile(lat, 99):8.1f} {errors:6d} "
+                  f"{client_cpu:17.2f}", flush=True)
     finally:
         if server is not None and server.poll() is None:
             os.killpg(server.pid, signal.SIGTERM)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -111,8 +112,10 @@ def after(keys: list[Key], values: tuple[Any, ...], *, reverse: bool = False) ->
     return condition
 
 
-def values_of(row: models.Model, keys: list[Key]) -> tuple[Any, ...]:
-    """Return the key values of `row`."""
+def values_of(row: models.Model | Mapping[str, Any], keys: list[Key]) -> tuple[Any, ...]:
+    """Return the key values of `row`: a model instance, or a `.values()` row (a dict)."""
+    if isinstance(row, Mapping):
+        return tuple(row[key.name] for key in keys)
     return tuple(getattr(row, key.name) for key in keys)
 
 

@@ -10,6 +10,7 @@ from django.db.models import Prefetch, QuerySet
 from accounts.models import User
 from artifacts.models import Artifact
 from core.errors import NotFound
+from core.prepared import IdsQuery
 from jobs.models import Job
 
 from .filters import ExperimentFilter
@@ -34,19 +35,20 @@ def exp_summary_queryset() -> QuerySet[Experiment]:
 
 # The columns of a list row: no config, no task specs (both may be large, and a list never
 # shows them; GetExp does).
-LIST_FIELDS = ("id", "name", "creator", "cluster_name", "exp_type", "artifact_path", "priority",
-               "status", "reason", "message", "created_at", "updated_at", "started_at",
-               "finished_at", "aborting_at", "aborted_at")
+LIST_FIELDS = ("id", "name", "creator_id", "cluster_name", "exp_type", "artifact_path",
+               "priority", "status", "reason", "message", "created_at", "updated_at",
+               "started_at", "finished_at", "aborting_at", "aborted_at")
 
 
-def exp_list_queryset() -> QuerySet[Experiment]:
-    """The experiments of the HTTP ListExps: the list row's columns only, no join.
+def exp_list_queryset() -> QuerySet:
+    """The experiments of the HTTP ListExps: the list row's columns only, no join, as dicts.
 
     Without a join the database starts from the experiments table and walks the index of the
     filter in list order (`Experiment.Meta.indexes`); the page's creators, jobs and artifacts
-    are read afterwards, one query each for the whole page (`exp_list_rows`).
+    are read afterwards, one query each for the whole page (`exp_list_related`). Rows are
+    `.values()` dicts keyed by `LIST_FIELDS`: a page builds no model instances.
     """
-    return Experiment.objects.only(*LIST_FIELDS)
+    return Experiment.objects.values(*LIST_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -58,27 +60,44 @@ class ListRelated:
     artifacts: dict[int, dict[str, Any]]  # experiment id -> its artifact's summary
 
 
-def exp_list_related(page: list[Experiment], *, job_fields: Sequence[str],
+def exp_list_related(page: Sequence[Mapping[str, Any]], *, job_fields: Sequence[str],
                      artifact_fields: Sequence[str]) -> ListRelated:
     """Read the creators, jobs and artifacts of a page of experiments: one query each.
 
+    Each query is compiled once per process and thread (`core.prepared.IdsQuery`), not per page.
+
     Args:
-        page: the experiments of one list page.
+        page: the experiments of one list page, as `exp_list_queryset` rows (`id`,
+            `creator_id`, ...).
         job_fields, artifact_fields: the columns to read (`.values()`), `id` included.
     """
-    ids = [exp.id for exp in page]
+    ids = [exp["id"] for exp in page]
     if not ids:
         return ListRelated({}, {}, {})
-    emails = dict(User.objects.filter(pk__in={exp.creator_id for exp in page})
-                  .values_list("pk", "email"))
+    emails = {row["pk"]: row["email"]
+              for row in _creator_emails(sorted({exp["creator_id"] for exp in page}))}
     jobs: dict[int, list[dict[str, Any]]] = {}
-    for job in (Job.objects.filter(experiment_id__in=ids).order_by("experiment_id", "role")
-                .values("experiment_id", *job_fields)):
+    for job in _related_query(Job, tuple(job_fields))(ids):
         jobs.setdefault(job["experiment_id"], []).append(job)
-    artifacts = {artifact["experiment_id"]: artifact for artifact in
-                 Artifact.objects.filter(experiment_id__in=ids)
-                 .values("experiment_id", *artifact_fields)}
+    artifacts = {artifact["experiment_id"]: artifact
+                 for artifact in _related_query(Artifact, tuple(artifact_fields))(ids)}
     return ListRelated(emails, jobs, artifacts)
+
+
+_creator_emails = IdsQuery(lambda ids: User.objects.filter(pk__in=ids).values("pk", "email"),
+                           sentinel=lambda i: f"\x00{i}")
+_related_queries: dict[tuple[type, tuple[str, ...]], IdsQuery] = {}
+
+
+def _related_query(model: type, fields: tuple[str, ...]) -> IdsQuery:
+    """The query of the `fields` of the jobs (by role) or the artifact of a page's experiments."""
+    query = _related_queries.get((model, fields))
+    if query is None:
+        ordering = ("experiment_id", "role") if model is Job else ("experiment_id",)
+        query = _related_queries.setdefault((model, fields), IdsQuery(
+            lambda ids: model.objects.filter(experiment_id__in=ids).order_by(*ordering)
+            .values("experiment_id", *fields)))
+    return query
 
 
 def exp_get_summary(*, exp_id: int) -> Experiment:

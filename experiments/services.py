@@ -10,6 +10,7 @@ skip a rule.
 from __future__ import annotations
 
 import re
+import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -41,17 +42,25 @@ ARTIFACT_SCHEMES = ("file", "gs")
 ARTIFACT_TYPE = re.compile(r"^[a-z][a-z0-9_-]*$")
 
 
-def artifact_path_for(*, exp_id: int, name: str, root: str | None = None) -> str:
-    """Return where experiment `exp_id` writes its artifacts: `<root>/<exp_id>-<name>`.
+def artifact_path_for(*, name: str, root: str | None = None, unique: str | None = None) -> str:
+    """Return where a new experiment writes its artifacts: `<root>/<name>-<unique>`.
+
+    The folder is known before the experiment's row is written (CreateExp inserts it with its
+    path: one INSERT, no UPDATE of the new row), so it is named by the experiment's name and 16
+    random hexadecimal digits (64 bits) rather than by the id: a new experiment never shares a
+    folder with an earlier one of the same name, deleted or not. Jobs write under
+    `<path>/<role>`. Experiments created before this layout keep the `<root>/<id>-<name>`
+    folders stored in their rows; every reader (the exp controller, the cluster backends, the
+    analyzer) reads the stored path, never derives it.
 
     Args:
-        exp_id: the experiment's id.
         name: the experiment's (validated) name.
         root: the artifact root URL (`file:///...` or `gs://bucket/prefix`); defaults to
             `settings.FALCON_ARTIFACT_ROOT`.
+        unique: the folder's suffix (tests); defaults to `secrets.token_hex(8)`.
     """
     root = (root or settings.FALCON_ARTIFACT_ROOT).rstrip("/")
-    return f"{root}/{exp_id}-{name}"
+    return f"{root}/{name}-{unique or secrets.token_hex(8)}"
 
 
 def exp_may_change(*, exp: Experiment, actor) -> bool:
@@ -92,7 +101,10 @@ def exp_create(*, creator, name: Any, cluster_name: Any, exp_type: Any,
         priority: integer, default -1.
 
     Returns:
-        The created experiment (status Created; its jobs Pending; its artifact Created).
+        The created experiment (status Created; its jobs Pending; its artifact Created), with
+        its `creator` and `artifact` loaded and its jobs, by role, in `created_jobs`: a reply
+        can be built from it without reading anything back. One transaction of three INSERTs
+        (`artifact_path_for` names the folder before the row exists).
 
     Raises:
         PermissionDenied: `creator` is not a user (a service principal).
@@ -105,19 +117,18 @@ def exp_create(*, creator, name: Any, cluster_name: Any, exp_type: Any,
     data = validate_create(name=name, cluster_name=cluster_name, exp_type=exp_type,
                            role_to_task_spec=role_to_task_spec, config=config,
                            priority=priority)
+    path = artifact_path_for(name=data["name"])
     with transaction.atomic():
-        exp = Experiment.objects.create(creator=creator, **data)
-        # The path needs the id, which exists only after the INSERT; same transaction.
-        exp.artifact_path = artifact_path_for(exp_id=exp.pk, name=exp.name)
-        Experiment.objects.filter(pk=exp.pk).update(artifact_path=exp.artifact_path)
-        Job.objects.bulk_create([
+        # Three INSERTs: the experiment with its path, its jobs in one statement, its artifact.
+        exp = Experiment.objects.create(creator=creator, artifact_path=path, **data)
+        jobs = Job.objects.bulk_create([
             Job(experiment=exp, cluster_name=exp.cluster_name, exp_type=exp.exp_type,
-                role=role, task_spec=spec, artifact_path=f"{exp.artifact_path}/{role}",
+                role=role, task_spec=spec, artifact_path=f"{path}/{role}",
                 priority=exp.priority)
-            for role, spec in data["role_to_task_spec"].items()
+            for role, spec in sorted(data["role_to_task_spec"].items())
         ])
-        Artifact.objects.create(experiment=exp, path=exp.artifact_path,
-                                artifact_type=exp.exp_type)
+        Artifact.objects.create(experiment=exp, path=path, artifact_type=exp.exp_type)
+    exp.created_jobs = jobs
     return exp
 
 

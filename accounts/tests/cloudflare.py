@@ -199,3 +199,15 @@ def cloudflare(settings) -> Iterator[CloudflareAccess]:
         yield CloudflareAccess(certs=server, current=current, previous=previous)
     finally:
         server.close()
+
+
+@pytest.fixture
+def uncached_tokens(settings):
+    """Verify every request's token (no `VerifiedTokens` cache): for tests of the key set.
+
+    A token verified in the last `FALCON_AUTH_TOKEN_CACHE_SECONDS` is honoured without a key
+    (accounts/tests/test_verified_tokens.py); tests of fetching, outages and stale keys watch
+    each request reach the key source.
+    """
+    settings.FALCON_AUTH_TOKEN_CACHE_SECONDS = 0
+

@@ -178,6 +178,7 @@ def test_expiry_within_the_leeway_is_accepted_and_beyond_it_refused(api, cloudfl
 
 # -- AUTH-7: a certs answer without usable keys is an outage, not a lock-out -----------------------
 
+@pytest.mark.usefixtures("uncached_tokens")
 @pytest.mark.parametrize("document", [{"keys": []}, {}, {"keys": [{"kty": "EC", "kid": "x"}]},
                                       {"keys": "nope"}])
 def test_certs_without_usable_keys_keep_the_last_good_keys_and_the_cooldown(

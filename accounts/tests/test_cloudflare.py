@@ -224,6 +224,7 @@ def test_unknown_kids_do_not_hammer_the_certs_endpoint(api, cloudflare, settings
     assert cloudflare.certs.hits == 1
 
 
+@pytest.mark.usefixtures("uncached_tokens")
 def test_certs_down_with_a_warm_cache_keeps_serving_the_last_good_keys(
         api, cloudflare, settings, caplog):
     settings.FALCON_AUTH_JWKS_LIFESPAN_SECONDS = 0.2
@@ -247,6 +248,7 @@ def test_certs_down_with_a_warm_cache_keeps_serving_the_last_good_keys(
     assert cloudflare.certs.hits == 3
 
 
+@pytest.mark.usefixtures("uncached_tokens")
 def test_stale_keys_serve_only_for_a_bounded_time(api, cloudflare, settings):
     settings.FALCON_AUTH_JWKS_LIFESPAN_SECONDS = 0.1
     settings.FALCON_AUTH_JWKS_STALE_SECONDS = 0.4
@@ -411,6 +413,7 @@ def test_tokens_never_appear_in_logs(api, cloudflare, settings, caplog):
         assert token.split(".")[-1] not in caplog.text
 
 
+@pytest.mark.usefixtures("uncached_tokens")
 @pytest.mark.parametrize("body", [b"<html><body>502 Bad Gateway</body></html>",
                                   b'{"keys": [', b"[1, 2, 3]"])
 def test_a_malformed_certs_answer_is_an_outage_not_a_500(api, cloudflare, settings, body):

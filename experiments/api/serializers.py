@@ -239,26 +239,29 @@ def _summary(row: Mapping, fields: list[str]) -> dict:
     return {name: (utc_iso(row[name]) if name.endswith("_at") else row[name]) for name in fields}
 
 
-def list_rows(page: list[Experiment], related: ListRelated) -> list[dict]:
+def list_rows(page: list[Mapping], related: ListRelated) -> list[dict]:
     """Return the list rows of `page` (the shape of `ExpListItemSerializer`), built directly.
 
     Args:
-        page: the experiments of the page (`selectors.exp_list_queryset` columns).
+        page: the experiments of the page (`selectors.exp_list_queryset` rows: dicts).
         related: their creators' emails, jobs and artifacts (`selectors.exp_list_related`).
     """
     rows = []
+    emails, jobs, artifacts = related.emails, related.jobs, related.artifacts
     for exp in page:
-        row = {"id": exp.id, "name": exp.name, "creator": related.emails.get(exp.creator_id),
-               "creator_id": exp.creator_id, "cluster_name": exp.cluster_name,
-               "exp_type": exp.exp_type, "artifact_path": exp.artifact_path,
-               "priority": exp.priority, "status": exp.status, "reason": exp.reason,
-               "message": exp.message, "created_at": utc_iso(exp.created_at),
-               "updated_at": utc_iso(exp.updated_at), "started_at": utc_iso(exp.started_at),
-               "finished_at": utc_iso(exp.finished_at),
-               "aborting_at": utc_iso(exp.aborting_at), "aborted_at": utc_iso(exp.aborted_at),
-               "jobs": [_summary(job, JOB_SUMMARY_FIELDS)
-                        for job in related.jobs.get(exp.id, ())]}
-        artifact = related.artifacts.get(exp.id)
+        exp_id = exp["id"]
+        row = {"id": exp_id, "name": exp["name"], "creator": emails.get(exp["creator_id"]),
+               "creator_id": exp["creator_id"], "cluster_name": exp["cluster_name"],
+               "exp_type": exp["exp_type"], "artifact_path": exp["artifact_path"],
+               "priority": exp["priority"], "status": exp["status"], "reason": exp["reason"],
+               "message": exp["message"], "created_at": utc_iso(exp["created_at"]),
+               "updated_at": utc_iso(exp["updated_at"]),
+               "started_at": utc_iso(exp["started_at"]),
+               "finished_at": utc_iso(exp["finished_at"]),
+               "aborting_at": utc_iso(exp["aborting_at"]),
+               "aborted_at": utc_iso(exp["aborted_at"]),
+               "jobs": [_summary(job, JOB_SUMMARY_FIELDS) for job in jobs.get(exp_id, ())]}
+        artifact = artifacts.get(exp_id)
         if artifact is not None:  # as DRF does: no artifact, no key
             row["artifact"] = _summary(artifact, ARTIFACT_SUMMARY_FIELDS)
         rows.append(row)
@@ -281,3 +284,13 @@ class ExpDetailSerializer(UTCModelSerializer):
                   "message", "created_at", "updated_at", "started_at", "finished_at",
                   "aborting_at", "aborted_at", "jobs", "artifact", "config"]
         read_only_fields = fields
+
+
+class ExpCreatedSerializer(ExpDetailSerializer):
+    """`ExpDetailSerializer` of the experiment `services.exp_create` returns, read from memory.
+
+    Its creator and artifact are loaded and its jobs are in `created_jobs`, so the 201 reply
+    costs no query; the fields and their values are those GetExp then reads.
+    """
+
+    jobs = JobOutputSerializer(many=True, read_only=True, source="created_jobs")

@@ -20,8 +20,8 @@ from core.filters import MAX_ID, MAX_NAME_CHARS
 from .. import selectors, services
 from ..filters import SEARCH_HELP, ExperimentFilter
 from .serializers import (
-    ARTIFACT_SUMMARY_FIELDS, JOB_SUMMARY_FIELDS, ExpCreateInputSerializer, ExpDetailSerializer,
-    ExpListItemSerializer, list_rows,
+    ARTIFACT_SUMMARY_FIELDS, JOB_SUMMARY_FIELDS, ExpCreatedSerializer, ExpCreateInputSerializer,
+    ExpDetailSerializer, ExpListItemSerializer, list_rows,
 )
 
 
@@ -118,11 +118,11 @@ class ExpListCreateView(generics.ListAPIView):
         return ExpListItemSerializer
 
     def post(self, request):
+        """CreateExp: one transaction of three INSERTs; the reply is built without a read-back."""
         data = ExpCreateInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         exp = services.exp_create(creator=request.user, **data.validated_data)
-        exp = selectors.exp_get(exp_id=exp.pk)
-        return Response(ExpDetailSerializer(exp).data, status=status.HTTP_201_CREATED)
+        return Response(ExpCreatedSerializer(exp).data, status=status.HTTP_201_CREATED)
 
 
 # The path's experiment id as the server reads it (`IdConverter`, `core.numbers`): ASCII digits,

@@ -43,6 +43,20 @@ def test_create_returns_exp_with_jobs_and_artifact(auth_api):
     assert Experiment.objects.get().config == BODY["config"]
 
 
+def test_create_replies_what_get_reads_without_reading_it_back(auth_api, alice,
+                                                              django_assert_max_num_queries):
+    roles = {"worker": BODY["role_to_task_spec"]["main"],
+             "main": {"command": "python -u bench.py", "replica": 2}}
+    # The token's user (writes always read it), then the transaction's three INSERTs.
+    with django_assert_max_num_queries(6) as ctx:
+        res = auth_api.post("/api/v1/exps", {**BODY, "role_to_task_spec": roles}, format="json")
+    assert res.status_code == 201, res.content
+    assert [q["sql"].split()[0].upper() for q in ctx.captured_queries].count("SELECT") == 1
+    created = res.json()
+    assert [job["role"] for job in created["jobs"]] == ["main", "worker"]
+    assert created == auth_api.get(f"/api/v1/exps/{created['id']}").json()
+
+
 @pytest.mark.parametrize("patch,field", [
     ({"name": None}, "name"),
     ({"role_to_task_spec": {}}, "role_to_task_spec"),

@@ -1,6 +1,8 @@
 """CreateExp, AbortExp, DeleteExp: the service layer that every interface calls."""
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.db import IntegrityError
 
@@ -28,13 +30,40 @@ def test_create_writes_exp_jobs_and_artifact(user, settings):
                  config=config)
     exp.refresh_from_db()
     assert exp.status == "Created" and exp.config == config
-    assert exp.artifact_path == f"{settings.FALCON_ARTIFACT_ROOT}/{exp.pk}-model-profiling-001"
+    assert re.fullmatch(re.escape(f"{settings.FALCON_ARTIFACT_ROOT}/model-profiling-001-")
+                        + "[0-9a-f]{16}", exp.artifact_path)
     jobs = {j.role: j for j in exp.jobs.all()}
     assert set(jobs) == {"main", "worker"}
     assert all(j.status == "Pending" for j in jobs.values())
     assert jobs["main"].task_spec["replica"] == 2
     assert jobs["worker"].artifact_path == f"{exp.artifact_path}/worker"
     assert exp.artifact.status == "Created" and exp.artifact.path == exp.artifact_path
+
+
+def test_create_gives_each_experiment_its_own_folder_even_under_the_same_name(user):
+    first, second = create(user), create(user)
+    assert first.artifact_path != second.artifact_path
+    assert Artifact.objects.get(experiment=second).path == second.artifact_path
+
+
+def test_create_is_three_inserts_in_one_transaction(user, django_assert_max_num_queries):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    roles = {"main": task_spec(), "worker": task_spec(), "eval": task_spec()}
+    with CaptureQueriesContext(connection) as ctx, django_assert_max_num_queries(5):
+        exp = create(user, role_to_task_spec=roles)
+    statements = [q["sql"].split()[0].upper() for q in ctx.captured_queries]
+    # The test runs inside a transaction, so atomic() is a savepoint here, BEGIN/COMMIT live.
+    assert statements == ["SAVEPOINT", "INSERT", "INSERT", "INSERT", "RELEASE"]
+    assert not any(q["sql"].upper().startswith(("UPDATE", "SELECT")) for q in ctx.captured_queries)
+    # The returned experiment carries what a reply shows, as stored.
+    assert [job.role for job in exp.created_jobs] == ["eval", "main", "worker"]
+    assert all(job.pk for job in exp.created_jobs) and exp.artifact.pk
+    stored = Experiment.objects.get(pk=exp.pk)
+    assert stored.artifact_path == exp.artifact_path
+    assert {j.pk: j.artifact_path for j in stored.jobs.all()} == {
+        j.pk: f"{exp.artifact_path}/{j.role}" for j in exp.created_jobs}
 
 
 def test_create_normalises_envs(user):

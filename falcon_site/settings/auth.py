@@ -12,6 +12,9 @@ Environment variables:
 - `FALCON_AUTH_MODE`: `local` (default) or `cloudflare`.
 - `FALCON_AUTH_USER_CACHE_SECONDS`: how long a process keeps a token's user instead of reading
   it per request (default 300; never beyond the token's expiry).
+- `FALCON_AUTH_TOKEN_CACHE_SECONDS`: how long a process keeps a verified token (by its SHA-256
+  digest) instead of verifying it per request (default 60; never beyond the token's expiry; 0
+  verifies every request).
 - `FALCON_AUTH_JWKS_URL`: local mode, the key set the verifier uses (default: the embedded
   issuer's key, without an HTTP round trip).
 - `FALCON_AUTH_AUDIENCE`: local mode, the accepted `aud` values, comma-separated (default
@@ -55,6 +58,11 @@ FALCON_AUTH_MODE = os.environ.get("FALCON_AUTH_MODE", "local")
 # Seconds a token's user is kept per process (accounts.authentication.UserCache); at most the
 # token's own lifetime.
 FALCON_AUTH_USER_CACHE_SECONDS = int(os.environ.get("FALCON_AUTH_USER_CACHE_SECONDS", "300"))
+# Seconds a verified token's claims are kept per process (accounts.verifier.VerifiedTokens); at
+# most the token's own lifetime. A key removed from the key set stops counting within this time,
+# and during a certs outage a token verified this recently keeps working (the stale key set,
+# FALCON_AUTH_JWKS_STALE_SECONDS, would accept it too).
+FALCON_AUTH_TOKEN_CACHE_SECONDS = int(os.environ.get("FALCON_AUTH_TOKEN_CACHE_SECONDS", "60"))
 if FALCON_AUTH_MODE not in {"local", "cloudflare"}:
     raise ImproperlyConfigured(
         f"FALCON_AUTH_MODE={FALCON_AUTH_MODE!r} is not known: set it to 'local' or 'cloudflare'."

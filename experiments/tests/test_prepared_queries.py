@@ -1,0 +1,67 @@
+"""A list page's related reads (`core.prepared.IdsQuery`) return what the ORM returns, compiled
+once per size bucket, for any number of ids."""
+from __future__ import annotations
+
+import pytest
+
+from accounts.models import User
+from artifacts.models import Artifact
+from core.prepared import BUCKETS, IdsQuery, bucket
+from experiments.api.serializers import ARTIFACT_SUMMARY_FIELDS, JOB_SUMMARY_FIELDS
+from experiments.selectors import _creator_emails, _related_query
+from experiments.tests.factories import make_exp
+from jobs.models import Job
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def exps(user):
+    from accounts.tests.factories import UserFactory
+
+    other = UserFactory()
+    return [make_exp(creator=user if i % 2 else other, name=f"exp-{i}",
+                     roles=("main", "worker") if i % 3 else ("main",)) for i in range(7)]
+
+
+def test_buckets_cover_every_page_size():
+    assert [bucket(n) for n in (1, 3, 50, 51, 52, 500, 501)] == [1, 4, 51, 51, 64, 501, 501]
+    assert bucket(BUCKETS[-1] + 1) is None
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 7])
+def test_related_reads_equal_the_orm(exps, count):
+    ids = [exp.pk for exp in exps][:count]
+    assert _related_query(Job, tuple(JOB_SUMMARY_FIELDS))(ids) == list(
+        Job.objects.filter(experiment_id__in=ids).order_by("experiment_id", "role")
+        .values("experiment_id", *JOB_SUMMARY_FIELDS))
+    assert _related_query(Artifact, tuple(ARTIFACT_SUMMARY_FIELDS))(ids) == list(
+        Artifact.objects.filter(experiment_id__in=ids).order_by("experiment_id")
+        .values("experiment_id", *ARTIFACT_SUMMARY_FIELDS))
+    creators = sorted({exp.creator_id for exp in exps[:count]})
+    assert _creator_emails(creators) == list(
+        User.objects.filter(pk__in=creators).values("pk", "email"))
+
+
+def test_a_query_is_compiled_once_per_bucket_and_falls_back_beyond_the_largest(exps, monkeypatch):
+    query = IdsQuery(lambda ids: Job.objects.filter(experiment_id__in=ids).order_by("id")
+                     .values("id", "role"))
+    compiled = []
+    original = IdsQuery._compile
+    monkeypatch.setattr(IdsQuery, "_compile",
+                        lambda self, alias, size: compiled.append(size) or original(self, alias,
+                                                                                       size))
+    ids = [exp.pk for exp in exps]
+    expected = list(Job.objects.filter(experiment_id__in=ids).order_by("id").values("id", "role"))
+    assert query(ids) == query(ids[::-1]) == expected
+    assert query(ids + list(range(10**6, 10**6 + BUCKETS[-1]))) == expected  # no bucket: ORM
+    assert compiled == [8]
+
+
+def test_a_query_with_other_parameters_is_run_by_the_orm(exps):
+    query = IdsQuery(lambda ids: Job.objects.filter(experiment_id__in=ids, role="worker")
+                     .order_by("id").values("id"))
+    ids = [exp.pk for exp in exps]
+    assert query(ids) == list(Job.objects.filter(experiment_id__in=ids, role="worker")
+                              .order_by("id").values("id"))
+    assert query._local.compiled == {("default", 8): ()}
