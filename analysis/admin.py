@@ -59,7 +59,8 @@ class AnalysisRecordAdmin(ReadOnlyAdminMixin, FilterSetAdminMixin, admin.ModelAd
     list_select_related = ("experiment", "creator")
     actions = [cancel_analyses]
     fields = ("analysis_id", "name", "experiment", "artifact", "creator", "analysis_type",
-              "plugin_name", "command", "script_content", "status", "reason", "error_message",
+              "plugin_name", "command", "script_name", "script_content", "status", "reason",
+              "error_message",
               "result_path", "attempts", "cluster_object_name", "created_at", "updated_at",
               "started_at", "finished_at", "log_tail", "results")
 

@@ -109,7 +109,9 @@ def analysis_group() -> None:
 @click.option("--command", help="Run this shell command instead of a plugin. Exclusive with "
                                 "--plugin.")
 @click.option("--script", "script_file", metavar="FILE",
-              help="A UTF-8 file (at most 1 MiB) sent along with --command for it to run.")
+              help="A UTF-8 file (at most 1 MiB) sent along with --command for it to run; the "
+                   "run saves it under its base name in the work folder (run.py for "
+                   "dir/run.py), and as $FALCON_SCRIPT.")
 @click.option("--name", help="A name for the analysis.")
 @click.option("--cpu-request", metavar="Q", help="CPU request, a Kubernetes quantity (500m, 2).")
 @click.option("--cpu-limit", metavar="Q", help="CPU limit, a Kubernetes quantity.")
@@ -149,7 +151,11 @@ def create(env, exp_id: int, plugin: str | None, command: str | None, script_fil
     if command is not None:
         body["command"] = command
     if script_file is not None:
+        import os
+
         body["script"] = read_script_file(script_file)
+        # The run saves the script under this name too, so `--command 'python run.py'` works.
+        body["script_name"] = os.path.basename(script_file)
     if name is not None:
         body["name"] = name
     given = dict(zip(RESOURCE_OPTIONS, (cpu_request, cpu_limit, memory_request, memory_limit)))

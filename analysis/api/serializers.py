@@ -17,6 +17,8 @@ from core.filters import MAX_ID
 from experiments.api.serializers import StrictCharField, StrictIntegerField, StrictSerializer
 
 from .. import selectors
+from plugins.rules import SCRIPT_NAME_MAX_CHARS
+
 from ..models import SCRIPT_MAX_BYTES, AnalysisRecord
 from ..services import (
     COMMAND_MAX_BYTES, NAME_MAX_CHARS, PLUGIN_NAME_MAX_CHARS, validate_create_fields,
@@ -72,6 +74,11 @@ class AnalysisCreateInputSerializer(StrictSerializer):
                              validators=[_no_nul("send a text script")],
                              help_text=f"The script's text, at most {SCRIPT_MAX_BYTES} bytes "
                                        "(1 MiB) in UTF-8.")
+    script_name = StrictCharField(
+        required=False, allow_blank=True, default="", trim_whitespace=False,
+        help_text="The script's file name (e.g. run.py): the run saves the script under it in "
+                  "its work folder, besides $FALCON_SCRIPT. A plain file name: no '/', no NUL, "
+                  f"at most {SCRIPT_NAME_MAX_CHARS} characters, not '.' or '..'.")
     name = StrictCharField(required=False, allow_blank=True, default="",
                            max_length=NAME_MAX_CHARS, validators=[_no_nul("send plain text")])
     resources = ResourcesSerializer(required=False)
@@ -85,7 +92,7 @@ class AnalysisCreateInputSerializer(StrictSerializer):
         errors = validate_create_fields(
             name=attrs.get("name", ""), analysis_type="online",
             plugin_name=attrs.get("plugin", ""), command=attrs.get("command", ""),
-            script_content=attrs.get("script", ""))
+            script_content=attrs.get("script", ""), script_name=attrs.get("script_name", ""))
         if errors:
             request_field = {domain: field for field, domain in DOMAIN_FIELD.items()}
             raise serializers.ValidationError(
@@ -107,6 +114,7 @@ class AnalysisSerializer(serializers.Serializer):
     command = serializers.CharField(read_only=True)
     has_script = serializers.SerializerMethodField()
     script_bytes = serializers.IntegerField(read_only=True)
+    script_name = serializers.CharField(read_only=True)
     artifact_id = serializers.IntegerField(read_only=True)
     result_path = serializers.CharField(read_only=True)
     creator = serializers.CharField(source="creator.email", read_only=True)

@@ -149,7 +149,8 @@ class AnalysisListCreateView(generics.ListAPIView):
         created = analyzer_client.create_analysis(
             exp_id=exp.pk, creator_email=request.user.email, analysis_type="online",
             plugin_name=body["plugin"], command=body["command"], script_content=body["script"],
-            name=body["name"], resources=dict(body.get("resources") or {}))
+            name=body["name"], resources=dict(body.get("resources") or {}),
+            script_name=body["script_name"])
         return Response(_detail(created.analysis_id), status=status.HTTP_201_CREATED)
 
 

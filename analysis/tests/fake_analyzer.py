@@ -58,7 +58,8 @@ class FakeAnalyzer(analysis_pb2_grpc.AnalyzerServiceServicer):
             record = analysis_record_create(
                 name=request.name, exp_id=request.exp_id, analysis_type=request.analysis_type,
                 plugin_name=request.plugin_name, command=request.command,
-                script_content=request.script_content, creator_email=request.creator_email,
+                script_content=request.script_content, script_name=request.script_name,
+                creator_email=request.creator_email,
                 result_root=settings.FALCON_ANALYSIS_ROOT)
             return pb.CreateAnalysisResp(analysis_id=record.analysis_id)
         return self._run("CreateAnalysis", request, context, create)

@@ -91,6 +91,39 @@ def test_create_field_errors(alice, analyzer, body, field):
     assert not analyzer.calls
 
 
+@pytest.mark.parametrize("script_name, says", [
+    ("../run.py", "without '/'"), ("dir/run.py", "without '/'"), (".", "not '.'"),
+    ("..", "not '..'"), ("x" * 256, "at most 255"),
+    ("output", "work folder uses itself"),
+])
+def test_create_refuses_a_script_name_that_is_not_a_plain_file_name(alice, analyzer, script_name,
+                                                                    says):
+    client, _ = alice
+    resp = client.post("/api/v1/analyses", {"exp_id": 1, "command": "python run.py",
+                                            "script": "print(1)", "script_name": script_name},
+                       format="json")
+    assert resp.status_code == 400, resp.json()
+    assert list(resp.json()) == ["script_name"] or set(resp.json()) == {"script_name", "code"}, \
+        resp.json()
+    assert says in " ".join(resp.json()["script_name"])
+    assert not analyzer.calls
+
+
+def test_create_sends_the_script_name_and_stores_it(alice, analyzer):
+    client, user = alice
+    exp = make_finished_exp(creator=user)
+    resp = client.post("/api/v1/analyses", {"exp_id": exp.pk, "command": "python run.py",
+                                            "script": "print(1)", "script_name": "run.py"},
+                       format="json")
+    assert resp.status_code == 201, resp.json()
+    assert resp.json()["script_name"] == "run.py"
+    assert analyzer.calls[-1][1].script_name == "run.py"
+    assert AnalysisRecord.objects.get(pk=resp.json()["id"]).script_name == "run.py"
+    resp = client.post("/api/v1/analyses", {"exp_id": exp.pk, "command": "python run.py",
+                                            "script_name": "run.py"}, format="json")
+    assert resp.status_code == 400 and "no script was sent" in resp.json()["script_name"][0]
+
+
 def test_script_of_exactly_one_mib_is_accepted(alice, analyzer):
     client, user = alice
     exp = make_finished_exp(creator=user)

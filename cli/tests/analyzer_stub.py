@@ -236,7 +236,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _create(self, body: Any) -> None:
         state = self.state
         errors: dict[str, list[str]] = {}
-        allowed = {"exp_id", "plugin", "command", "script", "name", "resources"}
+        allowed = {"exp_id", "plugin", "command", "script", "script_name", "name", "resources"}
         for key in set(body) - allowed:
             errors[key] = ["Unknown field."]
         if not isinstance(body.get("exp_id"), int):

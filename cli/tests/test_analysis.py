@@ -100,7 +100,7 @@ def test_create_with_a_command_and_script_sends_the_script_verbatim(cli, state, 
                  "--script", files("script.py", script))
     assert result.exit_code == 0, result.output
     assert state.created_bodies[A1] == {"exp_id": 2, "command": "python script.py",
-                                       "script": script}
+                                       "script": script, "script_name": "script.py"}
     for text in ("python script.py", "pending", "queue position", f"yes ({len(script.encode())} "
                  "bytes)"):
         assert text in result.stdout

@@ -4,7 +4,8 @@ Django-free (import-linter: only the artifact store and the standard library). S
 design's order (docs/analyzer.md, "Runs on the local backend"):
 
 1. copy the artifact's files from the store into `{work}/input` (`artifacts.store.fetch_tree`);
-2. save the user's script as `{work}/script`, mode 0700, when there is one;
+2. save the user's script as `{work}/script`, mode 0700, when there is one, and under the file
+   name the user gave (`script_name`, e.g. `{work}/run.py`) too;
 3. run the command with `sh -c` in its own process group, the plugin folder first on PATH and
    FALCON_INPUT_DIR, FALCON_OUTPUT_DIR, FALCON_RESULT_FILE, FALCON_SCRIPT, FALCON_ANALYSIS_ID,
    FALCON_EXP_ID set; its stdout and stderr are appended to `output.log` as the run goes (for a
@@ -101,6 +102,30 @@ class Run:
 
     # -- the command ------------------------------------------------------------------------
 
+    def save_script(self) -> Path | None:
+        """Save the user's script as `{work}/script` (mode 0700) and, when the spec names it
+        (`script_name`, e.g. `run.py`), under that name too, so `python run.py` finds it.
+        Returns the `script` path ($FALCON_SCRIPT), or None without a script.
+
+        Raises:
+            ValueError: `script_name` is not a plain file name (the API server refuses those).
+        """
+        text = self.spec.get("script") or ""
+        if not text:
+            return None
+        names = ["script"]
+        name = self.spec.get("script_name") or ""
+        if name:
+            if name in (".", "..", "input", "output", "output.log") or "/" in name \
+                    or "\x00" in name:
+                raise ValueError(f"script_name {name!r} is not a plain file name")
+            names.append(name)
+        for each in dict.fromkeys(names):
+            path = self.work / each
+            path.write_text(text, encoding="utf-8")
+            path.chmod(0o700)
+        return self.work / "script"
+
     def environment(self, input_dir: Path, output_dir: Path, script: Path | None) -> dict:
         """The command's environment: this process's, the plugin folder first on PATH, and
         Falcon's variables (they win over inherited ones)."""
@@ -165,11 +190,7 @@ class Run:
                 return {"exit_code": None, "reason": FETCH_FAILED,
                         "message": f"cannot fetch the artifact: {exc}"}
             self.say(log, f"fetched {files} files of {self.spec['artifact_path']}")
-            script = None
-            if self.spec.get("script"):
-                script = self.work / "script"
-                script.write_text(self.spec["script"], encoding="utf-8")
-                script.chmod(0o700)
+            script = self.save_script()
             timeout = float(self.spec.get("timeout_seconds") or 3600)
             self.proc = subprocess.Popen(
                 ["sh", "-c", self.spec["command"]], stdin=subprocess.DEVNULL, stdout=log,

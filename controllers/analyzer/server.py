@@ -1,7 +1,7 @@
 """AnalyzerService: the analyzer controller's gRPC server (protos/falcon/v1/analysis.proto).
 
 Every rule of the proto's comments, checked here: a plugin or a command is required; a plugin
-must be in the catalog; the script is at most 1 MiB of UTF-8; resource override values are
+must be in the catalog; the script is at most 1 MiB of UTF-8, its file name a plain one; resource override values are
 Kubernetes quantities, kept in the controller's memory only (`AnalyzerController.overrides`),
 never stored; a plugin's command comes from the catalog. Cancel is idempotent; Delete refuses a
 non-terminal record ("cancel it first") and with purge removes `{result_path}` from the store;
@@ -31,6 +31,7 @@ from core.grpc.channel import CHANNEL_OPTIONS
 from core.grpc.errors import ApiCallFailed, abort_with_status, trailing_metadata_for
 from falcon_proto.falcon.v1 import analysis_pb2, analysis_pb2_grpc
 from plugins.catalog import QUANTITY_RE
+from plugins.rules import script_name_problem
 
 from .contract import CANCELLED, ONLINE, QUEUES, TERMINAL, AlreadyExists
 from .controller import RESOURCE_KEYS, AnalyzerController
@@ -142,6 +143,11 @@ class AnalyzerServicer(analysis_pb2_grpc.AnalyzerServiceServicer):
         if size > SCRIPT_MAX_BYTES:
             _invalid(context, "script_content",
                      f"the script is {size} bytes; at most {SCRIPT_MAX_BYTES} (1 MiB)")
+        if problem := script_name_problem(request.script_name):
+            _invalid(context, "script_name", problem)
+        if request.script_name and not request.script_content:
+            _invalid(context, "script_name", "names the script's file, but no script was sent; "
+                     "send script_content too, or leave script_name empty")
         override = {key: getattr(request.resource_override, key) for key in RESOURCE_KEYS
                     if getattr(request.resource_override, key)}
         for key, value in override.items():
@@ -153,7 +159,7 @@ class AnalyzerServicer(analysis_pb2_grpc.AnalyzerServiceServicer):
                 record = c.api.create_record(
                     exp_id=request.exp_id, analysis_type=analysis_type,
                     plugin_name=request.plugin_name, command=command,
-                    script_content=request.script_content,
+                    script_content=request.script_content, script_name=request.script_name,
                     creator_email=request.creator_email, name=request.name,
                     result_root=c.config.result_root)
                 if override:

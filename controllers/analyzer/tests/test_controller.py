@@ -63,6 +63,21 @@ def test_command_with_script_and_no_results_rule(tmp_path):
     assert failed.status == "failed" and failed.reason == "NoResults"
 
 
+def test_the_script_is_saved_under_its_own_name_and_as_falcon_script(tmp_path):
+    api = FakeRecordAPI()
+    c = make_controller(api, tmp_path)
+    api.artifact_paths[1] = artifact(tmp_path)
+    rec = api.create_record(
+        exp_id=1, analysis_type="online", command='sh run.sh 7 && cmp run.sh "$FALCON_SCRIPT"',
+        script_content='echo "run.sh says $1"\n', script_name="run.sh",
+        result_root=(tmp_path / "results").as_uri())
+    until(lambda: status(api, rec) in ("succeeded", "failed"), tick=c.tick)
+    done = api.get_record(rec.analysis_id)
+    log = (local_path(done.result_path) / "output.log").read_text()
+    assert done.status == "succeeded", (done.error_message, log)
+    assert "run.sh says 7" in log
+
+
 def test_log_is_written_as_the_run_goes(tmp_path):
     api = FakeRecordAPI()
     c = make_controller(api, tmp_path)

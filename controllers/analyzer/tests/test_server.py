@@ -76,6 +76,13 @@ def test_create_rules(env):
         exp_id=1, command="true", resource_override=analysis_pb2.ResourceOverride(
             memory_limit="2Gi\n")), metadata=AUTH)
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "resource_override.memory_limit" in details
+    for name in ("../run.py", "..", "a/b", "x" * 256):
+        code, details = code_of(stub.CreateAnalysis, analysis_pb2.CreateAnalysisReq(
+            exp_id=1, command="true", script_content="x", script_name=name), metadata=AUTH)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "script_name" in details, name
+    code, details = code_of(stub.CreateAnalysis, analysis_pb2.CreateAnalysisReq(
+        exp_id=1, command="true", script_name="run.py"), metadata=AUTH)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "no script was sent" in details
     assert not api.records
     ok = stub.CreateAnalysis(analysis_pb2.CreateAnalysisReq(
         exp_id=1, plugin_name="echo-ok", script_content="y" * (1 << 20),
