@@ -142,6 +142,12 @@ def create(env, exp_id: int, plugin: str | None, command: str | None, script_fil
     if (plugin is None) == (command is None):
         which = "both were given" if plugin is not None else "neither was given"
         raise click.UsageError(f"give exactly one of --plugin NAME and --command CMD ({which})")
+    if command is not None and not command.strip():
+        raise click.UsageError("--command is empty; give the shell command to run (or "
+                               "--plugin NAME instead)")
+    if plugin is not None and not plugin.strip():
+        raise click.UsageError("--plugin is empty; name a catalog plugin (falcon plugins "
+                               "list)")
     if timeout is not None and not wait:
         raise click.UsageError("--timeout applies to --wait; add --wait or drop --timeout")
 

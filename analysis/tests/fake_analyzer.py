@@ -16,7 +16,7 @@ import grpc
 from django.conf import settings
 from django.db import close_old_connections
 
-from core.errors import FalconError, InvalidTransition, NotFound
+from core.errors import FalconError, InvalidTransition, NotFound, ValidationFailed
 from core.grpc.errors import abort_with_error
 from falcon_proto.falcon.v1 import analysis_pb2 as pb, analysis_pb2_grpc
 
@@ -36,6 +36,9 @@ class FakeAnalyzer(analysis_pb2_grpc.AnalyzerServiceServicer):
     def __init__(self):
         self.calls: list[tuple[str, object, dict]] = []
         self.lock = threading.Lock()
+        # Field errors CreateAnalysis answers (INVALID_ARGUMENT, named as the controller names
+        # them), or None to create.
+        self.refuse_create: dict[str, list[str]] | None = None
 
     def _record(self, method, request, context):
         with self.lock:
@@ -55,6 +58,8 @@ class FakeAnalyzer(analysis_pb2_grpc.AnalyzerServiceServicer):
         from analysis.services import analysis_record_create
 
         def create():
+            if self.refuse_create:
+                raise ValidationFailed(self.refuse_create)
             record = analysis_record_create(
                 name=request.name, exp_id=request.exp_id, analysis_type=request.analysis_type,
                 plugin_name=request.plugin_name, command=request.command,

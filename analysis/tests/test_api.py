@@ -56,7 +56,7 @@ def test_create_through_the_analyzer(alice, analyzer):
     client, user = alice
     exp = make_finished_exp(creator=user)
     resp = client.post("/api/v1/analyses", {
-        "exp_id": exp.pk, "plugin": "summary", "script": "print(1)", "name": "mine",
+        "exp_id": exp.pk, "command": "python script", "script": "print(1)", "name": "mine",
         "resources": {"cpu_request": "500m", "memory_limit": "2Gi"}}, format="json")
     assert resp.status_code == 201, resp.json()
     body = resp.json()
@@ -75,11 +75,13 @@ def test_create_through_the_analyzer(alice, analyzer):
 @pytest.mark.parametrize("body, field", [
     ({}, "exp_id"),
     ({"exp_id": 1}, "plugin"),
-    ({"exp_id": 1, "plugin": "", "command": "  "}, "plugin"),
-    ({"exp_id": 1, "plugin": "p", "script": "x" * (SCRIPT_MAX_BYTES + 1)}, "script"),
-    ({"exp_id": 1, "plugin": "p", "script": "é" * (SCRIPT_MAX_BYTES // 2 + 1)}, "script"),
-    ({"exp_id": 1, "plugin": "p", "resources": {"gpu": "1"}}, "resources"),
-    ({"exp_id": 1, "plugin": "p", "resources": {"cpu_limit": "lots"}}, "resources"),
+    ({"exp_id": 1, "plugin": "", "command": "  "}, "command"),
+    ({"exp_id": 1, "command": ""}, "command"),
+    ({"exp_id": 1, "command": "c", "script": "x" * (SCRIPT_MAX_BYTES + 1)}, "script"),
+    ({"exp_id": 1, "command": "c", "script": "é" * (SCRIPT_MAX_BYTES // 2 + 1)}, "script"),
+    ({"exp_id": 1, "plugin": "p", "script": "print(1)"}, "script"),
+    ({"exp_id": 1, "plugin": "p", "resources": {"gpu": "1"}}, "resources.gpu"),
+    ({"exp_id": 1, "plugin": "p", "resources": {"cpu_limit": "lots"}}, "resources.cpu_limit"),
     ({"exp_id": 1, "plugin": "p", "command": "a\x00b"}, "command"),
     ({"exp_id": "1", "plugin": "p"}, "exp_id"),
     ({"exp_id": 1, "plugin": "p", "extra": 1}, "extra"),
@@ -109,6 +111,25 @@ def test_create_refuses_a_script_name_that_is_not_a_plain_file_name(alice, analy
     assert not analyzer.calls
 
 
+@pytest.mark.parametrize("resources, field, says", [
+    ({"cpu_request": "0"}, "resources.cpu_request", "above 0"),
+    ({"memory_limit": "0Mi"}, "resources.memory_limit", "above 0"),
+    ({"cpu_request": "3", "cpu_limit": "2"}, "resources.cpu_request",
+     "above cpu_limit 2; a request may not exceed its limit"),
+    ({"memory_request": "2Gi", "memory_limit": "1Gi"}, "resources.memory_request",
+     "lower memory_request or raise memory_limit"),
+    ({"cpu_limit": "2000"}, "resources.cpu_limit", "more than 1024 cores"),
+    ({"memory_limit": "17Ti"}, "resources.memory_limit", "more than 16Ti"),
+])
+def test_create_refuses_resources_that_cannot_work(alice, analyzer, resources, field, says):
+    client, _ = alice
+    resp = client.post("/api/v1/analyses", {"exp_id": 1, "command": "true",
+                                            "resources": resources}, format="json")
+    assert resp.status_code == 400 and field in resp.json(), resp.json()
+    assert says in resp.json()[field][0]
+    assert not analyzer.calls
+
+
 def test_create_sends_the_script_name_and_stores_it(alice, analyzer):
     client, user = alice
     exp = make_finished_exp(creator=user)
@@ -122,6 +143,53 @@ def test_create_sends_the_script_name_and_stores_it(alice, analyzer):
     resp = client.post("/api/v1/analyses", {"exp_id": exp.pk, "command": "python run.py",
                                             "script_name": "run.py"}, format="json")
     assert resp.status_code == 400 and "no script was sent" in resp.json()["script_name"][0]
+
+
+def test_a_script_with_a_plugin_is_refused_not_ignored(alice, analyzer):
+    client, _ = alice
+    resp = client.post("/api/v1/analyses", {"exp_id": 1, "plugin": "summary",
+                                            "script": "print(1)"}, format="json")
+    assert resp.status_code == 400, resp.json()
+    assert resp.json()["script"] == [
+        "a script goes with a command, and a plugin runs its catalog command; drop script, or "
+        "send command instead of plugin."]
+    assert not analyzer.calls
+
+
+@pytest.mark.parametrize("field, hint", [
+    ("command", "send a shell command"), ("script", "send a text script"),
+    ("name", "send plain text"), ("script_name", "send the script's plain file name, e.g. run.py"),
+])
+def test_a_nul_character_is_one_error(alice, analyzer, field, hint):
+    client, _ = alice
+    body = {"exp_id": 1, "command": "true", "script": "x", field: "a\x00b"}
+    resp = client.post("/api/v1/analyses", body, format="json")
+    assert resp.status_code == 400
+    assert resp.json()[field] == [f"contains a NUL character; {hint}."]
+
+
+def test_an_empty_command_is_named_as_such(alice, analyzer):
+    client, _ = alice
+    resp = client.post("/api/v1/analyses", {"exp_id": 1, "command": ""}, format="json")
+    assert resp.status_code == 400
+    assert resp.json() == {"command": ["is empty; give the shell command to run (or a catalog "
+                                       "plugin instead)."], "code": "invalid"}
+
+
+def test_errors_of_the_analyzer_controller_use_the_request_field_names(alice, analyzer):
+    client, user = alice
+    exp = make_finished_exp(creator=user)
+    analyzer.refuse_create = {"plugin_name": ["unknown plugin 'nope'"],
+                              "script_content": ["too big"],
+                              "resource_override.memory_request": ["above the plugin's limit"],
+                              "creator_email": ["has never logged in"]}
+    resp = client.post("/api/v1/analyses", {"exp_id": exp.pk, "plugin": "nope",
+                                            "resources": {"memory_request": "4Gi"}},
+                       format="json")
+    assert resp.status_code == 400, resp.json()
+    assert resp.json() == {"plugin": ["unknown plugin 'nope'"], "script": ["too big"],
+                           "resources.memory_request": ["above the plugin's limit"],
+                           "detail": ["creator_email: has never logged in"], "code": "invalid"}
 
 
 def test_script_of_exactly_one_mib_is_accepted(alice, analyzer):

@@ -118,6 +118,14 @@ def test_plugin_and_command_are_exclusive_and_one_is_required(cli, state, args, 
     assert state.requests == []
 
 
+@pytest.mark.parametrize("option", ["--command", "--plugin"])
+def test_an_empty_command_or_plugin_is_named_as_empty(cli, state, option):
+    result = cli("analysis", "create", "--exp", "1", option, " ")
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert f"{option} is empty" in _unwrapped(result.stderr)
+    assert state.requests == []
+
+
 def test_script_without_command_is_a_usage_error(cli, state, files):
     for extra in ([], ["--plugin", "trace-summary"]):
         result = cli("analysis", "create", "--exp", "1", "--script", files("s.sh", "ls\n"),
