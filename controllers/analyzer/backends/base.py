@@ -49,7 +49,8 @@ class RunSpec:
         script_name: the file name the script is also saved under (e.g. `run.py`), "" for none.
         timeout_seconds: the run's time limit in seconds (the plugin's, or the online default).
         resources: cpu_request, cpu_limit, memory_request, memory_limit (Kubernetes quantities);
-            the local backend ignores them, a Pod backend sets them on its container.
+            the local backend ignores them (the log's first line says so), a Pod backend sets
+            them on its container.
         attempt: the run's attempt number (1 for the first run).
     """
 
