@@ -486,7 +486,7 @@ def test_results_of_a_built_in_plugin_use_its_tables(cli, state):
     for title in ("p.json.gz: groups", "p.json.gz: TPU:0", "p.json.gz: all groups"):
         assert title in result.stdout
     assert re.search(r"name\s+count\s+total_us\s+self_us\s+mean_us\s+max_us", result.stdout)
-    assert re.search(r"fusion\.7\s+10\s+800\.0\s+700\.0\s+80\.0\s+95\.0", result.stdout)
+    assert re.search(r"fusion\.7\s+10\s+800\s+700\s+80\s+95\b", result.stdout)
     assert "meta" not in result.stdout  # the renderer's tables, not the generic ones
 
     state.add(status="succeeded", plugin_name="bench-summary")
@@ -496,6 +496,30 @@ def test_results_of_a_built_in_plugin_use_its_tables(cli, state):
     assert result.exit_code == 0, result.output
     assert "metrics" in result.stdout
     assert re.search(r"latency_ms\s+3\s+2\.5\s+1\s+2\s+4\s+4\s+4", result.stdout)
+
+
+@pytest.mark.parametrize("plugin_name", ["bench-summary", None])
+def test_result_numbers_are_rounded_for_reading_and_never_split(cli, state, plugin_name):
+    state.add(status="succeeded", plugin_name=plugin_name, command="" if plugin_name else "x")
+    line = ('{"kind":"metric","metric":"step_time_seconds_of_the_whole_training_loop",'
+            '"count":1234567,"mean":5.3809999826626154e-05,"min":5.3809999826626154e-05,'
+            '"p50":5.3809999826626154e-05,"p90":123456.789,"p99":0.1,"max":7.0,'
+            '"wall_us":1234567.8,"output_bytes":1572864}')
+    state.results[A1] = [line]
+    cli.environ["COLUMNS"] = "60" if plugin_name else "200"
+    result = cli("analysis", "results", A1)
+    assert result.exit_code == 0, result.output
+    assert "5.381e-05" in result.stdout and "1.235e+05" in result.stdout
+    assert "5.3809999826626154" not in result.stdout
+    if plugin_name is None:  # the generic tables follow the same rules
+        assert "1,234,568" in result.stdout and "1.5 MiB" in result.stdout
+    # No number is split over two lines: every cell of a number holds it whole or cut with …
+    for token in re.findall(r"[\d.,e+-]{3,}", result.stdout):
+        assert token.rstrip(",") in line or token in ("5.381e-05", "1.235e+05", "1,234,567",
+                                                     "1,234,568", "0.1", "7", "1.5"), (token,
+                                                                                result.stdout)
+    json_out = cli("analysis", "results", A1, "-o", "json").stdout
+    assert json_out == line + "\n"  # exact
 
 
 def test_records_a_renderer_cannot_read_fall_back_to_key_value_tables(cli, state):

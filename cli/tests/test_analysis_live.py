@@ -26,6 +26,7 @@ from analysis.tests.fake_analyzer import LOG, closed_port
 from artifacts.store import local_path
 from cli.exit_codes import ExitCode
 from core.statuses import AnalysisStatus
+from plugins.render import format_value
 
 from .conftest import EMAIL, one_line
 
@@ -201,7 +202,8 @@ def test_results_of_a_real_bench_summary_run(cli, exp, alice, tmp_path):
     assert re.search(r"metric\s+count\s+mean\s+min\s+p50\s+p90\s+p99\s+max", result.stdout)
     for metric in metrics:
         row = rf"{re.escape(metric['metric'])}\s+{metric['count']}\s+" + r"\s+".join(
-            re.escape(str(metric[key])) for key in ("mean", "min", "p50", "p90", "p99", "max"))
+            re.escape(str(format_value(key, metric[key])))
+            for key in ("mean", "min", "p50", "p90", "p99", "max"))
         assert re.search(row, result.stdout), (row, result.stdout)
     assert "qwen3" not in result.stdout and '"kind"' not in result.stdout
 
