@@ -324,10 +324,13 @@ def get(env, analysis_id: str, output: str, server: str) -> None:
 @server_option
 @pass_env
 def logs(env, analysis_id: str, follow: bool, server: str) -> None:
-    """Print an analysis' log (its stdout and stderr).
+    """Print an analysis' log (its stdout and stderr) as text.
 
     Without --follow, prints what there is now; with it, keeps polling until the log is
-    complete. On a terminal, control characters are shown as escapes; a pipe gets the log as is.
+    complete. The log is text: UTF-8, a byte that is not UTF-8 shown as U+FFFD (the store's
+    output.log holds the bytes as written). On a terminal, control characters are shown as
+    escapes; a pipe gets the text unescaped. A note (the analysis is pending, the log read from
+    the store) goes to stderr.
     """
     from .client import open_client
 
@@ -341,8 +344,9 @@ def follow_log(env, client, analysis_id: str, *, follow: bool, interval: float) 
     Each page is `GET /api/v1/analyses/{id}/logs?offset=N`, answered with `{"content",
     "next_offset", "complete", "note"}`; the next page starts at `next_offset`. Without `follow`,
     pages are read while they bring content; with it, until `complete` is true, sleeping
-    `interval` seconds whenever a page brings nothing new. The `note`, if any, is printed once on
-    stderr at the end.
+    `interval` seconds whenever a page brings nothing new. A `note` (e.g. "the analysis is
+    pending (queue position 2); its log starts when it runs") is printed on stderr as soon as it
+    comes, once while it stays the same.
 
     Args:
         env: the run's `Environment`.
@@ -379,7 +383,9 @@ def follow_log(env, client, analysis_id: str, *, follow: bool, interval: float) 
             if content:
                 env.out.write(content if raw else visible(content, multiline=True))
                 env.out.flush()
-            note = page.get("note") or note
+            if page.get("note") and page.get("note") != note:
+                note = page.get("note")
+                env.print_err(visible(f"note: {note}"))  # at once: a follower may wait long
             complete = bool(page.get("complete"))
             advanced = next_offset > offset
             offset = max(offset, next_offset)
@@ -394,8 +400,6 @@ def follow_log(env, client, analysis_id: str, *, follow: bool, interval: float) 
     except KeyboardInterrupt:
         raise CLIError(f"stopped following the log of analysis {analysis_id} (the analysis goes "
                        "on)", ExitCode.INTERRUPTED) from None
-    if note:
-        env.print_err(visible(f"note: {note}"))
 
 
 def _log_page(page: Any, path: str) -> tuple[str, int]:

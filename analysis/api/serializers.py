@@ -204,7 +204,10 @@ class LogsSerializer(serializers.Serializer):
                                               "(undecodable bytes replaced).")
     next_offset = serializers.IntegerField(help_text="The offset to ask for next.")
     complete = serializers.BooleanField(help_text="True once nothing more will be written.")
-    note = serializers.CharField(allow_blank=True)
+    note = serializers.CharField(allow_blank=True, help_text=(
+        "Why there is no log (yet), or where it was read from; e.g. \"the analysis is pending "
+        "(queue position 2); its log starts when it runs\". Empty when there is nothing to "
+        "say."))
 
 
 @extend_schema_field({"type": "object", "additionalProperties": True})

@@ -242,6 +242,13 @@ def _int_param(request, name: str, *, default: int, minimum: int, maximum: int) 
     return parse_param(raw, field=name, minimum=minimum, maximum=maximum)
 
 
+def pending_note(record: AnalysisRecord) -> str:
+    """The logs' note of a pending analysis: its queue position, and when its log starts."""
+    position = selectors.queue_position(record)
+    return (f"the analysis is pending (queue position {position if position else 'unknown'}); "
+            "its log starts when it runs")
+
+
 class AnalysisLogsView(APIView):
     """The analysis' log from a byte offset: live from the controller, else from the store."""
 
@@ -271,6 +278,8 @@ class AnalysisLogsView(APIView):
             next_offset = offset + len(content)
             # As the controller answers: a full page may have more after it.
             complete = record.is_terminal and len(content) < limit
+        if not content and record.status == AnalysisStatus.PENDING:
+            note = pending_note(record)
         if not complete:
             whole = whole_characters(content)
             next_offset -= len(content) - len(whole)

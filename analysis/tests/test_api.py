@@ -323,7 +323,13 @@ def test_logs_live_and_from_the_store(alice, settings):
         assert fake.calls[-1][1].limit_bytes == 3
     settings.FALCON_ANALYZER_TARGET = closed_port()
     body = client.get(url).json()
-    assert body["content"] == "" and body["complete"] is False and "no log" in body["note"]
+    assert body["content"] == "" and body["complete"] is False
+    # Pending: nothing ran yet, and the note says where it stands and when the log starts.
+    assert body["note"] == ("the analysis is pending (queue position 1); its log starts when "
+                            "it runs")
+    AnalysisRecord.transition_pk(record.analysis_id, "running")
+    body = client.get(url).json()
+    assert body["content"] == "" and "no log has been written yet" in body["note"]
     _write(record.result_path + "output.log", b"hello from the store\n")
     AnalysisRecord.transition_pk(record.analysis_id, "cancelled")
     body = client.get(url + "?offset=6").json()
@@ -403,3 +409,40 @@ def test_log_pages_end_on_whole_characters(alice, settings):
     # A page too small for one character still moves on (the character is replaced).
     body = client.get(f"{url}?offset={text.encode().index('🎉'.encode())}&limit=2").json()
     assert body["next_offset"] > text.encode().index("🎉".encode())
+
+
+def test_what_works_while_the_analyzer_is_down_is_what_the_readme_says(alice, no_analyzer):
+    from pathlib import Path
+
+    client, user = alice
+    exp = make_finished_exp(creator=user)
+    done = make_analysis(exp=exp, plugin_name="summary")
+    AnalysisRecord.transition_pk(done.analysis_id, "running")
+    AnalysisRecord.transition_pk(done.analysis_id, "succeeded")
+    _write(done.result_path + "summary.jsonl", b'{"a": 1}\n')
+    _write(done.result_path + "output.log", b"ran\n")
+    base = f"/api/v1/analyses/{done.analysis_id}"
+    # Fail at once: create, delete with purge, the catalog.
+    assert client.post("/api/v1/analyses", {"exp_id": exp.pk, "plugin": "summary"},
+                       format="json").status_code == 503
+    assert client.delete(base + "?purge=true").status_code == 503
+    assert client.get("/api/v1/plugins").status_code == 503
+    # Read from the store; the note says so.
+    logs = client.get(base + "/logs").json()
+    assert logs["content"] == "ran\n" and logs["note"].startswith("read from the store")
+    # Keep working.
+    assert client.get("/api/v1/analyses").status_code == 200
+    assert client.get(base).status_code == 200
+    assert client.get(base + "/results").json()["records"] == [{"a": 1}]
+    # Fall back to the database: cancel, then a plain delete.
+    running = make_analysis(exp=exp, analysis_type="online")
+    assert client.post(f"/api/v1/analyses/{running.analysis_id}/cancel").json()["status"] \
+        == "cancelled"
+    assert client.delete(f"/api/v1/analyses/{running.analysis_id}").status_code == 204
+    readme = " ".join(
+        (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8").split())
+    assert ("While the analyzer controller is down, `analysis create`, `analysis delete --purge` "
+            "and `plugins list`/`get` fail at once (the API answers 503; exit code 9)") in readme
+    assert ("`analysis cancel` and a plain `analysis delete` fall back to the database" in readme)
+    assert "`analysis logs` reads the log from the store" in readme
+    assert "wait for it" not in readme

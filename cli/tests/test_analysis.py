@@ -387,6 +387,39 @@ def test_logs_prints_what_there_is_stitching_pages(cli, state):
     assert result.stderr == ""
 
 
+def test_logs_help_and_readme_say_the_log_is_text_and_logs_takes_no_output_option(cli):
+    text = " ".join(cli("analysis", "logs", "--help").stdout.split())
+    assert "a pipe gets the log as is" not in text
+    assert "a byte that is not UTF-8 shown as U+FFFD" in text
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert "Every read command takes `-o table|json|yaml`, except `analysis results`" in readme
+    assert "and `analysis logs` (the log as text" in readme
+
+
+def test_logs_of_a_pending_analysis_print_the_note_at_once(cli, state):
+    state.add(status="pending")
+    state.logs[A1] = b""
+    note = "the analysis is pending (queue position 2); its log starts when it runs"
+    state.log_notes[A1] = note
+
+    def start():
+        state.move(A1, "succeeded")
+        state.logs[A1] = b"ran\n"
+        state.log_complete.add(A1)
+        state.log_notes[A1] = None
+
+    script = _scripted(cli, start)
+    result = cli("analysis", "logs", A1, "--follow")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "ran\n" and one_line(result.stderr) == f"note: {note}"
+    assert script.slept == [2.0]
+    result = cli("analysis", "logs", A1)
+    assert result.stderr == ""
+    state.logs[A1], state.log_notes[A1] = b"", note
+    result = cli("analysis", "logs", A1)
+    assert result.stdout == "" and one_line(result.stderr) == f"note: {note}"
+
+
 def test_logs_follow_polls_until_complete_and_prints_the_note(cli, state):
     state.add(status="running")
     state.logs[A1] = b"starting\n"
