@@ -444,10 +444,11 @@ def results(env, analysis_id: str, output: str, server: str) -> None:
                 raise
             # Which 404: no such analysis, or no results (yet)?
             with api_errors(analysis_id=analysis_id):
-                analysis = client.request("GET", f"{ANALYSES}/{analysis_id}")
-            raise CLIError(f"analysis {analysis_id} ({analysis.get('status')}) has no results"
-                           + ("" if analysis.get("status") in ANALYSIS_TERMINAL else " yet")
-                           + f" ({exc.message})", ExitCode.NOT_FOUND, status=404) from None
+                client.request("GET", f"{ANALYSES}/{analysis_id}")
+            # The analysis exists: the server's message says why there are no results.
+            message = exc.message.rstrip(".")
+            raise CLIError(message[:1].lower() + message[1:], ExitCode.NOT_FOUND,
+                           status=404) from None
         plugin_name = None
         if output == "table":
             with api_errors(analysis_id=analysis_id):
@@ -469,9 +470,32 @@ def results(env, analysis_id: str, output: str, server: str) -> None:
         out.result_tables(env.console(),
                           render_tables(plugin_name, records, warn=lambda line: env.print_err(
                               visible(line))))
+    unparsable = answer.get("unparsable") or []
+    if isinstance(unparsable, list) and unparsable:
+        env.print_err(visible(unparsable_line(answer.get("file") or "the results file",
+                                              unparsable)))
     if answer.get("truncated"):
-        env.print_err(f"note: the results of analysis {analysis_id} are truncated: only the "
-                      f"first {len(records)} records are shown")
+        env.print_err(visible(f"note: the results of analysis {analysis_id} are truncated: "
+                              f"only the first {len(records)} records of "
+                              f"{answer.get('file') or 'the results file'} are shown"))
+
+
+def unparsable_line(file: str, unparsable: list[Any], shown: int = 5) -> str:
+    """One stderr line naming the lines of the results file that could not be read.
+
+    `N lines of FILE could not be read: line 3: not UTF-8; line 7: not JSON: ... at column 2`,
+    the first `shown` of them (then `…`).
+    """
+    items = []
+    for item in unparsable[:shown]:
+        if isinstance(item, dict):
+            items.append(f"line {item.get('line')}: {item.get('error')}")
+        else:
+            items.append(str(item))
+    more = "; …" if len(unparsable) > shown else ""
+    count = len(unparsable)
+    return (f"note: {count} line{'s' if count != 1 else ''} of {file} could not be read: "
+            + "; ".join(items) + more)
 
 
 def render_tables(plugin_name: str | None, records: list[Any],
@@ -554,9 +578,9 @@ def delete(env, analysis_id: str, purge: bool, yes: bool, server: str) -> None:
                 client.request("DELETE", f"{ANALYSES}/{analysis_id}", params=params)
         except CLIError as exc:
             if exc.status == 409:
-                raise CLIError(f"{exc.message.rstrip('.')}; only an analysis that has ended can "
-                               f"be deleted (`falcon analysis cancel {analysis_id}` first)",
-                               ExitCode.CONFLICT, status=409) from None
+                # The server says why and to cancel it first; name the command that does.
+                raise CLIError(f"{exc.message.rstrip('.')} (`falcon analysis cancel "
+                               f"{analysis_id}`)", ExitCode.CONFLICT, status=409) from None
             raise
     env.print_out(f"deleted analysis {analysis_id}"
                   + (" with its results and log" if purge else ""))

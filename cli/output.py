@@ -205,8 +205,8 @@ def exp_progress(exp: dict[str, Any], elapsed: float) -> Group:
 
 
 def duration(seconds: float) -> str:
-    """Format seconds as `1h02m03s`, `2m03s` or `3s`."""
-    seconds = max(0, int(seconds))
+    """Format seconds, rounded to the nearest second, as `1h02m03s`, `2m03s` or `3s`."""
+    seconds = max(0, int(seconds + 0.5))
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
     if hours:
@@ -230,6 +230,8 @@ def _parse_time(value: Any) -> datetime | None:
 
 def run_time(analysis: dict[str, Any], now: datetime | None = None) -> str:
     """Return how long an analysis ran: `finished_at - started_at`, or up to `now` while running.
+
+    The one duration of an analysis: `analysis list` and `analysis get` both show it.
 
     Args:
         analysis: the analysis as the API returns it (ISO-8601 `started_at`, `finished_at`).
@@ -269,7 +271,8 @@ def analysis_list_table(console: Console, analyses: list[dict[str, Any]]) -> Non
 
 def analysis_summary(analysis: dict[str, Any]) -> Table:
     """Return every field of an analysis as a two-column table; the queue position only while
-    pending, the error message only when there is one."""
+    pending; the error message only when there is one, labelled `error` when the analysis
+    failed and `message` otherwise (a cancellation is no error)."""
     script = "-"
     if analysis.get("has_script"):
         script = f"yes ({analysis.get('script_bytes')} bytes)"
@@ -288,7 +291,9 @@ def analysis_summary(analysis: dict[str, Any]) -> Table:
         rows.append(("queue position", plain(position if position is not None else "unknown")))
     rows += [("reason", plain(analysis.get("reason")))]
     if analysis.get("error_message"):
-        rows.append(("error", plain(analysis.get("error_message"), multiline=True)))
+        # Why it failed is an error; why it was cancelled (or anything else) a message.
+        label = "error" if analysis.get("status") == AnalysisStatus.FAILED else "message"
+        rows.append((label, plain(analysis.get("error_message"), multiline=True)))
     rows += [
         ("attempts", plain(analysis.get("attempts"))),
         ("artifact", plain(analysis.get("artifact_id"))),

@@ -215,14 +215,25 @@ class AnyObjectField(serializers.JSONField):
     """One JSON object of the results file, as written by the plugin."""
 
 
+class UnparsableLineSerializer(serializers.Serializer):
+    """A line of the results file that is not a JSON object, and why."""
+
+    line = serializers.IntegerField(min_value=1, help_text="The line's number (1-based).")
+    error = serializers.CharField(help_text="Why it is not read: `not UTF-8`, `not JSON: ... "
+                                            "at column N`, `not a JSON object (an array)`, ...")
+
+
 class ResultsSerializer(serializers.Serializer):
-    """The results file, parsed: one object a line; an unparsable line is
-    `{"kind": "unparsable", "line": n}`."""
+    """The results file, parsed: one object a line in `records`; the lines that are not JSON
+    objects in `unparsable`, apart (a record of any shape is the plugin's)."""
 
     file = serializers.CharField(help_text="The results file's URL in the store.")
-    records = serializers.ListField(child=AnyObjectField())
+    records = serializers.ListField(child=AnyObjectField(),
+                                    help_text="The JSON objects, in the file's order.")
     truncated = serializers.BooleanField(help_text="True when the file holds more than was "
                                                    "returned (record or byte cap).")
+    unparsable = UnparsableLineSerializer(many=True, help_text=(
+        "The lines that could not be read as JSON objects (at most 100), with the reason."))
 
 
 class ResourceOutputSerializer(serializers.Serializer):

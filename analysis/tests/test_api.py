@@ -14,6 +14,7 @@ from analysis.outputs import parse_results, read_results
 from analysis.models import SCRIPT_MAX_BYTES, AnalysisRecord
 from analysis.tests.factories import make_analysis, make_finished_exp
 from analysis.tests.fake_analyzer import LOG, closed_port, running_fake_analyzer
+from core.errors import NotFound
 from artifacts.store import local_path
 from experiments.tests.factories import make_exp
 
@@ -344,26 +345,44 @@ def test_results(alice):
     record = make_analysis(exp=make_finished_exp(creator=user), plugin_name="summary")
     url = f"/api/v1/analyses/{record.analysis_id}/results"
     resp = client.get(url)
-    assert resp.status_code == 404 and "no results yet" in resp.json()["detail"]
+    assert resp.json()["detail"] == (f"Analysis {record.analysis_id} has no results yet: "
+                                     f"{record.result_path}summary.jsonl does not exist; it is "
+                                     "pending.")
     _write(record.result_path + "summary.jsonl",
-           b'{"a": 1}\nnot json\n\n[1, 2]\n{"b": NaN}\n{"c": "\xc3\xa9"}\n')
+           b'{"a": 1}\nnot json\n\n[1, 2]\n{"b": NaN}\n{"c": "\xc3\xa9"}\n\xff\xfe\n'
+           b'{"kind": "unparsable", "line": 2}\n{"d": \n')
     body = client.get(url).json()
     assert body["file"] == record.result_path + "summary.jsonl"
     assert body["truncated"] is False
-    assert body["records"] == [{"a": 1}, {"kind": "unparsable", "line": 2},
-                               {"kind": "unparsable", "line": 4},
-                               {"kind": "unparsable", "line": 5}, {"c": "é"}]
+    # A record of any shape is the plugin's; the lines that are not records are apart.
+    assert body["records"] == [{"a": 1}, {"c": "é"}, {"kind": "unparsable", "line": 2}]
+    assert body["unparsable"] == [
+        {"line": 2, "error": "not JSON: Expecting value at column 1"},
+        {"line": 4, "error": "not a JSON object (an array)"},
+        {"line": 5, "error": "NaN is not a JSON number; send a finite number or a string."},
+        {"line": 7, "error": "not UTF-8"},
+        {"line": 9, "error": "not JSON: Expecting value at column 7"}]
 
 
 def test_results_caps(db):
-    records, truncated = parse_results(b"".join(b'{"i": %d}\n' % i for i in range(20)),
-                                       max_records=10)
-    assert len(records) == 10 and truncated
+    records, unparsable, truncated = parse_results(
+        b"".join(b'{"i": %d}\n' % i for i in range(20)), max_records=10)
+    assert len(records) == 10 and truncated and unparsable == []
+    records, unparsable, truncated = parse_results(b"x\n" * 5, max_unparsable=3)
+    assert records == [] and [u["line"] for u in unparsable] == [1, 2, 3] and truncated
     record = make_analysis(analysis_type="online", plugin_name="", command="run")
     _write(record.result_path + "result.jsonl",
            b"".join(json.dumps({"i": i}).encode() + b"\n" for i in range(100)))
     out = read_results(record, max_bytes=50)
     assert out["truncated"] and out["file"].endswith("/result.jsonl")
+    AnalysisRecord.transition_pk(record.analysis_id, "cancelled")
+    record.refresh_from_db()
+    (local_path(record.result_path) / "result.jsonl").unlink()
+    with pytest.raises(NotFound) as info:
+        read_results(record)
+    assert info.value.message == (f"Analysis {record.analysis_id} has no results: "
+                                  f"{record.result_path}result.jsonl does not exist; it is "
+                                  "cancelled.")
     assert out["records"] == [{"i": i} for i in range(len(out["records"]))]
 
 

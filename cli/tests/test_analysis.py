@@ -300,6 +300,15 @@ def test_list_shows_the_columns_and_follows_pages(cli, state):
     assert cli("analysis", "list", "--type", "nightly").exit_code == ExitCode.USAGE
 
 
+def test_list_and_get_show_the_same_duration(cli, state):
+    state.add(status="succeeded", started_at="2026-01-01T00:00:00.200000+00:00",
+              finished_at="2026-01-01T00:00:00.900000+00:00")
+    listed = cli("analysis", "list").stdout
+    got = cli("analysis", "get", A1).stdout
+    assert re.search(r"duration\s+1s", got), got
+    assert re.search(rf"{A1}.*\s1s\s*$", listed, re.M), listed
+
+
 def test_list_and_get_work_while_the_controller_is_down(cli, state):
     _five(state)
     state.controller_up = False
@@ -320,6 +329,12 @@ def test_get_shows_every_field_the_queue_position_and_the_error(cli, state):
     assert "queue position" not in result.stdout
     assert re.search(r"error\s+trace-summary: no trace files under /in", result.stdout)
     assert "PluginFailed" in result.stdout
+    # A cancellation is no error: its message is labelled so.
+    state.add(status="cancelled", error_message="cancelled by alice@example.com",
+              reason="Cancelled")
+    result = cli("analysis", "get", A3)
+    assert re.search(r"message\s+cancelled by alice@example.com", result.stdout)
+    assert not re.search(r"^\s*error\s", result.stdout, re.M)
     got = json.loads(cli("analysis", "get", A1, "-o", "json").stdout)
     assert got == state.analyses[A1] and got["id"] == A1
     import yaml
@@ -565,6 +580,16 @@ def test_records_a_renderer_cannot_read_fall_back_to_key_value_tables(cli, state
         "note: the hlo-stats records do not have the shape its tables expect (KeyError")
 
 
+def test_lines_that_are_not_records_are_named_on_stderr_not_mixed_into_records(cli, state):
+    state.add(status="succeeded", plugin_name=None, command="x")
+    state.results[A1] = ['{"a":1}', "oops", '{"kind":"unparsable","line":2}']
+    result = cli("analysis", "results", A1, "-o", "json")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == '{"a":1}\n{"kind":"unparsable","line":2}\n'
+    assert one_line(result.stderr) == ("note: 1 line of result.jsonl could not be read: line 2: "
+                                       "not JSON: Expecting value at column 1")
+
+
 def test_truncated_results_say_so_on_stderr(cli, state):
     state.add(status="succeeded")
     state.results[A1] = STORED[:2]
@@ -573,7 +598,7 @@ def test_truncated_results_say_so_on_stderr(cli, state):
     assert result.exit_code == 0
     assert result.stdout == "".join(line + "\n" for line in STORED[:2])
     assert one_line(result.stderr) == (f"note: the results of analysis {A1} are truncated: only "
-                                       "the first 2 records are shown")
+                                       "the first 2 records of trace-summary.jsonl are shown")
 
 
 def test_no_results_yet_is_not_found_and_says_why(cli, state):
@@ -581,7 +606,11 @@ def test_no_results_yet_is_not_found_and_says_why(cli, state):
     result = cli("analysis", "results", A1)
     assert result.exit_code == ExitCode.NOT_FOUND
     assert one_line(result.stderr) == \
-        f"error: analysis {A1} (running) has no results yet (This analysis has no results.)"
+        f"error: analysis {A1} has no results yet: result.jsonl does not exist; it is running"
+    state.move(A1, "failed")
+    result = cli("analysis", "results", A1)
+    assert one_line(result.stderr) == \
+        f"error: analysis {A1} has no results: result.jsonl does not exist; it is failed"
     assert cli("analysis", "results", A1, "-o", "yaml").exit_code == ExitCode.USAGE
 
 
@@ -606,8 +635,8 @@ def test_delete_a_finished_analysis_and_refuse_a_running_one(cli, state):
     result = cli("analysis", "delete", A1)
     assert result.exit_code == ExitCode.CONFLICT
     assert one_line(result.stderr) == (
-        f"error: Analysis {A1} is running; only an analysis that has ended can be deleted "
-        f"(`falcon analysis cancel {A1}` first)")
+        f"error: Analysis {A1} is running; only succeeded, failed or cancelled analyses can be "
+        f"deleted. Cancel it first (`falcon analysis cancel {A1}`)")
     result = cli("analysis", "delete", A2)
     assert result.exit_code == 0, result.output
     assert result.stdout == f"deleted analysis {A2}\n"

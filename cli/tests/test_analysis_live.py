@@ -144,7 +144,9 @@ def test_create_list_get_cancel_delete(cli, analyzer, exp):
     # delete needs an analysis that has ended: a conflict, and nothing is deleted.
     result = cli("analysis", "delete", analysis_id)
     assert result.exit_code == ExitCode.CONFLICT, result.output
-    assert f"(`falcon analysis cancel {analysis_id}` first)" in one_line(result.stderr)
+    assert one_line(result.stderr) == (
+        f"error: Analysis {analysis_id} is pending; only succeeded, failed or cancelled analyses "
+        f"can be deleted. Cancel it first (`falcon analysis cancel {analysis_id}`)")
     assert AnalysisRecord.objects.filter(pk=analysis_id).exists()
 
     # cancel, through the controller; again is harmless.
@@ -219,8 +221,9 @@ def test_results_not_written_yet_is_not_found(cli, exp, alice):
                            result_root=settings.FALCON_ANALYSIS_ROOT)
     result = cli("analysis", "results", record.analysis_id)
     assert result.exit_code == ExitCode.NOT_FOUND
-    assert one_line(result.stderr).startswith(
-        f"error: analysis {record.analysis_id} (pending) has no results yet")
+    assert one_line(result.stderr) == (
+        f"error: analysis {record.analysis_id} has no results yet: {record.result_path}"
+        "bench-summary.jsonl does not exist; it is pending")
 
 
 def test_logs_live_from_the_controller_and_from_the_store_when_it_is_down(cli, exp, alice,
