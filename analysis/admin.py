@@ -40,7 +40,16 @@ def cancel_analyses(modeladmin, request, queryset):
         except FalconError as exc:
             modeladmin.message_user(request, f"{record.analysis_id}: {exc.message}",
                                     level=messages.WARNING)
-    modeladmin.message_user(request, f"Cancelled {count} analysis(es).")
+    modeladmin.message_user(request, f"Cancelled {count} "
+                                     f"{'analysis' if count == 1 else 'analyses'}.")
+
+
+def unparsable_note(results: dict) -> str:
+    """One sentence naming the lines of the results file that could not be read, and why."""
+    lines = results["unparsable"]
+    shown = "; ".join(f"line {u['line']}: {u['error']}" for u in lines[:5])
+    return (f"{len(lines)} line{'s' if len(lines) != 1 else ''} of {results['file']} could "
+            f"not be read: {shown}{'; …' if len(lines) > 5 else ''}.")
 
 
 @admin.register(AnalysisRecord)
@@ -59,7 +68,8 @@ class AnalysisRecordAdmin(ReadOnlyAdminMixin, FilterSetAdminMixin, admin.ModelAd
     list_select_related = ("experiment", "creator")
     actions = [cancel_analyses]
     fields = ("analysis_id", "name", "experiment", "artifact", "creator", "analysis_type",
-              "plugin_name", "command", "script_content", "status", "reason", "error_message",
+              "plugin_name", "command", "script_name", "script_content", "status", "reason",
+              "error_message",
               "result_path", "attempts", "cluster_object_name", "created_at", "updated_at",
               "started_at", "finished_at", "log_tail", "results")
 
@@ -95,6 +105,8 @@ class AnalysisRecordAdmin(ReadOnlyAdminMixin, FilterSetAdminMixin, admin.ModelAd
         except (OSError, ValueError) as exc:
             return f"cannot read the results: {exc}"
         more = f"… more in {out['file']}" if out["truncated"] else ""
+        if out["unparsable"]:
+            more = " ".join(filter(None, [more, unparsable_note(out)]))
         try:
             rendered = tables(record.plugin_name, out["records"])
         except (KeyError, TypeError, ValueError):

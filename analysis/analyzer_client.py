@@ -103,11 +103,13 @@ def _call(method: str, request: Any) -> Any:
 
 def create_analysis(*, exp_id: int, creator_email: str, analysis_type: str = "online",
                     plugin_name: str = "", command: str = "", script_content: str = "",
-                    name: str = "", resources: dict[str, str] | None = None
-                    ) -> analysis_pb2.CreateAnalysisResp:
+                    name: str = "", resources: dict[str, str] | None = None,
+                    script_name: str = "") -> analysis_pb2.CreateAnalysisResp:
     """CreateAnalysis: validate, persist a pending record and queue it (the controller).
 
     Args:
+        script_name: the script's file name in the run's work folder (e.g. `run.py`); "" for
+            `script` only.
         resources: `{"cpu_request"?, "cpu_limit"?, "memory_request"?, "memory_limit"?}`,
             Kubernetes quantities; kept in the controller's memory only.
 
@@ -116,7 +118,8 @@ def create_analysis(*, exp_id: int, creator_email: str, analysis_type: str = "on
     """
     request = analysis_pb2.CreateAnalysisReq(
         name=name, exp_id=exp_id, analysis_type=analysis_type, plugin_name=plugin_name,
-        command=command, script_content=script_content, creator_email=creator_email,
+        command=command, script_content=script_content, script_name=script_name,
+        creator_email=creator_email,
         resource_override=analysis_pb2.ResourceOverride(**(resources or {})))
     return _call("CreateAnalysis", request)
 

@@ -2,9 +2,9 @@
 
 The columns are the analyzer design's `analysis_records` table (analysis_id as a string key, name,
 exp, analysis_type, plugin_name, status, result path, error_message, command, script_content,
-created_at, updated_at), plus what running and recovering an analysis needs: the artifact it
-reads, its creator, the number of runs started (`attempts`), the name of the cluster object
-that runs it, `started_at` and `finished_at`.
+created_at, updated_at), plus the script's file name (`script_name`) and what running and
+recovering an analysis needs: the artifact it reads, its creator, the number of runs started
+(`attempts`), the name of the cluster object that runs it, `started_at` and `finished_at`.
 """
 from __future__ import annotations
 
@@ -55,6 +55,8 @@ class AnalysisRecord(StatefulModel):
     result_path = models.CharField(max_length=1024, blank=True, default="")
     command = models.TextField(blank=True, default="")
     script_content = models.TextField(blank=True, default="")
+    # The script's file name in the run's work folder (besides `script`); "" for none.
+    script_name = models.CharField(max_length=255, blank=True, default="")
     attempts = models.PositiveIntegerField(default=0)
     cluster_object_name = models.CharField(max_length=253, blank=True, default="")
     started_at = models.DateTimeField(null=True, blank=True)

@@ -14,6 +14,7 @@ from .models import AnalysisRecord
 
 RESULTS_MAX_RECORDS = 10_000
 RESULTS_MAX_BYTES = 16 * 1024 * 1024
+UNPARSABLE_MAX = 100  # lines that are not JSON objects, reported by number
 LOG_FILE = "output.log"
 
 
@@ -44,26 +45,59 @@ def log_from_store(record: AnalysisRecord, offset: int, limit: int) -> tuple[byt
         return b"", note + "; no log has been written yet"
 
 
-def parse_results(data: bytes, *, max_records: int = RESULTS_MAX_RECORDS
-                  ) -> tuple[list[dict], bool]:
+JSON_TYPES = {list: "an array", str: "a string", bool: "a boolean", int: "a number",
+              float: "a number", type(None): "null"}
+
+
+def parse_line(line: bytes) -> tuple[dict | None, str]:
+    """Parse one line of a results file: `(object, "")`, or `(None, why not)`.
+
+    Why not: `not UTF-8`; `not JSON: <the parser's error> at column N`; the strict parser's
+    refusal (NaN, a duplicate key, ...); or `not a JSON object (an array)`.
+    """
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, "not UTF-8"
+    try:
+        value = jsoninput.loads(text)
+    except jsoninput.JSONInputError as exc:
+        try:
+            json.loads(text)
+        except json.JSONDecodeError as error:
+            return None, f"not JSON: {error.msg} at column {error.colno}"
+        except ValueError:
+            pass
+        return None, str(exc)
+    if not isinstance(value, dict):
+        return None, f"not a JSON object ({JSON_TYPES.get(type(value), 'a value')})"
+    return value, ""
+
+
+def parse_results(data: bytes, *, max_records: int = RESULTS_MAX_RECORDS,
+                  max_unparsable: int = UNPARSABLE_MAX) -> tuple[list[dict], list[dict], bool]:
     """Parse a results file: one JSON object a line (blank lines skipped).
 
-    A line that is not a JSON object becomes `{"kind": "unparsable", "line": n}` (1-based).
-    Returns `(records, truncated)`; truncated when more than `max_records` lines hold records.
+    Returns `(records, unparsable, truncated)`: the objects in order; `{"line": n, "error":
+    why}` (1-based) for each line that is not one (`parse_line`), kept apart so a record of any
+    shape is never mistaken for one; truncated when more than `max_records` lines hold records
+    or more than `max_unparsable` lines do not.
     """
     records: list[dict] = []
+    unparsable: list[dict] = []
     for number, line in enumerate(data.split(b"\n"), start=1):
         if not line.strip():
             continue
-        if len(records) >= max_records:
-            return records, True
-        try:
-            value = jsoninput.loads(line)
-        except (jsoninput.JSONInputError, UnicodeDecodeError, ValueError):
-            value = None
-        records.append(value if isinstance(value, dict) else
-                       {"kind": "unparsable", "line": number})
-    return records, False
+        value, error = parse_line(line)
+        if value is not None:
+            if len(records) >= max_records:
+                return records, unparsable, True
+            records.append(value)
+        else:
+            if len(unparsable) >= max_unparsable:
+                return records, unparsable, True
+            unparsable.append({"line": number, "error": error})
+    return records, unparsable, False
 
 
 def results_url(record: AnalysisRecord) -> str:
@@ -75,8 +109,9 @@ def read_results(record: AnalysisRecord, *, max_records: int = RESULTS_MAX_RECOR
                  max_bytes: int = RESULTS_MAX_BYTES) -> dict:
     """Read and parse the results file from the store (the API server reads it itself).
 
-    Returns `{"file", "records", "truncated"}`; at most `max_records` records from the first
-    `max_bytes` bytes (a line cut by the byte cap is dropped).
+    Returns `{"file", "records", "truncated", "unparsable"}` (`parse_results`); at most
+    `max_records` records from the first `max_bytes` bytes (a line cut by the byte cap is
+    dropped).
 
     Raises:
         NotFound: the file does not exist (yet).
@@ -87,10 +122,12 @@ def read_results(record: AnalysisRecord, *, max_records: int = RESULTS_MAX_RECOR
     except FileNotFoundError:
         data = None
     if data is None:
-        raise NotFound(f"Analysis {record.analysis_id} has no results yet ({url} does not "
-                       f"exist); it is {record.status}.")
+        yet = "" if record.is_terminal else " yet"
+        raise NotFound(f"Analysis {record.analysis_id} has no results{yet}: {url} does not "
+                       f"exist; it is {record.status}.")
     truncated = len(data) > max_bytes
     if truncated:
         data = data[: data.rfind(b"\n", 0, max_bytes) + 1]
-    records, more = parse_results(data, max_records=max_records)
-    return {"file": url, "records": records, "truncated": truncated or more}
+    records, unparsable, more = parse_results(data, max_records=max_records)
+    return {"file": url, "records": records, "truncated": truncated or more,
+            "unparsable": unparsable}

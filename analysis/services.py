@@ -25,6 +25,7 @@ from core.statemachine import bounded_text
 from core.statuses import EXP_TERMINAL, AnalysisStatus, AnalysisType, ArtifactStatus, ExpStatus
 from experiments.models import Experiment
 from jobs.specs import DNS1123_LABEL
+from plugins.rules import script_name_problem
 
 from .models import ANALYSIS_ID_MAX, SCRIPT_MAX_BYTES, AnalysisRecord, new_analysis_id
 
@@ -65,12 +66,14 @@ def _text_problem(value: Any, *, required: bool, max_chars: int | None = None,
 
 
 def validate_create_fields(*, name: Any, analysis_type: Any, plugin_name: Any, command: Any,
-                           script_content: Any) -> dict[str, list[str]]:
+                           script_content: Any, script_name: Any = "") -> dict[str, list[str]]:
     """Return the field errors of a new analysis' own fields (no database read).
 
     The analyzer design's rules: a name of at most 255 characters, type offline or online, a
     plugin or a command, a script of at most `SCRIPT_MAX_BYTES` UTF-8 bytes (1 MiB), no NUL
-    character in any text. Shared by the HTTP serializer and `analysis_record_create`.
+    character in any text; the script's file name a plain file name
+    (`plugins.rules.script_name_problem`), given with a script only. Shared by the HTTP
+    serializer and `analysis_record_create`.
     """
     errors: dict[str, list[str]] = {}
     for field, value, kwargs in (
@@ -94,6 +97,11 @@ def validate_create_fields(*, name: Any, analysis_type: Any, plugin_name: Any, c
                 errors["script_content"] = [
                     f"is {size} bytes in UTF-8; the limit is {SCRIPT_MAX_BYTES} bytes (1 MiB). "
                     "Store a larger input as an artifact and read it from the script."]
+    if problem := script_name_problem(script_name):
+        errors["script_name"] = [problem]
+    elif script_name and not script_content:
+        errors["script_name"] = ["names the script's file, but no script was sent; send the "
+                                 "script too, or leave script_name out."]
     if ("plugin_name" not in errors and "command" not in errors
             and not (plugin_name or "").strip() and not (command or "").strip()):
         errors["plugin_name"] = ["a plugin or a command is required: name a catalog plugin "
@@ -138,8 +146,8 @@ def _existing_duplicate(*, analysis_id: str, dedupe_key: str | None) -> Analysis
 @retry_on_lock_conflict
 def analysis_record_create(*, name: Any = "", exp_id: int, analysis_type: Any,
                            plugin_name: Any = "", command: Any = "", script_content: Any = "",
-                           artifact_id: int = 0, creator_email: Any, result_root: Any,
-                           analysis_id: Any = "") -> AnalysisRecord:
+                           script_name: Any = "", artifact_id: int = 0, creator_email: Any,
+                           result_root: Any, analysis_id: Any = "") -> AnalysisRecord:
     """CreateAnalysisRecord: write one pending record, in one transaction.
 
     Args:
@@ -148,6 +156,8 @@ def analysis_record_create(*, name: Any = "", exp_id: int, analysis_type: Any,
         analysis_type: "offline" (the controller's poller) or "online" (a user).
         plugin_name, command: at least one; a plugin's command comes from the catalog.
         script_content: the user's script, at most `SCRIPT_MAX_BYTES` UTF-8 bytes (1 MiB).
+        script_name: the script's file name in the run's work folder (a plain file name, e.g.
+            `run.py`), besides `script`; "" for none. Needs `script_content`.
         artifact_id: the experiment's artifact to read; 0 for the experiment's artifact.
         creator_email: the user the analysis belongs to; must have logged in once.
         result_root: the store root (`file://...` or `gs://...`); the record's `result_path` is
@@ -171,7 +181,7 @@ def analysis_record_create(*, name: Any = "", exp_id: int, analysis_type: Any,
     """
     errors = validate_create_fields(name=name, analysis_type=analysis_type,
                                     plugin_name=plugin_name, command=command,
-                                    script_content=script_content)
+                                    script_content=script_content, script_name=script_name)
     if analysis_id:
         if (not isinstance(analysis_id, str) or len(analysis_id) > ANALYSIS_ID_MAX
                 or not DNS1123_LABEL.fullmatch(analysis_id)):
@@ -205,6 +215,7 @@ def analysis_record_create(*, name: Any = "", exp_id: int, analysis_type: Any,
                 experiment=exp, artifact=artifact, creator=creator,
                 analysis_type=analysis_type, plugin_name=plugin_name,
                 status=AnalysisStatus.PENDING, command=command, script_content=script_content,
+                script_name=script_name,
                 result_path=result_path_for(result_root=result_root, exp_id=exp.pk,
                                             analysis_id=analysis_id),
                 dedupe_key=dedupe_key)

@@ -109,7 +109,9 @@ def analysis_group() -> None:
 @click.option("--command", help="Run this shell command instead of a plugin. Exclusive with "
                                 "--plugin.")
 @click.option("--script", "script_file", metavar="FILE",
-              help="A UTF-8 file (at most 1 MiB) sent along with --command for it to run.")
+              help="A UTF-8 file (at most 1 MiB) sent along with --command for it to run; the "
+                   "run saves it under its base name in the work folder (run.py for "
+                   "dir/run.py), and as $FALCON_SCRIPT.")
 @click.option("--name", help="A name for the analysis.")
 @click.option("--cpu-request", metavar="Q", help="CPU request, a Kubernetes quantity (500m, 2).")
 @click.option("--cpu-limit", metavar="Q", help="CPU limit, a Kubernetes quantity.")
@@ -140,6 +142,12 @@ def create(env, exp_id: int, plugin: str | None, command: str | None, script_fil
     if (plugin is None) == (command is None):
         which = "both were given" if plugin is not None else "neither was given"
         raise click.UsageError(f"give exactly one of --plugin NAME and --command CMD ({which})")
+    if command is not None and not command.strip():
+        raise click.UsageError("--command is empty; give the shell command to run (or "
+                               "--plugin NAME instead)")
+    if plugin is not None and not plugin.strip():
+        raise click.UsageError("--plugin is empty; name a catalog plugin (falcon plugins "
+                               "list)")
     if timeout is not None and not wait:
         raise click.UsageError("--timeout applies to --wait; add --wait or drop --timeout")
 
@@ -149,7 +157,11 @@ def create(env, exp_id: int, plugin: str | None, command: str | None, script_fil
     if command is not None:
         body["command"] = command
     if script_file is not None:
+        import os
+
         body["script"] = read_script_file(script_file)
+        # The run saves the script under this name too, so `--command 'python run.py'` works.
+        body["script_name"] = os.path.basename(script_file)
     if name is not None:
         body["name"] = name
     given = dict(zip(RESOURCE_OPTIONS, (cpu_request, cpu_limit, memory_request, memory_limit)))
@@ -312,10 +324,13 @@ def get(env, analysis_id: str, output: str, server: str) -> None:
 @server_option
 @pass_env
 def logs(env, analysis_id: str, follow: bool, server: str) -> None:
-    """Print an analysis' log (its stdout and stderr).
+    """Print an analysis' log (its stdout and stderr) as text.
 
     Without --follow, prints what there is now; with it, keeps polling until the log is
-    complete. On a terminal, control characters are shown as escapes; a pipe gets the log as is.
+    complete. The log is text: UTF-8, a byte that is not UTF-8 shown as U+FFFD (the store's
+    output.log holds the bytes as written). On a terminal, control characters are shown as
+    escapes; a pipe gets the text unescaped. A note (the analysis is pending, the log read from
+    the store) goes to stderr.
     """
     from .client import open_client
 
@@ -329,8 +344,9 @@ def follow_log(env, client, analysis_id: str, *, follow: bool, interval: float) 
     Each page is `GET /api/v1/analyses/{id}/logs?offset=N`, answered with `{"content",
     "next_offset", "complete", "note"}`; the next page starts at `next_offset`. Without `follow`,
     pages are read while they bring content; with it, until `complete` is true, sleeping
-    `interval` seconds whenever a page brings nothing new. The `note`, if any, is printed once on
-    stderr at the end.
+    `interval` seconds whenever a page brings nothing new. A `note` (e.g. "the analysis is
+    pending (queue position 2); its log starts when it runs") is printed on stderr as soon as it
+    comes, once while it stays the same.
 
     Args:
         env: the run's `Environment`.
@@ -367,7 +383,9 @@ def follow_log(env, client, analysis_id: str, *, follow: bool, interval: float) 
             if content:
                 env.out.write(content if raw else visible(content, multiline=True))
                 env.out.flush()
-            note = page.get("note") or note
+            if page.get("note") and page.get("note") != note:
+                note = page.get("note")
+                env.print_err(visible(f"note: {note}"))  # at once: a follower may wait long
             complete = bool(page.get("complete"))
             advanced = next_offset > offset
             offset = max(offset, next_offset)
@@ -382,8 +400,6 @@ def follow_log(env, client, analysis_id: str, *, follow: bool, interval: float) 
     except KeyboardInterrupt:
         raise CLIError(f"stopped following the log of analysis {analysis_id} (the analysis goes "
                        "on)", ExitCode.INTERRUPTED) from None
-    if note:
-        env.print_err(visible(f"note: {note}"))
 
 
 def _log_page(page: Any, path: str) -> tuple[str, int]:
@@ -428,10 +444,11 @@ def results(env, analysis_id: str, output: str, server: str) -> None:
                 raise
             # Which 404: no such analysis, or no results (yet)?
             with api_errors(analysis_id=analysis_id):
-                analysis = client.request("GET", f"{ANALYSES}/{analysis_id}")
-            raise CLIError(f"analysis {analysis_id} ({analysis.get('status')}) has no results"
-                           + ("" if analysis.get("status") in ANALYSIS_TERMINAL else " yet")
-                           + f" ({exc.message})", ExitCode.NOT_FOUND, status=404) from None
+                client.request("GET", f"{ANALYSES}/{analysis_id}")
+            # The analysis exists: the server's message says why there are no results.
+            message = exc.message.rstrip(".")
+            raise CLIError(message[:1].lower() + message[1:], ExitCode.NOT_FOUND,
+                           status=404) from None
         plugin_name = None
         if output == "table":
             with api_errors(analysis_id=analysis_id):
@@ -453,9 +470,32 @@ def results(env, analysis_id: str, output: str, server: str) -> None:
         out.result_tables(env.console(),
                           render_tables(plugin_name, records, warn=lambda line: env.print_err(
                               visible(line))))
+    unparsable = answer.get("unparsable") or []
+    if isinstance(unparsable, list) and unparsable:
+        env.print_err(visible(unparsable_line(answer.get("file") or "the results file",
+                                              unparsable)))
     if answer.get("truncated"):
-        env.print_err(f"note: the results of analysis {analysis_id} are truncated: only the "
-                      f"first {len(records)} records are shown")
+        env.print_err(visible(f"note: the results of analysis {analysis_id} are truncated: "
+                              f"only the first {len(records)} records of "
+                              f"{answer.get('file') or 'the results file'} are shown"))
+
+
+def unparsable_line(file: str, unparsable: list[Any], shown: int = 5) -> str:
+    """One stderr line naming the lines of the results file that could not be read.
+
+    `N lines of FILE could not be read: line 3: not UTF-8; line 7: not JSON: ... at column 2`,
+    the first `shown` of them (then `…`).
+    """
+    items = []
+    for item in unparsable[:shown]:
+        if isinstance(item, dict):
+            items.append(f"line {item.get('line')}: {item.get('error')}")
+        else:
+            items.append(str(item))
+    more = "; …" if len(unparsable) > shown else ""
+    count = len(unparsable)
+    return (f"note: {count} line{'s' if count != 1 else ''} of {file} could not be read: "
+            + "; ".join(items) + more)
 
 
 def render_tables(plugin_name: str | None, records: list[Any],
@@ -538,9 +578,9 @@ def delete(env, analysis_id: str, purge: bool, yes: bool, server: str) -> None:
                 client.request("DELETE", f"{ANALYSES}/{analysis_id}", params=params)
         except CLIError as exc:
             if exc.status == 409:
-                raise CLIError(f"{exc.message.rstrip('.')}; only an analysis that has ended can "
-                               f"be deleted (`falcon analysis cancel {analysis_id}` first)",
-                               ExitCode.CONFLICT, status=409) from None
+                # The server says why and to cancel it first; name the command that does.
+                raise CLIError(f"{exc.message.rstrip('.')} (`falcon analysis cancel "
+                               f"{analysis_id}`)", ExitCode.CONFLICT, status=409) from None
             raise
     env.print_out(f"deleted analysis {analysis_id}"
                   + (" with its results and log" if purge else ""))

@@ -9,6 +9,7 @@ does not pay for them.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -204,8 +205,8 @@ def exp_progress(exp: dict[str, Any], elapsed: float) -> Group:
 
 
 def duration(seconds: float) -> str:
-    """Format seconds as `1h02m03s`, `2m03s` or `3s`."""
-    seconds = max(0, int(seconds))
+    """Format seconds, rounded to the nearest second, as `1h02m03s`, `2m03s` or `3s`."""
+    seconds = max(0, int(seconds + 0.5))
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
     if hours:
@@ -229,6 +230,8 @@ def _parse_time(value: Any) -> datetime | None:
 
 def run_time(analysis: dict[str, Any], now: datetime | None = None) -> str:
     """Return how long an analysis ran: `finished_at - started_at`, or up to `now` while running.
+
+    The one duration of an analysis: `analysis list` and `analysis get` both show it.
 
     Args:
         analysis: the analysis as the API returns it (ISO-8601 `started_at`, `finished_at`).
@@ -268,7 +271,8 @@ def analysis_list_table(console: Console, analyses: list[dict[str, Any]]) -> Non
 
 def analysis_summary(analysis: dict[str, Any]) -> Table:
     """Return every field of an analysis as a two-column table; the queue position only while
-    pending, the error message only when there is one."""
+    pending; the error message only when there is one, labelled `error` when the analysis
+    failed and `message` otherwise (a cancellation is no error)."""
     script = "-"
     if analysis.get("has_script"):
         script = f"yes ({analysis.get('script_bytes')} bytes)"
@@ -287,7 +291,9 @@ def analysis_summary(analysis: dict[str, Any]) -> Table:
         rows.append(("queue position", plain(position if position is not None else "unknown")))
     rows += [("reason", plain(analysis.get("reason")))]
     if analysis.get("error_message"):
-        rows.append(("error", plain(analysis.get("error_message"), multiline=True)))
+        # Why it failed is an error; why it was cancelled (or anything else) a message.
+        label = "error" if analysis.get("status") == AnalysisStatus.FAILED else "message"
+        rows.append((label, plain(analysis.get("error_message"), multiline=True)))
     rows += [
         ("attempts", plain(analysis.get("attempts"))),
         ("artifact", plain(analysis.get("artifact_id"))),
@@ -362,8 +368,22 @@ def cell(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+# A number as a result table shows it (`plugins.render.format_value`): 12,345  5.381e-05  1.5 MiB
+NUMBER_TEXT = re.compile(r"^[-+]?(\d[\d,]*(\.\d*)?|\.\d+)([eE][-+]?\d+)?( [KMGTPE]?i?B)?$"
+                         r"|^[-+]?(inf|nan)$")
+
+
+def _is_number_text(value: Any) -> bool:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return True
+    return isinstance(value, str) and bool(NUMBER_TEXT.match(value))
+
+
 def result_tables(console: Console, tables: list[tuple[str, list[str], list[list[Any]]]]) -> None:
     """Draw result tables given as `(title, columns, rows)`; a cell is shown with `cell`.
+
+    A column of numbers is right-aligned, never wraps and is at least as wide as its widest
+    number, so a number is never split over two lines or cut; the other columns fold.
 
     Args:
         console: where to draw.
@@ -373,8 +393,14 @@ def result_tables(console: Console, tables: list[tuple[str, list[str], list[list
     for title, columns, rows in tables:
         table = Table(title=visible(str(title)) if title else None, title_justify="left",
                       box=box.SIMPLE_HEAD, pad_edge=False)
-        for column in columns:
-            table.add_column(visible(str(column)), overflow="fold")
+        for index, column in enumerate(columns):
+            values = [row[index] for row in rows if index < len(row) and row[index] is not None]
+            if values and all(_is_number_text(value) for value in values):
+                # As wide as its widest number: the text columns fold to make room.
+                table.add_column(visible(str(column)), no_wrap=True, justify="right",
+                                 min_width=max(len(cell(value)) for value in values))
+            else:
+                table.add_column(visible(str(column)), overflow="fold")
         for row in rows:
             table.add_row(*(Text("-") if value is None else plain(cell(value)) for value in row))
         parts.append(table)
@@ -392,8 +418,12 @@ def generic_tables(records: list[Any]) -> list[tuple[str, list[str], list[list[A
         records: the parsed results, usually JSON objects; anything else is shown under `value`.
 
     Returns:
-        `(title, columns, rows)` for `result_tables`; a missing key is None.
+        `(title, columns, rows)` for `result_tables`; a missing key is None; numbers are
+        formatted for reading as the built-in plugins' tables are
+        (`plugins.render.format_value`).
     """
+    from plugins.render import format_value
+
     groups: dict[str, list[dict[str, Any]]] = {}
     for record in records:
         if not isinstance(record, dict):
@@ -405,5 +435,6 @@ def generic_tables(records: list[Any]) -> list[tuple[str, list[str], list[list[A
         columns: list[str] = []
         for record in group:
             columns += [key for key in record if key not in columns]
-        tables.append((title, columns, [[record.get(key) for key in columns] for record in group]))
+        tables.append((title, columns, [[format_value(key, record.get(key)) for key in columns]
+                                        for record in group]))
     return tables

@@ -1,7 +1,10 @@
 """Tables for the CLI from a built-in plugin's JSONL records (Django-free, no I/O).
 
 ``tables(plugin_name, records)`` returns the tables to print; an unknown plugin gives ``[]`` so
-the CLI can fall back to printing raw records.
+the CLI can fall back to printing raw records. Numbers are formatted for reading by
+``format_value`` (a field ending in ``_us``: whole microseconds with thousands separators; in
+``_bytes``: binary units; any other float: 4 significant digits); the exact values stay in the
+results file and ``falcon analysis results -o json``.
 """
 from __future__ import annotations
 
@@ -9,10 +12,49 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def human_bytes(count: float) -> str:
+    """`count` bytes in binary units: `512 B`, `1.5 KiB`, `2 GiB` (4 significant digits)."""
+    size, unit = float(count), 0
+    while abs(size) >= 1024 and unit < len(BYTE_UNITS) - 1:
+        size, unit = size / 1024, unit + 1
+    if unit == 0:
+        return f"{count:,} B" if isinstance(count, int) else f"{size:.4g} B"
+    return f"{size:.4g} {BYTE_UNITS[unit]}"
+
+
+def format_value(field: str, value: Any) -> Any:
+    """One result value as a table shows it, by its field's name.
+
+    A number in a field ending in `_us` is whole microseconds with thousands separators
+    (`12,346`); in a field ending in `_bytes` (or named `bytes`), binary units (`1.5 MiB`); any
+    other float has 4 significant digits (`5.381e-05`, `0.125`); other ints, strings and
+    anything else are returned as they are. Only for reading: the exact values are the JSON's.
+    """
+    if not _is_number(value):
+        return value
+    if value != value or value in (float("inf"), float("-inf")):  # NaN, infinities
+        return str(value)
+    name = str(field)
+    if name.endswith("_us"):
+        return f"{round(value):,}"
+    if name.endswith("_bytes") or name == "bytes":
+        return human_bytes(value)
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return value
+
 
 @dataclass(frozen=True)
 class Table:
-    """A titled table: column names and rows of cell values (str, int, float or None)."""
+    """A titled table: column names and rows of cell values (str, int or None; numbers are
+    formatted by `format_value`)."""
 
     title: str
     columns: tuple[str, ...]
@@ -24,7 +66,8 @@ def _of(records: Sequence[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 
 
 def _table(title: str, columns: Sequence[str], records: Sequence[dict[str, Any]]) -> Table:
-    return Table(title, tuple(columns), tuple(tuple(r.get(c) for c in columns) for r in records))
+    return Table(title, tuple(columns),
+                 tuple(tuple(format_value(c, r.get(c)) for c in columns) for r in records))
 
 
 def _trace_summary(records: Sequence[dict[str, Any]]) -> list[Table]:

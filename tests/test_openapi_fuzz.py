@@ -6,7 +6,7 @@ answer goes through ALL of schemathesis's default checks: no 5xx, status codes a
 types the schema declares, bodies and headers matching the schema, invalid data refused, valid
 data accepted, missing auth refused, unsupported methods refused, ... No check is turned off.
 Valid (positive) cases are adjusted only where JSON Schema cannot state the server's rule
-(`adjust_valid_case`): a configured cluster, an opaque cursor, 7 versus 7.0.
+(`adjust_valid_case`): a configured cluster, an opaque cursor, 7 versus 7.0, quantities compared.
 
 Bounded and deterministic: a fixed number of examples per operation, derandomized, no deadline.
 Runs on SQLite and on MariaDB/MySQL (whichever DATABASE_URL names).
@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, settings
 
 from analysis.tests.factories import make_analysis, make_finished_exp
 from experiments.tests.factories import make_exp
+from plugins.rules import resource_problems
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -73,6 +74,17 @@ def adjust_valid_case(case) -> None:
         # clusters file is the deployment's): valid cases name the test cluster "local"
         # (conftest.py). Negative cases are left as generated: they must stay invalid.
         body["cluster_name"] = "local"
+    if (positive and case.operation.method.upper() == "POST"
+            and case.operation.path == "/api/v1/analyses"
+            and isinstance(body, dict) and isinstance(body.get("resources"), dict)):
+        # A resource override must be above 0, sensible (at most 1024 cores, 16Ti) and each
+        # request at most its limit: comparisons of quantities no pattern states. Valid cases
+        # drop the values that break them (`plugins.rules.resource_problems`).
+        resources = body["resources"]
+        while problems := resource_problems(
+                {k: v for k, v in resources.items() if isinstance(v, str)}):
+            for key in problems:
+                resources.pop(key, None)
 
 
 schema = schemathesis.pytest.from_fixture("api_schema")

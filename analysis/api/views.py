@@ -34,7 +34,7 @@ from ..models import AnalysisRecord
 from ..outputs import log_from_store, read_results, whole_characters
 from .serializers import (
     AnalysisCreateInputSerializer, AnalysisSerializer, LogsSerializer, PluginListSerializer,
-    PluginSerializer, ResultsSerializer,
+    PluginSerializer, ResultsSerializer, request_errors,
 )
 
 LOG_DEFAULT_LIMIT = 1024 * 1024
@@ -138,7 +138,8 @@ class AnalysisListCreateView(generics.ListAPIView):
 
     def post(self, request):
         data = AnalysisCreateInputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
+        if not data.is_valid():
+            raise ValidationFailed(request_errors(data.errors))
         body = data.validated_data
         # The experiment's existence and state are the API server's data: answered here, also
         # while the controller is down (the controller checks them again).
@@ -146,10 +147,15 @@ class AnalysisListCreateView(generics.ListAPIView):
         if exp.status not in EXP_TERMINAL:
             raise Conflict(f"Experiment {exp.pk} is {exp.status} and has not finished; analyse "
                            "it once it is Succeeded, Failed or Aborted.")
-        created = analyzer_client.create_analysis(
-            exp_id=exp.pk, creator_email=request.user.email, analysis_type="online",
-            plugin_name=body["plugin"], command=body["command"], script_content=body["script"],
-            name=body["name"], resources=dict(body.get("resources") or {}))
+        try:
+            created = analyzer_client.create_analysis(
+                exp_id=exp.pk, creator_email=request.user.email, analysis_type="online",
+                plugin_name=body["plugin"], command=body["command"],
+                script_content=body["script"], name=body["name"],
+                resources=dict(body.get("resources") or {}), script_name=body["script_name"])
+        except ValidationFailed as exc:
+            # The controller names AnalyzerService's fields: answer with the request's.
+            raise ValidationFailed(request_errors(exc.errors, foreign_to_detail=True)) from None
         return Response(_detail(created.analysis_id), status=status.HTTP_201_CREATED)
 
 
@@ -236,6 +242,13 @@ def _int_param(request, name: str, *, default: int, minimum: int, maximum: int) 
     return parse_param(raw, field=name, minimum=minimum, maximum=maximum)
 
 
+def pending_note(record: AnalysisRecord) -> str:
+    """The logs' note of a pending analysis: its queue position, and when its log starts."""
+    position = selectors.queue_position(record)
+    return (f"the analysis is pending (queue position {position if position else 'unknown'}); "
+            "its log starts when it runs")
+
+
 class AnalysisLogsView(APIView):
     """The analysis' log from a byte offset: live from the controller, else from the store."""
 
@@ -265,6 +278,8 @@ class AnalysisLogsView(APIView):
             next_offset = offset + len(content)
             # As the controller answers: a full page may have more after it.
             complete = record.is_terminal and len(content) < limit
+        if not content and record.status == AnalysisStatus.PENDING:
+            note = pending_note(record)
         if not complete:
             whole = whole_characters(content)
             next_offset -= len(content) - len(whole)

@@ -94,7 +94,8 @@ class AnalysisRecordServicer(analysis_pb2_grpc.AnalysisRecordServiceServicer):
         record = services.analysis_record_create(
             name=request.name, exp_id=request.exp_id, analysis_type=request.analysis_type,
             plugin_name=request.plugin_name, command=request.command,
-            script_content=request.script_content, artifact_id=request.artifact_id,
+            script_content=request.script_content, script_name=request.script_name,
+            artifact_id=request.artifact_id,
             creator_email=request.creator_email, result_root=request.result_root,
             analysis_id=request.analysis_id)
         record = selectors.analysis_get(analysis_id=record.analysis_id)

@@ -16,7 +16,7 @@ import grpc
 from django.conf import settings
 from django.db import close_old_connections
 
-from core.errors import FalconError, InvalidTransition, NotFound
+from core.errors import FalconError, InvalidTransition, NotFound, ValidationFailed
 from core.grpc.errors import abort_with_error
 from falcon_proto.falcon.v1 import analysis_pb2 as pb, analysis_pb2_grpc
 
@@ -36,6 +36,9 @@ class FakeAnalyzer(analysis_pb2_grpc.AnalyzerServiceServicer):
     def __init__(self):
         self.calls: list[tuple[str, object, dict]] = []
         self.lock = threading.Lock()
+        # Field errors CreateAnalysis answers (INVALID_ARGUMENT, named as the controller names
+        # them), or None to create.
+        self.refuse_create: dict[str, list[str]] | None = None
 
     def _record(self, method, request, context):
         with self.lock:
@@ -55,10 +58,13 @@ class FakeAnalyzer(analysis_pb2_grpc.AnalyzerServiceServicer):
         from analysis.services import analysis_record_create
 
         def create():
+            if self.refuse_create:
+                raise ValidationFailed(self.refuse_create)
             record = analysis_record_create(
                 name=request.name, exp_id=request.exp_id, analysis_type=request.analysis_type,
                 plugin_name=request.plugin_name, command=request.command,
-                script_content=request.script_content, creator_email=request.creator_email,
+                script_content=request.script_content, script_name=request.script_name,
+                creator_email=request.creator_email,
                 result_root=settings.FALCON_ANALYSIS_ROOT)
             return pb.CreateAnalysisResp(analysis_id=record.analysis_id)
         return self._run("CreateAnalysis", request, context, create)

@@ -38,13 +38,15 @@ def test_record_page_shows_log_and_results(staff_client, tmp_path):
     res = staff_client.get(f"/admin/analysis/analysisrecord/{record.analysis_id}/change/")
     assert res.status_code == 200 and b"no log yet" in res.content
     for name, data in (("output.log", b"the <log> tail\n"),
-                       ("summary.jsonl", b'{"metric": "p50", "value": 12}\n')):
+                       ("summary.jsonl", b'{"metric": "p50", "value": 12}\nnot json\n')):
         path = local_path(record.result_path + name)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
     res = staff_client.get(f"/admin/analysis/analysisrecord/{record.analysis_id}/change/")
     assert b"the &lt;log&gt; tail" in res.content and b"&quot;metric&quot;: &quot;p50&quot;" \
         in res.content
+    assert b"1 line of " in res.content and b"summary.jsonl could not be read: line 2: not " \
+        b"JSON: Expecting value at column 1." in res.content
 
 
 def test_cancel_action_falls_back_to_the_database(staff_client, settings):
@@ -56,5 +58,5 @@ def test_cancel_action_falls_back_to_the_database(staff_client, settings):
             "_selected_action": [r.analysis_id for r in records]}, follow=True)
     finally:
         analyzer_client.close()
-    assert res.status_code == 200 and b"Cancelled 2" in res.content
+    assert res.status_code == 200 and b"Cancelled 2 analyses." in res.content
     assert set(AnalysisRecord.objects.values_list("status", flat=True)) == {"cancelled"}

@@ -14,6 +14,7 @@ from analysis.outputs import parse_results, read_results
 from analysis.models import SCRIPT_MAX_BYTES, AnalysisRecord
 from analysis.tests.factories import make_analysis, make_finished_exp
 from analysis.tests.fake_analyzer import LOG, closed_port, running_fake_analyzer
+from core.errors import NotFound
 from artifacts.store import local_path
 from experiments.tests.factories import make_exp
 
@@ -56,7 +57,7 @@ def test_create_through_the_analyzer(alice, analyzer):
     client, user = alice
     exp = make_finished_exp(creator=user)
     resp = client.post("/api/v1/analyses", {
-        "exp_id": exp.pk, "plugin": "summary", "script": "print(1)", "name": "mine",
+        "exp_id": exp.pk, "command": "python script", "script": "print(1)", "name": "mine",
         "resources": {"cpu_request": "500m", "memory_limit": "2Gi"}}, format="json")
     assert resp.status_code == 201, resp.json()
     body = resp.json()
@@ -75,11 +76,13 @@ def test_create_through_the_analyzer(alice, analyzer):
 @pytest.mark.parametrize("body, field", [
     ({}, "exp_id"),
     ({"exp_id": 1}, "plugin"),
-    ({"exp_id": 1, "plugin": "", "command": "  "}, "plugin"),
-    ({"exp_id": 1, "plugin": "p", "script": "x" * (SCRIPT_MAX_BYTES + 1)}, "script"),
-    ({"exp_id": 1, "plugin": "p", "script": "é" * (SCRIPT_MAX_BYTES // 2 + 1)}, "script"),
-    ({"exp_id": 1, "plugin": "p", "resources": {"gpu": "1"}}, "resources"),
-    ({"exp_id": 1, "plugin": "p", "resources": {"cpu_limit": "lots"}}, "resources"),
+    ({"exp_id": 1, "plugin": "", "command": "  "}, "command"),
+    ({"exp_id": 1, "command": ""}, "command"),
+    ({"exp_id": 1, "command": "c", "script": "x" * (SCRIPT_MAX_BYTES + 1)}, "script"),
+    ({"exp_id": 1, "command": "c", "script": "é" * (SCRIPT_MAX_BYTES // 2 + 1)}, "script"),
+    ({"exp_id": 1, "plugin": "p", "script": "print(1)"}, "script"),
+    ({"exp_id": 1, "plugin": "p", "resources": {"gpu": "1"}}, "resources.gpu"),
+    ({"exp_id": 1, "plugin": "p", "resources": {"cpu_limit": "lots"}}, "resources.cpu_limit"),
     ({"exp_id": 1, "plugin": "p", "command": "a\x00b"}, "command"),
     ({"exp_id": "1", "plugin": "p"}, "exp_id"),
     ({"exp_id": 1, "plugin": "p", "extra": 1}, "extra"),
@@ -89,6 +92,105 @@ def test_create_field_errors(alice, analyzer, body, field):
     resp = client.post("/api/v1/analyses", body, format="json")
     assert resp.status_code == 400 and field in resp.json(), resp.json()
     assert not analyzer.calls
+
+
+@pytest.mark.parametrize("script_name, says", [
+    ("../run.py", "without '/'"), ("dir/run.py", "without '/'"), (".", "not '.'"),
+    ("..", "not '..'"), ("x" * 256, "at most 255"),
+    ("output", "work folder uses itself"),
+])
+def test_create_refuses_a_script_name_that_is_not_a_plain_file_name(alice, analyzer, script_name,
+                                                                    says):
+    client, _ = alice
+    resp = client.post("/api/v1/analyses", {"exp_id": 1, "command": "python run.py",
+                                            "script": "print(1)", "script_name": script_name},
+                       format="json")
+    assert resp.status_code == 400, resp.json()
+    assert list(resp.json()) == ["script_name"] or set(resp.json()) == {"script_name", "code"}, \
+        resp.json()
+    assert says in " ".join(resp.json()["script_name"])
+    assert not analyzer.calls
+
+
+@pytest.mark.parametrize("resources, field, says", [
+    ({"cpu_request": "0"}, "resources.cpu_request", "above 0"),
+    ({"memory_limit": "0Mi"}, "resources.memory_limit", "above 0"),
+    ({"cpu_request": "3", "cpu_limit": "2"}, "resources.cpu_request",
+     "above cpu_limit 2; a request may not exceed its limit"),
+    ({"memory_request": "2Gi", "memory_limit": "1Gi"}, "resources.memory_request",
+     "lower memory_request or raise memory_limit"),
+    ({"cpu_limit": "2000"}, "resources.cpu_limit", "more than 1024 cores"),
+    ({"memory_limit": "17Ti"}, "resources.memory_limit", "more than 16Ti"),
+])
+def test_create_refuses_resources_that_cannot_work(alice, analyzer, resources, field, says):
+    client, _ = alice
+    resp = client.post("/api/v1/analyses", {"exp_id": 1, "command": "true",
+                                            "resources": resources}, format="json")
+    assert resp.status_code == 400 and field in resp.json(), resp.json()
+    assert says in resp.json()[field][0]
+    assert not analyzer.calls
+
+
+def test_create_sends_the_script_name_and_stores_it(alice, analyzer):
+    client, user = alice
+    exp = make_finished_exp(creator=user)
+    resp = client.post("/api/v1/analyses", {"exp_id": exp.pk, "command": "python run.py",
+                                            "script": "print(1)", "script_name": "run.py"},
+                       format="json")
+    assert resp.status_code == 201, resp.json()
+    assert resp.json()["script_name"] == "run.py"
+    assert analyzer.calls[-1][1].script_name == "run.py"
+    assert AnalysisRecord.objects.get(pk=resp.json()["id"]).script_name == "run.py"
+    resp = client.post("/api/v1/analyses", {"exp_id": exp.pk, "command": "python run.py",
+                                            "script_name": "run.py"}, format="json")
+    assert resp.status_code == 400 and "no script was sent" in resp.json()["script_name"][0]
+
+
+def test_a_script_with_a_plugin_is_refused_not_ignored(alice, analyzer):
+    client, _ = alice
+    resp = client.post("/api/v1/analyses", {"exp_id": 1, "plugin": "summary",
+                                            "script": "print(1)"}, format="json")
+    assert resp.status_code == 400, resp.json()
+    assert resp.json()["script"] == [
+        "a script goes with a command, and a plugin runs its catalog command; drop script, or "
+        "send command instead of plugin."]
+    assert not analyzer.calls
+
+
+@pytest.mark.parametrize("field, hint", [
+    ("command", "send a shell command"), ("script", "send a text script"),
+    ("name", "send plain text"), ("script_name", "send the script's plain file name, e.g. run.py"),
+])
+def test_a_nul_character_is_one_error(alice, analyzer, field, hint):
+    client, _ = alice
+    body = {"exp_id": 1, "command": "true", "script": "x", field: "a\x00b"}
+    resp = client.post("/api/v1/analyses", body, format="json")
+    assert resp.status_code == 400
+    assert resp.json()[field] == [f"contains a NUL character; {hint}."]
+
+
+def test_an_empty_command_is_named_as_such(alice, analyzer):
+    client, _ = alice
+    resp = client.post("/api/v1/analyses", {"exp_id": 1, "command": ""}, format="json")
+    assert resp.status_code == 400
+    assert resp.json() == {"command": ["is empty; give the shell command to run (or a catalog "
+                                       "plugin instead)."], "code": "invalid"}
+
+
+def test_errors_of_the_analyzer_controller_use_the_request_field_names(alice, analyzer):
+    client, user = alice
+    exp = make_finished_exp(creator=user)
+    analyzer.refuse_create = {"plugin_name": ["unknown plugin 'nope'"],
+                              "script_content": ["too big"],
+                              "resource_override.memory_request": ["above the plugin's limit"],
+                              "creator_email": ["has never logged in"]}
+    resp = client.post("/api/v1/analyses", {"exp_id": exp.pk, "plugin": "nope",
+                                            "resources": {"memory_request": "4Gi"}},
+                       format="json")
+    assert resp.status_code == 400, resp.json()
+    assert resp.json() == {"plugin": ["unknown plugin 'nope'"], "script": ["too big"],
+                           "resources.memory_request": ["above the plugin's limit"],
+                           "detail": ["creator_email: has never logged in"], "code": "invalid"}
 
 
 def test_script_of_exactly_one_mib_is_accepted(alice, analyzer):
@@ -222,7 +324,13 @@ def test_logs_live_and_from_the_store(alice, settings):
         assert fake.calls[-1][1].limit_bytes == 3
     settings.FALCON_ANALYZER_TARGET = closed_port()
     body = client.get(url).json()
-    assert body["content"] == "" and body["complete"] is False and "no log" in body["note"]
+    assert body["content"] == "" and body["complete"] is False
+    # Pending: nothing ran yet, and the note says where it stands and when the log starts.
+    assert body["note"] == ("the analysis is pending (queue position 1); its log starts when "
+                            "it runs")
+    AnalysisRecord.transition_pk(record.analysis_id, "running")
+    body = client.get(url).json()
+    assert body["content"] == "" and "no log has been written yet" in body["note"]
     _write(record.result_path + "output.log", b"hello from the store\n")
     AnalysisRecord.transition_pk(record.analysis_id, "cancelled")
     body = client.get(url + "?offset=6").json()
@@ -237,26 +345,44 @@ def test_results(alice):
     record = make_analysis(exp=make_finished_exp(creator=user), plugin_name="summary")
     url = f"/api/v1/analyses/{record.analysis_id}/results"
     resp = client.get(url)
-    assert resp.status_code == 404 and "no results yet" in resp.json()["detail"]
+    assert resp.json()["detail"] == (f"Analysis {record.analysis_id} has no results yet: "
+                                     f"{record.result_path}summary.jsonl does not exist; it is "
+                                     "pending.")
     _write(record.result_path + "summary.jsonl",
-           b'{"a": 1}\nnot json\n\n[1, 2]\n{"b": NaN}\n{"c": "\xc3\xa9"}\n')
+           b'{"a": 1}\nnot json\n\n[1, 2]\n{"b": NaN}\n{"c": "\xc3\xa9"}\n\xff\xfe\n'
+           b'{"kind": "unparsable", "line": 2}\n{"d": \n')
     body = client.get(url).json()
     assert body["file"] == record.result_path + "summary.jsonl"
     assert body["truncated"] is False
-    assert body["records"] == [{"a": 1}, {"kind": "unparsable", "line": 2},
-                               {"kind": "unparsable", "line": 4},
-                               {"kind": "unparsable", "line": 5}, {"c": "é"}]
+    # A record of any shape is the plugin's; the lines that are not records are apart.
+    assert body["records"] == [{"a": 1}, {"c": "é"}, {"kind": "unparsable", "line": 2}]
+    assert body["unparsable"] == [
+        {"line": 2, "error": "not JSON: Expecting value at column 1"},
+        {"line": 4, "error": "not a JSON object (an array)"},
+        {"line": 5, "error": "NaN is not a JSON number; send a finite number or a string."},
+        {"line": 7, "error": "not UTF-8"},
+        {"line": 9, "error": "not JSON: Expecting value at column 7"}]
 
 
 def test_results_caps(db):
-    records, truncated = parse_results(b"".join(b'{"i": %d}\n' % i for i in range(20)),
-                                       max_records=10)
-    assert len(records) == 10 and truncated
+    records, unparsable, truncated = parse_results(
+        b"".join(b'{"i": %d}\n' % i for i in range(20)), max_records=10)
+    assert len(records) == 10 and truncated and unparsable == []
+    records, unparsable, truncated = parse_results(b"x\n" * 5, max_unparsable=3)
+    assert records == [] and [u["line"] for u in unparsable] == [1, 2, 3] and truncated
     record = make_analysis(analysis_type="online", plugin_name="", command="run")
     _write(record.result_path + "result.jsonl",
            b"".join(json.dumps({"i": i}).encode() + b"\n" for i in range(100)))
     out = read_results(record, max_bytes=50)
     assert out["truncated"] and out["file"].endswith("/result.jsonl")
+    AnalysisRecord.transition_pk(record.analysis_id, "cancelled")
+    record.refresh_from_db()
+    (local_path(record.result_path) / "result.jsonl").unlink()
+    with pytest.raises(NotFound) as info:
+        read_results(record)
+    assert info.value.message == (f"Analysis {record.analysis_id} has no results: "
+                                  f"{record.result_path}result.jsonl does not exist; it is "
+                                  "cancelled.")
     assert out["records"] == [{"i": i} for i in range(len(out["records"]))]
 
 
@@ -302,3 +428,40 @@ def test_log_pages_end_on_whole_characters(alice, settings):
     # A page too small for one character still moves on (the character is replaced).
     body = client.get(f"{url}?offset={text.encode().index('🎉'.encode())}&limit=2").json()
     assert body["next_offset"] > text.encode().index("🎉".encode())
+
+
+def test_what_works_while_the_analyzer_is_down_is_what_the_readme_says(alice, no_analyzer):
+    from pathlib import Path
+
+    client, user = alice
+    exp = make_finished_exp(creator=user)
+    done = make_analysis(exp=exp, plugin_name="summary")
+    AnalysisRecord.transition_pk(done.analysis_id, "running")
+    AnalysisRecord.transition_pk(done.analysis_id, "succeeded")
+    _write(done.result_path + "summary.jsonl", b'{"a": 1}\n')
+    _write(done.result_path + "output.log", b"ran\n")
+    base = f"/api/v1/analyses/{done.analysis_id}"
+    # Fail at once: create, delete with purge, the catalog.
+    assert client.post("/api/v1/analyses", {"exp_id": exp.pk, "plugin": "summary"},
+                       format="json").status_code == 503
+    assert client.delete(base + "?purge=true").status_code == 503
+    assert client.get("/api/v1/plugins").status_code == 503
+    # Read from the store; the note says so.
+    logs = client.get(base + "/logs").json()
+    assert logs["content"] == "ran\n" and logs["note"].startswith("read from the store")
+    # Keep working.
+    assert client.get("/api/v1/analyses").status_code == 200
+    assert client.get(base).status_code == 200
+    assert client.get(base + "/results").json()["records"] == [{"a": 1}]
+    # Fall back to the database: cancel, then a plain delete.
+    running = make_analysis(exp=exp, analysis_type="online")
+    assert client.post(f"/api/v1/analyses/{running.analysis_id}/cancel").json()["status"] \
+        == "cancelled"
+    assert client.delete(f"/api/v1/analyses/{running.analysis_id}").status_code == 204
+    readme = " ".join(
+        (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8").split())
+    assert ("While the analyzer controller is down, `analysis create`, `analysis delete --purge` "
+            "and `plugins list`/`get` fail at once (the API answers 503; exit code 9)") in readme
+    assert ("`analysis cancel` and a plain `analysis delete` fall back to the database" in readme)
+    assert "`analysis logs` reads the log from the store" in readme
+    assert "wait for it" not in readme

@@ -182,7 +182,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._need_controller()
             if analysis["status"] not in TERMINAL:
                 raise _Answer(409, {"detail": f"Analysis {analysis['id']} is "
-                                              f"{analysis['status']}.", "code": "conflict"})
+                                              f"{analysis['status']}; only succeeded, failed or "
+                                              "cancelled analyses can be deleted. Cancel it "
+                                              "first.", "code": "conflict"})
             del state.analyses[analysis["id"]]
             if query.get("purge") == "true":
                 state.logs.pop(analysis["id"], None)
@@ -217,11 +219,27 @@ class _Handler(BaseHTTPRequestHandler):
             analysis = self._analysis(route[1])
             lines = state.results.get(analysis["id"])
             if lines is None:
-                raise _Answer(404, {"detail": "This analysis has no results.",
+                yet = "" if analysis["status"] in TERMINAL else " yet"
+                raise _Answer(404, {"detail": f"Analysis {analysis['id']} has no results{yet}: "
+                                              f"{analysis.get('result_path') or ''}result.jsonl "
+                                              f"does not exist; it is {analysis['status']}.",
                                     "code": "not_found"})
-            name = f"{analysis['plugin_name'] or 'result'}.jsonl"
-            return self._send(200, {"file": name, "records": [json.loads(x) for x in lines],
-                                    "truncated": analysis["id"] in state.truncated})
+            name = f"{analysis.get('result_path') or ''}{analysis['plugin_name'] or 'result'}.jsonl"
+            records, unparsable = [], []
+            for number, line in enumerate(lines, start=1):
+                try:
+                    value = json.loads(line)
+                except ValueError as exc:
+                    unparsable.append({"line": number, "error": f"not JSON: {exc.msg} at "
+                                                                f"column {exc.colno}"})
+                    continue
+                if isinstance(value, dict):
+                    records.append(value)
+                else:
+                    unparsable.append({"line": number, "error": "not a JSON object"})
+            return self._send(200, {"file": name, "records": records,
+                                    "truncated": analysis["id"] in state.truncated,
+                                    "unparsable": unparsable})
         if route == ["plugins"] and method == "GET":
             self._need_controller()
             return self._send(200, {"plugins": PLUGINS})
@@ -236,7 +254,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _create(self, body: Any) -> None:
         state = self.state
         errors: dict[str, list[str]] = {}
-        allowed = {"exp_id", "plugin", "command", "script", "name", "resources"}
+        allowed = {"exp_id", "plugin", "command", "script", "script_name", "name", "resources"}
         for key in set(body) - allowed:
             errors[key] = ["Unknown field."]
         if not isinstance(body.get("exp_id"), int):

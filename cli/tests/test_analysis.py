@@ -100,7 +100,7 @@ def test_create_with_a_command_and_script_sends_the_script_verbatim(cli, state, 
                  "--script", files("script.py", script))
     assert result.exit_code == 0, result.output
     assert state.created_bodies[A1] == {"exp_id": 2, "command": "python script.py",
-                                       "script": script}
+                                       "script": script, "script_name": "script.py"}
     for text in ("python script.py", "pending", "queue position", f"yes ({len(script.encode())} "
                  "bytes)"):
         assert text in result.stdout
@@ -115,6 +115,14 @@ def test_plugin_and_command_are_exclusive_and_one_is_required(cli, state, args, 
     assert result.exit_code == ExitCode.USAGE, result.output
     text = _unwrapped(result.stderr)
     assert f"give exactly one of --plugin NAME and --command CMD ({which})" in text
+    assert state.requests == []
+
+
+@pytest.mark.parametrize("option", ["--command", "--plugin"])
+def test_an_empty_command_or_plugin_is_named_as_empty(cli, state, option):
+    result = cli("analysis", "create", "--exp", "1", option, " ")
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert f"{option} is empty" in _unwrapped(result.stderr)
     assert state.requests == []
 
 
@@ -292,6 +300,15 @@ def test_list_shows_the_columns_and_follows_pages(cli, state):
     assert cli("analysis", "list", "--type", "nightly").exit_code == ExitCode.USAGE
 
 
+def test_list_and_get_show_the_same_duration(cli, state):
+    state.add(status="succeeded", started_at="2026-01-01T00:00:00.200000+00:00",
+              finished_at="2026-01-01T00:00:00.900000+00:00")
+    listed = cli("analysis", "list").stdout
+    got = cli("analysis", "get", A1).stdout
+    assert re.search(r"duration\s+1s", got), got
+    assert re.search(rf"{A1}.*\s1s\s*$", listed, re.M), listed
+
+
 def test_list_and_get_work_while_the_controller_is_down(cli, state):
     _five(state)
     state.controller_up = False
@@ -312,6 +329,12 @@ def test_get_shows_every_field_the_queue_position_and_the_error(cli, state):
     assert "queue position" not in result.stdout
     assert re.search(r"error\s+trace-summary: no trace files under /in", result.stdout)
     assert "PluginFailed" in result.stdout
+    # A cancellation is no error: its message is labelled so.
+    state.add(status="cancelled", error_message="cancelled by alice@example.com",
+              reason="Cancelled")
+    result = cli("analysis", "get", A3)
+    assert re.search(r"message\s+cancelled by alice@example.com", result.stdout)
+    assert not re.search(r"^\s*error\s", result.stdout, re.M)
     got = json.loads(cli("analysis", "get", A1, "-o", "json").stdout)
     assert got == state.analyses[A1] and got["id"] == A1
     import yaml
@@ -377,6 +400,39 @@ def test_logs_prints_what_there_is_stitching_pages(cli, state):
     offsets = [int(re.search(r"offset=(\d+)", r[1]).group(1)) for r in state.requests]
     assert offsets[0] == 0 and offsets == sorted(offsets) and len(offsets) > 5
     assert result.stderr == ""
+
+
+def test_logs_help_and_readme_say_the_log_is_text_and_logs_takes_no_output_option(cli):
+    text = " ".join(cli("analysis", "logs", "--help").stdout.split())
+    assert "a pipe gets the log as is" not in text
+    assert "a byte that is not UTF-8 shown as U+FFFD" in text
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert "Every read command takes `-o table|json|yaml`, except `analysis results`" in readme
+    assert "and `analysis logs` (the log as text" in readme
+
+
+def test_logs_of_a_pending_analysis_print_the_note_at_once(cli, state):
+    state.add(status="pending")
+    state.logs[A1] = b""
+    note = "the analysis is pending (queue position 2); its log starts when it runs"
+    state.log_notes[A1] = note
+
+    def start():
+        state.move(A1, "succeeded")
+        state.logs[A1] = b"ran\n"
+        state.log_complete.add(A1)
+        state.log_notes[A1] = None
+
+    script = _scripted(cli, start)
+    result = cli("analysis", "logs", A1, "--follow")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "ran\n" and one_line(result.stderr) == f"note: {note}"
+    assert script.slept == [2.0]
+    result = cli("analysis", "logs", A1)
+    assert result.stderr == ""
+    state.logs[A1], state.log_notes[A1] = b"", note
+    result = cli("analysis", "logs", A1)
+    assert result.stdout == "" and one_line(result.stderr) == f"note: {note}"
 
 
 def test_logs_follow_polls_until_complete_and_prints_the_note(cli, state):
@@ -478,7 +534,7 @@ def test_results_of_a_built_in_plugin_use_its_tables(cli, state):
     for title in ("p.json.gz: groups", "p.json.gz: TPU:0", "p.json.gz: all groups"):
         assert title in result.stdout
     assert re.search(r"name\s+count\s+total_us\s+self_us\s+mean_us\s+max_us", result.stdout)
-    assert re.search(r"fusion\.7\s+10\s+800\.0\s+700\.0\s+80\.0\s+95\.0", result.stdout)
+    assert re.search(r"fusion\.7\s+10\s+800\s+700\s+80\s+95\b", result.stdout)
     assert "meta" not in result.stdout  # the renderer's tables, not the generic ones
 
     state.add(status="succeeded", plugin_name="bench-summary")
@@ -488,6 +544,30 @@ def test_results_of_a_built_in_plugin_use_its_tables(cli, state):
     assert result.exit_code == 0, result.output
     assert "metrics" in result.stdout
     assert re.search(r"latency_ms\s+3\s+2\.5\s+1\s+2\s+4\s+4\s+4", result.stdout)
+
+
+@pytest.mark.parametrize("plugin_name", ["bench-summary", None])
+def test_result_numbers_are_rounded_for_reading_and_never_split(cli, state, plugin_name):
+    state.add(status="succeeded", plugin_name=plugin_name, command="" if plugin_name else "x")
+    line = ('{"kind":"metric","metric":"step_time_seconds_of_the_whole_training_loop",'
+            '"count":1234567,"mean":5.3809999826626154e-05,"min":5.3809999826626154e-05,'
+            '"p50":5.3809999826626154e-05,"p90":123456.789,"p99":0.1,"max":7.0,'
+            '"wall_us":1234567.8,"output_bytes":1572864}')
+    state.results[A1] = [line]
+    cli.environ["COLUMNS"] = "60" if plugin_name else "200"
+    result = cli("analysis", "results", A1)
+    assert result.exit_code == 0, result.output
+    assert "5.381e-05" in result.stdout and "1.235e+05" in result.stdout
+    assert "5.3809999826626154" not in result.stdout
+    if plugin_name is None:  # the generic tables follow the same rules
+        assert "1,234,568" in result.stdout and "1.5 MiB" in result.stdout
+    # No number is split over two lines: every cell of a number holds it whole or cut with …
+    for token in re.findall(r"[\d.,e+-]{3,}", result.stdout):
+        assert token.rstrip(",") in line or token in ("5.381e-05", "1.235e+05", "1,234,567",
+                                                     "1,234,568", "0.1", "7", "1.5"), (token,
+                                                                                result.stdout)
+    json_out = cli("analysis", "results", A1, "-o", "json").stdout
+    assert json_out == line + "\n"  # exact
 
 
 def test_records_a_renderer_cannot_read_fall_back_to_key_value_tables(cli, state):
@@ -500,6 +580,16 @@ def test_records_a_renderer_cannot_read_fall_back_to_key_value_tables(cli, state
         "note: the hlo-stats records do not have the shape its tables expect (KeyError")
 
 
+def test_lines_that_are_not_records_are_named_on_stderr_not_mixed_into_records(cli, state):
+    state.add(status="succeeded", plugin_name=None, command="x")
+    state.results[A1] = ['{"a":1}', "oops", '{"kind":"unparsable","line":2}']
+    result = cli("analysis", "results", A1, "-o", "json")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == '{"a":1}\n{"kind":"unparsable","line":2}\n'
+    assert one_line(result.stderr) == ("note: 1 line of result.jsonl could not be read: line 2: "
+                                       "not JSON: Expecting value at column 1")
+
+
 def test_truncated_results_say_so_on_stderr(cli, state):
     state.add(status="succeeded")
     state.results[A1] = STORED[:2]
@@ -508,7 +598,7 @@ def test_truncated_results_say_so_on_stderr(cli, state):
     assert result.exit_code == 0
     assert result.stdout == "".join(line + "\n" for line in STORED[:2])
     assert one_line(result.stderr) == (f"note: the results of analysis {A1} are truncated: only "
-                                       "the first 2 records are shown")
+                                       "the first 2 records of trace-summary.jsonl are shown")
 
 
 def test_no_results_yet_is_not_found_and_says_why(cli, state):
@@ -516,7 +606,11 @@ def test_no_results_yet_is_not_found_and_says_why(cli, state):
     result = cli("analysis", "results", A1)
     assert result.exit_code == ExitCode.NOT_FOUND
     assert one_line(result.stderr) == \
-        f"error: analysis {A1} (running) has no results yet (This analysis has no results.)"
+        f"error: analysis {A1} has no results yet: result.jsonl does not exist; it is running"
+    state.move(A1, "failed")
+    result = cli("analysis", "results", A1)
+    assert one_line(result.stderr) == \
+        f"error: analysis {A1} has no results: result.jsonl does not exist; it is failed"
     assert cli("analysis", "results", A1, "-o", "yaml").exit_code == ExitCode.USAGE
 
 
@@ -541,8 +635,8 @@ def test_delete_a_finished_analysis_and_refuse_a_running_one(cli, state):
     result = cli("analysis", "delete", A1)
     assert result.exit_code == ExitCode.CONFLICT
     assert one_line(result.stderr) == (
-        f"error: Analysis {A1} is running; only an analysis that has ended can be deleted "
-        f"(`falcon analysis cancel {A1}` first)")
+        f"error: Analysis {A1} is running; only succeeded, failed or cancelled analyses can be "
+        f"deleted. Cancel it first (`falcon analysis cancel {A1}`)")
     result = cli("analysis", "delete", A2)
     assert result.exit_code == 0, result.output
     assert result.stdout == f"deleted analysis {A2}\n"

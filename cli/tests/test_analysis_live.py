@@ -26,6 +26,7 @@ from analysis.tests.fake_analyzer import LOG, closed_port
 from artifacts.store import local_path
 from cli.exit_codes import ExitCode
 from core.statuses import AnalysisStatus
+from plugins.render import format_value
 
 from .conftest import EMAIL, one_line
 
@@ -143,7 +144,9 @@ def test_create_list_get_cancel_delete(cli, analyzer, exp):
     # delete needs an analysis that has ended: a conflict, and nothing is deleted.
     result = cli("analysis", "delete", analysis_id)
     assert result.exit_code == ExitCode.CONFLICT, result.output
-    assert f"(`falcon analysis cancel {analysis_id}` first)" in one_line(result.stderr)
+    assert one_line(result.stderr) == (
+        f"error: Analysis {analysis_id} is pending; only succeeded, failed or cancelled analyses "
+        f"can be deleted. Cancel it first (`falcon analysis cancel {analysis_id}`)")
     assert AnalysisRecord.objects.filter(pk=analysis_id).exists()
 
     # cancel, through the controller; again is harmless.
@@ -201,7 +204,8 @@ def test_results_of_a_real_bench_summary_run(cli, exp, alice, tmp_path):
     assert re.search(r"metric\s+count\s+mean\s+min\s+p50\s+p90\s+p99\s+max", result.stdout)
     for metric in metrics:
         row = rf"{re.escape(metric['metric'])}\s+{metric['count']}\s+" + r"\s+".join(
-            re.escape(str(metric[key])) for key in ("mean", "min", "p50", "p90", "p99", "max"))
+            re.escape(str(format_value(key, metric[key])))
+            for key in ("mean", "min", "p50", "p90", "p99", "max"))
         assert re.search(row, result.stdout), (row, result.stdout)
     assert "qwen3" not in result.stdout and '"kind"' not in result.stdout
 
@@ -217,8 +221,9 @@ def test_results_not_written_yet_is_not_found(cli, exp, alice):
                            result_root=settings.FALCON_ANALYSIS_ROOT)
     result = cli("analysis", "results", record.analysis_id)
     assert result.exit_code == ExitCode.NOT_FOUND
-    assert one_line(result.stderr).startswith(
-        f"error: analysis {record.analysis_id} (pending) has no results yet")
+    assert one_line(result.stderr) == (
+        f"error: analysis {record.analysis_id} has no results yet: {record.result_path}"
+        "bench-summary.jsonl does not exist; it is pending")
 
 
 def test_logs_live_from_the_controller_and_from_the_store_when_it_is_down(cli, exp, alice,

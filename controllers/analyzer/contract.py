@@ -44,7 +44,8 @@ class AnalysisView:
     """An analysis record (falcon.v1.AnalysisRecord) as the controller sees it.
 
     `script_content` is filled only by `get_record(..., with_script=True)`; `script_bytes` is
-    its size in bytes everywhere.
+    its size in bytes everywhere; `script_name` the file name it is also saved under ("" for
+    `script` only).
     """
 
     analysis_id: str
@@ -58,6 +59,7 @@ class AnalysisView:
     command: str = ""
     script_content: str = ""
     script_bytes: int = 0
+    script_name: str = ""
     artifact_id: int = 0
     artifact_path: str = ""
     artifact_type: str = ""
@@ -121,7 +123,7 @@ class AnalysisRecordAPI(Protocol):
     def create_record(self, *, exp_id: int, analysis_type: str, result_root: str,
                       plugin_name: str = "", command: str = "", script_content: str = "",
                       artifact_id: int = 0, creator_email: str = "", name: str = "",
-                      analysis_id: str = "") -> AnalysisView: ...
+                      analysis_id: str = "", script_name: str = "") -> AnalysisView: ...
 
     def get_record(self, analysis_id: str, with_script: bool = False) -> AnalysisView: ...
 

@@ -175,6 +175,7 @@ class AnalyzerController:
             analysis_id=record.analysis_id, exp_id=record.exp_id, command=record.command,
             artifact_path=record.artifact_path, result_path=result_path,
             plugin_name=record.plugin_name, script=record.script_content,
+            script_name=record.script_name,
             timeout_seconds=plugin.timeout_seconds if plugin is not None
             else self.config.online_timeout_seconds,
             resources=resources, attempt=attempt)

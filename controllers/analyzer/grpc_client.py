@@ -43,6 +43,7 @@ def analysis_view(rec: analysis_pb2.AnalysisRecord) -> AnalysisView:
         analysis_type=rec.analysis_type, plugin_name=rec.plugin_name, status=rec.status,
         result_path=rec.result_path, error_message=rec.error_message, command=rec.command,
         script_content=rec.script_content, script_bytes=rec.script_bytes,
+        script_name=rec.script_name,
         artifact_id=rec.artifact_id, artifact_path=rec.artifact_path,
         artifact_type=rec.artifact_type, creator_email=rec.creator_email, attempts=rec.attempts,
         cluster_object_name=rec.cluster_object_name, reason=rec.reason,
@@ -57,7 +58,7 @@ def analysis_message(view: AnalysisView) -> analysis_pb2.AnalysisRecord:
         analysis_type=view.analysis_type, plugin_name=view.plugin_name, status=view.status,
         result_path=view.result_path, error_message=view.error_message, command=view.command,
         script_content=view.script_content, script_bytes=view.script_bytes,
-        artifact_id=view.artifact_id, artifact_path=view.artifact_path,
+        script_name=view.script_name, artifact_id=view.artifact_id, artifact_path=view.artifact_path,
         artifact_type=view.artifact_type, creator_email=view.creator_email,
         attempts=view.attempts, cluster_object_name=view.cluster_object_name,
         reason=view.reason)
@@ -146,7 +147,7 @@ class GrpcAnalysisRecordAPI(GrpcClient):
     def create_record(self, *, exp_id: int, analysis_type: str, result_root: str,
                       plugin_name: str = "", command: str = "", script_content: str = "",
                       artifact_id: int = 0, creator_email: str = "", name: str = "",
-                      analysis_id: str = "") -> AnalysisView:
+                      analysis_id: str = "", script_name: str = "") -> AnalysisView:
         """CreateAnalysisRecord (a pending record).
 
         Raises:
@@ -157,7 +158,8 @@ class GrpcAnalysisRecordAPI(GrpcClient):
         request = analysis_pb2.CreateAnalysisRecordReq(
             name=name, exp_id=exp_id, analysis_type=analysis_type, plugin_name=plugin_name,
             command=command, script_content=script_content, artifact_id=artifact_id,
-            creator_email=creator_email, result_root=result_root, analysis_id=analysis_id)
+            creator_email=creator_email, result_root=result_root, analysis_id=analysis_id,
+            script_name=script_name)
         return analysis_view(self.call(self.stub.CreateAnalysisRecord, request).record)
 
     def get_record(self, analysis_id: str, with_script: bool = False) -> AnalysisView:

@@ -3,8 +3,11 @@
 Django-free (import-linter: only the artifact store and the standard library). Steps, in the
 design's order (docs/analyzer.md, "Runs on the local backend"):
 
+0. when the backend does not enforce the run's resources (the local backend) and some are
+   requested (the plugin's defaults or the user's override), say so on the log's first line;
 1. copy the artifact's files from the store into `{work}/input` (`artifacts.store.fetch_tree`);
-2. save the user's script as `{work}/script`, mode 0700, when there is one;
+2. save the user's script as `{work}/script`, mode 0700, when there is one, and under the file
+   name the user gave (`script_name`, e.g. `{work}/run.py`) too;
 3. run the command with `sh -c` in its own process group, the plugin folder first on PATH and
    FALCON_INPUT_DIR, FALCON_OUTPUT_DIR, FALCON_RESULT_FILE, FALCON_SCRIPT, FALCON_ANALYSIS_ID,
    FALCON_EXP_ID set; its stdout and stderr are appended to `output.log` as the run goes (for a
@@ -36,6 +39,7 @@ from artifacts.store import fetch_tree, local_path, store_for
 
 NON_ZERO_EXIT, TIMEOUT, NO_RESULTS, FETCH_FAILED, STOPPED = (
     "NonZeroExit", "Timeout", "NoResults", "FetchFailed", "Stopped")
+RESOURCE_KEYS = ("cpu_request", "cpu_limit", "memory_request", "memory_limit")
 TAIL_BYTES = 4096
 TAIL_LINES = 20
 
@@ -67,7 +71,9 @@ def tail(path: Path) -> str:
 
 class Run:
     """One run of a spec (the JSON written by the backend; fields in `RunSpec` plus
-    `work_dir`, `exit_file`, `child_file`, `plugin_dir`, `log_upload_seconds`, `grace_seconds`).
+    `work_dir`, `exit_file`, `child_file`, `plugin_dir`, `log_upload_seconds`, `grace_seconds`,
+    and `backend` and `enforces_resources`: a backend that does not enforce `resources` says so,
+    and the runner writes it as the log's first line).
     """
 
     def __init__(self, spec: dict):
@@ -86,9 +92,35 @@ class Run:
     # -- the log ----------------------------------------------------------------------------
 
     def say(self, log, text: str) -> None:
-        """Append one line of the runner's own to the log."""
-        log.write(f"[falcon-analyzer] {text}\n".encode())
+        """Append one line of the runner's own to the log, on a line of its own: after output
+        that does not end with a newline, a newline first."""
+        log.write(f"{self.line_start(log)}[falcon-analyzer] {text}\n".encode())
         log.flush()
+
+    def line_start(self, log) -> str:
+        """"\n" when the log's last byte (the command writes to the same file) is not one."""
+        try:
+            with open(self.log_file, "rb") as fh:
+                if fh.seek(0, os.SEEK_END) == 0:
+                    return ""
+                fh.seek(-1, os.SEEK_END)
+                return "" if fh.read(1) == b"\n" else "\n"
+        except OSError:
+            return ""
+
+    def resources_note(self) -> str:
+        """The log's first line when the backend does not enforce the run's resources
+        (`enforces_resources` false in the spec, e.g. the local backend) and some are
+        requested; "" otherwise."""
+        if self.spec.get("enforces_resources", True):
+            return ""
+        resources = self.spec.get("resources") or {}
+        requested = ", ".join(f"{key}={resources[key]}" for key in RESOURCE_KEYS
+                              if resources.get(key))
+        if not requested:
+            return ""
+        backend = self.spec.get("backend") or "this"
+        return f"the {backend} backend does not enforce resources (requested: {requested})"
 
     def upload_log(self) -> None:
         """Put the local log to the store (gs:// result folders only); failures are printed."""
@@ -100,6 +132,30 @@ class Run:
             print(f"cannot upload {self.log_url}: {exc}", file=sys.stderr, flush=True)
 
     # -- the command ------------------------------------------------------------------------
+
+    def save_script(self) -> Path | None:
+        """Save the user's script as `{work}/script` (mode 0700) and, when the spec names it
+        (`script_name`, e.g. `run.py`), under that name too, so `python run.py` finds it.
+        Returns the `script` path ($FALCON_SCRIPT), or None without a script.
+
+        Raises:
+            ValueError: `script_name` is not a plain file name (the API server refuses those).
+        """
+        text = self.spec.get("script") or ""
+        if not text:
+            return None
+        names = ["script"]
+        name = self.spec.get("script_name") or ""
+        if name:
+            if name in (".", "..", "input", "output", "output.log") or "/" in name \
+                    or "\x00" in name:
+                raise ValueError(f"script_name {name!r} is not a plain file name")
+            names.append(name)
+        for each in dict.fromkeys(names):
+            path = self.work / each
+            path.write_text(text, encoding="utf-8")
+            path.chmod(0o700)
+        return self.work / "script"
 
     def environment(self, input_dir: Path, output_dir: Path, script: Path | None) -> dict:
         """The command's environment: this process's, the plugin folder first on PATH, and
@@ -157,6 +213,8 @@ class Run:
             folder.mkdir(parents=True, exist_ok=True)
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "ab", buffering=0) as log:
+            if note := self.resources_note():
+                self.say(log, note)
             try:
                 files = fetch_tree(self.spec["artifact_path"], input_dir)
             except Exception as exc:
@@ -164,12 +222,9 @@ class Run:
                 self.upload_log()
                 return {"exit_code": None, "reason": FETCH_FAILED,
                         "message": f"cannot fetch the artifact: {exc}"}
-            self.say(log, f"fetched {files} files of {self.spec['artifact_path']}")
-            script = None
-            if self.spec.get("script"):
-                script = self.work / "script"
-                script.write_text(self.spec["script"], encoding="utf-8")
-                script.chmod(0o700)
+            self.say(log, f"fetched {files} file{'' if files == 1 else 's'} of "
+                          f"{self.spec['artifact_path']}")
+            script = self.save_script()
             timeout = float(self.spec.get("timeout_seconds") or 3600)
             self.proc = subprocess.Popen(
                 ["sh", "-c", self.spec["command"]], stdin=subprocess.DEVNULL, stdout=log,

@@ -1,9 +1,11 @@
 """AnalyzerService: the analyzer controller's gRPC server (protos/falcon/v1/analysis.proto).
 
 Every rule of the proto's comments, checked here: a plugin or a command is required; a plugin
-must be in the catalog; the script is at most 1 MiB of UTF-8; resource override values are
-Kubernetes quantities, kept in the controller's memory only (`AnalyzerController.overrides`),
-never stored; a plugin's command comes from the catalog. Cancel is idempotent; Delete refuses a
+must be in the catalog; a script goes with a command (never a plugin); the script is at most 1 MiB of UTF-8, its file name a plain one; resource
+override values are Kubernetes quantities above 0 and sensible, each request at most its limit
+(the override's or the plugin's: `plugins.rules.resource_problems`), kept in the controller's
+memory only (`AnalyzerController.overrides`), never stored; a plugin's command comes from the
+catalog. Cancel is idempotent; Delete refuses a
 non-terminal record ("cancel it first") and with purge removes `{result_path}` from the store;
 GetAnalysisLogs reads the live log.
 
@@ -30,7 +32,7 @@ from core.errors import FalconError, NotFound
 from core.grpc.channel import CHANNEL_OPTIONS
 from core.grpc.errors import ApiCallFailed, abort_with_status, trailing_metadata_for
 from falcon_proto.falcon.v1 import analysis_pb2, analysis_pb2_grpc
-from plugins.catalog import QUANTITY_RE
+from plugins.rules import resource_problems, script_name_problem
 
 from .contract import CANCELLED, ONLINE, QUEUES, TERMINAL, AlreadyExists
 from .controller import RESOURCE_KEYS, AnalyzerController
@@ -73,9 +75,16 @@ class TokenInterceptor(grpc.ServerInterceptor):
 
 
 def _invalid(context, field: str, message: str):
+    _invalid_fields(context, {field: message})
+
+
+def _invalid_fields(context, problems: dict[str, str]):
+    """Abort INVALID_ARGUMENT with one message per field (`falcon-error-fields`)."""
     context.set_trailing_metadata((("falcon-error-code", "invalid"), (
-        "falcon-error-fields", json.dumps({field: [message]}, ensure_ascii=True))))
-    context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{field}: {message}")
+        "falcon-error-fields", json.dumps({field: [message] for field, message in
+                                           problems.items()}, ensure_ascii=True))))
+    context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                  "; ".join(f"{field}: {message}" for field, message in problems.items()))
 
 
 def _abort_error(context, exc: FalconError):
@@ -125,8 +134,8 @@ class AnalyzerServicer(analysis_pb2_grpc.AnalyzerServiceServicer):
         if analysis_type not in QUEUES:
             _invalid(context, "analysis_type", f"must be one of {', '.join(QUEUES)}")
         if not request.plugin_name and not request.command.strip():
-            _invalid(context, "plugin_name", "a plugin or a command is required (set "
-                     "plugin_name to a catalog plugin, or command to a shell command)")
+            _invalid(context, "plugin_name", "a plugin or a command is required: name a catalog "
+                     "plugin, or give a shell command")
         command = request.command
         if request.plugin_name:
             plugin = c.catalog.get(request.plugin_name)
@@ -135,25 +144,35 @@ class AnalyzerServicer(analysis_pb2_grpc.AnalyzerServiceServicer):
                          f"unknown plugin {request.plugin_name!r}; known plugins: "
                          f"{', '.join(sorted(c.catalog)) or 'none'}")
             if command and command != plugin.command:
-                _invalid(context, "command", "a plugin's command comes from the catalog; "
-                         "leave command empty or drop plugin_name")
+                _invalid(context, "command", "a plugin's command comes from the catalog; leave "
+                         "the command empty, or drop the plugin")
             command = plugin.command
+        if request.plugin_name and request.script_content:
+            _invalid(context, "script_content", "a script goes with a command, and a plugin "
+                     "runs its catalog command; drop the script, or send a command instead of "
+                     "the plugin")
         size = len(request.script_content.encode("utf-8"))
         if size > SCRIPT_MAX_BYTES:
             _invalid(context, "script_content",
                      f"the script is {size} bytes; at most {SCRIPT_MAX_BYTES} (1 MiB)")
+        if problem := script_name_problem(request.script_name):
+            _invalid(context, "script_name", problem)
+        if request.script_name and not request.script_content:
+            _invalid(context, "script_name", "names the script's file, but no script was sent; "
+                     "send the script too, or leave script_name out")
         override = {key: getattr(request.resource_override, key) for key in RESOURCE_KEYS
                     if getattr(request.resource_override, key)}
-        for key, value in override.items():
-            if not QUANTITY_RE.fullmatch(value):
-                _invalid(context, f"resource_override.{key}",
-                         f"{value!r} is not a Kubernetes quantity (e.g. 500m, 2, 512Mi)")
+        defaults = ({key: getattr(plugin.resources, key) for key in RESOURCE_KEYS}
+                    if request.plugin_name else {})
+        if problems := resource_problems(override, defaults):
+            _invalid_fields(context, {f"resource_override.{key}": problem
+                                      for key, problem in problems.items()})
         try:
             with c.lock:
                 record = c.api.create_record(
                     exp_id=request.exp_id, analysis_type=analysis_type,
                     plugin_name=request.plugin_name, command=command,
-                    script_content=request.script_content,
+                    script_content=request.script_content, script_name=request.script_name,
                     creator_email=request.creator_email, name=request.name,
                     result_root=c.config.result_root)
                 if override:

@@ -76,7 +76,27 @@ class RoleToTaskSpecField(serializers.JSONField):
 
 
 class StrictCharField(serializers.CharField):
-    """A string field that refuses numbers and booleans instead of turning them into text."""
+    """A string field that refuses numbers and booleans instead of turning them into text.
+
+    A value with a NUL character gets one error, `contains a NUL character; {nul_hint}.`, and
+    no other validator's (DRF's own NUL check and a pattern would each answer otherwise).
+
+    Args:
+        nul_hint: how to fix a value with a NUL character (default "send text without it").
+    """
+
+    def __init__(self, *, nul_hint: str = "send text without it", **kwargs):
+        super().__init__(**kwargs)
+        self.nul_message = f"contains a NUL character; {nul_hint}."
+        if not any(isinstance(v, RegexValidator) for v in self.validators):
+            # States the rule in the OpenAPI schema (a pattern); `run_validators` answers it.
+            self.validators.append(RegexValidator(TEXT, message=self.nul_message))
+
+    def run_validators(self, value):
+        """The field's validators; a NUL character alone answers (one message)."""
+        if isinstance(value, str) and "\x00" in value:
+            raise serializers.ValidationError([self.nul_message], code="null_characters")
+        super().run_validators(value)
 
     def to_internal_value(self, data):
         if not isinstance(data, str):
@@ -134,8 +154,7 @@ class ExpCreateInputSerializer(StrictSerializer):
         EXP_TYPE, "a lowercase type such as profiling or benchmark")])
     role_to_task_spec = RoleToTaskSpecField()
     config = StrictCharField(required=False, allow_blank=True, trim_whitespace=False,
-                             validators=[RegexValidator(TEXT, message="contains a NUL "
-                                                        "character; send a text file.")],
+                             nul_hint="send a text file",
                              default="", help_text="The config file's text, stored verbatim "
                              "and injected as CUSTOM_CONFIG_KEY; at most "
                              f"{settings.FALCON_CONFIG_MAX_BYTES} bytes in UTF-8 (413 beyond).")

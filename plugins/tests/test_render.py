@@ -1,7 +1,7 @@
 """render.tables turns each built-in plugin's real result into tables; unknown plugins give []."""
 from __future__ import annotations
 
-from plugins.render import Table, tables
+from plugins.render import Table, format_value, tables
 from plugins.tests.conftest import FIXTURES, REAL, REAL_PROFILE, run_plugin
 
 
@@ -26,7 +26,21 @@ def test_hlo_and_bench_tables(tmp_path, out):
     (tmp_path / "r.csv").write_text("lat_us\n1\n2\n")
     records = run_plugin("bench-summary", "--input", tmp_path / "r.csv", output=out).records
     (metrics,) = tables("bench-summary", records)
-    assert metrics.rows == (("lat_us", 2, 1.5, 1.0, 1.5, 1.9, 1.99, 2.0),)
+    assert metrics.rows == (("lat_us", 2, "1.5", "1", "1.5", "1.9", "1.99", "2"),)
+
+
+def test_numbers_are_formatted_for_reading_by_field_name():
+    assert format_value("mean", 5.3809999826626154e-05) == "5.381e-05"
+    assert format_value("p99", 0.125) == "0.125" and format_value("max", 2.0) == "2"
+    assert format_value("total_us", 1234567.89) == "1,234,568"
+    assert format_value("self_us", 12) == "12"
+    assert format_value("output_bytes", 1536) == "1.5 KiB"
+    assert format_value("bytes", 512) == "512 B"
+    assert format_value("total_bytes", 3 * 2**30) == "3 GiB"
+    assert format_value("count", 12345) == 12345  # other ints as they are
+    assert format_value("name", "x") == "x" and format_value("ok", True) is True
+    assert format_value("mean", None) is None
+    assert format_value("mean", float("nan")) == "nan"
 
 
 def test_unknown_plugin_gives_no_tables():

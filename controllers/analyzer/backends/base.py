@@ -46,9 +46,11 @@ class RunSpec:
         result_path: the output folder ({root}/analysis/{exp}/{id}/, ends with '/').
         plugin_name: "" for a command without a plugin; names the results file.
         script: the user's script (UTF-8), "" when none; saved as `script`, mode 0700.
+        script_name: the file name the script is also saved under (e.g. `run.py`), "" for none.
         timeout_seconds: the run's time limit in seconds (the plugin's, or the online default).
         resources: cpu_request, cpu_limit, memory_request, memory_limit (Kubernetes quantities);
-            the local backend ignores them, a Pod backend sets them on its container.
+            the local backend ignores them (the log's first line says so), a Pod backend sets
+            them on its container.
         attempt: the run's attempt number (1 for the first run).
     """
 
@@ -59,6 +61,7 @@ class RunSpec:
     result_path: str
     plugin_name: str = ""
     script: str = ""
+    script_name: str = ""
     timeout_seconds: int = 3600
     resources: dict[str, str] = field(default_factory=dict)
     attempt: int = 1

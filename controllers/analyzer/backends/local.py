@@ -158,6 +158,8 @@ class LocalAnalysisBackend(AnalysisBackend):
             runner_spec = {**asdict(spec), "work_dir": str(work),
                            "exit_file": str(folder / EXIT), "child_file": str(folder / CHILD),
                            "plugin_dir": self.plugin_dir, "grace_seconds": self.grace_seconds,
+                           # Processes here get what the machine has: the runner says so.
+                           "backend": self.name, "enforces_resources": False,
                            "log_upload_seconds": self.log_upload_seconds}
             (folder / SPEC).touch(mode=0o600)
             write_atomic(folder / SPEC, json.dumps(runner_spec, indent=1))

@@ -56,7 +56,7 @@ class FakeRecordAPI:
 
     def create_record(self, *, exp_id, analysis_type, result_root, plugin_name="", command="",
                       script_content="", artifact_id=0, creator_email="", name="",
-                      analysis_id=""):
+                      analysis_id="", script_name=""):
         self.calls.append("create_record")
         with self.lock:
             if analysis_type == "offline":
@@ -76,6 +76,7 @@ class FakeRecordAPI:
                 result_path=f"{result_root.rstrip('/')}/analysis/{exp_id}/{aid}/",
                 name=name, plugin_name=plugin_name, command=command,
                 script_content=script_content, script_bytes=len(script_content.encode()),
+                script_name=script_name,
                 artifact_id=artifact_id, artifact_path=artifact_path,
                 creator_email=creator_email, created_at=T0 + timedelta(seconds=n))
             self.records[aid] = rec

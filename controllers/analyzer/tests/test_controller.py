@@ -39,6 +39,11 @@ def test_plugin_run_succeeds_with_results_and_log(tmp_path):
     out = local_path(done.result_path)
     assert (out / "echo-ok.jsonl").read_text() == '{"ok": 1}\n'
     assert f"hello from {rec.analysis_id}" in (out / "output.log").read_text()
+    # The plugin's resources are not enforced here, and the log's first line says so.
+    assert (out / "output.log").read_text().splitlines()[0] == (
+        "[falcon-analyzer] the local backend does not enforce resources (requested: "
+        "cpu_request=100m, cpu_limit=1, memory_request=64Mi, memory_limit=1Gi)")
+    assert "[falcon-analyzer] fetched 1 file of " in (out / "output.log").read_text()
     assert done.attempts == 1 and done.cluster_object_name == run_name_for(rec.analysis_id)
     until(lambda: not c.queues.holds(rec.analysis_id), tick=c.tick)
 
@@ -61,6 +66,43 @@ def test_command_with_script_and_no_results_rule(tmp_path):
     assert "from-script" in log
     failed = api.get_record(bad.analysis_id)
     assert failed.status == "failed" and failed.reason == "NoResults"
+
+
+def test_the_script_is_saved_under_its_own_name_and_as_falcon_script(tmp_path):
+    api = FakeRecordAPI()
+    c = make_controller(api, tmp_path)
+    api.artifact_paths[1] = artifact(tmp_path)
+    rec = api.create_record(
+        exp_id=1, analysis_type="online", command='sh run.sh 7 && cmp run.sh "$FALCON_SCRIPT"',
+        script_content='echo "run.sh says $1"\n', script_name="run.sh",
+        result_root=(tmp_path / "results").as_uri())
+    until(lambda: status(api, rec) in ("succeeded", "failed"), tick=c.tick)
+    done = api.get_record(rec.analysis_id)
+    log = (local_path(done.result_path) / "output.log").read_text()
+    assert done.status == "succeeded", (done.error_message, log)
+    assert "run.sh says 7" in log
+    assert "does not enforce" not in log  # a command with no resources asked for none
+
+
+def test_a_resource_override_on_the_local_backend_is_named_on_the_log_first_line(tmp_path):
+    api = FakeRecordAPI()
+    c = make_controller(api, tmp_path)
+    rec = online(api, tmp_path, plugin="", command="echo hi")
+    c.overrides[rec.analysis_id] = {"memory_limit": "2Gi"}
+    until(lambda: status(api, rec) == "succeeded", tick=c.tick)
+    log = (local_path(api.get_record(rec.analysis_id).result_path) / "output.log").read_text()
+    assert log.splitlines()[0] == ("[falcon-analyzer] the local backend does not enforce "
+                                   "resources (requested: memory_limit=2Gi)")
+
+
+def test_the_runner_starts_its_own_lines_on_a_new_line(tmp_path):
+    api = FakeRecordAPI()
+    c = make_controller(api, tmp_path)
+    rec = online(api, tmp_path, plugin="", command="printf 'no newline at the end'")
+    until(lambda: status(api, rec) == "succeeded", tick=c.tick)
+    log = (local_path(api.get_record(rec.analysis_id).result_path) / "output.log").read_text()
+    assert log.endswith("no newline at the end\n"
+                        "[falcon-analyzer] the command ended with exit code 0\n"), log
 
 
 def test_log_is_written_as_the_run_goes(tmp_path):

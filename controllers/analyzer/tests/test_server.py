@@ -76,9 +76,36 @@ def test_create_rules(env):
         exp_id=1, command="true", resource_override=analysis_pb2.ResourceOverride(
             memory_limit="2Gi\n")), metadata=AUTH)
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "resource_override.memory_limit" in details
+    for plugin, override, field, says in (
+            ("echo-ok", {"memory_request": "4Gi"}, "memory_request", "the plugin's memory_limit"),
+            ("echo-ok", {"cpu_limit": "50m"}, "cpu_limit", "below the plugin's cpu_request"),
+            ("", {"cpu_limit": "0"}, "cpu_limit", "above 0"),
+            ("", {"memory_request": "20Ti"}, "memory_request", "more than 16Ti"),
+            ("", {"cpu_request": "2", "cpu_limit": "1"}, "cpu_request", "above cpu_limit 1")):
+        code, details = code_of(stub.CreateAnalysis, analysis_pb2.CreateAnalysisReq(
+            exp_id=1, plugin_name=plugin, command="" if plugin else "true",
+            resource_override=analysis_pb2.ResourceOverride(**override)), metadata=AUTH)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT, (override, details)
+        assert f"resource_override.{field}: " in details and says in details, details
+    for name in ("../run.py", "..", "a/b", "x" * 256):
+        code, details = code_of(stub.CreateAnalysis, analysis_pb2.CreateAnalysisReq(
+            exp_id=1, command="true", script_content="x", script_name=name), metadata=AUTH)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "script_name" in details, name
+    code, details = code_of(stub.CreateAnalysis, analysis_pb2.CreateAnalysisReq(
+        exp_id=1, command="true", script_name="run.py"), metadata=AUTH)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "no script was sent" in details
     assert not api.records
+    code, details = code_of(stub.CreateAnalysis, analysis_pb2.CreateAnalysisReq(
+        exp_id=1, plugin_name="echo-ok", script_content="print(1)"), metadata=AUTH)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert details.startswith("script_content: a script goes with a command")
     ok = stub.CreateAnalysis(analysis_pb2.CreateAnalysisReq(
-        exp_id=1, plugin_name="echo-ok", script_content="y" * (1 << 20),
+        exp_id=1, command="sh script", script_content="y" * (1 << 20),
+        resource_override=analysis_pb2.ResourceOverride(cpu_limit="3")), metadata=AUTH)
+    rec = api.get_record(ok.analysis_id, with_script=True)
+    assert rec.script_bytes == 1 << 20
+    ok = stub.CreateAnalysis(analysis_pb2.CreateAnalysisReq(
+        exp_id=1, plugin_name="echo-ok",
         resource_override=analysis_pb2.ResourceOverride(cpu_limit="3")), metadata=AUTH)
     rec = api.get_record(ok.analysis_id, with_script=True)
     assert rec.command == controller.catalog["echo-ok"].command  # from the catalog

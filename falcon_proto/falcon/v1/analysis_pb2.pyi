@@ -55,7 +55,7 @@ class ListExpsAwaitingAnalysisResp(_message.Message):
     def __init__(self, items: _Optional[_Iterable[_Union[ExpAwaiting, _Mapping]]] = ...) -> None: ...
 
 class AnalysisRecord(_message.Message):
-    __slots__ = ("analysis_id", "name", "exp_id", "analysis_type", "plugin_name", "status", "result_path", "error_message", "command", "script_content", "script_bytes", "artifact_id", "artifact_path", "artifact_type", "creator_email", "attempts", "cluster_object_name", "reason", "created_at", "updated_at", "started_at", "finished_at")
+    __slots__ = ("analysis_id", "name", "exp_id", "analysis_type", "plugin_name", "status", "result_path", "error_message", "command", "script_content", "script_bytes", "artifact_id", "artifact_path", "artifact_type", "creator_email", "attempts", "cluster_object_name", "reason", "created_at", "updated_at", "started_at", "finished_at", "script_name")
     ANALYSIS_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     EXP_ID_FIELD_NUMBER: _ClassVar[int]
@@ -78,6 +78,7 @@ class AnalysisRecord(_message.Message):
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    SCRIPT_NAME_FIELD_NUMBER: _ClassVar[int]
     analysis_id: str
     name: str
     exp_id: int
@@ -100,10 +101,11 @@ class AnalysisRecord(_message.Message):
     updated_at: _timestamp_pb2.Timestamp
     started_at: _timestamp_pb2.Timestamp
     finished_at: _timestamp_pb2.Timestamp
-    def __init__(self, analysis_id: _Optional[str] = ..., name: _Optional[str] = ..., exp_id: _Optional[int] = ..., analysis_type: _Optional[str] = ..., plugin_name: _Optional[str] = ..., status: _Optional[str] = ..., result_path: _Optional[str] = ..., error_message: _Optional[str] = ..., command: _Optional[str] = ..., script_content: _Optional[str] = ..., script_bytes: _Optional[int] = ..., artifact_id: _Optional[int] = ..., artifact_path: _Optional[str] = ..., artifact_type: _Optional[str] = ..., creator_email: _Optional[str] = ..., attempts: _Optional[int] = ..., cluster_object_name: _Optional[str] = ..., reason: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    script_name: str
+    def __init__(self, analysis_id: _Optional[str] = ..., name: _Optional[str] = ..., exp_id: _Optional[int] = ..., analysis_type: _Optional[str] = ..., plugin_name: _Optional[str] = ..., status: _Optional[str] = ..., result_path: _Optional[str] = ..., error_message: _Optional[str] = ..., command: _Optional[str] = ..., script_content: _Optional[str] = ..., script_bytes: _Optional[int] = ..., artifact_id: _Optional[int] = ..., artifact_path: _Optional[str] = ..., artifact_type: _Optional[str] = ..., creator_email: _Optional[str] = ..., attempts: _Optional[int] = ..., cluster_object_name: _Optional[str] = ..., reason: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., script_name: _Optional[str] = ...) -> None: ...
 
 class CreateAnalysisRecordReq(_message.Message):
-    __slots__ = ("name", "exp_id", "analysis_type", "plugin_name", "command", "script_content", "artifact_id", "creator_email", "result_root", "analysis_id")
+    __slots__ = ("name", "exp_id", "analysis_type", "plugin_name", "command", "script_content", "artifact_id", "creator_email", "result_root", "analysis_id", "script_name")
     NAME_FIELD_NUMBER: _ClassVar[int]
     EXP_ID_FIELD_NUMBER: _ClassVar[int]
     ANALYSIS_TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -114,6 +116,7 @@ class CreateAnalysisRecordReq(_message.Message):
     CREATOR_EMAIL_FIELD_NUMBER: _ClassVar[int]
     RESULT_ROOT_FIELD_NUMBER: _ClassVar[int]
     ANALYSIS_ID_FIELD_NUMBER: _ClassVar[int]
+    SCRIPT_NAME_FIELD_NUMBER: _ClassVar[int]
     name: str
     exp_id: int
     analysis_type: str
@@ -124,7 +127,8 @@ class CreateAnalysisRecordReq(_message.Message):
     creator_email: str
     result_root: str
     analysis_id: str
-    def __init__(self, name: _Optional[str] = ..., exp_id: _Optional[int] = ..., analysis_type: _Optional[str] = ..., plugin_name: _Optional[str] = ..., command: _Optional[str] = ..., script_content: _Optional[str] = ..., artifact_id: _Optional[int] = ..., creator_email: _Optional[str] = ..., result_root: _Optional[str] = ..., analysis_id: _Optional[str] = ...) -> None: ...
+    script_name: str
+    def __init__(self, name: _Optional[str] = ..., exp_id: _Optional[int] = ..., analysis_type: _Optional[str] = ..., plugin_name: _Optional[str] = ..., command: _Optional[str] = ..., script_content: _Optional[str] = ..., artifact_id: _Optional[int] = ..., creator_email: _Optional[str] = ..., result_root: _Optional[str] = ..., analysis_id: _Optional[str] = ..., script_name: _Optional[str] = ...) -> None: ...
 
 class GetAnalysisRecordReq(_message.Message):
     __slots__ = ("analysis_id", "with_script")
@@ -207,7 +211,7 @@ class ResourceOverride(_message.Message):
     def __init__(self, cpu_request: _Optional[str] = ..., cpu_limit: _Optional[str] = ..., memory_request: _Optional[str] = ..., memory_limit: _Optional[str] = ...) -> None: ...
 
 class CreateAnalysisReq(_message.Message):
-    __slots__ = ("name", "exp_id", "analysis_type", "plugin_name", "command", "script_content", "resource_override", "creator_email")
+    __slots__ = ("name", "exp_id", "analysis_type", "plugin_name", "command", "script_content", "resource_override", "creator_email", "script_name")
     NAME_FIELD_NUMBER: _ClassVar[int]
     EXP_ID_FIELD_NUMBER: _ClassVar[int]
     ANALYSIS_TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -216,6 +220,7 @@ class CreateAnalysisReq(_message.Message):
     SCRIPT_CONTENT_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_OVERRIDE_FIELD_NUMBER: _ClassVar[int]
     CREATOR_EMAIL_FIELD_NUMBER: _ClassVar[int]
+    SCRIPT_NAME_FIELD_NUMBER: _ClassVar[int]
     name: str
     exp_id: int
     analysis_type: str
@@ -224,7 +229,8 @@ class CreateAnalysisReq(_message.Message):
     script_content: str
     resource_override: ResourceOverride
     creator_email: str
-    def __init__(self, name: _Optional[str] = ..., exp_id: _Optional[int] = ..., analysis_type: _Optional[str] = ..., plugin_name: _Optional[str] = ..., command: _Optional[str] = ..., script_content: _Optional[str] = ..., resource_override: _Optional[_Union[ResourceOverride, _Mapping]] = ..., creator_email: _Optional[str] = ...) -> None: ...
+    script_name: str
+    def __init__(self, name: _Optional[str] = ..., exp_id: _Optional[int] = ..., analysis_type: _Optional[str] = ..., plugin_name: _Optional[str] = ..., command: _Optional[str] = ..., script_content: _Optional[str] = ..., resource_override: _Optional[_Union[ResourceOverride, _Mapping]] = ..., creator_email: _Optional[str] = ..., script_name: _Optional[str] = ...) -> None: ...
 
 class CreateAnalysisResp(_message.Message):
     __slots__ = ("analysis_id", "record")
