@@ -58,9 +58,26 @@ def beat() -> None:
         log.warning("cannot touch heartbeat file %s: %s", path, exc)
 
 
+# How often a wait for `wake` also looks at `stop`, seconds.
+WAKE_POLL_SECONDS = 0.1
+
+
+def _pause(seconds: float, stop: threading.Event, wake: threading.Event | None) -> None:
+    """Wait `seconds`, or less when `stop` is set, or when `wake` is set (then clear it)."""
+    if wake is None:
+        stop.wait(seconds)
+        return
+    deadline = time.monotonic() + seconds
+    while not stop.is_set():
+        left = deadline - time.monotonic()
+        if left <= 0 or wake.wait(min(left, WAKE_POLL_SECONDS)):
+            break
+    wake.clear()
+
+
 def run_loop(controller: Controller, *, interval: float, stop: threading.Event,
              is_transient: Callable[[BaseException], bool] = lambda exc: False,
-             max_ticks: int | None = None) -> int:
+             max_ticks: int | None = None, wake: threading.Event | None = None) -> int:
     """Call `controller.tick()` every `interval` seconds until `stop` is set; `beat()` after each.
 
     Args:
@@ -70,6 +87,9 @@ def run_loop(controller: Controller, *, interval: float, stop: threading.Event,
         is_transient: whether an exception from a tick should be logged and retried next tick
             (True) or re-raised (False).
         max_ticks: stop after this many ticks (tests, `--once`).
+        wake: set it to start the next tick now instead of at the end of the interval (the
+            analyzer's AnalyzerService sets it when an analysis is created, so admission does not
+            wait for the interval).
 
     Returns:
         The number of ticks run.
@@ -88,7 +108,7 @@ def run_loop(controller: Controller, *, interval: float, stop: threading.Event,
         ticks += 1
         if max_ticks is not None and ticks >= max_ticks:
             break
-        stop.wait(max(0.0, interval - (time.monotonic() - started)))
+        _pause(max(0.0, interval - (time.monotonic() - started)), stop, wake)
     return ticks
 
 

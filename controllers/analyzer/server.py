@@ -212,6 +212,7 @@ class AnalyzerServicer(analysis_pb2_grpc.AnalyzerServiceServicer):
                     c.overrides.pop(record.analysis_id, None)
         except FalconError as exc:
             _abort_error(context, exc)
+        c.wake.set()  # a slot may be free now: admit the next analysis without waiting a tick
         return analysis_pb2.CancelAnalysisResp(record=analysis_message(record))
 
     def DeleteAnalysis(self, request, context):

@@ -206,7 +206,8 @@ class Command(BaseCommand):
             if reset is not None:
                 reset()
             return run_loop(controller, interval=options["interval"], stop=halt,
-                            is_transient=_is_transient, max_ticks=max_ticks)
+                            is_transient=_is_transient, max_ticks=max_ticks,
+                            wake=getattr(controller, "wake", None))
 
         if elector is None:
             self.stderr.write(f"controller {controller.name}: running every "
