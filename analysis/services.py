@@ -109,8 +109,18 @@ def validate_create_fields(*, name: Any, analysis_type: Any, plugin_name: Any, c
     return errors
 
 
-def _experiment_and_artifact(*, exp_id: int, analysis_type: str,
-                             artifact_id: int) -> tuple[Experiment, Artifact]:
+def analysable_experiment(*, exp_id: int, analysis_type: str) -> Experiment:
+    """The experiment an analysis of `analysis_type` may run on (the analyzer design, 3.2).
+
+    Offline analysis runs on Succeeded experiments; online analysis on any finished one
+    (Succeeded, Failed or Aborted: a failed run's profiles are worth reading too). The HTTP API
+    asks this before it calls the analyzer controller, so the answer does not depend on the
+    controller being up; `analysis_record_create` applies it again.
+
+    Raises:
+        NotFound: no experiment `exp_id`.
+        Conflict: the experiment is not in a state this kind of analysis runs on.
+    """
     exp = Experiment.objects.filter(pk=exp_id).first()
     if exp is None:
         raise NotFound(f"Experiment {exp_id} does not exist.")
@@ -120,6 +130,12 @@ def _experiment_and_artifact(*, exp_id: int, analysis_type: str,
     if analysis_type == AnalysisType.ONLINE and exp.status not in EXP_TERMINAL:
         raise Conflict(f"Experiment {exp_id} is {exp.status} and has not finished; analyse it "
                        "once it is Succeeded, Failed or Aborted.")
+    return exp
+
+
+def _experiment_and_artifact(*, exp_id: int, analysis_type: str,
+                             artifact_id: int) -> tuple[Experiment, Artifact]:
+    exp = analysable_experiment(exp_id=exp_id, analysis_type=analysis_type)
     if artifact_id:
         artifact = Artifact.objects.filter(pk=artifact_id).first()
         if artifact is None or artifact.experiment_id != exp.pk:

@@ -18,14 +18,11 @@ from rest_framework import generics, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from artifacts.store import store_for
-from core import jsoninput
 from core.drf import FilterSetBackend, StrictCursorPagination
 from core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
 from core.filters import MAX_ID, MAX_NAME_CHARS
 from core.numbers import parse_param
-from core.statuses import EXP_TERMINAL, AnalysisStatus, AnalysisType
-from experiments.selectors import exp_get_summary
+from core.statuses import AnalysisStatus, AnalysisType
 
 from .. import analyzer_client, selectors, services
 from ..analyzer_client import ServiceUnavailable
@@ -142,11 +139,9 @@ class AnalysisListCreateView(generics.ListAPIView):
             raise ValidationFailed(request_errors(data.errors))
         body = data.validated_data
         # The experiment's existence and state are the API server's data: answered here, also
-        # while the controller is down (the controller checks them again).
-        exp = exp_get_summary(exp_id=body["exp_id"])
-        if exp.status not in EXP_TERMINAL:
-            raise Conflict(f"Experiment {exp.pk} is {exp.status} and has not finished; analyse "
-                           "it once it is Succeeded, Failed or Aborted.")
+        # while the controller is down (the record's creation checks them again).
+        exp = services.analysable_experiment(exp_id=body["exp_id"],
+                                             analysis_type=AnalysisType.ONLINE)
         try:
             created = analyzer_client.create_analysis(
                 exp_id=exp.pk, creator_email=request.user.email, analysis_type="online",
