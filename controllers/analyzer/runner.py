@@ -20,6 +20,13 @@ design's order (docs/analyzer.md, "Runs on the local backend"):
    atomically. Reasons: NonZeroExit, Timeout, NoResults (a plugin exited 0 without results),
    FetchFailed, Stopped (SIGTERM from the backend).
 
+In an analysis Pod (`--spec-env FALCON_RUN_SPEC --termination-log /dev/termination-log`, the
+Kubernetes backend) the spec comes from the environment, the exit status is also written as the
+container's termination message (at most 4096 bytes, Kubernetes `terminationMessagePath`), and
+the process exits 0 on success and non-zero otherwise (the command's own code when it has one),
+so the Pod's phase says the outcome. gs:// writes carry generation preconditions and retry on
+429 and 5xx (`controllers.analyzer.upload`).
+
 A runner killed outright writes no exit status; the backend reports that run failed (Killed),
 and what the command printed so far stays in output.log.
 """
@@ -37,11 +44,14 @@ from pathlib import Path
 
 from artifacts.store import fetch_tree, local_path, store_for
 
+from .upload import writer_for
+
 NON_ZERO_EXIT, TIMEOUT, NO_RESULTS, FETCH_FAILED, STOPPED = (
     "NonZeroExit", "Timeout", "NoResults", "FetchFailed", "Stopped")
 RESOURCE_KEYS = ("cpu_request", "cpu_limit", "memory_request", "memory_limit")
 TAIL_BYTES = 4096
 TAIL_LINES = 20
+TERMINATION_MESSAGE_MAX = 4096  # bytes kubelet keeps of terminationMessagePath
 
 
 def write_atomic(path: str | os.PathLike, text: str) -> None:
@@ -88,6 +98,7 @@ class Run:
                          else self.work / "output.log")
         self.stopping = threading.Event()
         self.proc: subprocess.Popen | None = None
+        self.log_writer = None if self.local_log else writer_for(self.log_url)
 
     # -- the log ----------------------------------------------------------------------------
 
@@ -127,7 +138,7 @@ class Run:
         if self.local_log:
             return
         try:
-            store_for(self.log_url).put_file(self.log_file, self.log_url)
+            self.log_writer.put(self.log_file)
         except Exception as exc:  # the next upload retries; the run must go on
             print(f"cannot upload {self.log_url}: {exc}", file=sys.stderr, flush=True)
 
@@ -176,6 +187,20 @@ class Run:
         if script is not None:
             env["FALCON_SCRIPT"] = str(script)
         return env
+
+    def put_results(self, results: Path) -> None:
+        """Put the results file to `{result_path}{name}`: a plain copy for file://, for gs://
+        a write under a generation precondition (a previous attempt's object is replaced
+        deliberately, a retry never writes twice).
+
+        Raises:
+            OSError, UploadConflict, google.api_core.exceptions.GoogleAPICallError: not put.
+        """
+        url = self.result_path + results.name
+        if self.local_log:
+            store_for(url).put_file(results, url)
+        else:
+            writer_for(url).put(results)
 
     def terminate(self) -> None:
         """SIGTERM to the command's group, SIGKILL after `grace_seconds` (in a thread)."""
@@ -251,7 +276,7 @@ class Run:
             put_error = ""
             if results.is_file():
                 try:
-                    store_for(self.result_path).put_file(results, self.result_path + results.name)
+                    self.put_results(results)
                 except Exception as exc:
                     put_error = f"cannot put {results.name} to {self.result_path}: {exc}"
                     self.say(log, put_error)
@@ -282,13 +307,47 @@ def _start_time(pid: int) -> int:
     return int(data[data.rfind(b")") + 2:].split()[19])
 
 
+def termination_message(status: dict) -> str:
+    """The exit status as JSON of at most TERMINATION_MESSAGE_MAX bytes: the message (whose
+    end is the log tail) is cut from its start until it fits, so the JSON stays whole."""
+    status = dict(status)
+    message = status.get("message") or ""
+    while True:
+        text = json.dumps(status)
+        if len(text.encode()) <= TERMINATION_MESSAGE_MAX or not message:
+            return text
+        excess = len(text.encode()) - TERMINATION_MESSAGE_MAX
+        message = message[max(excess + 8, len(message) // 8):]
+        status["message"] = "[...] " + message
+
+
+def pod_exit_code(status: dict) -> int:
+    """The process exit code in an analysis Pod: 0 on success, the command's code when it
+    failed with one, 1 otherwise (fetch failed, no results, stopped...)."""
+    if not status.get("reason"):
+        return 0
+    code = status.get("exit_code")
+    return code if isinstance(code, int) and 0 < code < 256 else 1
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the spec named by `--spec`; write its exit status file; return 0 (the status file,
-    not this process's exit code, tells the outcome)."""
+    """Run the spec named by `--spec` (or held by the environment variable `--spec-env`);
+    write its exit status file. Returns 0 (the status file, not this process's exit code,
+    tells the outcome), or with `--termination-log` (in a Pod) `pod_exit_code`."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--spec", required=True, help="the run's spec.json")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--spec", help="the run's spec.json")
+    source.add_argument("--spec-env", help="the environment variable holding the spec's JSON")
+    parser.add_argument("--termination-log", default="",
+                        help="write the exit status here too (a Pod's terminationMessagePath) "
+                        "and exit non-zero on failure")
     args = parser.parse_args(argv)
-    spec = json.loads(Path(args.spec).read_text(encoding="utf-8"))
+    if args.spec_env:
+        spec = json.loads(os.environ[args.spec_env])
+    else:
+        spec = json.loads(Path(args.spec).read_text(encoding="utf-8"))
+    for key in ("work_dir", "exit_file", "child_file"):
+        Path(spec[key]).parent.mkdir(parents=True, exist_ok=True)
     run = Run(spec)
     signal.signal(signal.SIGTERM, run.on_sigterm)
     try:
@@ -302,6 +361,13 @@ def main(argv: list[str] | None = None) -> int:
             status["message"] = f"{status['message']}; log tail:\n{log_tail}"
     status["finished_at"] = time.time()
     write_atomic(spec["exit_file"], json.dumps(status))
+    if args.termination_log:
+        try:
+            Path(args.termination_log).write_text(termination_message(status),
+                                                  encoding="utf-8")
+        except OSError as exc:
+            print(f"cannot write {args.termination_log}: {exc}", file=sys.stderr, flush=True)
+        return pod_exit_code(status)
     return 0
 
 
