@@ -144,6 +144,9 @@ class AnalyzerController:
             self.created.clear()
             self.recovered = False
             self.next_poll = 0.0
+            backend_reset = getattr(self.backend, "reset", None)
+            if callable(backend_reset):  # e.g. the Pod backend's memory of Pods it saw
+                backend_reset()
 
     # -- helpers ----------------------------------------------------------------------------
 

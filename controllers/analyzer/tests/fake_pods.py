@@ -1,0 +1,108 @@
+"""The fake Kubernetes API of the tests (`controllers.tests.fake_k8s.FakeKube`) with what the
+analyzer's Pods need on top, kept apart from the Job-focused parts:
+
+- `GET .../pods/{name}/log` answers the text set by `set_log` (`tailLines` honoured), as the
+  kubelet's log endpoint does;
+- the kubelet is played by the test: `run`, `succeed`, `fail`, `wait` and `evict` set a Pod's
+  status in the shapes the kubelet writes; `linger_pods=True` keeps deleted Pods Terminating
+  (with a deletionTimestamp) until `reap()`.
+"""
+from __future__ import annotations
+
+import re
+from urllib.parse import parse_qs, urlsplit
+
+from controllers.tests.fake_k8s import FakeKube, _Handler, status_body
+
+_LOG = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log$")
+
+
+class FakePodKube(FakeKube):
+    """`FakeKube` serving Pod logs, with kubelet-shaped status helpers."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.logs: dict[tuple[str, str], str] = {}
+
+    def serve(self) -> FakePodKube:
+        fake = self
+
+        class Handler(_PodHandler):
+            kube = fake
+
+        from http.server import ThreadingHTTPServer
+        import threading
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True,
+                                       name="fake-k8s-pods")
+        self.thread.start()
+        return self
+
+    def set_log(self, ns: str, name: str, text: str) -> None:
+        with self.lock:
+            self.logs[(ns, name)] = text
+
+    def pods(self, ns: str) -> list[dict]:
+        return self.list("pods", ns)
+
+    def _container(self, state: dict, **extra) -> dict:
+        return {"phase": extra.pop("phase"), **extra,
+                "containerStatuses": [{"name": "analysis", "image": "img", "imageID": "",
+                                       "ready": False, "restartCount": 0, "state": state}]}
+
+    def run(self, ns: str, name: str) -> None:
+        self.set_pod_status(ns, name, self._container(
+            {"running": {"startedAt": "2026-01-01T00:00:00Z"}}, phase="Running"))
+
+    def succeed(self, ns: str, name: str) -> None:
+        self.set_pod_status(ns, name, self._container(
+            {"terminated": {"exitCode": 0, "reason": "Completed"}}, phase="Succeeded"))
+
+    def fail(self, ns: str, name: str, code: int, *, reason: str = "Error",
+             message: str = "") -> None:
+        self.set_pod_status(ns, name, self._container(
+            {"terminated": {"exitCode": code, "reason": reason, "message": message}},
+            phase="Failed"))
+
+    def wait(self, ns: str, name: str, reason: str, message: str = "") -> None:
+        self.set_pod_status(ns, name, self._container(
+            {"waiting": {"reason": reason, "message": message}}, phase="Pending"))
+
+    def evict(self, ns: str, name: str) -> None:
+        self.set_pod_status(ns, name, {
+            "phase": "Failed", "reason": "Evicted",
+            "message": "The node was low on resource: memory."})
+
+    def deadline(self, ns: str, name: str) -> None:
+        self.set_pod_status(ns, name, {
+            "phase": "Failed", "reason": "DeadlineExceeded",
+            "message": "Pod was active on the node longer than the specified deadline"})
+
+
+class _PodHandler(_Handler):
+    def _dispatch(self, method: str) -> None:
+        url = urlsplit(self.path)
+        m = _LOG.match(url.path)
+        if not m or method != "GET":
+            return super()._dispatch(method)
+        kube = self.kube
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        ns, name = m.group("ns"), m.group("name")
+        from controllers.tests.fake_k8s import Request
+
+        with kube.lock:
+            kube.requests.append(Request("GET", "pods/log", ns, name, query))
+            if ("pods", ns, name) not in kube.objects:
+                body = status_body(404, "NotFound", f'pods "{name}" not found')
+                return self._send(404, body)
+            text = kube.logs.get((ns, name), "")
+        if query.get("tailLines"):
+            text = "".join(text.splitlines(keepends=True)[-int(query["tailLines"]):])
+        data = text.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
