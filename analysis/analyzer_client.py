@@ -4,8 +4,17 @@ The API server asks the controller for what has a side effect there (create, can
 analysis; its live log) or is its own data (the plugin catalog). Calls go to
 `settings.FALCON_ANALYZER_TARGET` with `authorization: Bearer <FALCON_ANALYZER_TOKEN>`, each
 with a deadline (`CALL_TIMEOUT_SECONDS`) and `wait_for_ready=False`, so a controller that is down
-answers at once instead of holding an HTTP request. One channel is kept per process and rebuilt
-when the target changes.
+answers at once instead of holding an HTTP request. One channel is kept per endpoint and
+rebuilt when the setting changes.
+
+Several replicas of the controller run; only the Lease holder acts, the others answer
+UNAVAILABLE "not the leader" (docs/decisions.md#dec-analyzer-leader). The target is a
+comma-separated list of endpoints: a call that meets UNAVAILABLE (a follower, or a replica that
+is down: in both cases nothing was done, so trying again is safe) is sent to the next one,
+starting with the endpoint that answered last; `max(2, len(endpoints))` tries in all. A
+`dns:///` endpoint that resolves to every replica (a headless Service) is balanced round-robin,
+so its second try reaches another replica. DEADLINE_EXCEEDED is never retried: the call may
+have been done.
 
 A failed call raises the domain error the controller sent (`core.grpc.errors`'s reverse
 mapping): NotFound, ValidationFailed, Conflict, PermissionDenied, ...; UNAVAILABLE and
@@ -42,31 +51,57 @@ class AnalyzerCallFailed(ApiCallFailed):
     """The analyzer controller refused the API server itself (e.g. its token): HTTP 502."""
 
 
+# Round-robin over the addresses a target resolves to (gRPC's own load-balancing policy).
+ENDPOINT_OPTIONS = (*CHANNEL_OPTIONS, ("grpc.lb_policy_name", "round_robin"))
+
 _lock = threading.Lock()
-_channel: grpc.Channel | None = None
-_channel_target: str | None = None
+_channels: dict[str, grpc.Channel] = {}
+_setting: str | None = None
+_preferred = 0  # index of the endpoint that answered last
 
 
-def _stub() -> analysis_pb2_grpc.AnalyzerServiceStub:
-    """Return a stub on the process' channel to the current target (rebuilt if it changed)."""
-    global _channel, _channel_target
-    target = settings.FALCON_ANALYZER_TARGET
+def endpoints(setting: str) -> list[str]:
+    """The endpoints of a `FALCON_ANALYZER_TARGET` value: comma-separated, blanks dropped.
+
+    Raises:
+        ValueError: no endpoint at all (names the setting).
+    """
+    found = [t.strip() for t in setting.split(",") if t.strip()]
+    if not found:
+        raise ValueError("FALCON_ANALYZER_TARGET is empty; set host:port of the analyzer "
+                         "controller (several, comma-separated, for its replicas).")
+    return found
+
+
+def _stubs() -> list[tuple[int, analysis_pb2_grpc.AnalyzerServiceStub]]:
+    """`(index, stub)` per endpoint, in the order to try them: the last good one first."""
+    global _setting, _preferred
+    setting = settings.FALCON_ANALYZER_TARGET
     with _lock:
-        if _channel is None or _channel_target != target:
-            if _channel is not None:
-                _channel.close()
-            _channel = grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
-            _channel_target = target
-        return analysis_pb2_grpc.AnalyzerServiceStub(_channel)
+        if _setting != setting:
+            for channel in _channels.values():
+                channel.close()
+            _channels.clear()
+            _setting, _preferred = setting, 0
+        targets = endpoints(setting)
+        order = [(_preferred + i) % len(targets) for i in range(max(2, len(targets)))]
+        out = []
+        for index in order:
+            target = targets[index]
+            if target not in _channels:
+                _channels[target] = grpc.insecure_channel(target, options=ENDPOINT_OPTIONS)
+            out.append((index, analysis_pb2_grpc.AnalyzerServiceStub(_channels[target])))
+        return out
 
 
 def close() -> None:
-    """Close the process' channel (tests; the next call opens a new one)."""
-    global _channel, _channel_target
+    """Close the process' channels (tests; the next call opens new ones)."""
+    global _setting, _preferred
     with _lock:
-        if _channel is not None:
-            _channel.close()
-        _channel, _channel_target = None, None
+        for channel in _channels.values():
+            channel.close()
+        _channels.clear()
+        _setting, _preferred = None, 0
 
 
 def _call(method: str, request: Any) -> Any:
@@ -79,13 +114,21 @@ def _call(method: str, request: Any) -> Any:
         FalconError: the domain error the controller answered (NotFound, ValidationFailed,
             Conflict, PermissionDenied, AlreadyExists, ...).
     """
-    stub = _stub()
-    try:
-        return getattr(stub, method)(
-            request, timeout=CALL_TIMEOUT_SECONDS, wait_for_ready=False,
-            metadata=auth_metadata(settings.FALCON_ANALYZER_TOKEN))
-    except grpc.RpcError as exc:
-        error = error_from_rpc_error(exc)
+    global _preferred
+    error: Exception | None = None
+    for index, stub in _stubs():
+        try:
+            reply = getattr(stub, method)(
+                request, timeout=CALL_TIMEOUT_SECONDS, wait_for_ready=False,
+                metadata=auth_metadata(settings.FALCON_ANALYZER_TOKEN))
+        except grpc.RpcError as exc:
+            error = error_from_rpc_error(exc)
+            if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                continue  # a follower or a replica that is down: nothing was done
+            break
+        with _lock:
+            _preferred = index
+        return reply
     if isinstance(error, ApiUnavailable) or getattr(error, "status_code", None) in (
             grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         raise ServiceUnavailable(f"{UNAVAILABLE_MESSAGE} ({method}: {error.message}).",

@@ -135,6 +135,31 @@ class PodAnalysisBackend(AnalysisBackend):
         self._deleting: dict[str, float] = {}     # analysis id -> clock time of our delete
         self._waiting: dict[tuple[str, str], float] = {}  # (id, kind) -> first seen
 
+    @classmethod
+    def from_settings(cls) -> PodAnalysisBackend:
+        """The backend of `settings.FALCON_ANALYZER_POD` (falcon_site/settings/analysis.py),
+        reaching the Kubernetes API like the Lease does (`FALCON_LEADER_ELECTION`: in-cluster
+        or a kubeconfig). A GCS emulator the controller is pointed at
+        (`STORAGE_EMULATOR_HOST`) is passed to the analyses too.
+
+        Raises:
+            kubernetes.config.ConfigException: no kubeconfig / in-cluster service account.
+        """
+        import os
+
+        from django.conf import settings
+
+        from controllers.kubeclient import KubeConnection, api_client
+
+        le = settings.FALCON_LEADER_ELECTION
+        pod = dict(settings.FALCON_ANALYZER_POD)
+        conn = KubeConnection(kubeconfig=le["kubeconfig"], context=le["context"],
+                              in_cluster=le["in_cluster"], qps=20, burst=40)
+        env = {k: v for k in ("STORAGE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT")
+               if (v := os.environ.get(k))}
+        return cls(client.CoreV1Api(api_client(conn)), KubeCaller(conn), pod.pop("namespace"),
+                   pod.pop("image"), env=env, **pod)
+
     def reset(self) -> None:
         """Forget what this process saw (a new leadership term starts from the cluster)."""
         with self._lock:

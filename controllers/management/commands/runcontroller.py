@@ -61,9 +61,10 @@ def build_resource_manager(options, fence=None):
 
 
 def build_analyzer(options, fence=None):
-    """The analyzer controller: the catalog (`FALCON_PLUGIN_CATALOG`, read once), the local
-    backend under `FALCON_ANALYZER_STATE_DIR`, the record client of the API server;
-    record writes and run starts/stops fenced by the Lease."""
+    """The analyzer controller: the catalog (`FALCON_PLUGIN_CATALOG`, read once), the backend
+    of `FALCON_ANALYZER_BACKEND` (local under `FALCON_ANALYZER_STATE_DIR`, or one Pod per
+    analysis), the record client of the API server; record writes and run starts/stops
+    fenced by the Lease."""
     from pathlib import Path
 
     from controllers.analyzer.backends.local import LocalAnalysisBackend
@@ -72,8 +73,13 @@ def build_analyzer(options, fence=None):
     from plugins.catalog import load_catalog
 
     catalog = load_catalog(settings.FALCON_PLUGIN_CATALOG)
-    backend = LocalAnalysisBackend(Path(settings.FALCON_ANALYZER_STATE_DIR),
-                                   plugin_dir=settings.FALCON_PLUGIN_DIR)
+    if settings.FALCON_ANALYZER_BACKEND == "kubernetes":
+        from controllers.analyzer.backends.kubernetes import PodAnalysisBackend
+
+        backend = PodAnalysisBackend.from_settings()
+    else:
+        backend = LocalAnalysisBackend(Path(settings.FALCON_ANALYZER_STATE_DIR),
+                                       plugin_dir=settings.FALCON_PLUGIN_DIR)
     return AnalyzerController(
         _fenced(GrpcAnalysisRecordAPI.from_settings(), fence, ANALYSIS_WRITES),
         _fenced(backend, fence, ANALYSIS_BACKEND_WRITES), catalog,
