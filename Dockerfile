@@ -24,8 +24,11 @@ COPY --from=build /opt/venv /opt/venv
 COPY --from=build --chown=10001:10001 /src /app
 WORKDIR /app
 # FALCON_VAR_DIR on /tmp: the root filesystem is read-only in Kubernetes (an emptyDir is mounted).
-ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 \
+# The same image runs every analysis Pod: the built-in plugins (plugins/bin) are on PATH, and the
+# numeric USER below satisfies the Pods' runAsNonRoot (a user name could not be checked).
+ENV PATH=/app/plugins/bin:/opt/venv/bin:$PATH FALCON_PLUGIN_DIR=/app/plugins/bin \
+    PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 \
     FALCON_VAR_DIR=/tmp/falcon-var DJANGO_DEBUG=0
 USER 10001:10001
-EXPOSE 8000 50051
+EXPOSE 8000 50051 50052
 CMD ["gunicorn", "falcon_site.wsgi", "--bind", "0.0.0.0:8000", "--workers", "3", "--timeout", "60"]

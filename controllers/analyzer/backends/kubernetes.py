@@ -208,7 +208,8 @@ class PodAnalysisBackend(AnalysisBackend):
             name=CONTAINER, image=self.image,
             command=["python", "-m", "controllers.analyzer.runner", "--spec-env", SPEC_ENV,
                      "--termination-log", TERMINATION_LOG],
-            working_dir=WORK, env=env, volume_mounts=mounts,
+            # The image's WORKDIR (/app, the code) stays: the runner runs the command in WORK.
+            env=env, volume_mounts=mounts,
             resources=client.V1ResourceRequirements(requests=requests or None,
                                                     limits=limits or None),
             termination_message_path=TERMINATION_LOG,
