@@ -314,3 +314,28 @@ def test_the_runner_in_the_pod_writes_log_and_results_to_gcs_that_outlive_the_po
     # Purge on delete removes the analysis' prefix.
     assert store.delete_tree(prefix) == 2
     assert store.list_files(prefix) == []
+
+
+def test_a_cancelled_analysis_keeps_its_slot_while_its_pod_terminates(
+        grpc_server, exp, tmp_path):  # noqa: F811
+    kube = FakePodKube(linger_pods=True).serve()
+    try:
+        c = Cluster(kube, tmp_path, grpc_server.port, exp)
+        first, second = c.create(), c.create()
+        ctl = c.controller()
+        c.tick(ctl)
+        kube.run(NS, c.pod(first))
+        c.tick(ctl)
+        c.api.update_record(first, expected_status="running", status="cancelled")
+        for _ in range(3):  # the Pod is deleted, and stays Terminating (grace period)
+            c.tick(ctl)
+            assert c.status(second).status == "pending"
+        assert kube.get("pods", NS, c.pod(first))["metadata"]["deletionTimestamp"]
+        assert kube.count("DELETE", "pods") == 1
+        kube.reap()  # the kubelet confirms
+        c.tick(ctl)
+        c.tick(ctl)
+        assert c.status(first).status == "cancelled"  # not failed
+        assert c.status(second).status == "running"
+    finally:
+        kube.close()
