@@ -3,7 +3,7 @@ from django.urls import path, re_path, register_converter
 from core.filters import MAX_ID
 from core.numbers import parse_decimal
 
-from . import views
+from . import files, views
 
 
 class IdConverter:
@@ -28,6 +28,10 @@ urlpatterns = [
     path("exps", views.ExpListCreateView.as_view(), name="exp-list"),
     path("exps/<id:exp_id>", views.ExpDetailView.as_view(), name="exp-detail"),
     path("exps/<id:exp_id>/abort", views.ExpAbortView.as_view(), name="exp-abort"),
+    path("exps/<id:exp_id>/logs", files.ExpLogsView.as_view(), name="exp-logs"),
+    path("exps/<id:exp_id>/artifacts", files.ExpArtifactsView.as_view(), name="exp-artifacts"),
+    path("exps/<id:exp_id>/artifacts/file", files.ExpArtifactFileView.as_view(),
+         name="exp-artifact-file"),
     # Last: a path segment where an id belongs that is not one.
     re_path(r"^exps/(?P<raw>[^/]+)(?P<abort>/abort)?$", views.bad_exp_id),
 ]

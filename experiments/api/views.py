@@ -140,12 +140,17 @@ class ExpDetailView(APIView):
     def get(self, request, exp_id: int):
         return Response(ExpDetailSerializer(selectors.exp_get(exp_id=exp_id)).data)
 
-    @extend_schema(summary="DeleteExp", parameters=[EXP_ID_PARAM], responses={
+    @extend_schema(summary="DeleteExp", parameters=[EXP_ID_PARAM, OpenApiParameter(
+        "purge", OpenApiTypes.BOOL, description="Also delete the stored artifact files and the "
+                                                "replicas' logs.")], responses={
         204: None,
         403: OpenApiResponse(description="Only the creator or a staff user may delete it."),
         409: OpenApiResponse(description="The experiment is not terminal.")})
     def delete(self, request, exp_id: int):
-        services.exp_delete(exp_id=exp_id, actor=request.user)
+        from ..files import exp_delete_with_files  # run folders, and files with ?purge=true
+
+        exp_delete_with_files(exp_id=exp_id, actor=request.user,
+                              purge=request.query_params.get("purge", "").lower() in ("1", "true"))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
