@@ -13,7 +13,7 @@ Layout of one run folder (`<state_dir>/<cluster job name>/`)::
     replica-<i>.copied    written once replica-<i>.log was copied to the artifact store
     replica-<i>.exit      the command's exit code (written by the runner)
 
-A replica's output is copied to `replica_log_url(<artifact path>, role, i)` when it has ended
+A replica's output is copied to `job_log_url(<job's artifact path>, role, i)` when it has ended
 (exit file present, or its process is gone), so logs outlive the run folder.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .store import replica_log_url, store_for
+from .store import job_log_url, store_for
 
 MANIFEST = "manifest.json"
 LOCK = ".lock"
@@ -102,7 +102,7 @@ def copy_replica_log(folder: Path, manifest: dict[str, Any], index: int) -> bool
     source = replica_log(folder, index)
     if not source.exists():
         source.touch()  # a replica that never wrote a byte still has a (empty) log
-    url = replica_log_url(artifact_path, manifest["role"], index)
+    url = job_log_url(artifact_path, manifest["role"], index)
     store_for(url).put_file(source, url)
     marker.write_text(url + "\n", encoding="utf-8")
     return True

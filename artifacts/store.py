@@ -103,8 +103,18 @@ def artifact_logs_url(artifact_path: str) -> str:
 
 def replica_log_url(artifact_path: str, role: str, index: int) -> str:
     """Return where the output (stdout and stderr) of replica `index` of `role` is kept once
-    the replica ended: `<artifact path>.logs/<role>/replica-<index>.log`."""
+    the replica ended: `<experiment's artifact path>.logs/<role>/replica-<index>.log`."""
     return f"{artifact_logs_url(artifact_path)}/{role}/replica-{index}.log"
+
+
+def job_log_url(job_artifact_path: str, role: str, index: int) -> str:
+    """`replica_log_url` from a job's artifact path, which is `<experiment's path>/<role>`
+    (CreateExp writes it so; the cluster backends only see the job's path). A path not ending
+    in `/<role>` is taken as the experiment's path itself."""
+    path = job_artifact_path.rstrip("/")
+    suffix = f"/{role}"
+    exp_path = path[:-len(suffix)] if path.endswith(suffix) else path
+    return replica_log_url(exp_path, role, index)
 
 
 class ArtifactStore(ABC):

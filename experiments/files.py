@@ -22,7 +22,7 @@ from django.conf import settings
 from artifacts.models import Artifact
 from artifacts.run_files import remove_run_folder, replica_log
 from artifacts.services import artifact_purge_files
-from artifacts.store import FilePage, replica_log_url, store_for
+from artifacts.store import FilePage, job_log_url, store_for
 from core.cluster_settings import cluster_specs
 from core.errors import NotFound, ValidationFailed
 from core.statuses import JOB_TERMINAL
@@ -129,7 +129,8 @@ def exp_log_chunk(*, exp: Experiment, role: str | None = None, replica: int = 0,
     if tail is not None and tail < 0:
         raise ValidationFailed({"tail": [f"must be >= 0; got {tail}."]})
 
-    url = replica_log_url(job.artifact_path or exp.artifact_path, job.role, replica)
+    url = job_log_url(job.artifact_path or f"{exp.artifact_path}/{job.role}", job.role,
+                      replica)
     store = store_for(url)
     size = store.size_of(url)
     if size is not None:

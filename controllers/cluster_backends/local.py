@@ -19,7 +19,7 @@ while no manager ran. The runner (`local_runner.py`) is what makes that possible
 command's parent, so it can wait for it and record the exit code whoever started the runner.
 
 When a replica has ended its log is copied to the artifact store
-(`artifacts.store.replica_log_url`: `<artifact path>.logs/<role>/replica-<i>.log`), by `observe`
+(`artifacts.store.job_log_url`: `<experiment path>.logs/<role>/replica-<i>.log`), by `observe`
 and at the latest by `delete`, so logs outlive the folder, aborts included (`artifacts.run_files`).
 
 Linux only: liveness and process groups are read from `/proc/<pid>/stat`.
