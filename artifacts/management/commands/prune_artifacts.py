@@ -28,7 +28,7 @@ def parse_older_than(text: str) -> timedelta:
     value = None
     if raw and _PART.sub("", raw) == "":
         value = timedelta(seconds=sum(int(n) * _UNITS[u] for n, u in _PART.findall(raw)))
-    else:
+    elif not raw.isdigit():  # a bare number has no unit: refused rather than read as seconds
         value = parse_duration(text.strip())
     if value is None or value <= timedelta(0):
         raise CommandError(f"--older-than: {text!r} is not a positive duration; use e.g. 30d, "
