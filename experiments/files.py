@@ -119,9 +119,8 @@ def exp_log_chunk(*, exp: Experiment, role: str | None = None, replica: int = 0,
     """
     job = _pick_job(exp, role)
     count = _replica_count(job.task_spec or {})
-    if not 0 <= replica < count:
-        raise ValidationFailed({"replica": [f"role {job.role!r} has {count} replica(s); valid "
-                                            f"values: 0 to {count - 1}; got {replica}."]})
+    if replica < 0:
+        raise ValidationFailed({"replica": [f"must be >= 0; got {replica}."]})
     if offset < 0:
         raise ValidationFailed({"offset": [f"must be >= 0; got {offset}."]})
     if not 1 <= limit <= MAX_LOG_CHUNK:
@@ -133,6 +132,11 @@ def exp_log_chunk(*, exp: Experiment, role: str | None = None, replica: int = 0,
                       replica)
     store = store_for(url)
     size = store.size_of(url)
+    if size is None and replica >= count:
+        # (A multi-host slice keeps one log per Pod, `replica * hosts + host`: those indexes
+        # are served when stored, beyond the TaskSpec's replica count.)
+        raise ValidationFailed({"replica": [f"role {job.role!r} has {count} replica(s); valid "
+                                            f"values: 0 to {count - 1}; got {replica}."]})
     if size is not None:
         read = lambda start, n: store.read_range(url, start, n)  # noqa: E731
         source, complete = "store", True
