@@ -271,20 +271,23 @@ class LocalArtifactStore(ArtifactStore):
         """List one page of regular files below the directory of `url` (see
         `ArtifactStore.list_page`); files are collected and sorted by full relative name."""
         _check_limit(limit)
+        # os.walk sorts per directory ('a/b' after 'a.txt' by walk, before it by name): the
+        # names are sorted whole, and only the page's files are stat'ed.
+        names = sorted((rel, full) for rel, full in self._walk(url)
+                       if after is None or rel > after)
         rows: list[StoredFile] = []
-        for rel, full in self._walk(url):
-            if after is not None and rel <= after:
-                continue
+        more = False
+        for rel, full in names:
+            if len(rows) >= limit:
+                more = True
+                break
             try:
                 st = full.stat()
             except FileNotFoundError:
-                continue
+                continue  # removed meanwhile
             rows.append(StoredFile(rel, st.st_size,
                                    datetime.fromtimestamp(st.st_mtime, tz=timezone.utc)))
-        # os.walk sorts per directory ('a/b' after 'a.txt' by walk, before it by name): sort all.
-        rows.sort(key=lambda f: f.name)
-        page = rows[:limit]
-        return FilePage(page, page[-1].name if len(rows) > limit else None)
+        return FilePage(rows, rows[-1].name if more else None)
 
     def download(self, url: str, dest: str | os.PathLike, *, chunk_bytes: int = 1 << 20) -> int:
         """Copy the file at `url` to `dest`, resuming (see `ArtifactStore.download`)."""

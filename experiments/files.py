@@ -262,18 +262,17 @@ def exp_delete_with_files(*, exp_id: int, actor, purge: bool = False) -> list[st
         NotFound, PermissionDenied, Conflict: as `services.exp_delete`.
         ValueError, OSError, google.api_core.exceptions.GoogleAPIError: the store refused.
     """
-    from core.errors import Conflict, PermissionDenied
+    from core.errors import Conflict
     from core.statuses import EXP_TERMINAL
 
     from . import selectors, services
 
     exp = selectors.exp_get(exp_id=exp_id)
-    if not services.exp_may_change(exp=exp, actor=actor):
-        services.exp_delete(exp_id=exp_id, actor=actor)  # raises PermissionDenied, worded once
-        raise PermissionDenied(f"may not delete experiment {exp_id}")
+    services._require_may_change(exp, actor, "delete")  # PermissionDenied, worded as DeleteExp
     if exp.status not in EXP_TERMINAL:
-        services.exp_delete(exp_id=exp_id, actor=actor)  # raises Conflict, worded once
-        raise Conflict(f"Experiment {exp_id} is {exp.status}.")
+        raise Conflict(f"Experiment {exp_id} is {exp.status}; only Succeeded, Failed or Aborted "
+                       "experiments can be deleted. Abort it first, wait until it is Aborted, "
+                       "then delete it.")
     left = exp_cleanup_files(exp=exp, purge=purge)
     services.exp_delete(exp_id=exp_id, actor=actor)
     return left

@@ -33,6 +33,13 @@ STREAM_CHUNK = 1 << 20  # bytes per read while streaming a file
 
 
 def _validated(serializer_class, request) -> dict:
+    """The query parameters read by `serializer_class`; an unknown one is a 400 naming it, as
+    on every list (`core.drf.FilterSetBackend`)."""
+    accepted = set(serializer_class().fields) | {"format"}
+    unknown = sorted(set(request.query_params) - accepted)
+    if unknown:
+        raise ValidationFailed({name: [f"is not a query parameter here; use "
+                                       f"{', '.join(sorted(accepted))}."] for name in unknown})
     data = serializer_class(data=request.query_params)
     if not data.is_valid():
         raise ValidationFailed({k: [str(m) for m in v] for k, v in data.errors.items()})

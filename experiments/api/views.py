@@ -15,6 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.drf import StrictCursorPagination
+from core.errors import ValidationFailed
 from core.filters import MAX_ID, MAX_NAME_CHARS
 
 from .. import selectors, services
@@ -149,8 +150,10 @@ class ExpDetailView(APIView):
     def delete(self, request, exp_id: int):
         from ..files import exp_delete_with_files  # run folders, and files with ?purge=true
 
-        exp_delete_with_files(exp_id=exp_id, actor=request.user,
-                              purge=request.query_params.get("purge", "").lower() in ("1", "true"))
+        purge = request.query_params.get("purge", "false").lower()
+        if purge not in ("true", "false", "1", "0"):
+            raise ValidationFailed({"purge": [f"must be true or false; got {purge[:20]!r}."]})
+        exp_delete_with_files(exp_id=exp_id, actor=request.user, purge=purge in ("true", "1"))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

@@ -227,3 +227,24 @@ def test_purge_of_a_running_experiment_is_refused_and_deletes_nothing(auth_api, 
     res = auth_api.delete(f"{EXPS}/{exp.pk}?purge=true")
     assert res.status_code == 409
     assert store_for(exp.artifact_path).summarize(exp.artifact_path) == (1, 1)
+
+
+def test_unknown_query_parameters_and_bad_purge_are_refused(auth_api, alice, tmp_path):
+    exp = make_exp(creator=alice, name="strict")
+    res = auth_api.get(f"{EXPS}/{exp.pk}/logs", {"rol": "main"})
+    assert res.status_code == 400 and "is not a query parameter" in res.json()["rol"][0]
+    res = auth_api.get(f"{EXPS}/{exp.pk}/artifacts", {"cursor": "x"})
+    assert res.status_code == 400 and "cursor" in res.json()
+    finish(exp, "Succeeded")
+    res = auth_api.delete(f"{EXPS}/{exp.pk}?purge=yes-please")
+    assert res.status_code == 400 and "purge" in res.json()
+    assert Artifact.objects.filter(experiment_id=exp.pk).exists()
+
+
+def test_only_the_creator_may_purge_and_nothing_is_removed_otherwise(auth_api, tmp_path):
+    exp = make_exp(name="not-alices")  # another creator
+    put(f"{exp.artifact_path}/main/keep.txt", b"x", tmp_path)
+    finish(exp, "Succeeded")
+    res = auth_api.delete(f"{EXPS}/{exp.pk}?purge=true")
+    assert res.status_code == 403 and "may not delete" in res.json()["detail"]
+    assert store_for(exp.artifact_path).summarize(exp.artifact_path) == (1, 1)
