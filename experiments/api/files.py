@@ -32,6 +32,19 @@ EXP_ID_PARAM = OpenApiParameter(
 STREAM_CHUNK = 1 << 20  # bytes per read while streaming a file
 
 
+class QueryIntegerField(serializers.IntegerField):
+    """An integer query parameter read as the server reads every number (`core.numbers`):
+    1-20 ASCII digits within `min_value..max_value`; `²`, `+1`, `1.0` or `0x10` are a 400."""
+
+    def to_internal_value(self, data):
+        from core.numbers import BadNumber, parse_decimal
+
+        try:
+            return parse_decimal(data, minimum=self.min_value, maximum=self.max_value)
+        except BadNumber as exc:
+            raise serializers.ValidationError(f"{exc}; got {str(data)[:40]!r}.") from None
+
+
 def _validated(serializer_class, request) -> dict:
     """The query parameters read by `serializer_class`; an unknown one is a 400 naming it, as
     on every list (`core.drf.FilterSetBackend`)."""
@@ -49,14 +62,14 @@ def _validated(serializer_class, request) -> dict:
 class LogQuerySerializer(serializers.Serializer):
     role = serializers.CharField(required=False, allow_blank=True, max_length=63,
                                  help_text="The job's role; optional when there is one role.")
-    replica = serializers.IntegerField(required=False, default=0, min_value=0,
-                                       help_text="Replica index (0-based).")
-    offset = serializers.IntegerField(required=False, default=0, min_value=0,
-                                      help_text="First byte to return.")
-    limit = serializers.IntegerField(required=False, default=DEFAULT_LOG_CHUNK, min_value=1,
-                                     max_value=MAX_LOG_CHUNK, help_text="Most bytes to return.")
-    tail = serializers.IntegerField(required=False, min_value=0, max_value=100_000,
-                                    help_text="Return the last N lines instead of `offset`.")
+    replica = QueryIntegerField(required=False, default=0, min_value=0, max_value=1 << 20,
+                                help_text="Replica index (0-based).")
+    offset = QueryIntegerField(required=False, default=0, min_value=0, max_value=MAX_ID,
+                               help_text="First byte to return.")
+    limit = QueryIntegerField(required=False, default=DEFAULT_LOG_CHUNK, min_value=1,
+                              max_value=MAX_LOG_CHUNK, help_text="Most bytes to return.")
+    tail = QueryIntegerField(required=False, min_value=0, max_value=100_000,
+                             help_text="Return the last N lines instead of `offset`.")
 
 
 class LogChunkSerializer(serializers.Serializer):
@@ -91,8 +104,8 @@ class ExpLogsView(APIView):
 class ArtifactQuerySerializer(serializers.Serializer):
     after = serializers.CharField(required=False, allow_blank=True, max_length=1024,
                                   help_text="List names after this one (from `next`).")
-    page_size = serializers.IntegerField(required=False, default=200, min_value=1,
-                                         max_value=1000, help_text="Files per page.")
+    page_size = QueryIntegerField(required=False, default=200, min_value=1, max_value=1000,
+                                  help_text="Files per page.")
 
 
 class StoredFileSerializer(serializers.Serializer):
@@ -187,3 +200,19 @@ class ExpArtifactFileView(APIView):
         if status == 206:
             res["Content-Range"] = f"bytes {start}-{end}/{size}"
         return res
+
+
+def bad_exp_id(request, raw: str, sub: str):
+    """400 naming `exp_id` for `/api/v1/exps/<raw>/{logs,artifacts,artifacts/file}` where `raw`
+    is not an id (as `views.bad_exp_id` for the other routes); 405 for a method these GET-only
+    routes do not serve."""
+    from django.http import JsonResponse
+
+    from .views import bad_exp_id as exp_bad_id
+
+    if request.method not in ("GET", "HEAD", "OPTIONS"):
+        res = JsonResponse({"detail": f'Method "{request.method}" not allowed.',
+                            "code": "method_not_allowed"}, status=405)
+        res["Allow"] = "GET, HEAD, OPTIONS"
+        return res
+    return exp_bad_id(request, raw)

@@ -1,4 +1,5 @@
 from django.urls import path, re_path, register_converter
+from django.views.decorators.csrf import csrf_exempt
 
 from core.filters import MAX_ID
 from core.numbers import parse_decimal
@@ -33,5 +34,7 @@ urlpatterns = [
     path("exps/<id:exp_id>/artifacts/file", files.ExpArtifactFileView.as_view(),
          name="exp-artifact-file"),
     # Last: a path segment where an id belongs that is not one.
+    re_path(r"^exps/(?P<raw>[^/]+)/(?P<sub>logs|artifacts|artifacts/file)$",
+            csrf_exempt(files.bad_exp_id)),
     re_path(r"^exps/(?P<raw>[^/]+)(?P<abort>/abort)?$", views.bad_exp_id),
 ]
