@@ -263,16 +263,19 @@ def exp_delete_with_files(*, exp_id: int, actor, purge: bool = False) -> list[st
         ValueError, OSError, google.api_core.exceptions.GoogleAPIError: the store refused.
     """
     from core.errors import Conflict
-    from core.statuses import EXP_TERMINAL
+    from core.statuses import EXP_TERMINAL, ExpStatus
 
     from . import selectors, services
 
     exp = selectors.exp_get(exp_id=exp_id)
     services._require_may_change(exp, actor, "delete")  # PermissionDenied, worded as DeleteExp
     if exp.status not in EXP_TERMINAL:
-        raise Conflict(f"Experiment {exp_id} is {exp.status}; only Succeeded, Failed or Aborted "
-                       "experiments can be deleted. Abort it first, wait until it is Aborted, "
-                       "then delete it.")
+        # Worded as `services.exp_delete` words it.
+        what_to_do = ("It is being aborted: wait until it is Aborted, then delete it."
+                      if exp.status == ExpStatus.ABORTING else
+                      "Abort it first, wait until it is Aborted, then delete it.")
+        raise Conflict(f"Experiment {exp_id} is {exp.status}; only Succeeded, Failed or "
+                       f"Aborted experiments can be deleted. {what_to_do}")
     left = exp_cleanup_files(exp=exp, purge=purge)
     services.exp_delete(exp_id=exp_id, actor=actor)
     return left
