@@ -289,6 +289,17 @@ class LocalArtifactStore(ArtifactStore):
                                    datetime.fromtimestamp(st.st_mtime, tz=timezone.utc)))
         return FilePage(rows, rows[-1].name if more else None)
 
+    def summarize(self, url: str) -> tuple[int, int]:
+        """Return `(file count, total bytes)` below the directory of `url` in one walk."""
+        count = total = 0
+        for _rel, full in self._walk(url):
+            try:
+                total += full.stat().st_size
+            except FileNotFoundError:
+                continue
+            count += 1
+        return count, total
+
     def download(self, url: str, dest: str | os.PathLike, *, chunk_bytes: int = 1 << 20) -> int:
         """Copy the file at `url` to `dest`, resuming (see `ArtifactStore.download`)."""
         return _resume_copy(self.size_of(url), url, dest, self.read_range, chunk_bytes)

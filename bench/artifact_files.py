@@ -6,6 +6,8 @@ page of `list_page` (1,000 files per page, as `falcon exp artifacts` asks), the 
 and the seconds of `summarize` (the manifest recorded when an artifact succeeds). Median of 3.
 
     .venv/bin/python bench/artifact_files.py [--sizes 1000 10000] [--gcs]
+
+(With `--gcs`, keep sizes to a few hundred: the emulator takes the uploads one by one.)
 """
 from __future__ import annotations
 
