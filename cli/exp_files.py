@@ -34,7 +34,8 @@ def logs(env, exp_id: int, role: str | None, replica: int, tail: int | None, fol
     """Print a replica's output (stdout and stderr), live or kept after it ended.
 
     Logs are read from the run while it is live on the local cluster, and from the artifact
-    store once the replica ended (aborted runs included).
+    store once the replica ended (aborted runs included). The log is text: UTF-8, a byte that
+    is not UTF-8 shown as U+FFFD; on a terminal, control characters are shown as escapes.
     """
     from .client import open_client
 
@@ -53,6 +54,10 @@ def _print_logs(env, client, exp_id, path, params, tail, follow, interval) -> No
     """Print the log from the start (or its last `tail` lines), then, with `follow`, what
     is appended until the log is complete; with `follow` a log that does not exist yet is
     waited for while the experiment runs."""
+    from .analysis import _is_terminal
+    from .visible import visible
+
+    raw = not _is_terminal(env.out)
     offset, first = 0, True
     while True:
         query = dict(params)
@@ -73,7 +78,9 @@ def _print_logs(env, client, exp_id, path, params, tail, follow, interval) -> No
             env.sleep(interval)
             continue
         if chunk["data"]:
-            env.out.write(chunk["data"])
+            # A terminal sees control characters as escapes (a task's output must not drive
+            # it); a pipe gets the text as written, as `analysis logs` does.
+            env.out.write(chunk["data"] if raw else visible(chunk["data"], multiline=True))
             env.out.flush()
         offset = chunk["next_offset"]
         if first and tail is not None:

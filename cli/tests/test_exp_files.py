@@ -133,3 +133,21 @@ def test_get_shows_the_manifest_and_delete_purge_removes_files_and_logs(logged_i
     assert result.stdout.strip() == f"deleted experiment {exp.pk} and its files"
     assert store_for(exp.artifact_path).summarize(exp.artifact_path) == (0, 0)
     assert store_for(log_url).size_of(log_url) is None
+
+
+def test_logs_escape_control_characters_on_a_terminal_only(logged_in, alice, tmp_path):
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    exp = make_exp(creator=alice, name="escapes")
+    put(replica_log_url(exp.artifact_path, "main", 0), b"\x1b[2Jred\n", tmp_path)
+    piped = logged_in("exp", "logs", str(exp.pk))
+    assert piped.exit_code == 0, piped.output
+    assert piped.stdout == "\x1b[2Jred\n"
+    logged_in.stdout = Terminal()
+    result = logged_in("exp", "logs", str(exp.pk))
+    assert result.exit_code == 0, result.output
+    assert logged_in.stdout.getvalue() == "\\x1b[2Jred\n"
