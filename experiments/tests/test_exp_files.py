@@ -133,7 +133,7 @@ def test_unknown_role_or_replica_names_the_field_and_the_valid_values(auth_api, 
     assert auth_api.get(f"{EXPS}/999999/logs").status_code == 404
 
 
-def test_an_aborted_run_keeps_its_logs(auth_api, alice):
+def test_an_aborted_run_keeps_its_logs(auth_api, alice, store_root):
     exp = make_exp(creator=alice, name="aborted", command="echo started; exec sleep 30")
     backend, view = start(exp)
     wait_for(lambda: "started" in auth_api.get(f"{EXPS}/{exp.pk}/logs").json().get("data", ""),
@@ -143,6 +143,8 @@ def test_an_aborted_run_keeps_its_logs(auth_api, alice):
     assert not (backend.state_dir / backend.name_of(view)).exists()
     got = auth_api.get(f"{EXPS}/{exp.pk}/logs").json()
     assert got["data"] == "started\n" and got["source"] == "store" and got["complete"]
+    assert exp.artifact_path.startswith(store_root)  # kept in this store (file:// or gs://)
+    assert auth_api.get(f"{EXPS}/{exp.pk}/logs", {"tail": 1}).json()["data"] == "started\n"
 
 
 def test_artifact_files_are_listed_by_page_and_fetched_by_range(auth_api, alice, store_root,
