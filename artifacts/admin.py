@@ -12,7 +12,8 @@ from .models import Artifact
 class ArtifactAdmin(ReadOnlyAdminMixin, FilterSetAdminMixin, admin.ModelAdmin):
     """Artifacts are created with their experiment; the changelist filters as ListArtifacts."""
 
-    list_display = ("id", "experiment", "path", "artifact_type", "status", "updated_at")
+    list_display = ("id", "experiment", "path", "artifact_type", "status", "file_count",
+                    "total_bytes", "prune_state", "updated_at")
     filterset_class = ArtifactFilter
     list_filter = [filterset_list_filter(ArtifactFilter, name)
                    for name in ("status", "exp_status", "cluster_name", "exp_type",

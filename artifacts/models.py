@@ -8,6 +8,27 @@ from core.statemachine import StateMachine
 from core.statuses import ARTIFACT_TERMINAL, ArtifactStatus, choices
 
 
+class PruneState(models.TextChoices):
+    """Retention of an artifact's stored files, apart from its status (which says how the run
+    ended and never changes again): Kept -> Pruning -> Pruned.
+
+    Pruning is recorded BEFORE any file is deleted, Pruned after the last one is gone: a
+    `prune_artifacts` run that crashes in between leaves Pruning rows, which the next run
+    finishes (deleting files that are already gone is a no-op).
+    """
+
+    KEPT = "", "Kept"
+    PRUNING = "Pruning", "Pruning"
+    PRUNED = "Pruned", "Pruned"
+
+
+# Which prune state each target may be entered from (a guarded conditional UPDATE).
+PRUNE_TRANSITIONS = {
+    PruneState.PRUNING: frozenset({PruneState.KEPT, PruneState.PRUNING}),
+    PruneState.PRUNED: frozenset({PruneState.PRUNING, PruneState.PRUNED}),
+}
+
+
 class Artifact(StatefulModel):
     """The artifacts of one experiment: a path in the artifact store (`file://` or `gs://`).
 
@@ -20,6 +41,12 @@ class Artifact(StatefulModel):
     artifact_type = models.CharField(max_length=255)
     status = models.CharField(max_length=16, choices=choices(ArtifactStatus),
                               default=ArtifactStatus.CREATED, db_index=True)
+    # The manifest, recorded when the artifact succeeds: what the store held under `path`.
+    file_count = models.PositiveBigIntegerField(null=True, blank=True)
+    total_bytes = models.PositiveBigIntegerField(null=True, blank=True)
+    prune_state = models.CharField(max_length=16, choices=PruneState.choices, blank=True,
+                                   default=PruneState.KEPT, db_index=True)
+    pruned_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "artifacts"

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -61,10 +63,104 @@ def split_gs_url(url: str) -> tuple[str, str]:
     return parts.netloc, f"{prefix}/" if prefix else ""
 
 
+@dataclass(frozen=True)
+class StoredFile:
+    """One file under an artifact path.
+
+    Attributes:
+        name: the relative POSIX path under the artifact path, e.g. `main/trace.json`.
+        size: bytes.
+        modified: last modification time (UTC), None when the store does not say.
+    """
+
+    name: str
+    size: int
+    modified: datetime | None
+
+
+@dataclass(frozen=True)
+class FilePage:
+    """One page of `ArtifactStore.list_page`: the files, and where the next page starts.
+
+    Attributes:
+        files: up to `limit` files, sorted by name.
+        next_after: the name to pass as `after` for the next page; None on the last page.
+    """
+
+    files: list[StoredFile]
+    next_after: str | None
+
+
+def artifact_logs_url(artifact_path: str) -> str:
+    """Return the folder holding the logs of an experiment's replicas: `<artifact path>.logs`.
+
+    A sibling of the artifact folder, not inside it: logs never make an artifact look as if it
+    held files (an artifact succeeds only when its jobs wrote some), and listing an artifact's
+    files does not mix in the logs. The prefix `<path>.logs/` never matches `<path>/`.
+    """
+    return f"{artifact_path.rstrip('/')}.logs"
+
+
+def replica_log_url(artifact_path: str, role: str, index: int) -> str:
+    """Return where the output (stdout and stderr) of replica `index` of `role` is kept once
+    the replica ended: `<experiment's artifact path>.logs/<role>/replica-<index>.log`."""
+    return f"{artifact_logs_url(artifact_path)}/{role}/replica-{index}.log"
+
+
+def job_log_url(job_artifact_path: str, role: str, index: int) -> str:
+    """`replica_log_url` from a job's artifact path, which is `<experiment's path>/<role>`
+    (CreateExp writes it so; the cluster backends only see the job's path). A path not ending
+    in `/<role>` is taken as the experiment's path itself."""
+    path = job_artifact_path.rstrip("/")
+    suffix = f"/{role}"
+    exp_path = path[:-len(suffix)] if path.endswith(suffix) else path
+    return replica_log_url(exp_path, role, index)
+
+
 class ArtifactStore(ABC):
     """The questions controllers ask about an artifact path, and the analyzer's output files."""
 
     scheme: str = ""
+
+    @abstractmethod
+    def list_page(self, url: str, *, after: str | None = None,
+                  limit: int = DEFAULT_LIST_LIMIT) -> FilePage:
+        """Return up to `limit` files under `url` whose names sort after `after`.
+
+        Names are relative POSIX paths sorted by code point, so a listing can be resumed from
+        the last name seen whatever was added or removed meanwhile (keyset paging; GCS's
+        `startOffset` does the same on the server).
+
+        Raises:
+            ValueError: `url` is not of this store's scheme, or `limit` < 1.
+        """
+
+    def summarize(self, url: str) -> tuple[int, int]:
+        """Return `(file count, total bytes)` of everything under `url`: an artifact's manifest.
+
+        Reads every page of `list_page`; a missing path gives (0, 0).
+        """
+        count = total = 0
+        after = None
+        while True:
+            page = self.list_page(url, after=after, limit=DEFAULT_LIST_LIMIT)
+            count += len(page.files)
+            total += sum(f.size for f in page.files)
+            if page.next_after is None:
+                return count, total
+            after = page.next_after
+
+    @abstractmethod
+    def download(self, url: str, dest: str | os.PathLike, *, chunk_bytes: int = 1 << 20) -> int:
+        """Copy the file at `url` to the local file `dest`, resuming a partial copy.
+
+        When `dest` exists and is shorter than the stored file, only the missing bytes are
+        fetched (a ranged read from its size on) and appended; when it is longer it is fetched
+        again from the start. Returns the number of bytes transferred.
+
+        Raises:
+            FileNotFoundError: no file at `url`.
+        """
 
     @abstractmethod
     def has_files(self, url: str) -> bool:
@@ -169,6 +265,44 @@ class LocalArtifactStore(ArtifactStore):
     def has_files(self, url: str) -> bool:
         """Return True when a regular file exists anywhere below the directory of `url`."""
         return next(self._walk(url), None) is not None
+
+    def list_page(self, url: str, *, after: str | None = None,
+                  limit: int = DEFAULT_LIST_LIMIT) -> FilePage:
+        """List one page of regular files below the directory of `url` (see
+        `ArtifactStore.list_page`); files are collected and sorted by full relative name."""
+        _check_limit(limit)
+        # os.walk sorts per directory ('a/b' after 'a.txt' by walk, before it by name): the
+        # names are sorted whole, and only the page's files are stat'ed.
+        names = sorted((rel, full) for rel, full in self._walk(url)
+                       if after is None or rel > after)
+        rows: list[StoredFile] = []
+        more = False
+        for rel, full in names:
+            if len(rows) >= limit:
+                more = True
+                break
+            try:
+                st = full.stat()
+            except FileNotFoundError:
+                continue  # removed meanwhile
+            rows.append(StoredFile(rel, st.st_size,
+                                   datetime.fromtimestamp(st.st_mtime, tz=timezone.utc)))
+        return FilePage(rows, rows[-1].name if more else None)
+
+    def summarize(self, url: str) -> tuple[int, int]:
+        """Return `(file count, total bytes)` below the directory of `url` in one walk."""
+        count = total = 0
+        for _rel, full in self._walk(url):
+            try:
+                total += full.stat().st_size
+            except FileNotFoundError:
+                continue
+            count += 1
+        return count, total
+
+    def download(self, url: str, dest: str | os.PathLike, *, chunk_bytes: int = 1 << 20) -> int:
+        """Copy the file at `url` to `dest`, resuming (see `ArtifactStore.download`)."""
+        return _resume_copy(self.size_of(url), url, dest, self.read_range, chunk_bytes)
 
     def list_files(self, url: str, limit: int = DEFAULT_LIST_LIMIT) -> list[tuple[str, int]]:
         """List regular files below the directory of `url` (see `ArtifactStore.list_files`)."""
@@ -301,6 +435,40 @@ class GCSArtifactStore(ArtifactStore):
         """Return True when an object (not a folder placeholder) exists under `url`."""
         return next(self._blobs(url, page_size=100), None) is not None
 
+    def list_page(self, url: str, *, after: str | None = None,
+                  limit: int = DEFAULT_LIST_LIMIT) -> FilePage:
+        """List one page of objects under `url` (see `ArtifactStore.list_page`).
+
+        Uses the JSON API's `startOffset` (inclusive, so the name `after` itself is skipped)
+        and asks for one more object than `limit` to know whether a next page exists.
+        """
+        from google.api_core.exceptions import NotFound
+
+        _check_limit(limit)
+        bucket, prefix = split_gs_url(url)
+        rows: list[StoredFile] = []
+        more = False
+        try:
+            blobs = self.client.list_blobs(
+                bucket, prefix=prefix, page_size=min(limit + 1, 1000),
+                start_offset=(prefix + after) if after else None, timeout=self.timeout)
+            for blob in blobs:
+                rel = blob.name[len(prefix):]
+                if blob.name.endswith("/") or (after is not None and rel <= after):
+                    continue
+                if len(rows) >= limit:
+                    more = True
+                    break
+                rows.append(StoredFile(rel, int(blob.size or 0), blob.updated))
+        except NotFound:
+            return FilePage([], None)
+        return FilePage(rows, rows[-1].name if more else None)
+
+    def download(self, url: str, dest: str | os.PathLike, *, chunk_bytes: int = 8 << 20) -> int:
+        """Copy the object at `url` to `dest`, resuming with ranged reads (see
+        `ArtifactStore.download`)."""
+        return _resume_copy(self.size_of(url), url, dest, self.read_range, chunk_bytes)
+
     def list_files(self, url: str, limit: int = DEFAULT_LIST_LIMIT) -> list[tuple[str, int]]:
         """List objects under `url` (see `ArtifactStore.list_files`)."""
         _check_limit(limit)
@@ -371,6 +539,39 @@ class GCSArtifactStore(ArtifactStore):
                 str(target), timeout=self.timeout)
             count += 1
         return count
+
+
+def _resume_copy(size: int | None, url: str, dest: str | os.PathLike, read_range,
+                 chunk_bytes: int) -> int:
+    """Append the bytes of `url` that `dest` lacks, `chunk_bytes` per ranged read.
+
+    Args:
+        size: the stored file's size in bytes, None when there is no file.
+        url: the stored file.
+        dest: the local file (its folder is created).
+        read_range: `(url, offset, limit) -> bytes`.
+        chunk_bytes: bytes per read.
+
+    Returns the number of bytes transferred (0 when `dest` was complete).
+    """
+    if size is None:
+        raise FileNotFoundError(f"no file at {url}")
+    target = Path(dest)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    have = target.stat().st_size if target.is_file() else 0
+    if have > size:  # not a prefix of this file: fetch it again
+        target.unlink()
+        have = 0
+    moved = 0
+    with open(target, "ab") as fh:
+        while have < size:
+            data = read_range(url, have, min(chunk_bytes, size - have))
+            if not data:
+                break
+            fh.write(data)
+            have += len(data)
+            moved += len(data)
+    return moved
 
 
 _GCS_STORES: dict[str, GCSArtifactStore] = {}

@@ -211,6 +211,44 @@ class FalconClient:
             return body
         raise error_from_response(response.status_code, body, url=url)
 
+    def stream_to(self, path: str, fh, *, params: Any = None,
+                  headers: Mapping[str, str] | None = None) -> int:
+        """GET `path` and write the body's bytes to the binary file `fh` as they arrive.
+
+        For file downloads (`falcon exp artifacts --download`): the body is not JSON. Sends the
+        bearer token as `request` does; `headers` adds e.g. `Range: bytes=N-`.
+
+        Returns the HTTP status (200 or 206).
+
+        Raises:
+            CLIError: as `request` (errors are read from the JSON error body).
+        """
+        token = self._token_provider() if self._token_provider is not None else None
+        sent = dict(headers or {})
+        if token:
+            sent["Authorization"] = f"Bearer {token}"
+            sent["cf-access-token"] = token
+        try:
+            with self._http.stream("GET", path, params=params, headers=sent) as response:
+                if not response.is_success:
+                    response.read()
+                    try:
+                        body = response.json()
+                    except ValueError:
+                        body = None
+                    raise error_from_response(response.status_code, body,
+                                              url=f"{self.server}{path}")
+                for data in response.iter_bytes():
+                    fh.write(data)
+                return response.status_code
+        except httpx.TimeoutException:
+            raise CLIError(f"the Falcon server at {self.server} did not answer GET {path} in "
+                           "time; run the command again to resume", ExitCode.UNAVAILABLE) from None
+        except httpx.HTTPError as exc:
+            raise CLIError(f"downloading {path} from {self.server} failed "
+                           f"({type(exc).__name__}: {exc}); run the command again to resume",
+                           ExitCode.UNAVAILABLE) from None
+
     def paginate(self, path: str, *, params: list[tuple[str, str]],
                  limit: int) -> Iterator[dict[str, Any]]:
         """Yield up to `limit` items of a cursor-paginated list, following its `next` links.

@@ -183,26 +183,32 @@ def abort(env, exp_id: int, output: str, server: str) -> None:
 @exp_group.command("delete")
 @exp_id_argument
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--purge", is_flag=True,
+              help="Also delete the stored artifact files and the replicas' logs.")
 @server_option
 @pass_env
-def delete(env, exp_id: int, yes: bool, server: str) -> None:
-    """Delete a finished experiment (DeleteExp) with its jobs and artifact record."""
+def delete(env, exp_id: int, yes: bool, server: str, purge: bool = False) -> None:
+    """Delete a finished experiment (DeleteExp) with its jobs and artifact record (and with
+    --purge its stored files and logs)."""
     from .client import open_client
 
     with open_client(env, server) as client:
         if not yes:
             exp = client.request("GET", f"{EXPS}/{exp_id}")
             try:
-                confirmed = click.confirm(visible(f"Delete experiment {exp_id} ({exp['name']}, "
-                                                  f"{exp['status']})?"), default=False, err=True)
+                confirmed = click.confirm(visible(
+                    f"Delete experiment {exp_id} ({exp['name']}, {exp['status']})"
+                    + (" with its artifact files and logs" if purge else "") + "?"),
+                    default=False, err=True)
             except click.exceptions.Abort:  # end of input or Ctrl-C at the prompt
                 env.print_err("")
                 confirmed = False
             if not confirmed:
                 raise CLIError(f"experiment {exp_id} was not deleted (pass --yes to delete "
                                "without a prompt)", ExitCode.ERROR)
-        client.request("DELETE", f"{EXPS}/{exp_id}")
-    env.print_out(f"deleted experiment {exp_id}")
+        client.request("DELETE", f"{EXPS}/{exp_id}",
+                       params={"purge": "true"} if purge else None)
+    env.print_out(f"deleted experiment {exp_id}" + (" and its files" if purge else ""))
 
 
 @exp_group.command("wait")

@@ -168,12 +168,18 @@ def jobs_table(exp: dict[str, Any]) -> Table:
 def artifact_table(exp: dict[str, Any]) -> Table:
     """Return the experiment's artifact as a one-row table."""
     table = Table(title="artifact", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for column in ("ID", "TYPE", "STATUS", "PATH", "REASON", "MESSAGE"):
+    for column in ("ID", "TYPE", "STATUS", "PATH", "FILES", "REASON", "MESSAGE"):
         table.add_column(column, overflow="fold")
     artifact = exp.get("artifact")
     if artifact:
+        # The manifest (recorded when it Succeeded) and retention: "3 (1024 B)", "pruned".
+        files = ("-" if artifact.get("file_count") is None else
+                 f"{artifact['file_count']} ({artifact.get('total_bytes')} B)")
+        if artifact.get("prune_state"):
+            files += f", {str(artifact['prune_state']).lower()}"
         table.add_row(plain(artifact.get("id")), plain(artifact.get("artifact_type")),
                       status_text(artifact.get("status")), plain(artifact.get("path")),
+                      plain(files),
                       plain(artifact.get("reason")),
                       plain(artifact.get("message"), multiline=True))
     return table

@@ -36,6 +36,7 @@ from core.errors import FalconError
 from core.statuses import JOB_OPEN, JobStatus
 
 from .contract import FalconAPI, JobView, ListFilter, skipped_of
+from .cluster_backends.k8s_logs import keep_logs
 from .cluster_backends.base import (
     BackendError,
     ClusterBackend,
@@ -191,6 +192,7 @@ class ResourceManager:
         stats.updated += 1
 
     def _abort(self, backend: ClusterBackend, job: JobView, stats: ResourceTickStats) -> None:
+        keep_logs(backend, job)  # before the Pods go (k8s_logs)
         if backend.delete(job):
             stats.deleted += 1
             self._update(job, stats, JobStatus.ABORTED, reason=REASON_ABORTED,
@@ -232,6 +234,8 @@ class ResourceManager:
             self._sync_pending(backend, job, state, stats, name=name,
                                cluster_job_name=cluster_job_name)
         else:
+            if state.terminal:
+                keep_logs(backend, job)  # the Pods' output, before they may go (k8s_logs)
             self._update(job, stats, state.status, reason=state.reason,
                          message=state.message, cluster_job_name=cluster_job_name)
 

@@ -14,4 +14,6 @@ def artifact_to_item(artifact: Artifact) -> artifact_pb2.ArtifactItem:
         artifact_type=artifact.artifact_type, status=artifact.status, reason=artifact.reason,
         message=artifact.message, created_at=timestamp(artifact.created_at),
         updated_at=timestamp(artifact.updated_at), finished_at=timestamp(artifact.finished_at),
+        file_count=artifact.file_count, total_bytes=artifact.total_bytes,
+        prune_state=artifact.prune_state, pruned_at=timestamp(artifact.pruned_at),
     )

@@ -155,3 +155,21 @@ def test_list_artifacts_page_is_one_query(django_assert_num_queries):
         resp = ArtifactServicer().ListArtifacts(
             common_pb2.CommonListReq(page_size=2, exp_statuses=["Created"]), None)
     assert len(resp.artifacts) == 2 and resp.next_page_token
+
+
+def test_a_succeeded_artifact_carries_its_manifest(stubs, tmp_path):
+    from artifacts.store import store_for
+
+    exp = make_exp()
+    src = tmp_path / "trace.json"
+    src.write_bytes(b"{}" * 10)
+    url = f"{exp.artifact_path}/main/trace.json"
+    store_for(url).put_file(src, url)
+    item = stubs.artifacts.GetArtifact(artifact_pb2.GetArtifactReq(id=exp.artifact.pk),
+                                       metadata=stubs.md, timeout=10)
+    assert not item.HasField("file_count") and item.prune_state == ""
+    resp = stubs.artifacts.UpdateArtifactStatus(
+        artifact_pb2.UpdateArtifactStatusReq(id=exp.artifact.pk, status="Succeeded"),
+        metadata=stubs.md, timeout=10)
+    assert (resp.artifact.file_count, resp.artifact.total_bytes) == (1, 20)
+    assert not resp.artifact.HasField("pruned_at")

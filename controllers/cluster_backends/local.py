@@ -5,9 +5,10 @@ Layout of `state_dir` (one folder per cluster job, named by `cluster_job_name`):
     state_dir/
       .lock                         flock held by submit/delete, so two managers never race
       falcon-12-demo-main/
-        manifest.json               job ids, replica count, runner pid + start time per replica
-        replica-0.stdout            the replica's stdout and stderr
-        replica-0.stderr
+        manifest.json               job ids, artifact path, replica count, runner pid + start
+                                    time per replica
+        replica-0.log               the replica's stdout and stderr, interleaved as written
+        replica-0.copied            written once the log was copied to the artifact store
         replica-0.started           written by the runner once the command runs (its pid)
         replica-0.exit              written by the runner when the command ended (exit code)
 
@@ -17,12 +18,17 @@ instead of starting them twice (CB-3), and reads the exit codes of replicas that
 while no manager ran. The runner (`local_runner.py`) is what makes that possible: it is the
 command's parent, so it can wait for it and record the exit code whoever started the runner.
 
+When a replica has ended its log is copied to the artifact store
+(`artifacts.store.job_log_url`: `<experiment path>.logs/<role>/replica-<i>.log`), by `observe`
+and at the latest by `delete`, so logs outlive the folder, aborts included (`artifacts.run_files`).
+
 Linux only: liveness and process groups are read from `/proc/<pid>/stat`.
 """
 from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import shutil
 import signal
@@ -36,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from artifacts.run_files import copy_ended_logs, replica_log
 from artifacts.store import local_path
 from controllers.contract import JobView
 from controllers.cluster_backends.base import (
@@ -64,6 +71,7 @@ DEFAULT_PASSTHROUGH_ENV = (
     "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_PROJECT",
 )
 POLL_SECONDS = 0.02
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -122,6 +130,15 @@ def _group_alive(table: dict[int, _Proc], rec: dict[str, Any]) -> bool:
     if leader is not None and leader.start_time != rec["start_time"]:
         return False
     return any(p.pgrp == pgid and p.live for p in table.values())
+
+
+def _output_tail(folder: Path, index: int) -> str:
+    """Return the tail of replica `index`'s output (`_stderr_tail` of its log; folders written
+    before stdout and stderr shared one log have `replica-<i>.stderr`)."""
+    path = replica_log(folder, index)
+    if not path.exists():
+        path = folder / f"replica-{index}.stderr"
+    return _stderr_tail(path)
 
 
 def _stderr_tail(path: Path) -> str:
@@ -206,10 +223,12 @@ def _failed_state(folder: Path, name: str, count: int,
     """Return Failed when a replica exited non-zero or was lost, else None.
 
     The first replica to fail explains the job (later failures are often its echo); a lost
-    replica fails the job with no exit code. The message ends with the replica's stderr tail.
+    replica fails the job with no exit code. The message ends with the tail of the replica's
+    output (stdout and stderr share one log, as Kubernetes' `FallbackToLogsOnError` termination
+    message reads the container's log).
 
     Args:
-        folder: the job's state folder (`replica-<i>.stderr`).
+        folder: the job's state folder (`replica-<i>.log`).
         name: the cluster job's name.
         count: the number of replicas.
         scan: the replicas' states (`_scan_replicas`).
@@ -217,20 +236,20 @@ def _failed_state(folder: Path, name: str, count: int,
     failure = scan.first_failure()
     if failure is not None:
         index, code = failure
-        tail = _stderr_tail(folder / f"replica-{index}.stderr")
+        tail = _output_tail(folder, index)
         return ClusterJobState(
             name=name, status=ClusterJobStatus.FAILED, reason="ReplicaFailed",
             exit_code=code,
             message=f"Replica {index} of {count} exited with code {code}."
-                    + (f" Last lines of its stderr:\n{tail}" if tail else ""))
+                    + (f" Last lines of its output:\n{tail}" if tail else ""))
     if scan.lost:
         index = scan.lost[0]
-        tail = _stderr_tail(folder / f"replica-{index}.stderr")
+        tail = _output_tail(folder, index)
         return ClusterJobState(
             name=name, status=ClusterJobStatus.FAILED, reason="ReplicaLost",
             message=f"Replica {index} of {count} stopped without recording an exit code "
                     "(killed, or the machine restarted)."
-                    + (f" Last lines of its stderr:\n{tail}" if tail else ""))
+                    + (f" Last lines of its output:\n{tail}" if tail else ""))
     return None
 
 
@@ -376,11 +395,11 @@ class LocalBackend(ClusterBackend):
         """Start the runner of replica `index`; return its manifest record (pid, start time)."""
         argv = [*self.runner, str(folder / f"replica-{index}.started"),
                 str(folder / f"replica-{index}.exit"), "--", "sh", "-c", command]
-        with open(folder / f"replica-{index}.stdout", "ab") as out, \
-                open(folder / f"replica-{index}.stderr", "ab") as err:
+        # One file for both streams, opened for appending: writes of either land in order.
+        with open(replica_log(folder, index), "ab") as out:
             try:
                 proc = subprocess.Popen(
-                    argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                    argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                     env={**env, "FALCON_REPLICA_INDEX": str(index)},
                     cwd=self.workdir, start_new_session=True, close_fds=True)
             except (OSError, ValueError) as exc:  # ValueError: a NUL byte in an env value
@@ -419,6 +438,7 @@ class LocalBackend(ClusterBackend):
                 manifest = {
                     "version": MANIFEST_VERSION, "name": name, "job_id": job.id,
                     "exp_id": job.exp_id, "role": job.role, "command": command,
+                    "artifact_path": job.artifact_path,
                     "replica": int(spec.get("replica") or 1), "note": note,
                     "created_at": time.time(), "deleting_since": None, "replicas": {},
                 }
@@ -478,6 +498,12 @@ class LocalBackend(ClusterBackend):
         """
         name, count = manifest["name"], manifest["replica"]
         scan = _scan_replicas(folder, manifest, table)
+        if scan.exited or scan.lost:
+            try:
+                copy_ended_logs(folder, manifest)
+            except Exception as exc:  # noqa: BLE001 - a store outage must not hide the state
+                log.warning("copying the logs of %s to the artifact store failed (retried on "
+                            "the next observe): %s", name, exc)
         failed = _failed_state(folder, name, count, scan)
         if failed is not None and (scan.running or scan.waiting):
             # As the Kubernetes Job controller terminates the active pods of a Job that failed
@@ -573,6 +599,13 @@ class LocalBackend(ClusterBackend):
             if alive:
                 return False
             self._reap()  # runners seen dead above are zombies until collected here
+            try:
+                # Every replica has ended: keep their output before the folder goes.
+                copy_ended_logs(folder, manifest)
+            except Exception as exc:  # noqa: BLE001 - any store error: retried by the next call
+                raise BackendError(f"cannot copy the logs of {name} to the artifact store: "
+                                   f"{exc}; the run folder is kept until they are copied"
+                                   ) from exc
             self._remove(folder)
             return True
 

@@ -53,6 +53,7 @@ KINDS = {
 }
 _PATH = re.compile(r"^(?P<group>/api/v1|/apis/batch/v1|/apis/coordination\.k8s\.io/v1)"
                    r"/namespaces/(?P<ns>[^/]+)/(?P<res>[a-z]+)(?:/(?P<name>[^/]+))?$")
+_POD_LOG = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log$")
 # Resources whose PUT does not change `status` (they have a status subresource).
 _STATUS_SUBRESOURCE = {"pods", "jobs", "services"}
 
@@ -151,6 +152,8 @@ class FakeKube:
         self.linger_pods = linger_pods
         self.faults: list[Fault] = []
         self.requests: list[Request] = []
+        # A Pod's log by Pod name (`GET .../pods/{name}/log`); a Pod without one has an empty log.
+        self.pod_logs: dict[str, bytes] = {}
         self.server: ThreadingHTTPServer | None = None
         self.thread: threading.Thread | None = None
 
@@ -462,6 +465,25 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (timeout injection)
 
+    def _pod_log(self, ns: str, name: str, query: dict[str, str]) -> None:
+        """The `log` subresource of a Pod: its text as `text/plain` (404 when no such Pod)."""
+        kube = self.kube
+        with kube.lock:
+            kube.requests.append(Request("GET", "pods/log", ns, name, query))
+            pod = kube.objects.get(("pods", ns, name))
+            data = kube.pod_logs.get(name, b"")
+        if pod is None:
+            return self._send(404, status_body(404, "NotFound", f'pods "{name}" not found',
+                                               name=name, kind="pods"))
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
     def _body(self) -> dict[str, Any]:
         length = int(self.headers.get("Content-Length") or 0)
         if not length:
@@ -487,6 +509,9 @@ class _Handler(BaseHTTPRequestHandler):
         kube = self.kube
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        log_match = _POD_LOG.match(url.path)
+        if log_match and method == "GET":
+            return self._pod_log(log_match.group("ns"), log_match.group("name"), query)
         m = _PATH.match(url.path)
         body = self._body() if method in ("POST", "PUT", "DELETE", "PATCH") else {}
         if not m or m.group("res") not in KINDS or KINDS[m.group("res")][0] != m.group("group"):

@@ -370,3 +370,50 @@ def test_what_a_finished_command_left_running_is_stopped(backend, tmp_path):
                      what="Succeeded")
     assert state.status == ClusterJobStatus.SUCCEEDED
     wait_for(lambda: not process_alive(int(escaped.read_text())), what="the leftover to stop")
+
+
+def test_a_replica_log_holds_both_streams_and_reaches_the_store_when_it_ends(backend,
+                                                                              tmp_path):
+    from artifacts.store import job_log_url, local_path
+
+    gate = tmp_path / "gate"
+    job = make_job(tmp_path, f'echo out; echo err >&2; while [ ! -e "{gate}" ]; do sleep 0.02; '
+                             'done; echo done', replica=2,
+                   artifact_path=(tmp_path / "artifacts" / "exp-1" / "main").as_uri())
+    backend.submit(job)
+    folder = backend.state_dir / backend.name_of(job)
+    wait_for(lambda: b"err" in (folder / "replica-1.log").read_bytes(), what="output")
+    assert (folder / "replica-1.log").read_bytes() == b"out\nerr\n"
+    assert manifest_of(backend, job)["artifact_path"] == job.artifact_path
+    stored = [local_path(job_log_url(job.artifact_path, "main", i)) for i in range(2)]
+    assert stored[0] == tmp_path / "artifacts" / "exp-1.logs" / "main" / "replica-0.log"
+    backend.observe([job])
+    assert not any(p.exists() for p in stored)  # still running: nothing copied yet
+
+    gate.touch()
+    wait_for(lambda: backend.observe([job])[job.id].terminal, what="the job to end")
+    assert [p.read_bytes() for p in stored] == [b"out\nerr\ndone\n"] * 2
+    assert (folder / "replica-0.copied").exists()
+    assert backend.delete(job) and not folder.exists()
+    assert [p.read_bytes() for p in stored] == [b"out\nerr\ndone\n"] * 2
+
+
+def test_delete_keeps_the_folder_while_the_logs_cannot_be_stored(backend, tmp_path):
+    from controllers.cluster_backends.base import BackendError
+
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file where the logs folder would go")
+    # Submit cannot make an artifact folder under a file either, so the job runs with a good
+    # path and its manifest is pointed at the unwritable one afterwards (not yet copied).
+    ok = make_job(tmp_path, "echo hi")
+    backend.submit(ok)
+    wait_for(lambda: backend.observe([ok])[ok.id].terminal, what="the job to end")
+    folder = backend.state_dir / backend.name_of(ok)
+    manifest = manifest_of(backend, ok)
+    manifest["artifact_path"] = (blocker / "x" / "main").as_uri()
+    for marker in folder.glob("replica-*.copied"):
+        marker.unlink()
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BackendError, match="run folder is kept"):
+        backend.delete(ok)
+    assert folder.exists()

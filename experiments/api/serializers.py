@@ -194,7 +194,8 @@ JOB_FIELDS = ["id", "role", "cluster_name", "exp_type", "task_spec", "artifact_p
               "status", "reason", "message", "cluster_job_name", "created_at", "updated_at",
               "started_at", "finished_at", "aborting_at", "aborted_at"]
 ARTIFACT_FIELDS = ["id", "path", "artifact_type", "status", "reason", "message", "created_at",
-                   "updated_at", "finished_at"]
+                   "updated_at", "finished_at",
+                   "file_count", "total_bytes", "prune_state", "pruned_at"]  # manifest, retention
 # A list row's job and artifact: what a table of experiments shows, nothing large.
 JOB_SUMMARY_FIELDS = ["id", "role", "status", "reason", "cluster_job_name", "started_at",
                       "finished_at"]

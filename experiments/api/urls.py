@@ -1,9 +1,10 @@
 from django.urls import path, re_path, register_converter
+from django.views.decorators.csrf import csrf_exempt
 
 from core.filters import MAX_ID
 from core.numbers import parse_decimal
 
-from . import views
+from . import files, views
 
 
 class IdConverter:
@@ -28,6 +29,12 @@ urlpatterns = [
     path("exps", views.ExpListCreateView.as_view(), name="exp-list"),
     path("exps/<id:exp_id>", views.ExpDetailView.as_view(), name="exp-detail"),
     path("exps/<id:exp_id>/abort", views.ExpAbortView.as_view(), name="exp-abort"),
+    path("exps/<id:exp_id>/logs", files.ExpLogsView.as_view(), name="exp-logs"),
+    path("exps/<id:exp_id>/artifacts", files.ExpArtifactsView.as_view(), name="exp-artifacts"),
+    path("exps/<id:exp_id>/artifacts/file", files.ExpArtifactFileView.as_view(),
+         name="exp-artifact-file"),
     # Last: a path segment where an id belongs that is not one.
+    re_path(r"^exps/(?P<raw>[^/]+)/(?P<sub>logs|artifacts|artifacts/file)$",
+            csrf_exempt(files.bad_exp_id)),
     re_path(r"^exps/(?P<raw>[^/]+)(?P<abort>/abort)?$", views.bad_exp_id),
 ]

@@ -15,6 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.drf import StrictCursorPagination
+from core.errors import ValidationFailed
 from core.filters import MAX_ID, MAX_NAME_CHARS
 
 from .. import selectors, services
@@ -140,12 +141,19 @@ class ExpDetailView(APIView):
     def get(self, request, exp_id: int):
         return Response(ExpDetailSerializer(selectors.exp_get(exp_id=exp_id)).data)
 
-    @extend_schema(summary="DeleteExp", parameters=[EXP_ID_PARAM], responses={
+    @extend_schema(summary="DeleteExp", parameters=[EXP_ID_PARAM, OpenApiParameter(
+        "purge", OpenApiTypes.BOOL, description="Also delete the stored artifact files and the "
+                                                "replicas' logs.")], responses={
         204: None,
         403: OpenApiResponse(description="Only the creator or a staff user may delete it."),
         409: OpenApiResponse(description="The experiment is not terminal.")})
     def delete(self, request, exp_id: int):
-        services.exp_delete(exp_id=exp_id, actor=request.user)
+        from ..files import exp_delete_with_files  # run folders, and files with ?purge=true
+
+        purge = request.query_params.get("purge", "false").lower()
+        if purge not in ("true", "false", "1", "0"):
+            raise ValidationFailed({"purge": [f"must be true or false; got {purge[:20]!r}."]})
+        exp_delete_with_files(exp_id=exp_id, actor=request.user, purge=purge in ("true", "1"))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

@@ -47,7 +47,7 @@ class DeleteArtifactReq(_message.Message):
     def __init__(self, id: _Optional[int] = ...) -> None: ...
 
 class ArtifactItem(_message.Message):
-    __slots__ = ("id", "exp_id", "path", "artifact_type", "status", "reason", "message", "created_at", "updated_at", "finished_at")
+    __slots__ = ("id", "exp_id", "path", "artifact_type", "status", "reason", "message", "created_at", "updated_at", "finished_at", "file_count", "total_bytes", "prune_state", "pruned_at")
     ID_FIELD_NUMBER: _ClassVar[int]
     EXP_ID_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
@@ -58,6 +58,10 @@ class ArtifactItem(_message.Message):
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
     FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    FILE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PRUNE_STATE_FIELD_NUMBER: _ClassVar[int]
+    PRUNED_AT_FIELD_NUMBER: _ClassVar[int]
     id: int
     exp_id: int
     path: str
@@ -68,7 +72,11 @@ class ArtifactItem(_message.Message):
     created_at: _timestamp_pb2.Timestamp
     updated_at: _timestamp_pb2.Timestamp
     finished_at: _timestamp_pb2.Timestamp
-    def __init__(self, id: _Optional[int] = ..., exp_id: _Optional[int] = ..., path: _Optional[str] = ..., artifact_type: _Optional[str] = ..., status: _Optional[str] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    file_count: int
+    total_bytes: int
+    prune_state: str
+    pruned_at: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[int] = ..., exp_id: _Optional[int] = ..., path: _Optional[str] = ..., artifact_type: _Optional[str] = ..., status: _Optional[str] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., file_count: _Optional[int] = ..., total_bytes: _Optional[int] = ..., prune_state: _Optional[str] = ..., pruned_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ArtifactCommonResp(_message.Message):
     __slots__ = ("artifact", "changed", "id")

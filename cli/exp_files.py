@@ -1,0 +1,188 @@
+"""`falcon exp logs` and `falcon exp artifacts`: what an experiment's replicas printed and wrote.
+
+Only click is imported at module level (`falcon --help` stays fast).
+"""
+from __future__ import annotations
+
+import rich_click as click
+
+from .errors import CLIError
+from .exit_codes import ExitCode
+from .options import exp_id_argument, output_option, pass_env, server_option
+
+EXPS = "/api/v1/exps"
+LOG_CHUNK = 256 * 1024  # bytes asked per logs request
+FOLLOW_INTERVAL = 1.0  # seconds between polls of `logs --follow`
+LIST_PAGE = 1000  # files per artifacts page: the server's maximum
+
+
+@click.command("logs")
+@exp_id_argument
+@click.option("--role", help="The job's role (optional when the experiment has one role).")
+@click.option("--replica", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Replica index.")
+@click.option("--tail", type=click.IntRange(min=0), default=None,
+              help="Only the last N lines.")
+@click.option("--follow", "-f", is_flag=True,
+              help="Keep printing new output until the replica ends.")
+@click.option("--interval", type=click.FloatRange(min=0.1), default=FOLLOW_INTERVAL,
+              show_default=True, help="Seconds between two polls with --follow.")
+@server_option
+@pass_env
+def logs(env, exp_id: int, role: str | None, replica: int, tail: int | None, follow: bool,
+         interval: float, server: str) -> None:
+    """Print a replica's output (stdout and stderr), live or kept after it ended.
+
+    Logs are read from the run while it is live on the local cluster, and from the artifact
+    store once the replica ended (aborted runs included). The log is text: UTF-8, a byte that
+    is not UTF-8 shown as U+FFFD; on a terminal, control characters are shown as escapes.
+    """
+    from .client import open_client
+
+    params: dict[str, object] = {"replica": replica}
+    if role:
+        params["role"] = role
+    path = f"{EXPS}/{exp_id}/logs"
+    with open_client(env, server) as client:
+        try:
+            _print_logs(env, client, exp_id, path, params, tail, follow, interval)
+        except KeyboardInterrupt:
+            raise CLIError("stopped following the log", ExitCode.INTERRUPTED) from None
+
+
+def _print_logs(env, client, exp_id, path, params, tail, follow, interval) -> None:
+    """Print the log from the start (or its last `tail` lines), then, with `follow`, what
+    is appended until the log is complete; with `follow` a log that does not exist yet is
+    waited for while the experiment runs."""
+    from .analysis import _is_terminal
+    from .visible import visible
+
+    raw = not _is_terminal(env.out)
+    offset, first = 0, True
+    while True:
+        query = dict(params)
+        if first and tail is not None:
+            query["tail"] = tail
+        else:
+            query.update(offset=offset, limit=LOG_CHUNK)
+        try:
+            chunk = client.request("GET", path, params=query)
+        except CLIError as exc:
+            if not (follow and exc.code == ExitCode.NOT_FOUND):
+                raise
+            # No log yet (not started; on Kubernetes kept once the replica ends): wait, unless
+            # the experiment itself is gone (404 again) or over.
+            exp = client.request("GET", f"{EXPS}/{exp_id}")
+            if exp.get("status") in ("Succeeded", "Failed", "Aborted"):
+                raise
+            env.sleep(interval)
+            continue
+        if chunk["data"]:
+            # A terminal sees control characters as escapes (a task's output must not drive
+            # it); a pipe gets the text as written, as `analysis logs` does.
+            env.out.write(chunk["data"] if raw else visible(chunk["data"], multiline=True))
+            env.out.flush()
+        offset = chunk["next_offset"]
+        if first and tail is not None:
+            first = False
+            if not follow:
+                return
+            continue
+        first = False
+        if chunk["data"]:
+            continue  # more may be there already: read on without waiting
+        if chunk["complete"] or not follow:
+            return
+        env.sleep(interval)
+
+
+@click.command("artifacts")
+@exp_id_argument
+@click.option("--download", "download_dir", metavar="DIR",
+              type=click.Path(file_okay=False, writable=True),
+              help="Fetch every file into DIR (keeping relative paths); files already complete "
+                   "are skipped and partial ones resumed, so running it again finishes it.")
+@click.option("--limit", type=click.IntRange(min=1), default=None,
+              help="List at most this many files (default: all).")
+@output_option
+@server_option
+@pass_env
+def artifacts(env, exp_id: int, download_dir: str | None, limit: int | None, output: str,
+              server: str) -> None:
+    """List the files under an experiment's artifact path (name, size, modified time)."""
+    from . import output as out
+    from .client import open_client
+
+    path = f"{EXPS}/{exp_id}/artifacts"
+    with open_client(env, server) as client:
+        files = list(client.paginate(path, params=[("page_size", str(LIST_PAGE))],
+                                     limit=limit or 2 ** 62))
+        if download_dir is None:
+            out.emit(env, files, output, _files_table)
+            return
+        fetched, skipped, moved = _download(env, client, exp_id, files, download_dir)
+    env.print_out(f"{len(files)} files in {download_dir}: {fetched} fetched, {skipped} already "
+                  f"complete, {moved} bytes transferred")
+
+
+def _files_table(console, files) -> None:
+    from rich import box
+    from rich.table import Table
+
+    from .output import plain, when
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("NAME", overflow="fold")
+    table.add_column("SIZE", justify="right")
+    table.add_column("MODIFIED")
+    for item in files:
+        table.add_row(plain(item.get("name")), plain(item.get("size")),
+                      when(item.get("modified")))
+    console.print(table)
+    total = sum(int(f.get("size") or 0) for f in files)
+    console.print(f"{len(files)} files, {total} bytes")
+
+
+def _download(env, client, exp_id: int, files, dest: str) -> tuple[int, int, int]:
+    """Fetch `files` into `dest`: complete files (same size) are skipped, a shorter one is
+    resumed with `Range: bytes=<its size>-`, a longer one fetched again.
+
+    Returns `(files fetched, files skipped, bytes transferred)`.
+
+    Raises:
+        CLIError(INVALID): a listed name would leave `dest`.
+    """
+    from pathlib import Path
+
+    root = Path(dest).resolve()
+    fetched = skipped = moved = 0
+    for item in files:
+        name, size = item["name"], int(item["size"])
+        target = (root / name).resolve()
+        if root not in target.parents:
+            raise CLIError(f"the server listed {name!r}, which is outside {root}; not fetched",
+                           ExitCode.INVALID)
+        have = target.stat().st_size if target.is_file() else 0
+        if target.is_file() and have == size:
+            skipped += 1
+            continue
+        if have > size:
+            target.unlink()
+            have = 0
+        target.parent.mkdir(parents=True, exist_ok=True)
+        headers = {"Range": f"bytes={have}-"} if have else None
+        with open(target, "ab") as fh:
+            start = fh.tell()
+            status = client.stream_to(f"{EXPS}/{exp_id}/artifacts/file", fh,
+                                      params={"name": name}, headers=headers)
+            moved += fh.tell() - start
+        if have and status != 206:  # the server sent the whole file: keep only that copy
+            target.write_bytes(target.read_bytes()[have:])
+        fetched += 1
+    return fetched, skipped, moved
+
+
+def add_file_commands(group) -> None:
+    """Register `logs` and `artifacts` in the `exp` group."""
+    group.add_command(logs)
+    group.add_command(artifacts)

@@ -1,0 +1,218 @@
+"""HTTP views of an experiment's logs and artifact files (`experiments.files`).
+
+- `GET /api/v1/exps/{id}/logs?role=&replica=&offset=&limit=&tail=`: a piece of one replica's
+  log as JSON; follow a live log by asking again from `next_offset` until `complete`.
+- `GET /api/v1/exps/{id}/artifacts?after=&page_size=`: one page of the files under the artifact
+  path (name, size in bytes, modified time), `next` links to the following page.
+- `GET /api/v1/exps/{id}/artifacts/file?name=`: one file's bytes; a `Range: bytes=N-` request
+  (RFC 9110, section 14) answers 206 with the rest from byte N, so a download resumes.
+"""
+from __future__ import annotations
+
+import re
+
+from django.http import StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import serializers
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from core.errors import ValidationFailed
+from core.filters import MAX_ID
+
+from .. import selectors
+from ..files import (
+    DEFAULT_LOG_CHUNK, MAX_LOG_CHUNK, exp_artifact_file, exp_artifact_page, exp_log_chunk,
+)
+
+EXP_ID_PARAM = OpenApiParameter(
+    "exp_id", {"type": "integer", "minimum": 1, "maximum": MAX_ID}, OpenApiParameter.PATH,
+    description="The experiment's id.")
+STREAM_CHUNK = 1 << 20  # bytes per read while streaming a file
+
+
+class QueryIntegerField(serializers.IntegerField):
+    """An integer query parameter read as the server reads every number (`core.numbers`):
+    1-20 ASCII digits within `min_value..max_value`; `²`, `+1`, `1.0` or `0x10` are a 400."""
+
+    def to_internal_value(self, data):
+        from core.numbers import BadNumber, parse_decimal
+
+        try:
+            return parse_decimal(data, minimum=self.min_value, maximum=self.max_value)
+        except BadNumber as exc:
+            raise serializers.ValidationError(f"{exc}; got {str(data)[:40]!r}.") from None
+
+
+def _validated(serializer_class, request) -> dict:
+    """The query parameters read by `serializer_class`; an unknown one is a 400 naming it, as
+    on every list (`core.drf.FilterSetBackend`)."""
+    accepted = set(serializer_class().fields) | {"format"}
+    unknown = sorted(set(request.query_params) - accepted)
+    if unknown:
+        raise ValidationFailed({name: [f"is not a query parameter here; use "
+                                       f"{', '.join(sorted(accepted))}."] for name in unknown})
+    data = serializer_class(data=request.query_params)
+    if not data.is_valid():
+        raise ValidationFailed({k: [str(m) for m in v] for k, v in data.errors.items()})
+    return data.validated_data
+
+
+class LogQuerySerializer(serializers.Serializer):
+    role = serializers.CharField(required=False, allow_blank=True, max_length=63,
+                                 help_text="The job's role; optional when there is one role.")
+    replica = QueryIntegerField(required=False, default=0, min_value=0, max_value=1 << 20,
+                                help_text="Replica index (0-based).")
+    offset = QueryIntegerField(required=False, default=0, min_value=0, max_value=MAX_ID,
+                               help_text="First byte to return.")
+    limit = QueryIntegerField(required=False, default=DEFAULT_LOG_CHUNK, min_value=1,
+                              max_value=MAX_LOG_CHUNK, help_text="Most bytes to return.")
+    tail = QueryIntegerField(required=False, min_value=0, max_value=100_000,
+                             help_text="Return the last N lines instead of `offset`.")
+
+
+class LogChunkSerializer(serializers.Serializer):
+    role = serializers.CharField()
+    replica = serializers.IntegerField()
+    offset = serializers.IntegerField(help_text="Byte offset of `data` in the log.")
+    next_offset = serializers.IntegerField(help_text="Ask from here for what follows.")
+    data = serializers.CharField(help_text="The bytes read, as UTF-8 (invalid bytes replaced).")
+    source = serializers.ChoiceField(["store", "run"], help_text=(
+        "`store`: the copy kept when the replica ended; `run`: the live run folder."))
+    complete = serializers.BooleanField(help_text="True when the log will not grow any more.")
+
+
+class ExpLogsView(APIView):
+    """A piece of one replica's log."""
+
+    @extend_schema(summary="GetExpLogs", parameters=[EXP_ID_PARAM, LogQuerySerializer],
+                   responses={200: LogChunkSerializer, 400: OpenApiResponse(
+                       description="Unknown role or replica (the valid values are named)."),
+                       404: OpenApiResponse(description="No such experiment, or no log yet.")})
+    def get(self, request, exp_id: int):
+        query = _validated(LogQuerySerializer, request)
+        chunk = exp_log_chunk(exp=selectors.exp_get(exp_id=exp_id), role=query.get("role"),
+                              replica=query["replica"], offset=query["offset"],
+                              limit=query["limit"], tail=query.get("tail"))
+        return Response({"role": chunk.role, "replica": chunk.replica, "offset": chunk.offset,
+                         "next_offset": chunk.next_offset, "source": chunk.source,
+                         "complete": chunk.complete,
+                         "data": chunk.data.decode("utf-8", "replace")})
+
+
+class ArtifactQuerySerializer(serializers.Serializer):
+    after = serializers.CharField(required=False, allow_blank=True, max_length=1024,
+                                  help_text="List names after this one (from `next`).")
+    page_size = QueryIntegerField(required=False, default=200, min_value=1, max_value=1000,
+                                  help_text="Files per page.")
+
+
+class StoredFileSerializer(serializers.Serializer):
+    name = serializers.CharField(help_text="Relative path under the artifact path.")
+    size = serializers.IntegerField(help_text="Bytes.")
+    modified = serializers.DateTimeField(allow_null=True)
+
+
+class ArtifactPageSerializer(serializers.Serializer):
+    path = serializers.CharField(help_text="The artifact path (file:// or gs://).")
+    prune_state = serializers.CharField(help_text='"" (kept), "Pruning" or "Pruned".')
+    next = serializers.CharField(allow_null=True, help_text="The next page's URL.")
+    results = StoredFileSerializer(many=True)
+
+
+class ExpArtifactsView(APIView):
+    """One page of the files under an experiment's artifact path."""
+
+    @extend_schema(summary="ListExpArtifactFiles",
+                   parameters=[EXP_ID_PARAM, ArtifactQuerySerializer],
+                   responses={200: ArtifactPageSerializer})
+    def get(self, request, exp_id: int):
+        query = _validated(ArtifactQuerySerializer, request)
+        artifact, page = exp_artifact_page(exp=selectors.exp_get(exp_id=exp_id),
+                                           after=query.get("after"), limit=query["page_size"])
+        next_url = None
+        if page.next_after is not None:
+            from urllib.parse import urlencode
+
+            next_url = request.build_absolute_uri(request.path) + "?" + urlencode(
+                {"after": page.next_after, "page_size": query["page_size"]})
+        return Response({
+            "path": artifact.path, "prune_state": artifact.prune_state, "next": next_url,
+            "results": [{"name": f.name, "size": f.size, "modified": f.modified}
+                        for f in page.files]})
+
+
+class FileQuerySerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=1024, help_text="A name `artifacts` listed.")
+
+
+_RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
+
+
+class ExpArtifactFileView(APIView):
+    """One artifact file's bytes; `Range: bytes=N-[M]` for a part (resume)."""
+
+    @extend_schema(summary="GetExpArtifactFile", parameters=[
+        EXP_ID_PARAM, FileQuerySerializer,
+        OpenApiParameter("Range", OpenApiTypes.STR, OpenApiParameter.HEADER,
+                         description="`bytes=N-` or `bytes=N-M` (RFC 9110): only that part.")],
+        responses={(200, "application/octet-stream"): OpenApiTypes.BINARY,
+                   (206, "application/octet-stream"): OpenApiTypes.BINARY,
+                   416: OpenApiResponse(description="The range starts past the end.")})
+    def get(self, request, exp_id: int):
+        query = _validated(FileQuerySerializer, request)
+        url, size = exp_artifact_file(exp=selectors.exp_get(exp_id=exp_id), name=query["name"])
+        start, end, status = 0, size - 1, 200
+        header = request.headers.get("Range", "")
+        if header:
+            match = _RANGE.match(header.strip())
+            if match is None:
+                raise ValidationFailed({"Range": ["only one range `bytes=N-` or `bytes=N-M` is "
+                                                  f"supported; got {header[:80]!r}."]})
+            start = int(match.group(1))
+            if match.group(2):
+                end = min(int(match.group(2)), size - 1)
+            if start >= size and size > 0 or (size == 0 and start > 0) or end < start - 1:
+                res = Response({"detail": f"range starts at {start}; the file has {size} bytes",
+                                "code": "range_not_satisfiable"}, status=416)
+                res["Content-Range"] = f"bytes */{size}"
+                return res
+            status = 206
+
+        from artifacts.store import store_for
+
+        store = store_for(url)
+
+        def chunks():
+            pos = start
+            while pos <= end:
+                data = store.read_range(url, pos, min(STREAM_CHUNK, end - pos + 1))
+                if not data:
+                    return
+                pos += len(data)
+                yield data
+
+        res = StreamingHttpResponse(chunks(), status=status,
+                                    content_type="application/octet-stream")
+        res["Content-Length"] = str(max(end - start + 1, 0))
+        res["Accept-Ranges"] = "bytes"
+        if status == 206:
+            res["Content-Range"] = f"bytes {start}-{end}/{size}"
+        return res
+
+
+def bad_exp_id(request, raw: str, sub: str):
+    """400 naming `exp_id` for `/api/v1/exps/<raw>/{logs,artifacts,artifacts/file}` where `raw`
+    is not an id (as `views.bad_exp_id` for the other routes); 405 for a method these GET-only
+    routes do not serve."""
+    from django.http import JsonResponse
+
+    from .views import bad_exp_id as exp_bad_id
+
+    if request.method not in ("GET", "HEAD", "OPTIONS"):
+        res = JsonResponse({"detail": f'Method "{request.method}" not allowed.',
+                            "code": "method_not_allowed"}, status=405)
+        res["Allow"] = "GET, HEAD, OPTIONS"
+        return res
+    return exp_bad_id(request, raw)

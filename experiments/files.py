@@ -1,0 +1,281 @@
+"""What an experiment left behind: its replicas' logs, its artifact files, and removing both.
+
+- Logs (`exp_log_chunk`): a replica's output (stdout and stderr interleaved) is read from the
+  artifact store once the replica has ended (`artifacts.store.replica_log_url`; the cluster
+  backend copies it there), and while it runs on the local backend from the run folder
+  (`artifacts.run_files`). Reads are by byte offset, so a client follows a live log by asking
+  again from the `next_offset` it got.
+- Artifact files (`exp_artifact_page`, `exp_artifact_file`): listed from and read from the
+  store under the artifact path, a page at a time.
+- Cleanup on DeleteExp (`exp_cleanup_files`): run folders of the local backend always go; with
+  `purge`, the stored files and logs too.
+"""
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+from artifacts.models import Artifact
+from artifacts.run_files import remove_run_folder, replica_log
+from artifacts.services import artifact_purge_files
+from artifacts.store import FilePage, job_log_url, store_for
+from core.cluster_settings import cluster_specs
+from core.errors import NotFound, ValidationFailed
+from core.statuses import JOB_TERMINAL
+
+from .models import Experiment
+
+MAX_LOG_CHUNK = 1 << 20  # bytes one logs request returns at most
+DEFAULT_LOG_CHUNK = 256 * 1024
+TAIL_WINDOW_PER_LINE = 4096  # bytes read back per requested tail line, at most MAX_LOG_CHUNK
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    """A piece of one replica's log.
+
+    Attributes:
+        role, replica: whose log.
+        offset: byte offset of `data` in the log.
+        next_offset: where the next read starts (`offset + len(data)`).
+        data: the bytes read (complete UTF-8 lines when more may follow).
+        source: `store` (the copy made when the replica ended) or `run` (the live run folder).
+        complete: True when the log will not grow: the stored copy, or an ended replica.
+    """
+
+    role: str
+    replica: int
+    offset: int
+    next_offset: int
+    data: bytes
+    source: str
+    complete: bool
+
+
+def local_state_dir(cluster_name: str) -> Path | None:
+    """The run folders' directory of a local cluster (as the resource manager builds its
+    backend: the entry's `state_dir`, else `<VAR_DIR>/local-cluster/<name>`); None for a
+    cluster of another backend or an unknown one."""
+    entry = cluster_specs().get(cluster_name)
+    if not entry or entry.get("backend") != "local":
+        return None
+    return Path(entry.get("state_dir") or settings.VAR_DIR / "local-cluster" / cluster_name)
+
+
+def _replica_count(task_spec: dict[str, Any]) -> int:
+    try:
+        return max(int(task_spec.get("replica") or 1), 1)
+    except (TypeError, ValueError):
+        return 1
+
+
+def _pick_job(exp: Experiment, role: str | None):
+    jobs = sorted(exp.jobs.all(), key=lambda j: j.role)
+    roles = [j.role for j in jobs]
+    if not jobs:
+        raise NotFound(f"Experiment {exp.pk} has no jobs, so it has no logs.")
+    if role is None or role == "":
+        if len(jobs) == 1:
+            return jobs[0]
+        raise ValidationFailed({"role": [f"experiment {exp.pk} has roles {', '.join(roles)}; "
+                                         "choose one."]})
+    for job in jobs:
+        if job.role == role:
+            return job
+    raise ValidationFailed({"role": [f"{role!r} is not a role of experiment {exp.pk}; valid "
+                                     f"roles: {', '.join(roles)}."]})
+
+
+def _whole_lines(data: bytes) -> bytes:
+    """Cut `data` after its last newline (a line still being written waits for the next read);
+    data without a newline is returned whole so a long line still makes progress."""
+    cut = data.rfind(b"\n")
+    return data[:cut + 1] if cut >= 0 else data
+
+
+def exp_log_chunk(*, exp: Experiment, role: str | None = None, replica: int = 0,
+                  offset: int = 0, limit: int = DEFAULT_LOG_CHUNK,
+                  tail: int | None = None) -> LogChunk:
+    """Read part of the log of replica `replica` of role `role`.
+
+    Args:
+        exp: the experiment (its jobs are read).
+        role: the job's role; may be omitted when the experiment has a single role.
+        replica: replica index, 0 to `replica - 1` of the role's TaskSpec.
+        offset: first byte to return.
+        limit: most bytes to return (1 to `MAX_LOG_CHUNK`).
+        tail: return the last `tail` lines instead (from an offset found by reading back at
+            most `TAIL_WINDOW_PER_LINE` bytes per line); `offset` is then ignored.
+
+    Raises:
+        ValidationFailed: role or replica does not exist (the message lists the valid values),
+            or offset/limit/tail out of range.
+        NotFound: no log exists (yet) for this replica: not started, or a Kubernetes replica
+            still running (its log reaches the store when it ends).
+    """
+    job = _pick_job(exp, role)
+    count = _replica_count(job.task_spec or {})
+    if replica < 0:
+        raise ValidationFailed({"replica": [f"must be >= 0; got {replica}."]})
+    if offset < 0:
+        raise ValidationFailed({"offset": [f"must be >= 0; got {offset}."]})
+    if not 1 <= limit <= MAX_LOG_CHUNK:
+        raise ValidationFailed({"limit": [f"must be 1 to {MAX_LOG_CHUNK}; got {limit}."]})
+    if tail is not None and tail < 0:
+        raise ValidationFailed({"tail": [f"must be >= 0; got {tail}."]})
+
+    url = job_log_url(job.artifact_path or f"{exp.artifact_path}/{job.role}", job.role,
+                      replica)
+    store = store_for(url)
+    size = store.size_of(url)
+    if size is None and replica >= count:
+        # (A multi-host slice keeps one log per Pod, `replica * hosts + host`: those indexes
+        # are served when stored, beyond the TaskSpec's replica count.)
+        raise ValidationFailed({"replica": [f"role {job.role!r} has {count} replica(s); valid "
+                                            f"values: 0 to {count - 1}; got {replica}."]})
+    if size is not None:
+        read = lambda start, n: store.read_range(url, start, n)  # noqa: E731
+        source, complete = "store", True
+    else:
+        state_dir = local_state_dir(job.cluster_name)
+        path = (replica_log(state_dir / job.cluster_job_name, replica)
+                if state_dir is not None and job.cluster_job_name else None)
+        if path is None or not path.is_file():
+            where = ("it has not started yet" if job.status not in JOB_TERMINAL else
+                     "none was kept")
+            if state_dir is None and job.status not in JOB_TERMINAL:
+                where = ("on this cluster a replica's log reaches the artifact store when the "
+                         "replica ends; until then read it from the cluster (kubectl logs)")
+            raise NotFound(f"No log for replica {replica} of role {job.role!r} of experiment "
+                           f"{exp.pk}: {where}.")
+        size = path.stat().st_size
+
+        def read(start: int, n: int) -> bytes:
+            with open(path, "rb") as fh:
+                fh.seek(start)
+                return fh.read(n)
+
+        source, complete = "run", job.status in JOB_TERMINAL
+
+    if tail is not None:
+        window = min(size, MAX_LOG_CHUNK, max(tail, 1) * TAIL_WINDOW_PER_LINE)
+        start = size - window
+        data = read(start, window) if window else b""
+        lines = data.splitlines(keepends=True)
+        if start > 0 and lines:
+            lines = lines[1:]  # the first line was cut by the window
+        keep = lines[-tail:] if tail else []
+        data = b"".join(keep)
+        return LogChunk(job.role, replica, size - len(data), size, data, source, complete)
+    data = read(offset, limit) if offset < size else b""
+    if not complete and offset + len(data) >= size:
+        data = _whole_lines(data)
+    return LogChunk(job.role, replica, offset, offset + len(data), data, source, complete)
+
+
+def _artifact_of(exp: Experiment) -> Artifact:
+    artifact = Artifact.objects.filter(experiment_id=exp.pk).first()
+    if artifact is None:
+        raise NotFound(f"Experiment {exp.pk} has no artifact.")
+    return artifact
+
+
+def exp_artifact_page(*, exp: Experiment, after: str | None, limit: int) -> tuple[Artifact,
+                                                                                   FilePage]:
+    """One page of the files under the experiment's artifact path, sorted by name.
+
+    Raises:
+        NotFound: the experiment has no artifact.
+        ValidationFailed: `limit` is not 1 to 1000.
+    """
+    if not 1 <= limit <= 1000:
+        raise ValidationFailed({"page_size": [f"must be 1 to 1000; got {limit}."]})
+    artifact = _artifact_of(exp)
+    return artifact, store_for(artifact.path).list_page(artifact.path, after=after or None,
+                                                         limit=limit)
+
+
+def exp_artifact_file(*, exp: Experiment, name: str) -> tuple[str, int]:
+    """Return `(url, size in bytes)` of the file `name` under the experiment's artifact path.
+
+    Raises:
+        ValidationFailed: `name` is empty, absolute or leaves the artifact path ('..').
+        NotFound: no artifact, or no such file.
+    """
+    norm = posixpath.normpath(name) if name else ""
+    if not name or name.startswith("/") or norm.startswith("..") or norm in (".", "") \
+            or "\x00" in name or norm != name:
+        raise ValidationFailed({"name": [f"must be a file's relative path as `falcon exp "
+                                         f"artifacts` lists it, e.g. main/trace.json; got "
+                                         f"{name[:200]!r}."]})
+    artifact = _artifact_of(exp)
+    url = f"{artifact.path.rstrip('/')}/{name}"
+    size = store_for(url).size_of(url)
+    if size is None:
+        raise NotFound(f"No file {name!r} under the artifact path of experiment {exp.pk}.")
+    return url, size
+
+
+def exp_cleanup_files(*, exp: Experiment, purge: bool) -> list[str]:
+    """Remove what a deleted experiment leaves outside the database, before its rows go.
+
+    Always: the run folders of its jobs on local clusters (their logs are copied to the store
+    first). With `purge`: also the stored artifact files and every replica log.
+
+    Returns what could not be removed yet (a sentence each; a run folder whose replica is still
+    being stopped), which the caller reports; store errors propagate so that a purge that failed
+    leaves the experiment to try again.
+
+    Raises:
+        ValueError, OSError, google.api_core.exceptions.GoogleAPIError: the store refused.
+    """
+    left: list[str] = []
+    for job in exp.jobs.all():
+        state_dir = local_state_dir(job.cluster_name)
+        if state_dir is not None and job.cluster_job_name:
+            if not remove_run_folder(state_dir, job.cluster_job_name):
+                left.append(f"run folder {state_dir / job.cluster_job_name} (a replica still "
+                            "runs)")
+    if purge:
+        artifact = Artifact.objects.filter(experiment_id=exp.pk).first()
+        if artifact is not None:
+            artifact_purge_files(artifact=artifact)
+    return left
+
+
+def exp_delete_with_files(*, exp_id: int, actor, purge: bool = False) -> list[str]:
+    """DeleteExp with its files: check that `actor` may delete the experiment and that it is
+    terminal, remove its local run folders (and with `purge` its stored artifact files and
+    logs: `exp_cleanup_files`), then delete the rows (`services.exp_delete`, which checks
+    again under its lock).
+
+    The files go first: a store error leaves the experiment in place, so the same delete can be
+    repeated; a row deleted first would leave files nobody can find.
+
+    Returns what `exp_cleanup_files` could not remove yet.
+
+    Raises:
+        NotFound, PermissionDenied, Conflict: as `services.exp_delete`.
+        ValueError, OSError, google.api_core.exceptions.GoogleAPIError: the store refused.
+    """
+    from core.errors import Conflict
+    from core.statuses import EXP_TERMINAL, ExpStatus
+
+    from . import selectors, services
+
+    exp = selectors.exp_get(exp_id=exp_id)
+    services._require_may_change(exp, actor, "delete")  # PermissionDenied, worded as DeleteExp
+    if exp.status not in EXP_TERMINAL:
+        # Worded as `services.exp_delete` words it.
+        what_to_do = ("It is being aborted: wait until it is Aborted, then delete it."
+                      if exp.status == ExpStatus.ABORTING else
+                      "Abort it first, wait until it is Aborted, then delete it.")
+        raise Conflict(f"Experiment {exp_id} is {exp.status}; only Succeeded, Failed or "
+                       f"Aborted experiments can be deleted. {what_to_do}")
+    left = exp_cleanup_files(exp=exp, purge=purge)
+    services.exp_delete(exp_id=exp_id, actor=actor)
+    return left
