@@ -13,7 +13,9 @@ Rules per experiment (one Job per role; docs/architecture.md, State machines):
 - any job Aborted (without an abort of the experiment): Artifact Failed, Exp Aborting -> Aborted.
 - all jobs Succeeded: the artifact path must hold at least one file in the artifact store:
   then Artifact Succeeded and Exp Succeeded; else Artifact Failed and Exp Failed saying so.
-- otherwise `job_status_to_exp_status` (jobStatus2expStatus): Running once any role runs.
+- otherwise `job_status_to_exp_status` (jobStatus2expStatus): Running once every role runs (or
+  has succeeded); an experiment some of whose roles still wait for the cluster stays Created, and
+  a Running experiment is never moved back.
 Every failed update is logged with exp name, exp id and job id, and the loop goes on.
 
 Data never stops the loop: an experiment the controller cannot handle (deciding or applying its
@@ -63,11 +65,14 @@ def job_status_to_exp_status(job_statuses: list[str]) -> str:
         job_statuses: the statuses of all jobs of one experiment, none Failed or Aborted.
 
     Returns:
-        `ExpStatus.RUNNING` once any job is Running or Succeeded (its work has started), else
-        `ExpStatus.CREATED`.
+        `ExpStatus.RUNNING` once EVERY job is Running or Succeeded, else `ExpStatus.CREATED`:
+        a distributed experiment whose third role cannot be scheduled is not running, however
+        ready the other two roles are (docs/architecture.md, State machines).
     """
     started = (JobStatus.RUNNING, JobStatus.SUCCEEDED)
-    return ExpStatus.RUNNING if any(s in started for s in job_statuses) else ExpStatus.CREATED
+    if job_statuses and all(s in started for s in job_statuses):
+        return ExpStatus.RUNNING
+    return ExpStatus.CREATED
 
 
 @dataclass(frozen=True)
@@ -273,6 +278,9 @@ def _decide_in_progress(exp: ExpView, jobs: list[JobView]) -> list[Update]:
         changed, else `[]`.
     """
     target = job_status_to_exp_status([j.status for j in jobs])
+    if exp.status == ExpStatus.RUNNING:
+        # Running never goes back to Created (a role restarting a replica is still running).
+        target = ExpStatus.RUNNING
     message = _summary(jobs)
     if target != exp.status or message != exp.message:
         return [Update("exp", exp.id, target, None, message)]
