@@ -17,6 +17,7 @@ this module adds only what that client leaves to its caller:
 """
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -232,3 +233,106 @@ class KubeCaller:
                     raise
                 restarts += 1
                 self._sleep(min(self.conn.backoff_max, self.conn.backoff_initial * restarts))
+
+
+# Fields that are maps of strings in the API (models keep them as dicts, not objects).
+_MAP_FIELDS = frozenset({"labels", "annotations", "node_selector", "match_labels", "limits",
+                         "requests", "data", "capacity", "allocatable"})
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+class Raw:
+    """Attribute access over a decoded JSON object, with the client models' snake_case names.
+
+    `Raw(job).status.ready` reads `job["status"]["ready"]`, `pod.metadata.deletion_timestamp`
+    reads `metadata.deletionTimestamp`; a missing field is None, a nested object is a `Raw`, a
+    list a list of `Raw`. Code written against `kubernetes.client` models (V1Job, V1Pod) reads
+    these unchanged, without the cost of building a model object per item of a LIST of
+    thousands (the models validate and convert every field; the JSON is already there).
+
+    Args:
+        data: one object of an API answer, as `json.loads` made it.
+    """
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: dict[str, Any]):
+        self._data = data
+
+    @property
+    def raw(self) -> dict[str, Any]:
+        """The wrapped dict (the API's camelCase field names)."""
+        return self._data
+
+    def __getattr__(self, name: str) -> Any:
+        data = self._data
+        value = data.get(name)
+        if value is None:
+            value = data.get(_camel(name.removeprefix("var_")))
+        if name in _MAP_FIELDS:
+            return value  # string maps stay dicts, as the models keep them
+        return wrap(value)
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return f"Raw({self._data!r})"
+
+
+def wrap(value: Any) -> Any:
+    """Return `value` with dicts as `Raw` (lists element by element); scalars as they are."""
+    if isinstance(value, dict):
+        return Raw(value)
+    if isinstance(value, list):
+        return [wrap(v) for v in value]
+    return value
+
+
+def list_all_raw(caller: KubeCaller, fn: Callable[..., Any], *args: Any, page_size: int = 500,
+                 **kwargs: Any) -> tuple[list[dict[str, Any]], str]:
+    """Return every item of a LIST call as decoded JSON dicts, and the list's resourceVersion.
+
+    Like `KubeCaller.list_all` (pages by `limit`/`continue`, a 410 Gone restarts from the
+    first page at most `conn.retries` times), but the answer is read with
+    `_preload_content=False` and `json.loads`: no client model object is built per item.
+
+    Args:
+        caller: the `KubeCaller` that sends each page (timeout, retries, QPS).
+        fn: a `list_namespaced_*` method of the client.
+        page_size: `limit` of each page.
+        args, kwargs: the method's other arguments (namespace, label_selector, ...).
+
+    Returns:
+        `(items, resource_version)`: the resourceVersion of the last page (the point a WATCH
+        continues from; API conventions, "Efficient detection of changes").
+
+    Raises:
+        ApiException: as `KubeCaller.call`, or 410 after the restarts ran out.
+    """
+    restarts = 0
+    while True:
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        try:
+            while True:
+                resp = caller.call(fn, *args, limit=page_size, _continue=token,
+                                   _preload_content=False, **kwargs)
+                try:
+                    page = json.loads(resp.data)
+                finally:
+                    resp.release_conn()
+                items.extend(page.get("items") or [])
+                meta = page.get("metadata") or {}
+                token = meta.get("continue")
+                if not token:
+                    return items, str(meta.get("resourceVersion") or "")
+        except ApiException as exc:
+            if exc.status != GONE or restarts >= caller.conn.retries:
+                raise
+            restarts += 1
+            caller._sleep(min(caller.conn.backoff_max, caller.conn.backoff_initial * restarts))

@@ -49,7 +49,7 @@ from controllers.cluster_backends.base import (
 )
 from clusters.validation import kubernetes_task_spec_problems
 from clusters.devices import TPU_TOPOLOGY_LABEL, DeviceTable, DeviceType
-from controllers.kubeclient import KubeCaller, KubeConnection, api_client
+from controllers.kubeclient import KubeCaller, KubeConnection, Raw, api_client, list_all_raw
 from core.statuses import CONFIG_ENV
 
 log = logging.getLogger("falcon.controllers.kubernetes")
@@ -777,6 +777,16 @@ class KubernetesBackend(ClusterBackend):
         except (ApiException, urllib3.exceptions.HTTPError) as exc:
             raise self._fail(f"list {what}", exc) from exc
 
+    def _list_raw(self, fn, what: str) -> list[Raw]:
+        """Every Falcon-labelled object of one kind, decoded without client models."""
+        try:
+            items, _rv = list_all_raw(self.caller, fn, self.config.namespace,
+                                      label_selector=SELECTOR,
+                                      page_size=self.config.list_page_size)
+        except (ApiException, urllib3.exceptions.HTTPError) as exc:
+            raise self._fail(f"list {what}", exc) from exc
+        return [Raw(item) for item in items]
+
     def observe(self, jobs: list[JobView]) -> dict[int, ClusterJobState]:
         """Return each job's state from ONE LIST of Jobs (and one of Pods when needed).
 
@@ -787,8 +797,8 @@ class KubernetesBackend(ClusterBackend):
         """
         if not jobs:
             return {}
-        by_name = {j.metadata.name: j for j in self._list(self.batch.list_namespaced_job,
-                                                            "Jobs")}
+        by_name = {j.metadata.name: j for j in self._list_raw(self.batch.list_namespaced_job,
+                                                                "Jobs")}
         found: dict[int, tuple[str, client.V1Job | None, int]] = {}
         need_pods = False
         for job in jobs:
@@ -804,7 +814,7 @@ class KubernetesBackend(ClusterBackend):
                 need_pods = True  # Pending or failed: the Pods say why
         pods_by_job: dict[str, list[client.V1Pod]] = defaultdict(list)
         if need_pods:
-            for pod in self._list(self.core.list_namespaced_pod, "Pods"):
+            for pod in self._list_raw(self.core.list_namespaced_pod, "Pods"):
                 owner = (pod.metadata.labels or {}).get(POD_JOB_NAME_LABEL)
                 if owner:
                     pods_by_job[owner].append(pod)
