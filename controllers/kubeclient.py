@@ -18,6 +18,7 @@ this module adds only what that client leaves to its caller:
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -26,10 +27,12 @@ from typing import Any, TypeVar
 
 import tenacity
 import urllib3
-from kubernetes import client, config
+from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
 T = TypeVar("T")
+
+log = logging.getLogger("falcon.controllers.kubernetes")
 
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 GONE = 410
@@ -336,3 +339,190 @@ def list_all_raw(caller: KubeCaller, fn: Callable[..., Any], *args: Any, page_si
                 raise
             restarts += 1
             caller._sleep(min(caller.conn.backoff_max, caller.conn.backoff_initial * restarts))
+
+
+class _RawWatch(watch.Watch):
+    """`kubernetes.watch.Watch` handing events over as decoded JSON, no client model per event
+    (the stream's own JSON-lines parsing, bookmarks and ERROR events are kept)."""
+
+    def get_return_type(self, func):
+        return None
+
+
+class Informer:
+    """A list-then-watch cache of one kind of object in one namespace (client-go's reflector).
+
+    One paged LIST (`list_all_raw`) fills the cache and gives a resourceVersion; a WATCH from
+    there (`kubernetes.watch`, `allowWatchBookmarks`, `timeoutSeconds`) applies every ADDED,
+    MODIFIED and DELETED event and follows BOOKMARKs, and is re-opened from the last
+    resourceVersion when it ends. A 410 Gone (the resourceVersion was compacted away) starts
+    over with a new LIST (API conventions, "Efficient detection of changes"). Every call has a
+    client-side timeout: the LIST pages through `caller`, the WATCH reads with `watch_timeout`
+    plus the connection's request timeout, so a silently dropped stream is noticed. Failures
+    are logged and retried after `conn.backoff_initial` .. `conn.backoff_max` seconds; the
+    cache keeps its last content meanwhile.
+
+    Args:
+        caller: the `KubeCaller` (timeouts, retries, QPS; its `calls` counts the requests).
+        list_fn: a `list_namespaced_*` method of the client.
+        namespace: the namespace watched.
+        label_selector: the objects cached (e.g. `app.kubernetes.io/managed-by=falcon`).
+        page_size: `limit` of each LIST page.
+        watch_timeout: `timeoutSeconds` of each WATCH request, seconds.
+        what: a name for log lines ("Jobs").
+
+    The thread starts with `start()` and is a daemon; `stop()` ends it.
+    """
+
+    def __init__(self, caller: KubeCaller, list_fn: Callable[..., Any], namespace: str, *,
+                 label_selector: str, page_size: int = 500, watch_timeout: float = 60.0,
+                 what: str = "objects"):
+        self.caller = caller
+        self.list_fn = list_fn
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self.page_size = page_size
+        self.watch_timeout = watch_timeout
+        self.what = what
+        self.relists = 0
+        self.last_error: str = ""
+        self._items: dict[str, dict[str, Any]] = {}
+        self._rv = 0
+        self._cond = threading.Condition()
+        self._synced = threading.Event()
+        self._stop = threading.Event()
+        self._watch: watch.Watch | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- reading --------------------------------------------------------------------------------
+
+    @property
+    def synced(self) -> bool:
+        """Whether the first LIST has filled the cache."""
+        return self._synced.is_set()
+
+    @property
+    def resource_version(self) -> int:
+        """The newest resourceVersion the cache reflects (0 before the first LIST)."""
+        with self._cond:
+            return self._rv
+
+    def items(self) -> dict[str, dict[str, Any]]:
+        """Return `{name: object}` as decoded JSON: a shallow copy, safe to iterate."""
+        with self._cond:
+            return dict(self._items)
+
+    def wait_synced(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for the first LIST; return whether it is done."""
+        return self._synced.wait(timeout)
+
+    def wait_for(self, resource_version: int, timeout: float) -> bool:
+        """Wait up to `timeout` seconds until the cache reflects `resource_version`.
+
+        resourceVersions are opaque in the API; this reads them as the integers every API
+        server backed by etcd sends (a value that is not one is never waited for).
+        """
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._rv < resource_version:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._stop.is_set():
+                    return False
+                self._cond.wait(left)
+            return True
+
+    # -- running --------------------------------------------------------------------------------
+
+    def start(self) -> Informer:
+        """Start the list-and-watch thread (once)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, daemon=True,
+                                            name=f"informer-{self.what}-{self.namespace}")
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """End the thread (the open WATCH is closed at its next event or bookmark)."""
+        self._stop.set()
+        w = self._watch
+        if w is not None:
+            w.stop()
+        with self._cond:
+            self._cond.notify_all()
+
+    def _set_rv(self, value: Any) -> None:
+        try:
+            rv = int(value)
+        except (TypeError, ValueError):
+            return
+        if rv > self._rv:
+            self._rv = rv
+            self._cond.notify_all()
+
+    def _relist(self) -> None:
+        items, rv = list_all_raw(self.caller, self.list_fn, self.namespace,
+                                 label_selector=self.label_selector, page_size=self.page_size)
+        with self._cond:
+            self._items = {o["metadata"]["name"]: o for o in items}
+            self._rv = 0
+            self._set_rv(rv)
+            self._cond.notify_all()
+        self.relists += 1
+        self._synced.set()
+
+    def _apply(self, event: dict[str, Any]) -> None:
+        obj = event.get("raw_object") or event.get("object") or {}
+        meta = obj.get("metadata") or {}
+        with self._cond:
+            kind = event.get("type")
+            if kind in ("ADDED", "MODIFIED"):
+                self._items[meta["name"]] = obj
+            elif kind == "DELETED":
+                self._items.pop(meta.get("name"), None)
+            self._set_rv(meta.get("resourceVersion"))
+
+    def _watch_once(self) -> None:
+        """One WATCH request from the cache's resourceVersion until it ends."""
+        self._watch = w = _RawWatch()
+        with self.caller._calls_lock:
+            self.caller.calls += 1
+        self.caller.bucket.acquire()
+        for event in w.stream(self.list_fn, self.namespace, label_selector=self.label_selector,
+                              resource_version=str(self.resource_version),
+                              allow_watch_bookmarks=True,
+                              timeout_seconds=max(1, int(self.watch_timeout)),
+                              _request_timeout=(self.caller.conn.connect_timeout,
+                                                self.watch_timeout
+                                                + self.caller.conn.request_timeout)):
+            if self._stop.is_set():
+                w.stop()
+                break
+            self._apply(event)
+
+    def _run(self) -> None:
+        need_list = True
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                if need_list:
+                    self._relist()
+                    need_list = False
+                self._watch_once()
+                failures = 0
+            except ApiException as exc:
+                if exc.status == GONE:
+                    log.info("%s/%s: watch expired (410 Gone): listing again", self.namespace,
+                             self.what)
+                    need_list = True
+                    continue
+                failures += 1
+                self.last_error = f"{exc.status} {exc.reason}"
+            except Exception as exc:  # a dropped stream, a timeout: resume from the last rv
+                failures += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"
+            if failures:
+                log.warning("%s/%s: list/watch failed (%s); retrying", self.namespace,
+                            self.what, self.last_error)
+                conn = self.caller.conn
+                self._stop.wait(min(conn.backoff_max,
+                                    conn.backoff_initial * 2 ** min(failures - 1, 10)))

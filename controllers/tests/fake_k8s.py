@@ -293,6 +293,14 @@ class FakeKube:
             self.watch_generation += 1
             self.changed.notify_all()
 
+    def expire_watches(self) -> None:
+        """Compact (`compact`) and end every open WATCH at once: watchers reconnect from a
+        resourceVersion that is gone and get 410 Expired, as after an API server restart
+        that lost the watch cache."""
+        with self.lock:
+            self.compact()
+            self.drop_watches()
+
     def set_finalizers(self, resource: str, ns: str, name: str, finalizers: list[str]) -> None:
         """Set an object's finalizers as another controller would; an object being deleted
         whose last finalizer goes is removed."""
@@ -797,14 +805,12 @@ class _Handler(BaseHTTPRequestHandler):
         last_bookmark = time.monotonic()
         while time.monotonic() < deadline:
             with kube.lock:
-                if kube.watch_generation != generation or getattr(kube, "closing", False):
-                    break
-                start = bisect.bisect_right(kube.event_rvs, since)
-                batch = kube.events[start:]
-                if not batch:
+                if not kube.events[bisect.bisect_right(kube.event_rvs, since):]:
                     kube.changed.wait(min(kube.bookmark_interval,
                                           max(0.0, deadline - time.monotonic())))
-                    batch = kube.events[bisect.bisect_right(kube.event_rvs, since):]
+                if kube.watch_generation != generation or getattr(kube, "closing", False):
+                    break
+                batch = kube.events[bisect.bisect_right(kube.event_rvs, since):]
                 current = kube.rv
             lines = []
             for rv, kind_, r, n, obj in batch:
