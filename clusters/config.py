@@ -37,7 +37,8 @@ import yaml
 BACKENDS = ("local", "kubernetes")
 LOCAL_KEYS = frozenset({"backend", "state_dir"})
 CONNECTION_KEYS = frozenset({"kubeconfig", "context", "in_cluster", "qps", "burst",
-                             "connect_timeout", "request_timeout", "retries", "backoff_initial",
+                             "connect_timeout", "request_timeout", "call_deadline", "retries",
+                             "backoff_initial",
                              "backoff_max"})
 # Integer Job settings of a kubernetes cluster and the smallest value each accepts.
 # The shortest `ttl_seconds_after_finished` accepted, seconds. The resource manager records a

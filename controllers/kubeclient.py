@@ -53,6 +53,10 @@ class KubeConnection:
         burst: requests that may go at once before `qps` applies.
         connect_timeout: seconds to open a connection.
         request_timeout: seconds to wait for an answer (the read timeout of each call).
+        call_deadline: seconds after which no further attempt of one call starts (retries
+            included), so one call ends within about `call_deadline + request_timeout`: well
+            inside the Lease's renew deadline (10 s by default), so that a leader that loses
+            its Lease stops writing to the cluster before another one starts.
         retries: extra attempts after the first for a retryable failure (0 = none).
         backoff_initial: seconds before the first retry; doubles each time, with jitter.
         backoff_max: longest wait between two attempts, seconds.
@@ -63,8 +67,9 @@ class KubeConnection:
     in_cluster: bool = False
     qps: float = 50.0
     burst: int = 100
-    connect_timeout: float = 5.0
-    request_timeout: float = 30.0
+    connect_timeout: float = 3.0
+    request_timeout: float = 3.0
+    call_deadline: float = 3.0
     retries: int = 3
     backoff_initial: float = 0.5
     backoff_max: float = 8.0
@@ -85,7 +90,7 @@ class KubeConnection:
         if raw.get("in_cluster") is not None:
             values["in_cluster"] = bool(raw["in_cluster"])
         for key in ("qps", "connect_timeout", "request_timeout", "backoff_initial",
-                    "backoff_max"):
+                    "backoff_max", "call_deadline"):
             if raw.get(key) is not None:
                 if not isinstance(raw[key], (int, float)) or raw[key] <= 0:
                     raise ValueError(f"{where}.{key}: must be a positive number")
@@ -194,7 +199,8 @@ class KubeCaller:
             urllib3.exceptions.HTTPError: the last attempt timed out or lost its connection.
         """
         retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(self.conn.retries + 1),
+            stop=(tenacity.stop_after_attempt(self.conn.retries + 1)
+                  | tenacity.stop_before_delay(self.conn.call_deadline)),
             # backoff_initial x 2^n plus up to backoff_initial of jitter, capped at backoff_max:
             # replicas retrying after one API-server hiccup do not retry in lockstep.
             wait=tenacity.wait_exponential_jitter(multiplier=self.conn.backoff_initial,
