@@ -342,6 +342,8 @@ class FakeKube:
             del self.objects[key]
             if key[0] == "jobs":
                 self._collect(uid)
+            else:
+                self._finish_foreground()  # an owner waiting for this Pod may go now
 
     def _mark_deleting(self, key: tuple[str, str, str]) -> None:
         meta = self.objects[key]["metadata"]
