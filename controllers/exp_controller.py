@@ -2,7 +2,10 @@
 
 Each tick reads the experiments that are not terminal, ALL jobs of those experiments and their
 artifacts (three list calls, paged, whatever the number of jobs), decides per experiment, and
-writes through UpdateArtifactStatus then UpdateExpStatus, in that order. It lists the jobs of
+writes through UpdateArtifactStatus then the experiments' transitions, in that order: the
+experiments' transitions of a whole tick go together in UpdateExpStatuses calls (1,000 items
+each, one guarded transition and one result per item), so a tick over 10,000 changed experiments
+makes a handful of calls, not one each. It lists the jobs of
 non-terminal *experiments*, not only the non-terminal jobs, so that a tick killed between a
 job's last update and its experiment's update is finished by the next tick (the loop is
 re-entrant).
@@ -42,7 +45,15 @@ from core.statuses import (
     JobStatus,
 )
 
-from .contract import ArtifactView, ExpView, FalconAPI, JobView, ListFilter, skipped_of
+from .contract import (
+    ArtifactView,
+    ExpStatusUpdate,
+    ExpView,
+    FalconAPI,
+    JobView,
+    ListFilter,
+    skipped_of,
+)
 
 log = logging.getLogger("falcon.controllers.exp")
 
@@ -355,6 +366,10 @@ class ExpController:
             jobs_by_exp[job.exp_id].append(job)
         artifact_by_exp = {a.exp_id: a for a in artifacts}
         stats.exps, stats.jobs = len(exps), len(jobs)
+        # The experiments' own transitions, applied together after every experiment's job and
+        # artifact updates (one UpdateExpStatuses call per 1,000 when the client has it).
+        exp_updates: list[tuple[ExpView, list[JobView], Update]] = []
+        batch = getattr(self.api, "update_exp_statuses", None)
         for exp in exps:
             exp_jobs = jobs_by_exp.get(exp.id, [])
             if exp.id in unreadable:
@@ -372,16 +387,49 @@ class ExpController:
                           exp.id, type(exc).__name__, exc)
                 continue
             try:
-                self._apply(exp, exp_jobs, updates, stats)
+                if batch is None:
+                    self._apply(exp, exp_jobs, updates, stats)
+                elif self._apply(exp, exp_jobs, [u for u in updates if u.kind != "exp"],
+                                 stats):
+                    exp_updates.extend((exp, exp_jobs, u) for u in updates if u.kind == "exp")
             except Exception as exc:  # not a FalconError (those are handled per update)
                 stats.failed += 1
                 stats.skipped += 1
                 log.error("exp %s (id %s): skipped the rest of this tick's updates: %s: %s",
                           exp.name, exp.id, type(exc).__name__, exc)
+        if exp_updates:
+            self._apply_exp_batch(batch, exp_updates, stats)
         return stats
 
+    def _apply_exp_batch(self, batch, items: list[tuple[ExpView, list[JobView], Update]],
+                         stats: TickStats) -> None:
+        """Send the experiments' transitions with `update_exp_statuses`; log each refusal.
+
+        Each item is still a guarded transition on the server; a refused one is logged with
+        the experiment's name, id and job ids, as a single call's failure is, and the next
+        tick decides again.
+
+        Raises:
+            FalconError: the whole call failed (the API server unreachable): the tick ends.
+        """
+        results = batch([ExpStatusUpdate(exp_id=u.id, status=u.status, reason=u.reason,
+                                         message=u.message) for _exp, _jobs, u in items])
+        for (exp, jobs, update), result in zip(items, results):
+            if result.error is None:
+                stats.applied += 1
+                continue
+            stats.failed += 1
+            text = getattr(result.error, "message", str(result.error))
+            stats.errors.append(text)
+            job_ids = (",".join(str(j.id) for j in jobs) or "-") if update.job_id is None \
+                else update.job_id
+            log.warning("exp %s (id %s, job %s): %s %s -> %s failed: %s", exp.name, exp.id,
+                        job_ids, update.kind, update.id, update.status, text)
+
     def _apply(self, exp: ExpView, jobs: list[JobView], updates: list[Update],
-               stats: TickStats) -> None:
+               stats: TickStats) -> bool:
+        """Apply `updates` one call each, in order; return False when an artifact or exp update
+        was refused (the experiment's own status must then wait for the next tick)."""
         # An artifact or exp update is about every job of the experiment (all succeeded, all
         # terminal): the log line then names them all, so it always carries a job id.
         all_job_ids = ",".join(str(j.id) for j in jobs) or "-"
@@ -407,4 +455,5 @@ class ExpController:
                 log.warning("exp %s (id %s, job %s): %s %s -> %s failed: %s", exp.name, exp.id,
                             job_ids, update.kind, update.id, update.status, exc.message)
                 if update.kind in ("artifact", "exp"):
-                    return  # the experiment's status must not run ahead of its artifact's
+                    return False  # the experiment's status must not run ahead of its artifact's
+        return True

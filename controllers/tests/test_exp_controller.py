@@ -438,8 +438,35 @@ def test_one_tick_makes_three_list_calls_whatever_the_number_of_exps(grpc_server
     assert stats.exps == count and stats.jobs == 2 * count
     reads = {m: n for m, n in counter.calls.items() if not m.startswith("Update")}
     assert reads == {"ListExps": 1, "ListJobs": 1, "ListArtifacts": 1}
-    assert counter.calls["UpdateExpStatus"] == count  # one status/summary write each
+    # Every experiment's status/summary write goes in one batch call, whatever their number.
+    assert counter.calls["UpdateExpStatuses"] == 1 and "UpdateExpStatus" not in counter.calls
     assert fresh(exps[0]).status == "Running" and fresh(exps[1]).message == "2 Pending"
+
+
+def test_a_refused_item_of_the_batch_is_logged_and_the_others_apply(grpc_server, caplog):
+    user = UserFactory()
+    raced = make_exp(creator=user, name="raced", roles=("main",))
+    other = make_exp(creator=user, name="other", roles=("main",))
+    for exp in (raced, other):
+        walk(job_of(exp, "main"), "Running")
+    api = GrpcFalconAPI(f"127.0.0.1:{grpc_server.port}", INTERNAL_TOKEN)
+    original = api.update_exp_statuses
+
+    def abort_first(updates):
+        # Another writer aborts one experiment between the controller's read and its write.
+        exp_abort(exp_id=raced.pk, actor=user)
+        return original(updates)
+
+    api.update_exp_statuses = abort_first
+    try:
+        with caplog.at_level(logging.WARNING, logger="falcon.controllers.exp"):
+            stats = controller(api).tick()
+    finally:
+        api.close()
+    assert stats.failed == 1 and stats.applied == 1
+    assert fresh(raced).status == "Aborting" and fresh(other).status == "Running"
+    line = next(r.getMessage() for r in caplog.records if "raced" in r.getMessage())
+    assert f"id {raced.pk}" in line and "-> Running failed" in line and "Aborting" in line
 
 
 # -- 5. every tick reads fresh data (cluster-behaviours.md#cb-17) ------------------------------

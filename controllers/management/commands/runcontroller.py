@@ -18,7 +18,8 @@ import threading
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-API_WRITES = ("update_exp_status", "update_job_status", "update_artifact_status")
+API_WRITES = ("update_exp_status", "update_exp_statuses", "update_job_status",
+              "update_artifact_status")
 BACKEND_WRITES = ("submit", "delete", "sweep")
 ANALYSIS_WRITES = ("create_record", "update_record", "delete_record")
 ANALYSIS_BACKEND_WRITES = ("start", "stop")
