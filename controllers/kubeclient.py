@@ -17,6 +17,7 @@ this module adds only what that client leaves to its caller:
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -249,6 +250,7 @@ _MAP_FIELDS = frozenset({"labels", "annotations", "node_selector", "match_labels
                          "requests", "data", "capacity", "allocatable"})
 
 
+@functools.lru_cache(maxsize=1024)
 def _camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
@@ -280,7 +282,7 @@ class Raw:
     def __getattr__(self, name: str) -> Any:
         data = self._data
         value = data.get(name)
-        if value is None:
+        if value is None and "_" in name:
             value = data.get(_camel(name.removeprefix("var_")))
         if name in _MAP_FIELDS:
             return value  # string maps stay dicts, as the models keep them
@@ -526,7 +528,7 @@ class Informer:
             except Exception as exc:  # a dropped stream, a timeout: resume from the last rv
                 failures += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"
-            if failures:
+            if failures and not self._stop.is_set():
                 log.warning("%s/%s: list/watch failed (%s); retrying", self.namespace,
                             self.what, self.last_error)
                 conn = self.caller.conn
