@@ -302,8 +302,15 @@ def exp_update_statuses(changes: list[ExpStatusChange]) -> list[ExpStatusOutcome
     machine = Experiment.machine
     now = timezone.now()
     outcomes: list[ExpStatusOutcome] = []
+    counts: dict[int, int] = {}
+    for change in changes:
+        counts[change.exp_id] = counts.get(change.exp_id, 0) + 1
+    # Rows moved (or refreshed) with the same values go in one UPDATE ... WHERE pk IN (...):
+    # a tick's summaries repeat ("2 Running"), so 10,000 items make a few statements.
+    moves: dict[tuple, list[int]] = {}
+    refreshes: dict[tuple, list[int]] = {}
     with transaction.atomic():
-        ids = sorted({c.exp_id for c in changes})
+        ids = sorted(counts)
         status_of = dict(Experiment.objects.select_for_update().filter(pk__in=ids)
                          .order_by("pk").values_list("pk", "status"))
         for change in changes:
@@ -319,18 +326,32 @@ def exp_update_statuses(changes: list[ExpStatusChange]) -> list[ExpStatusOutcome
                 detail["message"] = bounded_text(Experiment, "message", change.message)
             sources = machine.sources(change.status)
             guard = sources if change.expected is None else sources & {change.expected}
-            rows = Experiment.objects.filter(pk=change.exp_id)
+            # An experiment named twice is written at once, so its items apply in order.
+            alone = counts[change.exp_id] > 1
             if current in guard:
-                rows.update(**machine.updates_for(change.status, now), **detail)
+                values = {**machine.updates_for(change.status, now), **detail}
+                if alone:
+                    Experiment.objects.filter(pk=change.exp_id).update(**values)
+                else:
+                    moves.setdefault(tuple(sorted(values.items())), []).append(change.exp_id)
                 status_of[change.exp_id] = change.status
                 outcomes.append(ExpStatusOutcome(change.exp_id, True, status=change.status))
             elif current == change.status:
                 if change.status not in machine.terminal and detail:
-                    rows.update(updated_at=now, **detail)
+                    if alone:
+                        Experiment.objects.filter(pk=change.exp_id).update(updated_at=now,
+                                                                           **detail)
+                    else:
+                        refreshes.setdefault(tuple(sorted(detail.items())), []).append(
+                            change.exp_id)
                 outcomes.append(ExpStatusOutcome(change.exp_id, False, status=current))
             else:
                 outcomes.append(ExpStatusOutcome(change.exp_id, False, _refusal(
                     machine, change, current, sources), status=current))
+        for values, pks in moves.items():
+            Experiment.objects.filter(pk__in=pks).update(**dict(values))
+        for values, pks in refreshes.items():
+            Experiment.objects.filter(pk__in=pks).update(updated_at=now, **dict(values))
     return outcomes
 
 
