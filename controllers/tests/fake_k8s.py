@@ -149,6 +149,8 @@ class Request:
     namespace: str
     name: str | None
     query: dict[str, str] = field(default_factory=dict)
+    token: str = ""  # the bearer token that sent it (which client)
+    holders: dict[str, str] = field(default_factory=dict)  # Lease name -> holder, when sent
 
 
 class _Store(dict):
@@ -218,12 +220,13 @@ class FakeKube:
             self.server.shutdown()
             self.server.server_close()
 
-    def kubeconfig(self, path: Path, context: str = "fake") -> Path:
-        """Write a kubeconfig pointing at this server (plain HTTP, a dummy token)."""
+    def kubeconfig(self, path: Path, context: str = "fake", token: str = "fake-token") -> Path:
+        """Write a kubeconfig pointing at this server (plain HTTP, a dummy `token`: requests
+        record it, so that a test tells its clients apart)."""
         path.write_text(yaml.safe_dump({
             "apiVersion": "v1", "kind": "Config", "current-context": context,
             "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "falcon", "user": {"token": "fake-token"}}],
+            "users": [{"name": "falcon", "user": {"token": token}}],
             "contexts": [{"name": context, "context": {"cluster": "fake", "user": "falcon"}}],
         }))
         return path
@@ -621,7 +624,10 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(404, status_body(404, "NotFound", f"no route {url.path}"))
         res, ns, name = m.group("res"), m.group("ns"), m.group("name")
         with kube.lock:
-            kube.requests.append(Request(method, res, ns, name, query))
+            token = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
+            holders = {key[2]: (obj.get("spec") or {}).get("holderIdentity") or ""
+                       for key, obj in kube.objects.items() if key[0] == "leases"}
+            kube.requests.append(Request(method, res, ns, name, query, token, holders))
             fault = next((f for f in kube.faults if f.times > 0
                           and f.method in (None, method) and f.resource in (None, res)
                           and f.name in (None, name)), None)
