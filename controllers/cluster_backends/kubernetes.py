@@ -10,8 +10,8 @@ What a Falcon Job becomes (Kubernetes API reference, batch/v1 JobSpec; GKE TPU a
 - `completionMode: Indexed`, `parallelism = completions = replica x hosts` (CB-9: the
   Job succeeds only when every index completed), `restartPolicy: Never`, `backoffLimit`
   (default 0: a profiling run is not silently retried), `ttlSecondsAfterFinished` (default one
-  day: far longer than a resource-manager tick, so the final state is always read before the
-  Job is garbage-collected);
+  day, at least 300 s: the failed Pods' exit codes stay readable; the finalizer keeps the Job
+  itself until its outcome is recorded);
 - one container `main` running the TaskSpec `command` through `/bin/sh -c`, with the TaskSpec
   `envs`, `CUSTOM_CONFIG_KEY` (the experiment config, verbatim) and the `FALCON_*` variables;
 - accelerators from `devices.DeviceTable`: resource requests and limits, node selectors; a
@@ -19,9 +19,16 @@ What a Falcon Job becomes (Kubernetes API reference, batch/v1 JobSpec; GKE TPU a
   Service of the same name (owned by the Job, so it is garbage-collected with it) and
   `subdomain`, so Pods reach each other as `<name>-<index>.<name>`.
 
-Reading state: ONE paged LIST of Jobs per cluster per tick with the managed-by label selector
-(`observe`), plus one LIST of Pods only when some Job is not yet running or has failed (their
-waiting reasons and exit codes go into the message). Status mapping is `job_state` below.
+Reading state (`observe`): list-then-watch caches of the Jobs and Pods with the managed-by label
+selector (`kubeclient.Informer`), caught up each tick to the resourceVersion of a one-item LIST;
+with `watch: false`, one paged LIST of Jobs per tick plus one LIST of the Pods of the Jobs that
+need them (not yet running, failed, losing replicas: their waiting reasons, exit codes and
+disruptions go into the message). Answers are decoded JSON read through `kubeclient.Raw`.
+Status mapping is `job_state` below.
+
+Outcomes and orphans: each Job carries Falcon's finalizer (`FINALIZER`), so Kubernetes cannot
+remove it before its outcome is recorded; `sweep` releases the Jobs of terminal Falcon jobs and
+deletes what no open Falcon job owns (docs/cluster-behaviours.md, CB-19 and CB-20).
 """
 from __future__ import annotations
 
