@@ -398,7 +398,19 @@ class ExpController:
                 log.error("exp %s (id %s): skipped the rest of this tick's updates: %s: %s",
                           exp.name, exp.id, type(exc).__name__, exc)
         if exp_updates:
-            self._apply_exp_batch(batch, exp_updates, stats)
+            try:
+                self._apply_exp_batch(batch, exp_updates, stats)
+            except Exception as exc:
+                if getattr(exc, "retryable", False):
+                    raise  # the API server is unreachable: the loop retries the tick
+                # Refused or broken as a whole: nothing was written; logged, and the next
+                # tick decides again (data never stops the loop).
+                stats.failed += len(exp_updates)
+                stats.errors.append(str(exc))
+                log.error("the experiments' transitions of this tick (%d, exp ids %s) were not "
+                          "applied: %s: %s", len(exp_updates),
+                          ",".join(str(e.id) for e, _j, _u in exp_updates[:20]),
+                          type(exc).__name__, exc)
         return stats
 
     def _apply_exp_batch(self, batch, items: list[tuple[ExpView, list[JobView], Update]],

@@ -490,3 +490,24 @@ def test_each_tick_sees_rows_changed_by_another_connection(settings):
         write_result(exp)
         ctl.tick()
         assert fresh(exp).status == "Succeeded" and artifact_of(exp).status == "Succeeded"
+
+
+def test_a_batch_refused_as_a_whole_is_logged_and_the_loop_goes_on(falcon_api, caplog):
+    from core.errors import ValidationFailed
+
+    exp = make_exp(creator=UserFactory(), name="whole", roles=("main",))
+    walk(job_of(exp, "main"), "Running")
+
+    class RefusingBatch:
+        def __getattr__(self, name):
+            return getattr(falcon_api, name)
+
+        def update_exp_statuses(self, updates):
+            raise ValidationFailed({"items": ["refused"]})
+
+    with caplog.at_level(logging.ERROR, logger="falcon.controllers.exp"):
+        stats = controller(RefusingBatch()).tick()
+    assert stats.failed == 1 and fresh(exp).status == "Created"
+    assert f"exp ids {exp.pk}" in caplog.text and "ValidationFailed" in caplog.text
+    controller(falcon_api).tick()
+    assert fresh(exp).status == "Running"
