@@ -43,6 +43,7 @@ import bisect
 import copy
 import json
 import re
+import sys
 import threading
 import time
 import uuid
@@ -205,7 +206,14 @@ class FakeKube:
         class Handler(_Handler):
             kube = fake
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request, client_address):
+                # A client killed mid-request (the chaos script's SIGKILL) is not a fault of
+                # the fake; anything else is printed as usual.
+                if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+                    super().handle_error(request, client_address)
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True,
                                        name="fake-k8s")
