@@ -137,6 +137,7 @@ def authenticate(metadata: Any) -> Principal:
 # edit an experiment's rows directly. Users act through CreateExp, AbortExp and DeleteExp instead.
 CONTROLLER_ONLY_METHODS = frozenset({
     "/falcon.v1.ExperimentService/UpdateExpStatus",
+    "/falcon.v1.ExperimentService/UpdateExpStatuses",
     "/falcon.v1.JobService/CreateJob",
     "/falcon.v1.JobService/UpdateJobStatus",
     "/falcon.v1.JobService/DeleteJob",
@@ -174,6 +175,7 @@ READ_ONLY = "read-only"
 ROLE_METHODS: dict[str, frozenset[str]] = {
     "exp-controller": frozenset({
         "/falcon.v1.ExperimentService/UpdateExpStatus",
+        "/falcon.v1.ExperimentService/UpdateExpStatuses",
         "/falcon.v1.JobService/UpdateJobStatus",
         "/falcon.v1.ArtifactService/UpdateArtifactStatus",
     }),

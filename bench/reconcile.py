@@ -3,10 +3,11 @@
 Runs the real gRPC server in-process on a fresh SQLite database (or `DATABASE_URL`), fills it
 with experiments of 2 Running jobs each, and times `ExpController.tick()` through the real
 `GrpcFalconAPI`, counting gRPC calls with a client interceptor. Two ticks per size:
-- "first": every experiment moves Created -> Running (one UpdateExpStatus per experiment);
-- "steady": nothing changed since, so the tick only reads (the call count that matters).
-Target: a steady tick under 2 s (the controller interval) for 10,000 jobs; list calls =
-ceil(rows / 1000) per list, independent of anything but the page size.
+- "first": every experiment moves Created -> Running: the transitions go in UpdateExpStatuses
+  calls of 1,000 items (each item a guarded transition on the server);
+- "steady": nothing changed since, so the tick only reads.
+Targets for 10,000 jobs: a first tick under 2 s, a steady tick under 2 s (the controller
+interval); list calls = ceil(rows / 1000) per list, write calls = ceil(changes / 1000).
 
     .venv/bin/python bench/reconcile.py [--sizes 1000 10000]
 """

@@ -13,7 +13,8 @@ or all of the clusters) read the same file::
         namespace: falcon-jobs     # required: where Jobs, Pods and Services go
         in_cluster: true           # or kubeconfig: /etc/falcon/kubeconfig + context: NAME
         backoff_limit: 0           # optional Job settings, see KubernetesClusterConfig
-        ttl_seconds_after_finished: 86400
+        ttl_seconds_after_finished: 86400   # >= 300
+        watch: true                # optional: list-then-watch cache of Jobs and Pods
         qps: 50                    # optional client limits, see kubeclient.KubeConnection
         devices: {}                # optional: device types for this cluster only
     devices: {}                    # optional: device types for every kubernetes cluster
@@ -36,14 +37,21 @@ import yaml
 BACKENDS = ("local", "kubernetes")
 LOCAL_KEYS = frozenset({"backend", "state_dir"})
 CONNECTION_KEYS = frozenset({"kubeconfig", "context", "in_cluster", "qps", "burst",
-                             "connect_timeout", "request_timeout", "retries", "backoff_initial",
+                             "connect_timeout", "request_timeout", "call_deadline", "retries",
+                             "backoff_initial",
                              "backoff_max"})
 # Integer Job settings of a kubernetes cluster and the smallest value each accepts.
-K8S_INT_KEYS = {"backoff_limit": 0, "ttl_seconds_after_finished": 0,
+# The shortest `ttl_seconds_after_finished` accepted, seconds. The resource manager records a
+# Job's outcome before Kubernetes may remove it (its finalizer holds the Job), but the TTL
+# controller deletes the Job's Pods at once, and with them the exit codes and output tails that
+# say why a replica failed; a TTL shorter than a resource-manager restart loses those details.
+MIN_TTL_SECONDS_AFTER_FINISHED = 300
+K8S_INT_KEYS = {"backoff_limit": 0, "ttl_seconds_after_finished": MIN_TTL_SECONDS_AFTER_FINISHED,
                 "active_deadline_seconds": 1, "termination_grace_period_seconds": 0,
                 "list_page_size": 1}
 K8S_KEYS = (frozenset({"backend", "namespace", "propagation_policy", "service_account",
-                       "image_pull_secrets", "node_selector", "devices"})
+                       "image_pull_secrets", "node_selector", "devices", "watch",
+                       "watch_timeout", "cache_sync_wait"})
             | CONNECTION_KEYS | frozenset(K8S_INT_KEYS))
 
 
@@ -67,6 +75,21 @@ def _check_cluster(raw: Any, where: str) -> dict[str, Any]:
         ns = raw.get("namespace")
         if not isinstance(ns, str) or not ns:
             raise ClusterConfigError(f"{where}.namespace: required for a kubernetes cluster")
+        ttl = raw.get("ttl_seconds_after_finished")
+        if ttl is not None and (not isinstance(ttl, int) or isinstance(ttl, bool)
+                                or ttl < MIN_TTL_SECONDS_AFTER_FINISHED):
+            raise ClusterConfigError(
+                f"{where}.ttl_seconds_after_finished: {ttl!r} is unsafe; use an integer >= "
+                f"{MIN_TTL_SECONDS_AFTER_FINISHED} (seconds): Kubernetes deletes a finished "
+                "Job's Pods, with the exit codes and output that say why it failed, when the "
+                "TTL runs out, possibly before the resource manager read them")
+        if raw.get("watch") is not None and not isinstance(raw["watch"], bool):
+            raise ClusterConfigError(f"{where}.watch: must be true or false")
+        for key in ("watch_timeout", "cache_sync_wait"):
+            value = raw.get(key)
+            if value is not None and (not isinstance(value, (int, float))
+                                      or isinstance(value, bool) or value < 0):
+                raise ClusterConfigError(f"{where}.{key}: must be a number of seconds >= 0")
     return dict(raw)
 
 

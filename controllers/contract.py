@@ -93,6 +93,32 @@ def skipped_of(rows: list) -> tuple[SkippedRow, ...]:
 
 
 @dataclass(frozen=True)
+class ExpStatusUpdate:
+    """One experiment transition of a batch (`FalconAPI.update_exp_statuses`)."""
+
+    exp_id: int
+    status: str
+    reason: str | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class ItemResult:
+    """The result of one item of a batch write.
+
+    Attributes:
+        id: the row the item was about.
+        changed: the transition was applied.
+        error: the `core.errors.FalconError` that refused the item (rebuilt from its code),
+            None when the item succeeded.
+    """
+
+    id: int
+    changed: bool
+    error: Exception | None = None
+
+
+@dataclass(frozen=True)
 class ListFilter:
     """Filters of a list call (CommonListReq); empty means "no filter"."""
 
@@ -125,6 +151,12 @@ class FalconAPI(Protocol):
 
     def update_exp_status(self, *, exp_id: int, status: str, reason: str | None = None,
                           message: str | None = None) -> ExpView: ...
+
+    def update_exp_statuses(self, updates: list[ExpStatusUpdate]) -> list[ItemResult]:
+        """UpdateExpStatuses: one guarded transition per item, one result per item, in as
+        few calls as the batch limit allows (optional: a client without it is called once per
+        experiment with `update_exp_status`)."""
+        ...
 
     def update_job_status(self, *, job_id: int, status: str, reason: str | None = None,
                           message: str | None = None,

@@ -2,7 +2,10 @@
 
 Each tick reads the experiments that are not terminal, ALL jobs of those experiments and their
 artifacts (three list calls, paged, whatever the number of jobs), decides per experiment, and
-writes through UpdateArtifactStatus then UpdateExpStatus, in that order. It lists the jobs of
+writes through UpdateArtifactStatus then the experiments' transitions, in that order: the
+experiments' transitions of a whole tick go together in UpdateExpStatuses calls (1,000 items
+each, one guarded transition and one result per item), so a tick over 10,000 changed experiments
+makes a handful of calls, not one each. It lists the jobs of
 non-terminal *experiments*, not only the non-terminal jobs, so that a tick killed between a
 job's last update and its experiment's update is finished by the next tick (the loop is
 re-entrant).
@@ -13,7 +16,9 @@ Rules per experiment (one Job per role; docs/architecture.md, State machines):
 - any job Aborted (without an abort of the experiment): Artifact Failed, Exp Aborting -> Aborted.
 - all jobs Succeeded: the artifact path must hold at least one file in the artifact store:
   then Artifact Succeeded and Exp Succeeded; else Artifact Failed and Exp Failed saying so.
-- otherwise `job_status_to_exp_status` (jobStatus2expStatus): Running once any role runs.
+- otherwise `job_status_to_exp_status` (jobStatus2expStatus): Running once every role runs (or
+  has succeeded); an experiment some of whose roles still wait for the cluster stays Created, and
+  a Running experiment is never moved back.
 Every failed update is logged with exp name, exp id and job id, and the loop goes on.
 
 Data never stops the loop: an experiment the controller cannot handle (deciding or applying its
@@ -40,7 +45,15 @@ from core.statuses import (
     JobStatus,
 )
 
-from .contract import ArtifactView, ExpView, FalconAPI, JobView, ListFilter, skipped_of
+from .contract import (
+    ArtifactView,
+    ExpStatusUpdate,
+    ExpView,
+    FalconAPI,
+    JobView,
+    ListFilter,
+    skipped_of,
+)
 
 log = logging.getLogger("falcon.controllers.exp")
 
@@ -63,11 +76,14 @@ def job_status_to_exp_status(job_statuses: list[str]) -> str:
         job_statuses: the statuses of all jobs of one experiment, none Failed or Aborted.
 
     Returns:
-        `ExpStatus.RUNNING` once any job is Running or Succeeded (its work has started), else
-        `ExpStatus.CREATED`.
+        `ExpStatus.RUNNING` once EVERY job is Running or Succeeded, else `ExpStatus.CREATED`:
+        a distributed experiment whose third role cannot be scheduled is not running, however
+        ready the other two roles are (docs/architecture.md, State machines).
     """
     started = (JobStatus.RUNNING, JobStatus.SUCCEEDED)
-    return ExpStatus.RUNNING if any(s in started for s in job_statuses) else ExpStatus.CREATED
+    if job_statuses and all(s in started for s in job_statuses):
+        return ExpStatus.RUNNING
+    return ExpStatus.CREATED
 
 
 @dataclass(frozen=True)
@@ -273,6 +289,9 @@ def _decide_in_progress(exp: ExpView, jobs: list[JobView]) -> list[Update]:
         changed, else `[]`.
     """
     target = job_status_to_exp_status([j.status for j in jobs])
+    if exp.status == ExpStatus.RUNNING:
+        # Running never goes back to Created (a role restarting a replica is still running).
+        target = ExpStatus.RUNNING
     message = _summary(jobs)
     if target != exp.status or message != exp.message:
         return [Update("exp", exp.id, target, None, message)]
@@ -347,6 +366,10 @@ class ExpController:
             jobs_by_exp[job.exp_id].append(job)
         artifact_by_exp = {a.exp_id: a for a in artifacts}
         stats.exps, stats.jobs = len(exps), len(jobs)
+        # The experiments' own transitions, applied together after every experiment's job and
+        # artifact updates (one UpdateExpStatuses call per 1,000 when the client has it).
+        exp_updates: list[tuple[ExpView, list[JobView], Update]] = []
+        batch = getattr(self.api, "update_exp_statuses", None)
         for exp in exps:
             exp_jobs = jobs_by_exp.get(exp.id, [])
             if exp.id in unreadable:
@@ -364,16 +387,61 @@ class ExpController:
                           exp.id, type(exc).__name__, exc)
                 continue
             try:
-                self._apply(exp, exp_jobs, updates, stats)
+                if batch is None:
+                    self._apply(exp, exp_jobs, updates, stats)
+                elif self._apply(exp, exp_jobs, [u for u in updates if u.kind != "exp"],
+                                 stats):
+                    exp_updates.extend((exp, exp_jobs, u) for u in updates if u.kind == "exp")
             except Exception as exc:  # not a FalconError (those are handled per update)
                 stats.failed += 1
                 stats.skipped += 1
                 log.error("exp %s (id %s): skipped the rest of this tick's updates: %s: %s",
                           exp.name, exp.id, type(exc).__name__, exc)
+        if exp_updates:
+            try:
+                self._apply_exp_batch(batch, exp_updates, stats)
+            except Exception as exc:
+                if getattr(exc, "retryable", False):
+                    raise  # the API server is unreachable: the loop retries the tick
+                # Refused or broken as a whole: nothing was written; logged, and the next
+                # tick decides again (data never stops the loop).
+                stats.failed += len(exp_updates)
+                stats.errors.append(str(exc))
+                log.error("the experiments' transitions of this tick (%d, exp ids %s) were not "
+                          "applied: %s: %s", len(exp_updates),
+                          ",".join(str(e.id) for e, _j, _u in exp_updates[:20]),
+                          type(exc).__name__, exc)
         return stats
 
+    def _apply_exp_batch(self, batch, items: list[tuple[ExpView, list[JobView], Update]],
+                         stats: TickStats) -> None:
+        """Send the experiments' transitions with `update_exp_statuses`; log each refusal.
+
+        Each item is still a guarded transition on the server; a refused one is logged with
+        the experiment's name, id and job ids, as a single call's failure is, and the next
+        tick decides again.
+
+        Raises:
+            FalconError: the whole call failed (the API server unreachable): the tick ends.
+        """
+        results = batch([ExpStatusUpdate(exp_id=u.id, status=u.status, reason=u.reason,
+                                         message=u.message) for _exp, _jobs, u in items])
+        for (exp, jobs, update), result in zip(items, results):
+            if result.error is None:
+                stats.applied += 1
+                continue
+            stats.failed += 1
+            text = getattr(result.error, "message", str(result.error))
+            stats.errors.append(text)
+            job_ids = (",".join(str(j.id) for j in jobs) or "-") if update.job_id is None \
+                else update.job_id
+            log.warning("exp %s (id %s, job %s): %s %s -> %s failed: %s", exp.name, exp.id,
+                        job_ids, update.kind, update.id, update.status, text)
+
     def _apply(self, exp: ExpView, jobs: list[JobView], updates: list[Update],
-               stats: TickStats) -> None:
+               stats: TickStats) -> bool:
+        """Apply `updates` one call each, in order; return False when an artifact or exp update
+        was refused (the experiment's own status must then wait for the next tick)."""
         # An artifact or exp update is about every job of the experiment (all succeeded, all
         # terminal): the log line then names them all, so it always carries a job id.
         all_job_ids = ",".join(str(j.id) for j in jobs) or "-"
@@ -399,4 +467,5 @@ class ExpController:
                 log.warning("exp %s (id %s, job %s): %s %s -> %s failed: %s", exp.name, exp.id,
                             job_ids, update.kind, update.id, update.status, exc.message)
                 if update.kind in ("artifact", "exp"):
-                    return  # the experiment's status must not run ahead of its artifact's
+                    return False  # the experiment's status must not run ahead of its artifact's
+        return True

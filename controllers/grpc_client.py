@@ -23,18 +23,30 @@ from typing import Any, TypeVar
 import grpc
 
 from core.grpc.channel import CHANNEL_OPTIONS, auth_metadata
-from core.grpc.errors import error_from_rpc_error
+from core.errors import FalconError
+from core.grpc.errors import error_class_for_code, error_from_rpc_error
 from falcon_proto.falcon.v1 import (
     artifact_pb2, artifact_pb2_grpc, common_pb2, experiment_pb2, experiment_pb2_grpc, job_pb2,
     job_pb2_grpc,
 )
 
-from .contract import ArtifactView, ExpView, JobView, ListFilter, Listing, SkippedRow
+from .contract import (
+    ArtifactView,
+    ExpStatusUpdate,
+    ExpView,
+    ItemResult,
+    JobView,
+    ListFilter,
+    Listing,
+    SkippedRow,
+)
 
 V = TypeVar("V")
 
 log = logging.getLogger("falcon.controllers.grpc")
 
+# Items per UpdateExpStatuses call: the server's limit (experiments.services.MAX_STATUS_BATCH).
+BATCH_SIZE = 1000
 # ListFilter.extra keys this transport understands.
 _EXTRA_KEYS = frozenset({"page_size"})
 
@@ -242,6 +254,30 @@ class GrpcFalconAPI(GrpcClient):
         request = experiment_pb2.UpdateExpStatusReq(id=exp_id, status=status, reason=reason,
                                                     message=message)
         return exp_view(self.call(self.exps.UpdateExpStatus, request).exp)
+
+    def update_exp_statuses(self, updates: list[ExpStatusUpdate]) -> list[ItemResult]:
+        """UpdateExpStatuses, `BATCH_SIZE` items per call; one `ItemResult` per update, in order.
+
+        A refused item carries the `FalconError` its code names (NotFound, InvalidTransition,
+        TransitionRace, ...); the call itself raises only when the whole call failed.
+
+        Raises:
+            FalconError: the call failed (ApiUnavailable, ValidationFailed, ...).
+        """
+        results: list[ItemResult] = []
+        for start in range(0, len(updates), BATCH_SIZE):
+            chunk = updates[start:start + BATCH_SIZE]
+            request = experiment_pb2.UpdateExpStatusesReq(items=[
+                experiment_pb2.UpdateExpStatusReq(id=u.exp_id, status=u.status, reason=u.reason,
+                                                  message=u.message) for u in chunk])
+            response = self.call(self.exps.UpdateExpStatuses, request)
+            for item in response.results:
+                error = None
+                if item.error_code:
+                    cls = error_class_for_code(item.error_code) or FalconError
+                    error = cls(item.error_message)
+                results.append(ItemResult(id=item.id, changed=item.changed, error=error))
+        return results
 
     def update_job_status(self, *, job_id: int, status: str, reason: str | None = None,
                           message: str | None = None,

@@ -17,6 +17,9 @@ this module adds only what that client leaves to its caller:
 """
 from __future__ import annotations
 
+import functools
+import json
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -25,10 +28,12 @@ from typing import Any, TypeVar
 
 import tenacity
 import urllib3
-from kubernetes import client, config
+from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
 T = TypeVar("T")
+
+log = logging.getLogger("falcon.controllers.kubernetes")
 
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 GONE = 410
@@ -49,6 +54,10 @@ class KubeConnection:
         burst: requests that may go at once before `qps` applies.
         connect_timeout: seconds to open a connection.
         request_timeout: seconds to wait for an answer (the read timeout of each call).
+        call_deadline: seconds after which no further attempt of one call starts (retries
+            included), so one call ends within about `call_deadline + request_timeout`: well
+            inside the Lease's renew deadline (10 s by default), so that a leader that loses
+            its Lease stops writing to the cluster before another one starts.
         retries: extra attempts after the first for a retryable failure (0 = none).
         backoff_initial: seconds before the first retry; doubles each time, with jitter.
         backoff_max: longest wait between two attempts, seconds.
@@ -59,8 +68,9 @@ class KubeConnection:
     in_cluster: bool = False
     qps: float = 50.0
     burst: int = 100
-    connect_timeout: float = 5.0
-    request_timeout: float = 30.0
+    connect_timeout: float = 3.0
+    request_timeout: float = 3.0
+    call_deadline: float = 3.0
     retries: int = 3
     backoff_initial: float = 0.5
     backoff_max: float = 8.0
@@ -81,7 +91,7 @@ class KubeConnection:
         if raw.get("in_cluster") is not None:
             values["in_cluster"] = bool(raw["in_cluster"])
         for key in ("qps", "connect_timeout", "request_timeout", "backoff_initial",
-                    "backoff_max"):
+                    "backoff_max", "call_deadline"):
             if raw.get(key) is not None:
                 if not isinstance(raw[key], (int, float)) or raw[key] <= 0:
                     raise ValueError(f"{where}.{key}: must be a positive number")
@@ -190,7 +200,8 @@ class KubeCaller:
             urllib3.exceptions.HTTPError: the last attempt timed out or lost its connection.
         """
         retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(self.conn.retries + 1),
+            stop=(tenacity.stop_after_attempt(self.conn.retries + 1)
+                  | tenacity.stop_before_delay(self.conn.call_deadline)),
             # backoff_initial x 2^n plus up to backoff_initial of jitter, capped at backoff_max:
             # replicas retrying after one API-server hiccup do not retry in lockstep.
             wait=tenacity.wait_exponential_jitter(multiplier=self.conn.backoff_initial,
@@ -232,3 +243,294 @@ class KubeCaller:
                     raise
                 restarts += 1
                 self._sleep(min(self.conn.backoff_max, self.conn.backoff_initial * restarts))
+
+
+# Fields that are maps of strings in the API (models keep them as dicts, not objects).
+_MAP_FIELDS = frozenset({"labels", "annotations", "node_selector", "match_labels", "limits",
+                         "requests", "data", "capacity", "allocatable"})
+
+
+@functools.lru_cache(maxsize=1024)
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+class Raw:
+    """Attribute access over a decoded JSON object, with the client models' snake_case names.
+
+    `Raw(job).status.ready` reads `job["status"]["ready"]`, `pod.metadata.deletion_timestamp`
+    reads `metadata.deletionTimestamp`; a missing field is None, a nested object is a `Raw`, a
+    list a list of `Raw`. Code written against `kubernetes.client` models (V1Job, V1Pod) reads
+    these unchanged, without the cost of building a model object per item of a LIST of
+    thousands (the models validate and convert every field; the JSON is already there).
+
+    Args:
+        data: one object of an API answer, as `json.loads` made it.
+    """
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: dict[str, Any]):
+        self._data = data
+
+    @property
+    def raw(self) -> dict[str, Any]:
+        """The wrapped dict (the API's camelCase field names)."""
+        return self._data
+
+    def __getattr__(self, name: str) -> Any:
+        data = self._data
+        value = data.get(name)
+        if value is None and "_" in name:
+            value = data.get(_camel(name.removeprefix("var_")))
+        if name in _MAP_FIELDS:
+            return value  # string maps stay dicts, as the models keep them
+        return wrap(value)
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return f"Raw({self._data!r})"
+
+
+def wrap(value: Any) -> Any:
+    """Return `value` with dicts as `Raw` (lists element by element); scalars as they are."""
+    if isinstance(value, dict):
+        return Raw(value)
+    if isinstance(value, list):
+        return [wrap(v) for v in value]
+    return value
+
+
+def list_all_raw(caller: KubeCaller, fn: Callable[..., Any], *args: Any, page_size: int = 500,
+                 **kwargs: Any) -> tuple[list[dict[str, Any]], str]:
+    """Return every item of a LIST call as decoded JSON dicts, and the list's resourceVersion.
+
+    Like `KubeCaller.list_all` (pages by `limit`/`continue`, a 410 Gone restarts from the
+    first page at most `conn.retries` times), but the answer is read with
+    `_preload_content=False` and `json.loads`: no client model object is built per item.
+
+    Args:
+        caller: the `KubeCaller` that sends each page (timeout, retries, QPS).
+        fn: a `list_namespaced_*` method of the client.
+        page_size: `limit` of each page.
+        args, kwargs: the method's other arguments (namespace, label_selector, ...).
+
+    Returns:
+        `(items, resource_version)`: the resourceVersion of the last page (the point a WATCH
+        continues from; API conventions, "Efficient detection of changes").
+
+    Raises:
+        ApiException: as `KubeCaller.call`, or 410 after the restarts ran out.
+    """
+    restarts = 0
+    while True:
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        try:
+            while True:
+                resp = caller.call(fn, *args, limit=page_size, _continue=token,
+                                   _preload_content=False, **kwargs)
+                try:
+                    page = json.loads(resp.data)
+                finally:
+                    resp.release_conn()
+                items.extend(page.get("items") or [])
+                meta = page.get("metadata") or {}
+                token = meta.get("continue")
+                if not token:
+                    return items, str(meta.get("resourceVersion") or "")
+        except ApiException as exc:
+            if exc.status != GONE or restarts >= caller.conn.retries:
+                raise
+            restarts += 1
+            caller._sleep(min(caller.conn.backoff_max, caller.conn.backoff_initial * restarts))
+
+
+class _RawWatch(watch.Watch):
+    """`kubernetes.watch.Watch` handing events over as decoded JSON, no client model per event
+    (the stream's own JSON-lines parsing, bookmarks and ERROR events are kept)."""
+
+    def get_return_type(self, func):
+        return None
+
+
+class Informer:
+    """A list-then-watch cache of one kind of object in one namespace (client-go's reflector).
+
+    One paged LIST (`list_all_raw`) fills the cache and gives a resourceVersion; a WATCH from
+    there (`kubernetes.watch`, `allowWatchBookmarks`, `timeoutSeconds`) applies every ADDED,
+    MODIFIED and DELETED event and follows BOOKMARKs, and is re-opened from the last
+    resourceVersion when it ends. A 410 Gone (the resourceVersion was compacted away) starts
+    over with a new LIST (API conventions, "Efficient detection of changes"). Every call has a
+    client-side timeout: the LIST pages through `caller`, the WATCH reads with `watch_timeout`
+    plus the connection's request timeout, so a silently dropped stream is noticed. Failures
+    are logged and retried after `conn.backoff_initial` .. `conn.backoff_max` seconds; the
+    cache keeps its last content meanwhile.
+
+    Args:
+        caller: the `KubeCaller` (timeouts, retries, QPS; its `calls` counts the requests).
+        list_fn: a `list_namespaced_*` method of the client.
+        namespace: the namespace watched.
+        label_selector: the objects cached (e.g. `app.kubernetes.io/managed-by=falcon`).
+        page_size: `limit` of each LIST page.
+        watch_timeout: `timeoutSeconds` of each WATCH request, seconds.
+        what: a name for log lines ("Jobs").
+
+    The thread starts with `start()` and is a daemon; `stop()` ends it.
+    """
+
+    def __init__(self, caller: KubeCaller, list_fn: Callable[..., Any], namespace: str, *,
+                 label_selector: str, page_size: int = 500, watch_timeout: float = 60.0,
+                 what: str = "objects"):
+        self.caller = caller
+        self.list_fn = list_fn
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self.page_size = page_size
+        self.watch_timeout = watch_timeout
+        self.what = what
+        self.relists = 0
+        self.last_error: str = ""
+        self._items: dict[str, dict[str, Any]] = {}
+        self._rv = 0
+        self._cond = threading.Condition()
+        self._synced = threading.Event()
+        self._stop = threading.Event()
+        self._watch: watch.Watch | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- reading --------------------------------------------------------------------------------
+
+    @property
+    def synced(self) -> bool:
+        """Whether the first LIST has filled the cache."""
+        return self._synced.is_set()
+
+    @property
+    def resource_version(self) -> int:
+        """The newest resourceVersion the cache reflects (0 before the first LIST)."""
+        with self._cond:
+            return self._rv
+
+    def items(self) -> dict[str, dict[str, Any]]:
+        """Return `{name: object}` as decoded JSON: a shallow copy, safe to iterate."""
+        with self._cond:
+            return dict(self._items)
+
+    def wait_synced(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for the first LIST; return whether it is done."""
+        return self._synced.wait(timeout)
+
+    def wait_for(self, resource_version: int, timeout: float) -> bool:
+        """Wait up to `timeout` seconds until the cache reflects `resource_version`.
+
+        resourceVersions are opaque in the API; this reads them as the integers every API
+        server backed by etcd sends (a value that is not one is never waited for).
+        """
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._rv < resource_version:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._stop.is_set():
+                    return False
+                self._cond.wait(left)
+            return True
+
+    # -- running --------------------------------------------------------------------------------
+
+    def start(self) -> Informer:
+        """Start the list-and-watch thread (once)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, daemon=True,
+                                            name=f"informer-{self.what}-{self.namespace}")
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """End the thread (the open WATCH is closed at its next event or bookmark)."""
+        self._stop.set()
+        w = self._watch
+        if w is not None:
+            w.stop()
+        with self._cond:
+            self._cond.notify_all()
+
+    def _set_rv(self, value: Any) -> None:
+        try:
+            rv = int(value)
+        except (TypeError, ValueError):
+            return
+        if rv > self._rv:
+            self._rv = rv
+            self._cond.notify_all()
+
+    def _relist(self) -> None:
+        items, rv = list_all_raw(self.caller, self.list_fn, self.namespace,
+                                 label_selector=self.label_selector, page_size=self.page_size)
+        with self._cond:
+            self._items = {o["metadata"]["name"]: o for o in items}
+            self._rv = 0
+            self._set_rv(rv)
+            self._cond.notify_all()
+        self.relists += 1
+        self._synced.set()
+
+    def _apply(self, event: dict[str, Any]) -> None:
+        obj = event.get("raw_object") or event.get("object") or {}
+        meta = obj.get("metadata") or {}
+        with self._cond:
+            kind = event.get("type")
+            if kind in ("ADDED", "MODIFIED"):
+                self._items[meta["name"]] = obj
+            elif kind == "DELETED":
+                self._items.pop(meta.get("name"), None)
+            self._set_rv(meta.get("resourceVersion"))
+
+    def _watch_once(self) -> None:
+        """One WATCH request from the cache's resourceVersion until it ends."""
+        self._watch = w = _RawWatch()
+        with self.caller._calls_lock:
+            self.caller.calls += 1
+        self.caller.bucket.acquire()
+        for event in w.stream(self.list_fn, self.namespace, label_selector=self.label_selector,
+                              resource_version=str(self.resource_version),
+                              allow_watch_bookmarks=True,
+                              timeout_seconds=max(1, int(self.watch_timeout)),
+                              _request_timeout=(self.caller.conn.connect_timeout,
+                                                self.watch_timeout
+                                                + self.caller.conn.request_timeout)):
+            if self._stop.is_set():
+                w.stop()
+                break
+            self._apply(event)
+
+    def _run(self) -> None:
+        need_list = True
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                if need_list:
+                    self._relist()
+                    need_list = False
+                self._watch_once()
+                failures = 0
+            except ApiException as exc:
+                if exc.status == GONE:
+                    log.info("%s/%s: watch expired (410 Gone): listing again", self.namespace,
+                             self.what)
+                    need_list = True
+                    continue
+                failures += 1
+                self.last_error = f"{exc.status} {exc.reason}"
+            except Exception as exc:  # a dropped stream, a timeout: resume from the last rv
+                failures += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"
+            if failures and not self._stop.is_set():
+                log.warning("%s/%s: list/watch failed (%s); retrying", self.namespace,
+                            self.what, self.last_error)
+                conn = self.caller.conn
+                self._stop.wait(min(conn.backoff_max,
+                                    conn.backoff_initial * 2 ** min(failures - 1, 10)))

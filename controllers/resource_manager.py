@@ -12,11 +12,24 @@ read, and then:
   message), a cluster job that vanished -> Failed with a reason that says so (CB-12);
 - an Aborting job's cluster job is deleted (with its processes or pods), and the job is set
   Aborted once nothing of it is left (CB-13; a job already gone counts as done, CB-14).
-An optional pending timeout fails a job that cannot start (CB-7), after deleting its cluster job
-so that it cannot start later for a job Falcon calls Failed; a suspended cluster job (held by a
-queue) is waiting, not stuck, and is never timed out. A submit the cluster refuses for
-good (`PermanentBackendError`: Kubernetes 422 Invalid, 403 Forbidden) fails the job with reason
-`ClusterRejected` at once; other backend errors are retried next tick.
+An optional pending timeout fails a job that cannot start (CB-7) at once with reason
+`PendingTimeout`: its cluster job is deleted in the same tick when that is quick, and otherwise
+the cleanup goes on in the background (the sweep below) until nothing of it is left; a
+suspended cluster job (held by a queue) is waiting, not stuck, and is never timed out. The
+timeout covers a job whose cluster job cannot even be created (a 403 from a quota or RBAC that
+never clears, a foreign Job squatting on its name): the message then carries the last refusal.
+A submit the cluster refuses for good (`PermanentBackendError`: Kubernetes 422 Invalid) fails
+the job with reason `ClusterRejected` at once; other backend errors are retried next tick.
+
+A Running job whose cluster job stops running every replica (a Pod evicted, preempted, its node
+lost; reason `ReplicaLost` from the backend) keeps Running with the cause in its message for at
+most `progress_deadline` seconds, then fails with the backend's reason and message (naming the
+Pod and the cause).
+
+After the jobs, a backend that can (`sweep`, Kubernetes) is swept: cluster jobs whose Falcon job
+is terminal or unknown lose Falcon's finalizer (their outcome is recorded), and those still
+running are deleted with their Pods (an orphan: a create that landed after its experiment was
+aborted, a timed-out job whose delete was slow); see `KubernetesBackend.sweep`.
 
 Data never stops the loop: a job the manager cannot handle (anything raised while observing,
 deciding or acting on it, beyond the backend and API errors above) is logged with its id and the
@@ -33,7 +46,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from core.errors import FalconError
-from core.statuses import JOB_OPEN, JobStatus
+from core.statuses import JOB_OPEN, JOB_TERMINAL, JobStatus
 
 from .contract import FalconAPI, JobView, ListFilter, skipped_of
 from .cluster_backends.k8s_logs import keep_logs
@@ -78,18 +91,42 @@ class ResourceManager:
             creates the cluster job or first sees it Pending, never at the Falcon job's creation:
             a job that waited in the queue while no manager ran still gets its full time. A
             restarted manager starts the clocks again (it waits longer, it never fails early).
+            A job whose cluster job cannot be created starts its clock at the first attempt.
+        progress_deadline: seconds a Running job whose cluster job lost a replica (evicted,
+            preempted, node lost) may stay so before it is failed (None: wait forever); the
+            clock works like the pending timeout's.
+        orphan_grace: seconds; cluster jobs and Pods younger than this are never swept (a
+            create racing this tick's list of open jobs).
     """
 
     name = "resources"
 
     def __init__(self, api: FalconAPI, backends: dict[str, ClusterBackend],
-                 pending_timeout: float | None = None):
+                 pending_timeout: float | None = None,
+                 progress_deadline: float | None = None, orphan_grace: float = 30.0):
         self.api = api
         self.backends = backends
         self.pending_timeout = pending_timeout
-        # Falcon job id -> time.monotonic() when this manager created or first saw its cluster
-        # job Pending; dropped once the job is no longer Pending.
+        self.progress_deadline = progress_deadline
+        self.orphan_grace = orphan_grace
+        # Falcon job id -> time.monotonic() when this manager first tried to create, created or
+        # first saw its cluster job Pending; dropped once the job is no longer Pending.
         self._pending_since: dict[int, float] = {}
+        # Falcon job id -> the last refusal of a create, for the pending timeout's message.
+        self._last_refusal: dict[int, str] = {}
+        # Falcon job id -> time.monotonic() when a Running job's cluster job stopped running
+        # every replica; dropped once it runs them all again or the job ends.
+        self._degraded_since: dict[int, float] = {}
+        # Falcon job ids this tick made terminal (their cluster jobs are swept this tick).
+        self._ended: set[int] = set()
+        # Cluster objects the sweep saw terminating, by cluster: logged once gone.
+        self._cleaning: dict[str, set[str]] = defaultdict(set)
+
+    def reset(self) -> None:
+        """Forget the clocks of a past leadership term (a new term starts them again)."""
+        self._pending_since.clear()
+        self._last_refusal.clear()
+        self._degraded_since.clear()
 
     def tick(self) -> ResourceTickStats:
         """Reconcile every Pending, Running and Aborting job of the served clusters."""
@@ -102,19 +139,52 @@ class ResourceManager:
             log.error("job %s (exp %s): skipped this tick: the API could not send it (the API "
                       "server's log says why)", row.id, row.exp_id)
         pending = {j.id for j in jobs if j.status == JobStatus.PENDING}
+        running = {j.id for j in jobs if j.status == JobStatus.RUNNING}
         self._pending_since = {k: v for k, v in self._pending_since.items() if k in pending}
+        self._last_refusal = {k: v for k, v in self._last_refusal.items() if k in pending}
+        self._degraded_since = {k: v for k, v in self._degraded_since.items() if k in running}
+        self._ended = set()
         by_cluster: dict[str, list[JobView]] = defaultdict(list)
         for job in jobs:
             by_cluster[job.cluster_name].append(job)
-        for cluster, cluster_jobs in by_cluster.items():
-            backend = self.backends[cluster]
+        # Rows the API could not send are open as far as the sweep knows: never swept.
+        unreadable = {row.id for row in skipped_of(jobs)}
+        for cluster, backend in self.backends.items():
+            cluster_jobs = by_cluster.get(cluster, [])
             try:
-                self._reconcile_cluster(backend, cluster_jobs, stats)
+                if cluster_jobs:
+                    self._reconcile_cluster(backend, cluster_jobs, stats)
+                self._sweep(cluster, backend, cluster_jobs, unreadable, stats)
             except Exception as exc:  # one unreachable cluster must not stop the others
                 stats.failed += 1
                 stats.errors.append(f"{cluster}: {exc}")
                 log.error("cluster %s: tick failed: %s", cluster, exc)
         return stats
+
+    def _sweep(self, cluster: str, backend: ClusterBackend, jobs: list[JobView],
+               unreadable: set[int], stats: ResourceTickStats) -> None:
+        """Release finished outcomes and remove orphans of one cluster (backends with `sweep`).
+
+        Args:
+            cluster: the cluster's name, for log lines.
+            backend: its backend.
+            jobs: the open jobs of this cluster read at the start of the tick.
+            unreadable: ids of rows the list call could not read (kept as open).
+            stats: this tick's counters, updated in place.
+
+        Raises:
+            BackendError: a cluster call failed; the next tick goes on.
+        """
+        sweep = getattr(backend, "sweep", None)
+        if sweep is None:
+            return
+        open_ids = ({j.id for j in jobs} - self._ended) | unreadable
+        result = sweep(open_ids, grace=self.orphan_grace)
+        stats.deleted += len(result.deleted)
+        still = set(result.terminating)
+        for name in sorted(self._cleaning[cluster] - still):
+            log.info("cluster %s: %s is gone: nothing of it is left", cluster, name)
+        self._cleaning[cluster] = still
 
     def _reconcile_cluster(self, backend: ClusterBackend, jobs: list[JobView],
                            stats: ResourceTickStats) -> None:
@@ -190,6 +260,8 @@ class ResourceManager:
         self.api.update_job_status(job_id=job.id, status=status, reason=reason, message=message,
                                    cluster_job_name=cluster_job_name)
         stats.updated += 1
+        if status in JOB_TERMINAL:
+            self._ended.add(job.id)  # recorded: its cluster job may be released this tick
 
     def _abort(self, backend: ClusterBackend, job: JobView, stats: ResourceTickStats) -> None:
         keep_logs(backend, job)  # before the Pods go (k8s_logs)
@@ -230,14 +302,41 @@ class ResourceManager:
                 return
             name = result.cluster_job_name
         cluster_job_name = None if job.cluster_job_name == name else name
-        if state.status == ClusterJobStatus.PENDING:
+        if state.status == ClusterJobStatus.PENDING and job.status == JobStatus.RUNNING \
+                and not state.suspended:
+            self._sync_degraded(job, state, stats, cluster_job_name=cluster_job_name)
+        elif state.status == ClusterJobStatus.PENDING:
             self._sync_pending(backend, job, state, stats, name=name,
                                cluster_job_name=cluster_job_name)
         else:
+            self._degraded_since.pop(job.id, None)
             if state.terminal:
                 keep_logs(backend, job)  # the Pods' output, before they may go (k8s_logs)
             self._update(job, stats, state.status, reason=state.reason,
                          message=state.message, cluster_job_name=cluster_job_name)
+
+    def _sync_degraded(self, job: JobView, state: ClusterJobState, stats: ResourceTickStats,
+                       *, cluster_job_name: str | None) -> None:
+        """A Running job whose cluster job no longer runs every replica: wait, then fail.
+
+        The job keeps Running with the cluster's reason and message (which Pod was lost, and
+        why) for `progress_deadline` seconds from when this manager first saw it so (a Pod
+        being replaced comes back within it); past it, the job fails with that reason and
+        message (Deployment's `progressDeadlineSeconds` idea).
+
+        Raises:
+            FalconError: an update was refused; retried next tick.
+        """
+        since = self._degraded_since.setdefault(job.id, time.monotonic())
+        if self.progress_deadline is not None and \
+                time.monotonic() - since > self.progress_deadline:
+            self._update(job, stats, JobStatus.FAILED, reason=state.reason or "ReplicaLost",
+                         message=f"not every replica ran for {self.progress_deadline:g} s "
+                         f"(progress deadline): {state.message}",
+                         cluster_job_name=cluster_job_name)
+            return
+        self._update(job, stats, job.status, reason=state.reason, message=state.message,
+                     cluster_job_name=cluster_job_name)
 
     def _sync_missing(self, backend: ClusterBackend, job: JobView,
                       stats: ResourceTickStats) -> None:
@@ -261,11 +360,24 @@ class ResourceManager:
                          message=f"cluster job {job.cluster_job_name} disappeared (deleted "
                          "outside Falcon?); it is not re-created")
             return
-        result = self._submit(backend, job, stats)
+        if self.pending_timeout is not None and job.status == JobStatus.PENDING:
+            # The clock starts at the first attempt: a create refused for ever (a 403 that
+            # never clears, a foreign Job on the name) times out like a Pod that never starts.
+            self._pending_since.setdefault(job.id, time.monotonic())
+        try:
+            result = self._submit(backend, job, stats)
+        except BackendError as exc:
+            self._last_refusal[job.id] = str(exc)
+            if self._pending_too_long(job):
+                self._update(job, stats, JobStatus.FAILED, reason="PendingTimeout",
+                             message=f"the cluster job could not be created within "
+                             f"{self.pending_timeout:g} s; last refusal: {exc}")
+                return
+            raise
         if result is None:
             return
         stats.submitted += 1
-        self._pending_since[job.id] = time.monotonic()
+        self._pending_since.setdefault(job.id, time.monotonic())
         self._update(job, stats, JobStatus.PENDING, reason="Submitted",
                      message=result.message, cluster_job_name=result.cluster_job_name)
 
@@ -291,18 +403,23 @@ class ResourceManager:
             # cannot start, so the clock stops, and restarts when the job is resumed.
             self._pending_since.pop(job.id, None)
         elif self._pending_too_long(job):
-            # Delete first: a cluster job left behind could still start later (the image
-            # becomes pullable, a node frees up) and run for a job Falcon calls Failed. Its
-            # name is recorded by then (the first Pending observation wrote it), so a crash
-            # between the delete and the update still ends Failed, never re-created.
-            if not backend.delete(job):
-                self._update(job, stats, JobStatus.PENDING, message=f"pending timeout: "
-                             f"stopping cluster job {name}", cluster_job_name=cluster_job_name)
-                return
-            stats.deleted += 1
+            # Failed at once: a Pod held Terminating by a finalizer, or a slow delete, must
+            # not keep the job (and its experiment) waiting. The delete starts here; a cluster
+            # job left behind is an orphan of a terminal job, which the sweep deletes and
+            # tracks until nothing of it is left, so it cannot start later for a job Falcon
+            # calls Failed.
+            try:
+                gone = backend.delete(job)
+            except BackendError as exc:
+                gone = False
+                log.warning("job %s: deleting timed-out cluster job %s failed (the sweep "
+                            "retries): %s", job.id, name, exc)
+            if gone:
+                stats.deleted += 1
+            cleanup = "deleted" if gone else "being deleted"
             self._update(job, stats, JobStatus.FAILED, reason="PendingTimeout",
                          message=f"still pending after {self.pending_timeout:g} s, cluster "
-                         f"job {name} deleted: {state.message}",
+                         f"job {name} {cleanup}: {state.message}",
                          cluster_job_name=cluster_job_name)
             return
         # The cluster job is Pending: the Falcon job keeps its status (Pending, or Running
@@ -314,7 +431,7 @@ class ResourceManager:
                 stats: ResourceTickStats) -> SubmitResult | None:
         """Submit `job`; fail it and return None when the cluster refuses it for good.
 
-        A `PermanentBackendError` (Kubernetes: 422 Invalid, 403 Forbidden on create) would
+        A `PermanentBackendError` (Kubernetes: 422 Invalid, 400 Bad Request on create) would
         answer the same every tick, so the job fails now with reason `ClusterRejected` and the
         cluster's own message. Whatever the refused submit did create (a Job whose Service was
         refused) is deleted first, best effort: a Failed job is never looked at again, so

@@ -13,6 +13,7 @@ import re
 import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -25,7 +26,16 @@ from accounts.principals import actor_label
 from artifacts.models import Artifact
 from core.cluster_settings import cluster_problems
 from core.db import retry_on_lock_conflict
-from core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
+from core.errors import (
+    Conflict,
+    FalconError,
+    InvalidTransition,
+    NotFound,
+    PermissionDenied,
+    TransitionRace,
+    ValidationFailed,
+)
+from core.statemachine import bounded_text
 from core.statuses import EXP_ACTIVE, EXP_TERMINAL, ExpStatus, JobStatus
 from jobs.models import Job
 from jobs.specs import (
@@ -226,6 +236,137 @@ def exp_update_status(*, exp_id: int, status: str, reason: str | None = None,
     """
     return Experiment.transition_pk(exp_id, status, reason=reason, message=message,
                                     expected=expected)
+
+
+# The most items one UpdateExpStatuses call may carry (docs/limits.md).
+MAX_STATUS_BATCH = 1000
+
+
+@dataclass(frozen=True)
+class ExpStatusChange:
+    """One item of `exp_update_statuses`: the arguments of `exp_update_status`."""
+
+    exp_id: int
+    status: str
+    reason: str | None = None
+    message: str | None = None
+    expected: str | None = None
+
+
+@dataclass(frozen=True)
+class ExpStatusOutcome:
+    """The result of one item of `exp_update_statuses`.
+
+    Attributes:
+        exp_id: the item's experiment.
+        changed: the transition was applied.
+        error: the `FalconError` refusing the item (NotFound, InvalidTransition,
+            TransitionRace), None when the item succeeded (changed or already there).
+        status: the experiment's status after the item ("" when it does not exist).
+    """
+
+    exp_id: int
+    changed: bool
+    error: FalconError | None = None
+    status: str = ""
+
+
+@retry_on_lock_conflict
+def exp_update_statuses(changes: list[ExpStatusChange]) -> list[ExpStatusOutcome]:
+    """UpdateExpStatuses: apply many guarded Experiment transitions; one result per item.
+
+    Each item is the guarded transition `exp_update_status` applies (the same table, the same
+    `expected` check, the same cut of reason and message), decided on the row locked for it;
+    the items share one transaction and one locking read (rows locked by primary key, in
+    ascending order, as every single transition locks them), so a tick's 10,000 changes cost a
+    few statements per row instead of a call each. A refused item is reported in its result
+    and never fails the others. Two items of the same experiment apply in order.
+
+    Args:
+        changes: at most `MAX_STATUS_BATCH` items.
+
+    Returns:
+        One `ExpStatusOutcome` per item, in order.
+
+    Raises:
+        ValidationFailed: more than `MAX_STATUS_BATCH` items, or an unknown status.
+    """
+    if len(changes) > MAX_STATUS_BATCH:
+        raise ValidationFailed({"items": [f"at most {MAX_STATUS_BATCH} items per call; got "
+                                          f"{len(changes)}: send them in several calls"]})
+    for change in changes:
+        for field, value in (("status", change.status), ("expected", change.expected)):
+            if value is not None and value not in set(ExpStatus):
+                raise ValidationFailed({f"items.{field}": [
+                    f"{value!r} is not one of {', '.join(ExpStatus)}"]})
+    machine = Experiment.machine
+    now = timezone.now()
+    outcomes: list[ExpStatusOutcome] = []
+    counts: dict[int, int] = {}
+    for change in changes:
+        counts[change.exp_id] = counts.get(change.exp_id, 0) + 1
+    # Rows moved (or refreshed) with the same values go in one UPDATE ... WHERE pk IN (...):
+    # a tick's summaries repeat ("2 Running"), so 10,000 items make a few statements.
+    moves: dict[tuple, list[int]] = {}
+    refreshes: dict[tuple, list[int]] = {}
+    with transaction.atomic():
+        ids = sorted(counts)
+        status_of = dict(Experiment.objects.select_for_update().filter(pk__in=ids)
+                         .order_by("pk").values_list("pk", "status"))
+        for change in changes:
+            current = status_of.get(change.exp_id)
+            if current is None:
+                outcomes.append(ExpStatusOutcome(change.exp_id, False, NotFound(
+                    f"{machine.name} {change.exp_id} does not exist.")))
+                continue
+            detail: dict[str, Any] = {}
+            if change.reason is not None:
+                detail["reason"] = bounded_text(Experiment, "reason", change.reason)
+            if change.message is not None:
+                detail["message"] = bounded_text(Experiment, "message", change.message)
+            sources = machine.sources(change.status)
+            guard = sources if change.expected is None else sources & {change.expected}
+            # An experiment named twice is written at once, so its items apply in order.
+            alone = counts[change.exp_id] > 1
+            if current in guard:
+                values = {**machine.updates_for(change.status, now), **detail}
+                if alone:
+                    Experiment.objects.filter(pk=change.exp_id).update(**values)
+                else:
+                    moves.setdefault(tuple(sorted(values.items())), []).append(change.exp_id)
+                status_of[change.exp_id] = change.status
+                outcomes.append(ExpStatusOutcome(change.exp_id, True, status=change.status))
+            elif current == change.status:
+                if change.status not in machine.terminal and detail:
+                    if alone:
+                        Experiment.objects.filter(pk=change.exp_id).update(updated_at=now,
+                                                                           **detail)
+                    else:
+                        refreshes.setdefault(tuple(sorted(detail.items())), []).append(
+                            change.exp_id)
+                outcomes.append(ExpStatusOutcome(change.exp_id, False, status=current))
+            else:
+                outcomes.append(ExpStatusOutcome(change.exp_id, False, _refusal(
+                    machine, change, current, sources), status=current))
+        for values, pks in moves.items():
+            Experiment.objects.filter(pk__in=pks).update(**dict(values))
+        for values, pks in refreshes.items():
+            Experiment.objects.filter(pk__in=pks).update(updated_at=now, **dict(values))
+    return outcomes
+
+
+def _refusal(machine, change: ExpStatusChange, current: str,
+             sources: frozenset[str]) -> FalconError:
+    """The error a single transition raises for a row in `current` (`apply_transition`)."""
+    if change.expected is not None and current != change.expected:
+        return TransitionRace(f"{machine.name} {change.exp_id} is {current}, not "
+                              f"{change.expected}: another writer moved it first.")
+    why = (" (it is in a terminal state)." if current in machine.terminal
+           else f"; {change.status} is reachable only from {', '.join(sorted(sources))}."
+           if sources else f"; {change.status} is only the initial state: no transition "
+           "leads to it.")
+    return InvalidTransition(f"{machine.name} {change.exp_id} is {current} and cannot move to "
+                             f"{change.status}{why}")
 
 
 def _validate_new_job(*, exp_id: int, role: Any, task_spec: Any) -> dict[str, Any]:

@@ -33,7 +33,8 @@ ABORTED = ("Aborted", "Failed")
 
 
 class AbortInsideTick:
-    """A `FalconAPI` that sends AbortExp just before the controller's first experiment write."""
+    """A `FalconAPI` that sends AbortExp just before the controller's first experiment write
+    (one UpdateExpStatus, or the tick's UpdateExpStatuses batch)."""
 
     def __init__(self, inner, exp: Experiment):
         self.inner, self.exp, self.abort_outcome = inner, exp, None
@@ -45,6 +46,12 @@ class AbortInsideTick:
         if self.abort_outcome is None:
             self.abort_outcome = _try_abort(self.exp)
         return self.inner.update_exp_status(**kwargs)
+
+    def update_exp_statuses(self, updates):
+        # The controller sends a tick's experiment transitions together (UpdateExpStatuses).
+        if self.abort_outcome is None:
+            self.abort_outcome = _try_abort(self.exp)
+        return self.inner.update_exp_statuses(updates)
 
 
 def _try_abort(exp: Experiment) -> str:

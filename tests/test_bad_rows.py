@@ -168,6 +168,9 @@ def test_exp_controller_skips_an_experiment_whose_handling_raises(falcon_api, ca
         job_update_status(job_id=job_of(exp).pk, status="Running")
 
     class OneBadWrite:
+        # No batch write: the controller writes each experiment with its own call.
+        update_exp_statuses = None
+
         def __getattr__(self, name):
             return getattr(falcon_api, name)
 

@@ -257,7 +257,8 @@ ANALYSIS = {"ListExpsAwaitingAnalysis", "CreateAnalysisRecord", "GetAnalysisReco
             "ListRunningAnalyses"}
 # What each role may call, written out (not derived from accounts.grpc_auth).
 EXPECTED = {
-    "exp-controller": READS | {"UpdateExpStatus", "UpdateJobStatus", "UpdateArtifactStatus"},
+    "exp-controller": READS | {"UpdateExpStatus", "UpdateExpStatuses", "UpdateJobStatus",
+                               "UpdateArtifactStatus"},
     "resource-manager": READS | {"UpdateJobStatus"},
     "analyzer": READS | ANALYSIS,
     "maintenance": READS | {"CreateJob", "DeleteJob", "CreateArtifact", "DeleteArtifact"},

@@ -10,8 +10,8 @@ What a Falcon Job becomes (Kubernetes API reference, batch/v1 JobSpec; GKE TPU a
 - `completionMode: Indexed`, `parallelism = completions = replica x hosts` (CB-9: the
   Job succeeds only when every index completed), `restartPolicy: Never`, `backoffLimit`
   (default 0: a profiling run is not silently retried), `ttlSecondsAfterFinished` (default one
-  day: far longer than a resource-manager tick, so the final state is always read before the
-  Job is garbage-collected);
+  day, at least 300 s: the failed Pods' exit codes stay readable; the finalizer keeps the Job
+  itself until its outcome is recorded);
 - one container `main` running the TaskSpec `command` through `/bin/sh -c`, with the TaskSpec
   `envs`, `CUSTOM_CONFIG_KEY` (the experiment config, verbatim) and the `FALCON_*` variables;
 - accelerators from `devices.DeviceTable`: resource requests and limits, node selectors; a
@@ -19,14 +19,24 @@ What a Falcon Job becomes (Kubernetes API reference, batch/v1 JobSpec; GKE TPU a
   Service of the same name (owned by the Job, so it is garbage-collected with it) and
   `subdomain`, so Pods reach each other as `<name>-<index>.<name>`.
 
-Reading state: ONE paged LIST of Jobs per cluster per tick with the managed-by label selector
-(`observe`), plus one LIST of Pods only when some Job is not yet running or has failed (their
-waiting reasons and exit codes go into the message). Status mapping is `job_state` below.
+Reading state (`observe`): list-then-watch caches of the Jobs and Pods with the managed-by label
+selector (`kubeclient.Informer`), caught up each tick to the resourceVersion of a one-item LIST;
+with `watch: false`, one paged LIST of Jobs per tick plus one LIST of the Pods of the Jobs that
+need them (not yet running, failed, losing replicas: their waiting reasons, exit codes and
+disruptions go into the message). Answers are decoded JSON read through `kubeclient.Raw`.
+Status mapping is `job_state` below.
+
+Outcomes and orphans: each Job carries Falcon's finalizer (`FINALIZER`), so Kubernetes cannot
+remove it before its outcome is recorded; `sweep` releases the Jobs of terminal Falcon jobs and
+deletes what no open Falcon job owns (docs/cluster-behaviours.md, CB-19 and CB-20).
 """
 from __future__ import annotations
 
 import json
 import logging
+import time
+import weakref
+from datetime import datetime, timezone
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -49,7 +59,9 @@ from controllers.cluster_backends.base import (
 )
 from clusters.validation import kubernetes_task_spec_problems
 from clusters.devices import TPU_TOPOLOGY_LABEL, DeviceTable, DeviceType
-from controllers.kubeclient import KubeCaller, KubeConnection, api_client
+from controllers.kubeclient import (
+    Informer, KubeCaller, KubeConnection, Raw, api_client, list_all_raw,
+)
 from core.statuses import CONFIG_ENV
 
 log = logging.getLogger("falcon.controllers.kubernetes")
@@ -61,6 +73,11 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "falcon"
 SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 ANNOTATION_EXP_NAME = "falcon.io/exp-name"
+# Falcon's finalizer on each Job it creates (API conventions, "Finalizers"): Kubernetes (the TTL
+# controller, a `kubectl delete`) cannot remove the Job before the resource manager recorded
+# its outcome; the resource manager removes it once the Falcon job is terminal (`sweep`) or
+# when it deletes the Job itself (`delete`).
+FINALIZER = "falcon.io/outcome"
 # Set by the Job controller on every Pod it creates (Kubernetes >= 1.27; `job-name` before).
 POD_JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 CONTAINER = "main"
@@ -104,6 +121,39 @@ CONDITION_TRUE = "True"
 CONDITION_FALSE = "False"
 
 
+# Above this many Jobs needing their Pods in one tick, one LIST of every Falcon Pod is cheaper
+# than label selectors naming them (and keeps the URL short).
+POD_SELECTOR_NAMES = 50
+
+
+@dataclass
+class SweepResult:
+    """What one `KubernetesBackend.sweep` did: names of Jobs whose finalizer was removed, of
+    Jobs and Pods deleted, and of those still terminating (tracked until they are gone)."""
+
+    released: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    terminating: list[str] = field(default_factory=list)
+
+
+def _age(meta: Mapping[str, Any], now: datetime) -> float:
+    """Seconds since `metadata.creationTimestamp` (RFC 3339); infinite when it is absent."""
+    stamp = meta.get("creationTimestamp")
+    if not stamp:
+        return float("inf")
+    try:
+        created = datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+    except ValueError:
+        return float("inf")
+    return (now - created).total_seconds()
+
+
+def _stop_all(caches) -> None:
+    for cache in caches:
+        if cache is not None:
+            cache.stop()
+
+
 @dataclass(frozen=True)
 class KubernetesClusterConfig:
     """One `backend: kubernetes` entry of the clusters file.
@@ -122,6 +172,12 @@ class KubernetesClusterConfig:
         node_selector: extra node labels every task Pod selects.
         list_page_size: `limit` of each LIST page.
         devices: the device table (built-in types plus the file's `devices:` entries).
+        watch: keep a list-then-watch cache of the Falcon-labelled Jobs and Pods
+            (`kubeclient.Informer`) and read it each tick; False LISTs them every tick.
+        watch_timeout: `timeoutSeconds` of each WATCH request, seconds.
+        cache_sync_wait: seconds a tick waits for the cache to reach the resourceVersion of
+            a one-item LIST made at its start (read-after-write for the tick); past it the
+            tick reads the cache as it is (the next tick catches up).
     """
 
     namespace: str
@@ -136,6 +192,9 @@ class KubernetesClusterConfig:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     list_page_size: int = 500
     devices: DeviceTable = field(default_factory=DeviceTable)
+    watch: bool = True
+    watch_timeout: float = 60.0
+    cache_sync_wait: float = 1.0
 
 
 def _status_message(exc: ApiException) -> str:
@@ -225,6 +284,62 @@ def disruption(pod: client.V1Pod) -> tuple[str, str] | None:
     return None
 
 
+def _cause(pod: client.V1Pod) -> str:
+    """Return why a Pod stopped running that is not the task's doing ("" when none is known).
+
+    `evicted` (node pressure or the eviction API), `preempted` (by the scheduler), `node lost`
+    (the node stopped reporting: `status.reason: NodeLost`, or the taint manager deleted the
+    Pod from an unreachable node), `deleted` (a Pod being deleted for another reason).
+    """
+    disrupted = disruption(pod)
+    status = pod.status
+    reason = disrupted[0] if disrupted else ((status.reason if status else None) or "")
+    if reason in ("Evicted", "EvictionByEvictionAPI", "TerminationByKubelet"):
+        return "evicted"
+    if reason == "PreemptionByScheduler":
+        return "preempted"
+    if reason in ("NodeLost", "DeletionByTaintManager", "DeletionByPodGC"):
+        return "node lost"
+    if pod.metadata.deletion_timestamp:
+        return "deleted"
+    return ""
+
+
+def lost_replicas(pods: list[client.V1Pod]) -> list[str]:
+    """Return one phrase per Pod that stopped running without finishing its work.
+
+    A Pod that is Terminating (`metadata.deletionTimestamp` set), was evicted or preempted, or
+    whose node was lost is a lost replica: it never counts as running, even while its
+    container still reports ready. Each phrase names the Pod, its index and the cause, with
+    the cluster's message: `pod x-1-abcde (index 1) evicted (Evicted): The node was low on
+    resource: memory`.
+    """
+    out = []
+    for pod in pods:
+        cause = _cause(pod)
+        if not cause or (pod.status and pod.status.phase == POD_SUCCEEDED):
+            continue
+        disrupted = disruption(pod)
+        reason, detail = disrupted if disrupted else (
+            (pod.status.reason if pod.status else None) or "Terminating",
+            (pod.status.message if pod.status else None) or "")
+        text = f"pod {pod.metadata.name} (index {_pod_index(pod)}) {cause} ({reason})"
+        out.append(f"{text}: {_tail(detail)}" if detail else text)
+    return out
+
+
+def running_pods(pods: list[client.V1Pod]) -> int:
+    """Return how many Pods run and are ready: phase Running, `Ready=True`, not Terminating."""
+    count = 0
+    for pod in pods:
+        if pod.metadata.deletion_timestamp or not pod.status or pod.status.phase != "Running":
+            continue
+        if any(c.type == "Ready" and c.status == CONDITION_TRUE
+               for c in pod.status.conditions or []):
+            count += 1
+    return count
+
+
 def failure_details(pods: list[client.V1Pod]) -> tuple[str, int | None]:
     """Return a sentence on the failed containers of `pods` and the first failing exit code.
 
@@ -269,16 +384,30 @@ def _ready_counts(job: client.V1Job) -> tuple[int, int]:
     return status.ready or 0, status.succeeded or 0
 
 
-def all_ready(job: client.V1Job, pods_total: int) -> bool:
+def _terminating(job: client.V1Job) -> int:
+    """Return the Job's `status.terminating` (Pods being deleted; Kubernetes >= 1.28), or 0."""
+    return (job.status.terminating if job.status else None) or 0
+
+
+def all_ready(job: client.V1Job, pods_total: int,
+              pods: list[client.V1Pod] | None = None) -> bool:
     """Return True when every index of `job` is ready or done, and at least one is ready.
 
-    `status.active` counts Pending Pods too, so it never means running; `ready` does.
+    `status.active` counts Pending Pods too, so it never means running; `ready` does. A Job
+    with Terminating Pods (`status.terminating`) is judged on its Pods when they are given:
+    a Terminating Pod never counts as running, whatever its Ready condition says; without
+    its Pods such a Job is not taken as running.
 
     Args:
         job: the Job as the API returned it.
         pods_total: `spec.completions` (replica x hosts).
+        pods: the Job's Pods, when they were read.
     """
     ready, succeeded = _ready_counts(job)
+    if _terminating(job) or (pods and any(p.metadata.deletion_timestamp for p in pods)):
+        if pods is None:
+            return False
+        ready = running_pods(pods)
     return bool(ready) and ready + succeeded >= pods_total
 
 
@@ -353,15 +482,17 @@ def _suspended_state(name: str, job: client.V1Job) -> ClusterJobState | None:
                            "it starts when resumed", suspended=True)
 
 
-def _running_state(name: str, job: client.V1Job, pods_total: int) -> ClusterJobState | None:
+def _running_state(name: str, job: client.V1Job, pods_total: int,
+                   pods: list[client.V1Pod] | None = None) -> ClusterJobState | None:
     """Return Running when every index is ready or done (`all_ready`), else None.
 
     Args:
         name: the Job's name, for the state.
         job: the Job as the API returned it.
         pods_total: `spec.completions` (replica x hosts).
+        pods: the Job's Pods when they were read (judges Terminating ones).
     """
-    if not all_ready(job, pods_total):
+    if not all_ready(job, pods_total, pods):
         return None
     ready, succeeded = _ready_counts(job)
     done_note = f", {succeeded} completed" if succeeded else ""
@@ -402,8 +533,18 @@ def _pending_state(name: str, job: client.V1Job, pods: list[client.V1Pod], pods_
         image: the task image, named in image-pull messages.
     """
     ready, _succeeded = _ready_counts(job)
+    if _terminating(job) or any(p.metadata.deletion_timestamp for p in pods):
+        ready = running_pods(pods)
     summary = f"{ready}/{pods_total} pods ready"
+    lost = lost_replicas(pods)
     reasons = pending_reasons(pods)
+    if lost:
+        # A replica stopped without finishing (evicted, preempted, node lost): say which and
+        # why first; the resource manager fails a running job that stays so past its
+        # progress deadline.
+        waiting = f"; {_pending_message(reasons, image)}" if reasons else ""
+        return ClusterJobState(name=name, status=ClusterJobStatus.PENDING, reason="ReplicaLost",
+                               message=f"{summary}; {'; '.join(lost)}{waiting}")
     if not reasons:
         return ClusterJobState(name=name, status=ClusterJobStatus.PENDING, reason="PodsStarting",
                                message=f"{summary}; waiting for pods to start")
@@ -427,8 +568,12 @@ def job_state(name: str, job: client.V1Job | None, pods: list[client.V1Pod], *,
       preempted Pod is named as such (`disruption`);
     - `spec.suspend: true` or a `Suspended=True` condition (batch/v1 JobSpec `suspend`):
       Pending with reason `Suspended` and `suspended` set (no pending timeout);
+    - being deleted (`deletionTimestamp`) without an outcome: Failed `ClusterJobDeleted`;
     - every index ready or done (`ready + succeeded >= pods_total`, at least one ready):
       Running. `status.active` counts Pending Pods too, so it never means running (CB-5);
+      a Terminating Pod never counts as running;
+    - a Pod lost without finishing (Terminating, evicted, preempted, node lost): Pending with
+      reason `ReplicaLost` naming the Pod and the cause;
     - otherwise Pending, with the Pods' reasons (`Unschedulable`, `ImagePullBackOff` and the
       image, ...) in the message.
 
@@ -443,9 +588,30 @@ def job_state(name: str, job: client.V1Job | None, pods: list[client.V1Pod], *,
         return _missing_state(name)
     return (_succeeded_state(name, job, pods_total)
             or _failed_state(name, job, pods)
+            or _deleted_state(name, job)
             or _suspended_state(name, job)
-            or _running_state(name, job, pods_total)
+            or _running_state(name, job, pods_total, pods)
             or _pending_state(name, job, pods, pods_total, image))
+
+
+def _deleted_state(name: str, job: client.V1Job) -> ClusterJobState | None:
+    """Return Failed for an unfinished Job that is being deleted, else None.
+
+    Falcon deletes a Job only for a Falcon job that is Aborting or already terminal, which is
+    never observed; a Job observed with `metadata.deletionTimestamp` and no outcome was deleted
+    by someone else (`kubectl delete`), and Falcon's finalizer kept it visible long enough to
+    say so instead of reporting it missing.
+
+    Args:
+        name: the Job's name, for the message.
+        job: the Job as the API returned it.
+    """
+    if not job.metadata.deletion_timestamp:
+        return None
+    return ClusterJobState(name=name, status=ClusterJobStatus.FAILED, reason="ClusterJobDeleted",
+                           message=f"Job {name} was deleted before it finished (deleted "
+                           f"outside Falcon at {job.metadata.deletion_timestamp}); it is not "
+                           "re-created")
 
 
 class KubernetesBackend(ClusterBackend):
@@ -472,6 +638,11 @@ class KubernetesBackend(ClusterBackend):
         self.config = config
         self.caller = KubeCaller(config.connection)
         self._api = api
+        self._job_cache: Informer | None = None
+        self._pod_cache: Informer | None = None
+        # (Job name, resourceVersion, Falcon job id, image) -> the state it mapped to, for Jobs
+        # that needed no Pods (see `observe`).
+        self._states: dict[tuple[str, str, int, str], ClusterJobState] = {}
 
     # -- clients -----------------------------------------------------------------------------
 
@@ -659,7 +830,7 @@ class KubernetesBackend(ClusterBackend):
         return client.V1Job(
             api_version="batch/v1", kind="Job",
             metadata=client.V1ObjectMeta(name=name, namespace=self.config.namespace,
-                                         labels=labels,
+                                         labels=labels, finalizers=[FINALIZER],
                                          annotations={ANNOTATION_EXP_NAME: job.exp_name}),
             spec=client.V1JobSpec(
                 completion_mode="Indexed", completions=total, parallelism=total,
@@ -777,23 +948,145 @@ class KubernetesBackend(ClusterBackend):
         except (ApiException, urllib3.exceptions.HTTPError) as exc:
             raise self._fail(f"list {what}", exc) from exc
 
-    def observe(self, jobs: list[JobView]) -> dict[int, ClusterJobState]:
-        """Return each job's state from ONE LIST of Jobs (and one of Pods when needed).
+    def _list_raw(self, fn, what: str) -> list[Raw]:
+        """Every Falcon-labelled object of one kind, decoded without client models."""
+        try:
+            items, _rv = list_all_raw(self.caller, fn, self.config.namespace,
+                                      label_selector=SELECTOR,
+                                      page_size=self.config.list_page_size)
+        except (ApiException, urllib3.exceptions.HTTPError) as exc:
+            raise self._fail(f"list {what}", exc) from exc
+        return [Raw(item) for item in items]
 
-        A Job found by name but labelled for another Falcon job counts as missing for this one.
+    # -- reading the cluster ------------------------------------------------------------------
+
+    def _informers(self) -> tuple[Informer, Informer]:
+        """The Jobs and Pods caches, started on first use (never by CreateExp validation)."""
+        if self._job_cache is None:
+            common = {"label_selector": SELECTOR, "page_size": self.config.list_page_size,
+                      "watch_timeout": self.config.watch_timeout}
+            self._job_cache = Informer(self.caller, self.batch.list_namespaced_job,
+                                       self.config.namespace, what="Jobs", **common).start()
+            self._pod_cache = Informer(self.caller, self.core.list_namespaced_pod,
+                                       self.config.namespace, what="Pods", **common).start()
+            # A backend dropped without close() (tests, a reloaded clusters file) stops its
+            # threads when it is garbage-collected.
+            weakref.finalize(self, _stop_all, (self._job_cache, self._pod_cache))
+        return self._job_cache, self._pod_cache
+
+    def close(self) -> None:
+        """Stop the Jobs and Pods caches' threads (a new call starts them again)."""
+        caches = (self._job_cache, self._pod_cache)
+        self._job_cache = self._pod_cache = None
+        _stop_all(caches)
+
+    def _synced_caches(self) -> tuple[Informer, Informer]:
+        """The caches, filled and caught up with the cluster as of now (see `cache_sync_wait`).
+
+        One LIST with `limit=1` reads the current resourceVersion; the tick waits (at most
+        `cache_sync_wait` seconds) until both caches reflect it, so what this manager wrote or
+        saw written before the tick is in what it reads.
+
+        Raises:
+            BackendError: the first LIST could not be made within the connection's deadline.
+        """
+        jobs, pods = self._filled_caches()
+        try:
+            probe = self.caller.call(self.batch.list_namespaced_job, self.config.namespace,
+                                     label_selector=SELECTOR, limit=1,
+                                     _preload_content=False)
+            try:
+                now = int(json.loads(probe.data)["metadata"]["resourceVersion"])
+            finally:
+                probe.release_conn()
+        except (ApiException, urllib3.exceptions.HTTPError) as exc:
+            raise self._fail("read the current resourceVersion", exc) from exc
+        except (KeyError, TypeError, ValueError):
+            return jobs, pods  # not an integer: nothing to wait for
+        deadline = time.monotonic() + self.config.cache_sync_wait
+        for cache in (jobs, pods):
+            cache.wait_for(now, max(0.0, deadline - time.monotonic()))
+        return jobs, pods
+
+    def _pods_of(self, names: set[str]) -> dict[str, list[Raw]]:
+        """LIST the Pods of the named Jobs only, by label selector (no cache)."""
+        by_job: dict[str, list[Raw]] = defaultdict(list)
+        if not names:
+            return by_job
+        if len(names) > POD_SELECTOR_NAMES:
+            pods = self._list_raw(self.core.list_namespaced_pod, "Pods")
+        else:
+            selector = f"{SELECTOR},{POD_JOB_NAME_LABEL} in ({','.join(sorted(names))})"
+            try:
+                items, _rv = list_all_raw(self.caller, self.core.list_namespaced_pod,
+                                          self.config.namespace, label_selector=selector,
+                                          page_size=self.config.list_page_size)
+            except (ApiException, urllib3.exceptions.HTTPError) as exc:
+                raise self._fail("list Pods", exc) from exc
+            pods = [Raw(p) for p in items]
+        for pod in pods:
+            owner = (pod.metadata.labels or {}).get(POD_JOB_NAME_LABEL)
+            if owner in names:
+                by_job[owner].append(pod)
+        return by_job
+
+    def _filled_caches(self) -> tuple[Informer, Informer]:
+        """The caches once filled, without waiting for the current resourceVersion (the sweep
+        runs after `observe` caught them up in the same tick; a change it misses is seen by
+        the next tick)."""
+        jobs, pods = self._informers()
+        wait = self.config.connection.request_timeout * (self.config.connection.retries + 1)
+        for cache in (jobs, pods):
+            if not cache.wait_synced(wait):
+                raise BackendError(f"cluster {self.cluster_name}: the {cache.what} cache is not "
+                                   f"filled yet ({cache.last_error or 'listing'})")
+        return jobs, pods
+
+    def cluster_jobs(self) -> dict[str, dict[str, Any]]:
+        """Return the Falcon-labelled Jobs as decoded JSON by name (cache or one LIST)."""
+        if self.config.watch:
+            return self._filled_caches()[0].items()
+        return {j.raw["metadata"]["name"]: j.raw
+                for j in self._list_raw(self.batch.list_namespaced_job, "Jobs")}
+
+    def observe(self, jobs: list[JobView]) -> dict[int, ClusterJobState]:
+        """Return each job's state from the Jobs cache (with `watch`) or ONE paged LIST.
+
+        Pods are read only for Jobs that need them (not yet running, failed, losing
+        replicas): from the Pods cache, or without `watch` by a LIST whose label selector
+        names those Jobs (every Falcon Pod when more than `POD_SELECTOR_NAMES` need them).
+        Items are decoded JSON read through `Raw`, never client models. A Job found by name
+        but labelled for another Falcon job counts as missing for this one.
 
         Raises:
             BackendError: a LIST failed after its retries; no partial answer is given.
         """
         if not jobs:
             return {}
-        by_name = {j.metadata.name: j for j in self._list(self.batch.list_namespaced_job,
-                                                            "Jobs")}
-        found: dict[int, tuple[str, client.V1Job | None, int]] = {}
-        need_pods = False
+        pod_cache = None
+        if self.config.watch:
+            job_cache, pod_cache = self._synced_caches()
+            by_name = job_cache.items()
+        else:
+            by_name = {j.raw["metadata"]["name"]: j.raw
+                       for j in self._list_raw(self.batch.list_namespaced_job, "Jobs")}
+        found: dict[int, tuple[str, Raw | None, int]] = {}
+        need_pods: set[str] = set()
+        states: dict[int, ClusterJobState] = {}
+        memo: dict[tuple[str, str, int, str], ClusterJobState] = {}
         for job in jobs:
             name = self.name_of(job)
-            k8s_job = by_name.get(name)
+            raw = by_name.get(name)
+            image = job.task_spec.get("image", "")
+            if raw is not None:
+                # A Job whose object did not change since the last tick, and that needed no
+                # Pods then, maps to the same state: a steady tick reads 10,000 of them.
+                key = (name, raw["metadata"].get("resourceVersion") or "", job.id, image)
+                known = self._states.get(key)
+                if known is not None:
+                    states[job.id] = memo[key] = known
+                    continue
+            k8s_job = Raw(raw) if raw is not None else None
             if k8s_job is not None and _int_label(k8s_job.metadata.labels,
                                                   LABEL_JOB_ID) != job.id:
                 k8s_job = None
@@ -801,19 +1094,144 @@ class KubernetesBackend(ClusterBackend):
             found[job.id] = (name, k8s_job, total)
             if (k8s_job is not None and not _condition(k8s_job, CONDITION_COMPLETE)
                     and not all_ready(k8s_job, total)):
-                need_pods = True  # Pending or failed: the Pods say why
-        pods_by_job: dict[str, list[client.V1Pod]] = defaultdict(list)
-        if need_pods:
-            for pod in self._list(self.core.list_namespaced_pod, "Pods"):
-                owner = (pod.metadata.labels or {}).get(POD_JOB_NAME_LABEL)
-                if owner:
-                    pods_by_job[owner].append(pod)
-        states = {}
+                need_pods.add(name)  # Pending, failed or losing replicas: the Pods say why
+            elif raw is not None and k8s_job is not None:
+                states[job.id] = memo[key] = job_state(name, k8s_job, [], pods_total=total,
+                                                       image=image)
+        if pod_cache is not None and need_pods:
+            pods_by_job: dict[str, list[Raw]] = defaultdict(list)
+            for pod in pod_cache.items().values():
+                owner = ((pod.get("metadata") or {}).get("labels") or {}).get(POD_JOB_NAME_LABEL)
+                if owner in need_pods:
+                    pods_by_job[owner].append(Raw(pod))
+        else:
+            pods_by_job = self._pods_of(need_pods)
         for job in jobs:
+            if job.id in states:
+                continue
             name, k8s_job, total = found[job.id]
             states[job.id] = job_state(name, k8s_job, pods_by_job.get(name, []),
                                        pods_total=total, image=job.task_spec.get("image", ""))
+        # Only the states this tick could reuse next tick (no Pods read) are kept.
+        self._states = memo
         return states
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def _drop_finalizer(self, name: str, obj: Mapping[str, Any] | None = None) -> bool:
+        """Remove Falcon's finalizer from Job `name` (JSON Patch with a `test`: a concurrent
+        change of the list answers 422 and is retried next tick). Return True when done.
+
+        Args:
+            name: the Job's name.
+            obj: the Job as last read (decoded JSON); read again when None.
+
+        Raises:
+            BackendError: the call failed (a 404 counts as done).
+        """
+        ns = self.config.namespace
+        try:
+            if obj is None:
+                resp = self.caller.call(self.batch.read_namespaced_job, name, ns,
+                                        _preload_content=False)
+                try:
+                    obj = json.loads(resp.data)
+                finally:
+                    resp.release_conn()
+            finalizers = list((obj.get("metadata") or {}).get("finalizers") or [])
+            if FINALIZER not in finalizers:
+                return True
+            index = finalizers.index(FINALIZER)
+            path = f"/metadata/finalizers/{index}"
+            self.caller.call(self.batch.patch_namespaced_job, name, ns,
+                             [{"op": "test", "path": path, "value": FINALIZER},
+                              {"op": "remove", "path": path}],
+                             _content_type="application/json-patch+json")
+            return True
+        except ApiException as exc:
+            if exc.status == 404:
+                return True
+            raise self._fail(f"remove finalizer {FINALIZER} of Job {name}", exc) from exc
+        except urllib3.exceptions.HTTPError as exc:
+            raise self._fail(f"remove finalizer {FINALIZER} of Job {name}", exc) from exc
+
+    def sweep(self, open_job_ids: set[int], *, grace: float) -> SweepResult:
+        """Release the outcome of finished Falcon jobs and remove what no open job owns.
+
+        For every Falcon-labelled Job whose `falcon.io/job-id` is not in `open_job_ids` (its
+        Falcon job is terminal, or unknown: deleted, or made by a Lease holder that lost its
+        Lease while its create was in flight), created more than `grace` seconds ago:
+        Falcon's finalizer is removed (the outcome is recorded, or nobody will record one),
+        and a Job that has not finished is deleted with its Pods. A finished Job is left to
+        its `ttlSecondsAfterFinished`, with its Pods' exit codes and output. Pods of Falcon
+        whose Job is gone and whose Falcon job is not open are deleted too (left by an
+        orphaning delete). Every removal is logged.
+
+        Args:
+            open_job_ids: ids of the Falcon jobs of this cluster that are not terminal
+                (Pending, Running, Aborting), including rows the list call could not read.
+            grace: seconds; objects younger than this are spared (a create racing the list
+                of open jobs).
+
+        Returns:
+            What was released, deleted and is still terminating.
+
+        Raises:
+            BackendError: a call failed; the next tick continues where this one stopped.
+        """
+        result = SweepResult()
+        now = datetime.now(timezone.utc)
+        jobs = self.cluster_jobs()
+        ns = self.config.namespace
+        options = client.V1DeleteOptions(propagation_policy=self.config.propagation_policy)
+        for name, obj in sorted(jobs.items()):
+            meta = obj.get("metadata") or {}
+            job_id = _int_label(meta.get("labels"), LABEL_JOB_ID)
+            if job_id in open_job_ids or _age(meta, now) < grace:
+                continue
+            if FINALIZER in (meta.get("finalizers") or []):
+                self._drop_finalizer(name, obj)
+                result.released.append(name)
+            raw = Raw(obj)
+            finished = _condition(raw, CONDITION_COMPLETE) or _condition(raw, CONDITION_FAILED)
+            if meta.get("deletionTimestamp"):
+                result.terminating.append(name)
+            elif not finished:
+                try:
+                    self.caller.call(self.batch.delete_namespaced_job, name, ns, body=options)
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise self._fail(f"delete orphan Job {name}", exc) from exc
+                except urllib3.exceptions.HTTPError as exc:
+                    raise self._fail(f"delete orphan Job {name}", exc) from exc
+                result.deleted.append(name)
+                log.warning("cluster %s: deleted Job %s/%s: its falcon job %s is terminal or "
+                            "unknown", self.cluster_name, ns, name, job_id)
+        pods = (self._filled_caches()[1].items() if self.config.watch else
+                {p.raw["metadata"]["name"]: p.raw
+                 for p in self._list_raw(self.core.list_namespaced_pod, "Pods")})
+        for name, obj in sorted(pods.items()):
+            meta = obj.get("metadata") or {}
+            labels = meta.get("labels") or {}
+            if (labels.get(POD_JOB_NAME_LABEL) in jobs
+                    or _int_label(labels, LABEL_JOB_ID) in open_job_ids
+                    or _age(meta, now) < grace):
+                continue
+            if meta.get("deletionTimestamp"):
+                result.terminating.append(name)
+                continue
+            try:
+                self.caller.call(self.core.delete_namespaced_pod, name, ns)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise self._fail(f"delete orphan Pod {name}", exc) from exc
+            except urllib3.exceptions.HTTPError as exc:
+                raise self._fail(f"delete orphan Pod {name}", exc) from exc
+            result.deleted.append(name)
+            log.warning("cluster %s: deleted Pod %s/%s: its Job is gone and its falcon job %s "
+                        "is terminal or unknown", self.cluster_name, ns, name,
+                        labels.get(LABEL_JOB_ID))
+        return result
 
     def delete(self, job: JobView) -> bool:
         """Delete the Job with `propagationPolicy` Foreground/Background and report when gone.
@@ -838,6 +1256,10 @@ class KubernetesBackend(ClusterBackend):
             job_gone = True
         except urllib3.exceptions.HTTPError as exc:
             raise self._fail(f"delete Job {name}", exc) from exc
+        if not job_gone:
+            # Deleting on purpose (an abort, a timeout): no outcome is awaited, so Falcon's
+            # finalizer goes too, or the Job would stay Terminating for ever.
+            self._drop_finalizer(name)
         try:
             if not job_gone:
                 # With Foreground the Job stays (deletionTimestamp set) until its Pods are gone.

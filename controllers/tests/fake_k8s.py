@@ -23,15 +23,27 @@ Kubernetes API conventions:
 - the Job controller is played by the test: `spawn_pods` creates a Job's Pods from its template
   with the labels and hostnames the real controller sets, and `set_job_status` / `put_pod`
   install the shapes of fixtures/k8s-job-status.yaml;
+- finalizers: DELETE of an object with finalizers (other than the API server's own
+  `foregroundDeletion`) only sets its deletionTimestamp; it is removed once a PATCH (JSON
+  Patch, RFC 6902: add, remove, replace, test) leaves it without finalizers. `expire_finished`
+  plays the TTL-after-finished controller (a Foreground delete of every finished Job);
+- WATCH (`?watch=true`): every write is an event (ADDED, MODIFIED, DELETED with the object as
+  stored) under its resourceVersion; a watch from resourceVersion N streams the matching events
+  after N as JSON lines, sends a BOOKMARK every `bookmark_interval` seconds when asked
+  (`allowWatchBookmarks`), ends after `timeoutSeconds`, and answers an ERROR event 410 Expired
+  when N is older than the last `compact()`; `drop_watches()` ends every open stream, as an API
+  server restart does;
 - `inject` makes matching requests answer an error status (410, 500, ...) or stall longer than
   the client's timeout; `requests` records every request (method, resource, name, query).
 """
 from __future__ import annotations
 
 import base64
+import bisect
 import copy
 import json
 import re
+import sys
 import threading
 import time
 import uuid
@@ -139,6 +151,27 @@ class Request:
     namespace: str
     name: str | None
     query: dict[str, str] = field(default_factory=dict)
+    token: str = ""  # the bearer token that sent it (which client)
+    holders: dict[str, str] = field(default_factory=dict)  # Lease name -> holder, when sent
+
+
+class _Store(dict):
+    """The fake's objects by (resource, namespace, name): every store and removal is an event."""
+
+    def __init__(self, kube: FakeKube):
+        super().__init__()
+        self.kube = kube
+
+    def __setitem__(self, key, obj):
+        kind = "MODIFIED" if key in self else "ADDED"
+        super().__setitem__(key, obj)
+        self.kube._event(kind, key, obj)
+
+    def __delitem__(self, key):
+        obj = self[key]
+        super().__delitem__(key)
+        obj["metadata"]["resourceVersion"] = self.kube._next_rv()
+        self.kube._event("DELETED", key, obj)
 
 
 class FakeKube:
@@ -146,7 +179,13 @@ class FakeKube:
 
     def __init__(self, *, linger_pods: bool = False):
         self.lock = threading.RLock()
-        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.changed = threading.Condition(self.lock)
+        # (resourceVersion, type, resource, namespace, object snapshot), in resourceVersion order.
+        self.events: list[tuple[int, str, str, str, dict[str, Any]]] = []
+        self.event_rvs: list[int] = []
+        self.bookmark_interval = 0.05
+        self.watch_generation = 0
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = _Store(self)
         self.rv = 1000
         self.compacted_rv = 0
         self.linger_pods = linger_pods
@@ -170,7 +209,14 @@ class FakeKube:
         class Handler(_Handler):
             kube = fake
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request, client_address):
+                # A client killed mid-request (the chaos script's SIGKILL) is not a fault of
+                # the fake; anything else is printed as usual.
+                if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+                    super().handle_error(request, client_address)
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True,
                                        name="fake-k8s")
@@ -178,16 +224,20 @@ class FakeKube:
         return self
 
     def close(self) -> None:
+        with self.lock:
+            self.closing = True
+            self.changed.notify_all()
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
 
-    def kubeconfig(self, path: Path, context: str = "fake") -> Path:
-        """Write a kubeconfig pointing at this server (plain HTTP, a dummy token)."""
+    def kubeconfig(self, path: Path, context: str = "fake", token: str = "fake-token") -> Path:
+        """Write a kubeconfig pointing at this server (plain HTTP, a dummy `token`: requests
+        record it, so that a test tells its clients apart)."""
         path.write_text(yaml.safe_dump({
             "apiVersion": "v1", "kind": "Config", "current-context": context,
             "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "falcon", "user": {"token": "fake-token"}}],
+            "users": [{"name": "falcon", "user": {"token": token}}],
             "contexts": [{"name": context, "context": {"cluster": "fake", "user": "falcon"}}],
         }))
         return path
@@ -206,7 +256,7 @@ class FakeKube:
     def bump(self, resource: str, ns: str, name: str) -> None:
         """Advance an object's resourceVersion, as a write by another client would."""
         with self.lock:
-            self.objects[(resource, ns, name)]["metadata"]["resourceVersion"] = self._next_rv()
+            self._touch((resource, ns, name))
 
     def count(self, method: str | None = None, resource: str | None = None) -> int:
         """Return how many requests matched `method` and `resource` (None = any)."""
@@ -238,6 +288,83 @@ class FakeKube:
         self.rv += 1
         return str(self.rv)
 
+    def _event(self, kind: str, key: tuple[str, str, str], obj: dict[str, Any]) -> None:
+        """Record a write for watchers (under the lock) and wake them."""
+        rv = int(obj["metadata"].get("resourceVersion") or self.rv)
+        self.events.append((rv, kind, key[0], key[1], copy.deepcopy(obj)))
+        self.event_rvs.append(rv)
+        self.changed.notify_all()
+
+    def _touch(self, key: tuple[str, str, str]) -> None:
+        """An object changed in place: advance its resourceVersion and tell watchers."""
+        obj = self.objects[key]
+        obj["metadata"]["resourceVersion"] = self._next_rv()
+        self._event("MODIFIED", key, obj)
+
+    def drop_watches(self) -> None:
+        """End every open WATCH stream (clients reconnect from their last resourceVersion)."""
+        with self.lock:
+            self.watch_generation += 1
+            self.changed.notify_all()
+
+    def expire_watches(self) -> None:
+        """Compact (`compact`) and end every open WATCH at once: watchers reconnect from a
+        resourceVersion that is gone and get 410 Expired, as after an API server restart
+        that lost the watch cache."""
+        with self.lock:
+            self.compact()
+            self.drop_watches()
+
+    def set_finalizers(self, resource: str, ns: str, name: str, finalizers: list[str]) -> None:
+        """Set an object's finalizers as another controller would; an object being deleted
+        whose last finalizer goes is removed."""
+        with self.lock:
+            key = (resource, ns, name)
+            self.objects[key]["metadata"]["finalizers"] = list(finalizers)
+            self._touch(key)
+            self._finish_if_released(key)
+
+    def expire_finished(self, ns: str) -> list[str]:
+        """Play the TTL-after-finished controller with a TTL of 0: Foreground-delete every Job
+        with a Complete or Failed condition; return their names."""
+        with self.lock:
+            names = [key[2] for key, obj in list(self.objects.items())
+                     if key[0] == "jobs" and key[1] == ns
+                     and not obj["metadata"].get("deletionTimestamp")
+                     and any(c.get("type") in ("Complete", "Failed")
+                             and c.get("status") == "True"
+                             for c in (obj.get("status") or {}).get("conditions") or [])]
+            for name in names:
+                self.delete("jobs", ns, name, "Foreground")
+            return names
+
+    def _held(self, obj: dict[str, Any]) -> bool:
+        """Whether finalizers other than the API server's foregroundDeletion hold `obj`."""
+        return any(f != "foregroundDeletion" for f in obj["metadata"].get("finalizers") or [])
+
+    def _finish_if_released(self, key: tuple[str, str, str]) -> None:
+        """Remove an object being deleted once nothing holds it any more."""
+        obj = self.objects.get(key)
+        if obj is None or not obj["metadata"].get("deletionTimestamp"):
+            return
+        finalizers = obj["metadata"].get("finalizers") or []
+        if key[0] == "jobs" and "foregroundDeletion" in finalizers:
+            self._finish_foreground()
+            return
+        if not finalizers:
+            uid = obj["metadata"]["uid"]
+            del self.objects[key]
+            if key[0] == "jobs":
+                self._collect(uid)
+            else:
+                self._finish_foreground()  # an owner waiting for this Pod may go now
+
+    def _mark_deleting(self, key: tuple[str, str, str]) -> None:
+        meta = self.objects[key]["metadata"]
+        if not meta.get("deletionTimestamp"):
+            meta["deletionTimestamp"] = now_rfc3339()
+            self._touch(key)
+
     def _stamp_new(self, resource: str, ns: str, obj: dict[str, Any]) -> dict[str, Any]:
         _group, api_version, kind = KINDS[resource]
         obj.setdefault("apiVersion", api_version)
@@ -262,13 +389,13 @@ class FakeKube:
         with self.lock:
             obj = self.objects[("jobs", ns, name)]
             obj["status"] = copy.deepcopy(status)
-            obj["metadata"]["resourceVersion"] = self._next_rv()
+            self._touch(("jobs", ns, name))
 
     def set_pod_status(self, ns: str, name: str, status: dict[str, Any]) -> None:
         with self.lock:
             obj = self.objects[("pods", ns, name)]
             obj["status"] = copy.deepcopy(status)
-            obj["metadata"]["resourceVersion"] = self._next_rv()
+            self._touch(("pods", ns, name))
 
     def spawn_pods(self, ns: str, job_name: str, *, status: dict[str, Any] | None = None,
                    statuses: list[dict[str, Any]] | None = None) -> list[str]:
@@ -327,7 +454,8 @@ class FakeKube:
         """Finish terminating Pods and the foreground deletions waiting on them."""
         with self.lock:
             for key, obj in list(self.objects.items()):
-                if key[0] == "pods" and obj["metadata"].get("deletionTimestamp"):
+                if key[0] == "pods" and obj["metadata"].get("deletionTimestamp") \
+                        and not self._held(obj):
                     del self.objects[key]
             self._finish_foreground()
 
@@ -340,10 +468,8 @@ class FakeKube:
 
     def _delete_pod(self, key: tuple[str, str, str]) -> None:
         obj = self.objects[key]
-        if self.linger_pods:
-            if not obj["metadata"].get("deletionTimestamp"):
-                obj["metadata"]["deletionTimestamp"] = now_rfc3339()
-                obj["metadata"]["resourceVersion"] = self._next_rv()
+        if self.linger_pods or self._held(obj):
+            self._mark_deleting(key)
         else:
             del self.objects[key]
 
@@ -359,7 +485,12 @@ class FakeKube:
             meta = obj["metadata"]
             if "foregroundDeletion" in (meta.get("finalizers") or []) and \
                     not any(k[0] == "pods" for k in self._dependents(meta["uid"])):
-                del self.objects[key]
+                rest = [f for f in meta["finalizers"] if f != "foregroundDeletion"]
+                if rest:  # another finalizer still holds the Job: it stays, deleting
+                    meta["finalizers"] = rest
+                    self._touch(key)
+                else:
+                    del self.objects[key]
 
     def delete(self, resource: str, ns: str, name: str, policy: str | None) -> dict[str, Any]:
         key = (resource, ns, name)
@@ -368,17 +499,25 @@ class FakeKube:
             self._delete_pod(key)
             return copy.deepcopy(self.objects.get(key)) or _success(resource, name, obj)
         if resource != "jobs":
+            if self._held(obj):
+                self._mark_deleting(key)
+                return copy.deepcopy(self.objects[key])
             del self.objects[key]
             return _success(resource, name, obj)
         uid = obj["metadata"]["uid"]
         # batch/v1 Jobs default to orphaning their Pods when deleted through the API.
         policy = policy or "Orphan"
+        if policy != "Foreground" and self._held(obj):
+            # A finalizer holds it: deleting only marks it; removed when released.
+            self._mark_deleting(key)
+            return copy.deepcopy(self.objects[key])
         if policy == "Orphan":
             del self.objects[key]
             for dep in self._dependents(uid):
                 refs = self.objects[dep]["metadata"]["ownerReferences"]
                 self.objects[dep]["metadata"]["ownerReferences"] = [
                     r for r in refs if r.get("uid") != uid]
+                self._touch(dep)
             return _success(resource, name, obj)
         if policy == "Background":
             del self.objects[key]
@@ -389,7 +528,7 @@ class FakeKube:
             meta["deletionTimestamp"] = now_rfc3339()
             meta["finalizers"] = sorted(set(meta.get("finalizers") or []) |
                                         {"foregroundDeletion"})
-            meta["resourceVersion"] = self._next_rv()
+            self._touch(key)
         self._collect(uid)
         self._finish_foreground()
         return copy.deepcopy(self.objects.get(key)) or _success(resource, name, obj)
@@ -518,7 +657,10 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(404, status_body(404, "NotFound", f"no route {url.path}"))
         res, ns, name = m.group("res"), m.group("ns"), m.group("name")
         with kube.lock:
-            kube.requests.append(Request(method, res, ns, name, query))
+            token = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
+            holders = {key[2]: (obj.get("spec") or {}).get("holderIdentity") or ""
+                       for key, obj in kube.objects.items() if key[0] == "leases"}
+            kube.requests.append(Request(method, res, ns, name, query, token, holders))
             fault = next((f for f in kube.faults if f.times > 0
                           and f.method in (None, method) and f.resource in (None, res)
                           and f.name in (None, name)), None)
@@ -534,6 +676,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._send(fault.status, status_body(
                     fault.status, fault.reason or "InternalError",
                     f"injected {fault.status}"))
+        if method == "GET" and name is None and query.get("watch") in ("true", "1"):
+            return self._watch(res, ns, query)
         try:
             code, out = self._handle(method, res, ns, name, query, body)
         except ValueError as exc:
@@ -603,6 +747,8 @@ class _Handler(BaseHTTPRequestHandler):
                 new["metadata"]["resourceVersion"] = kube._next_rv()
                 kube.objects[key] = new
                 return 200, copy.deepcopy(new)
+            if method == "PATCH":
+                return self._patch(key, stored, body)
             if method == "DELETE":
                 pre = (body.get("preconditions") or {})
                 if pre.get("resourceVersion") and \
@@ -613,6 +759,115 @@ class _Handler(BaseHTTPRequestHandler):
                     policy = "Orphan"
                 return 200, kube.delete(res, ns, name, policy)
             return 405, status_body(405, "MethodNotAllowed", f"{method} is not served here")
+
+    def _patch(self, key, stored, ops):
+        """Apply a JSON Patch (RFC 6902: add, remove, replace, test) to `stored`.
+
+        A failed `test` or a path that does not exist answers 422, as the API server does;
+        a patch that leaves an object being deleted without finalizers removes it.
+        """
+        kube = self.kube
+        if self.headers.get("Content-Type", "").split(";")[0] != "application/json-patch+json" \
+                or not isinstance(ops, list):
+            return 415, status_body(415, "UnsupportedMediaType",
+                                    "this fake serves JSON Patch only")
+        new = copy.deepcopy(stored)
+        for op in ops:
+            parts = [p.replace("~1", "/").replace("~0", "~")
+                     for p in op.get("path", "").split("/")[1:]]
+            if not parts:
+                return 422, status_body(422, "Invalid", "empty path")
+            parent: Any = new
+            try:
+                for part in parts[:-1]:
+                    parent = parent[int(part)] if isinstance(parent, list) else parent[part]
+                last = parts[-1]
+                index = (len(parent) if last == "-" else int(last)) \
+                    if isinstance(parent, list) else last
+                kind = op.get("op")
+                if kind == "test":
+                    if parent[index] != op.get("value"):
+                        return 422, status_body(422, "Invalid", f"the test of {op['path']} "
+                                                "failed: the value changed")
+                elif kind == "remove":
+                    del parent[index]
+                elif kind == "replace":
+                    parent[index]  # noqa: B018  (must exist)
+                    parent[index] = op.get("value")
+                elif kind == "add":
+                    if isinstance(parent, list):
+                        parent.insert(index, op.get("value"))
+                    else:
+                        parent[index] = op.get("value")
+                else:
+                    return 422, status_body(422, "Invalid", f"unsupported op {kind!r}")
+            except (KeyError, IndexError, ValueError, TypeError):
+                return 422, status_body(422, "Invalid", f"path {op.get('path')} does not "
+                                        "exist")
+        for field_name in ("uid", "creationTimestamp", "namespace", "deletionTimestamp"):
+            if field_name in stored["metadata"]:
+                new["metadata"][field_name] = stored["metadata"][field_name]
+        new["metadata"]["resourceVersion"] = kube._next_rv()
+        kube.objects[key] = new
+        kube._finish_if_released(key)
+        return 200, copy.deepcopy(new)
+
+    def _chunk(self, data: bytes) -> bool:
+        try:
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+            return True
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            return False
+
+    def _watch(self, res: str, ns: str, query: dict[str, str]) -> None:
+        """Stream the events of `res` in `ns` after `resourceVersion` (see the module doc)."""
+        kube = self.kube
+        match = label_matcher(query.get("labelSelector", ""))
+        since = int(query.get("resourceVersion") or 0)
+        timeout = float(query.get("timeoutSeconds") or 1800)
+        bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
+        _group, api_version, kind = KINDS[res]
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        deadline = time.monotonic() + timeout
+        with kube.lock:
+            generation = kube.watch_generation
+            if since and since < kube.compacted_rv:
+                gone = status_body(410, "Expired", f"too old resource version: {since} "
+                                   f"({kube.compacted_rv})")
+                self._chunk(json.dumps({"type": "ERROR", "object": gone}).encode() + b"\n")
+                self._chunk(b"")
+                return
+            if not since:
+                since = kube.rv
+        last_bookmark = time.monotonic()
+        while time.monotonic() < deadline:
+            with kube.lock:
+                if not kube.events[bisect.bisect_right(kube.event_rvs, since):]:
+                    kube.changed.wait(min(kube.bookmark_interval,
+                                          max(0.0, deadline - time.monotonic())))
+                if kube.watch_generation != generation or getattr(kube, "closing", False):
+                    break
+                batch = kube.events[bisect.bisect_right(kube.event_rvs, since):]
+                current = kube.rv
+            lines = []
+            for rv, kind_, r, n, obj in batch:
+                since = rv
+                if r == res and n == ns and match(obj["metadata"].get("labels")):
+                    lines.append(json.dumps({"type": kind_, "object": obj}))
+            if bookmarks and not lines and time.monotonic() - last_bookmark >= \
+                    kube.bookmark_interval:
+                since = max(since, current)
+                lines.append(json.dumps({"type": "BOOKMARK", "object": {
+                    "kind": kind, "apiVersion": api_version,
+                    "metadata": {"resourceVersion": str(since)}}}))
+                last_bookmark = time.monotonic()
+            if lines and not self._chunk(("\n".join(lines) + "\n").encode()):
+                return
+        self._chunk(b"")
 
     @staticmethod
     def _default_job(obj: dict[str, Any]) -> None:

@@ -300,15 +300,30 @@ def test_pending_and_running_map_through_job_status_to_exp_status(falcon_api):
 
     queued, mixed = fresh(queued), fresh(mixed)
     assert (queued.status, queued.message) == ("Created", "2 Pending")
-    assert (mixed.status, mixed.message) == ("Running", "1 Pending, 1 Running")
-    assert mixed.started_at is not None and queued.started_at is None
+    # One role runs, the other still waits for the cluster: not running yet.
+    assert (mixed.status, mixed.message) == ("Created", "1 Pending, 1 Running")
+    assert mixed.started_at is None and queued.started_at is None
     assert artifact_of(mixed).status == artifact_of(queued).status == "Created"
 
     walk(job_of(queued, "main"), "Running")
     walk(job_of(mixed, "worker"), "Running")
     controller(falcon_api).tick()
-    assert (fresh(queued).status, fresh(queued).message) == ("Running", "1 Pending, 1 Running")
+    assert (fresh(queued).status, fresh(queued).message) == ("Created", "1 Pending, 1 Running")
     assert (fresh(mixed).status, fresh(mixed).message) == ("Running", "2 Running")
+    assert fresh(mixed).started_at is not None
+
+
+def test_three_roles_stay_created_until_the_third_runs(falcon_api):
+    """Two roles with every pod ready and a third Unschedulable: the experiment is not
+    running (jobStatus2expStatus over all of its jobs)."""
+    exp = make_exp(creator=UserFactory(), name="three", roles=("ps", "worker", "eval"))
+    walk(job_of(exp, "ps"), "Running")
+    walk(job_of(exp, "worker"), "Running")
+    controller(falcon_api).tick()
+    assert (fresh(exp).status, fresh(exp).message) == ("Created", "1 Pending, 2 Running")
+    walk(job_of(exp, "eval"), "Running")
+    controller(falcon_api).tick()
+    assert fresh(exp).status == "Running"
 
 
 def test_failed_updates_are_logged_with_exp_and_job_and_the_next_exp_goes_on(falcon_api,
@@ -347,7 +362,7 @@ def test_failed_updates_are_logged_with_exp_and_job_and_the_next_exp_goes_on(fal
     # The failed job update did not stop its experiment; the next experiment was processed.
     assert fresh(sibling).status == "Failed" and artifact_of(sibling).status == "Failed"
     assert job_of(sibling, "main").status == "Succeeded"
-    assert fresh(later).status == "Running"
+    assert (fresh(later).status, fresh(later).message) == ("Created", "1 Pending, 1 Running")
     # The raced experiment stays as the abort left it, and the next tick finishes it.
     assert fresh(raced).status == "Aborting"
     walk(job_of(raced, "worker"), "Aborted", reason="Aborted")
@@ -411,6 +426,7 @@ def test_one_tick_makes_three_list_calls_whatever_the_number_of_exps(grpc_server
     exps = [make_exp(creator=user, name=f"e{i}", roles=("main", "worker")) for i in range(count)]
     for exp in exps[::2]:
         walk(job_of(exp, "main"), "Running")
+        walk(job_of(exp, "worker"), "Running")
     counter = CountingInterceptor()
     channel = grpc.intercept_channel(channel_to(grpc_server), counter)
     api = GrpcFalconAPI(f"127.0.0.1:{grpc_server.port}", INTERNAL_TOKEN, channel=channel)
@@ -422,8 +438,35 @@ def test_one_tick_makes_three_list_calls_whatever_the_number_of_exps(grpc_server
     assert stats.exps == count and stats.jobs == 2 * count
     reads = {m: n for m, n in counter.calls.items() if not m.startswith("Update")}
     assert reads == {"ListExps": 1, "ListJobs": 1, "ListArtifacts": 1}
-    assert counter.calls["UpdateExpStatus"] == count  # one status/summary write each
+    # Every experiment's status/summary write goes in one batch call, whatever their number.
+    assert counter.calls["UpdateExpStatuses"] == 1 and "UpdateExpStatus" not in counter.calls
     assert fresh(exps[0]).status == "Running" and fresh(exps[1]).message == "2 Pending"
+
+
+def test_a_refused_item_of_the_batch_is_logged_and_the_others_apply(grpc_server, caplog):
+    user = UserFactory()
+    raced = make_exp(creator=user, name="raced", roles=("main",))
+    other = make_exp(creator=user, name="other", roles=("main",))
+    for exp in (raced, other):
+        walk(job_of(exp, "main"), "Running")
+    api = GrpcFalconAPI(f"127.0.0.1:{grpc_server.port}", INTERNAL_TOKEN)
+    original = api.update_exp_statuses
+
+    def abort_first(updates):
+        # Another writer aborts one experiment between the controller's read and its write.
+        exp_abort(exp_id=raced.pk, actor=user)
+        return original(updates)
+
+    api.update_exp_statuses = abort_first
+    try:
+        with caplog.at_level(logging.WARNING, logger="falcon.controllers.exp"):
+            stats = controller(api).tick()
+    finally:
+        api.close()
+    assert stats.failed == 1 and stats.applied == 1
+    assert fresh(raced).status == "Aborting" and fresh(other).status == "Running"
+    line = next(r.getMessage() for r in caplog.records if "raced" in r.getMessage())
+    assert f"id {raced.pk}" in line and "-> Running failed" in line and "Aborting" in line
 
 
 # -- 5. every tick reads fresh data (cluster-behaviours.md#cb-17) ------------------------------
@@ -447,3 +490,24 @@ def test_each_tick_sees_rows_changed_by_another_connection(settings):
         write_result(exp)
         ctl.tick()
         assert fresh(exp).status == "Succeeded" and artifact_of(exp).status == "Succeeded"
+
+
+def test_a_batch_refused_as_a_whole_is_logged_and_the_loop_goes_on(falcon_api, caplog):
+    from core.errors import ValidationFailed
+
+    exp = make_exp(creator=UserFactory(), name="whole", roles=("main",))
+    walk(job_of(exp, "main"), "Running")
+
+    class RefusingBatch:
+        def __getattr__(self, name):
+            return getattr(falcon_api, name)
+
+        def update_exp_statuses(self, updates):
+            raise ValidationFailed({"items": ["refused"]})
+
+    with caplog.at_level(logging.ERROR, logger="falcon.controllers.exp"):
+        stats = controller(RefusingBatch()).tick()
+    assert stats.failed == 1 and fresh(exp).status == "Created"
+    assert f"exp ids {exp.pk}" in caplog.text and "ValidationFailed" in caplog.text
+    controller(falcon_api).tick()
+    assert fresh(exp).status == "Running"

@@ -77,19 +77,26 @@ def test_aborting_exp_waits_for_its_jobs_then_aborts():
 @pytest.mark.parametrize("jobs,expected", [
     (["Pending"], "Created"),
     (["Pending", "Pending"], "Created"),
-    (["Running", "Pending"], "Running"),
-    (["Succeeded", "Pending"], "Running"),
+    (["Running", "Pending"], "Created"),
+    (["Succeeded", "Pending"], "Created"),
+    (["Running", "Running", "Pending"], "Created"),
     (["Running", "Running"], "Running"),
+    (["Succeeded", "Running"], "Running"),
 ])
 def test_job_status_to_exp_status(jobs, expected):
     assert job_status_to_exp_status(jobs) == expected
 
 
 def test_pending_and_running_map_through_job_status_to_exp_status():
+    # One role still waits for the cluster: the experiment stays Created, with the summary.
     ups = decide(exp("Created"), [job(1, "Running"), job(2, "Pending")], artifact(),
                  lambda p: True)
-    assert statuses(ups) == [("exp", 1, "Running")]
+    assert statuses(ups) == [("exp", 1, "Created")]
     assert ups[0].message == "1 Pending, 1 Running"
+    ups = decide(exp("Created"), [job(1, "Running"), job(2, "Running")], artifact(),
+                 lambda p: True)
+    assert statuses(ups) == [("exp", 1, "Running")]
+    # A Running experiment whose role went back to Pending (a replica restarts) stays Running.
     # Nothing new: no write.
     assert decide(exp("Running", "1 Pending, 1 Running"), [job(1, "Running"), job(2, "Pending")],
                   artifact(), lambda p: True) == []

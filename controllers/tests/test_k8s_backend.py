@@ -292,7 +292,8 @@ def test_a_job_of_that_name_for_another_falcon_job_is_not_adopted(backend, fake_
         backend.submit(job_view(job_id=8))
 
 
-def test_observe_reads_each_cluster_with_one_list_for_any_number_of_jobs(backend, fake_kube):
+def test_observe_reads_each_cluster_with_one_list_for_any_number_of_jobs(kubeconfig, fake_kube):
+    backend = make_backend(kubeconfig, watch=False)
     views = [job_view(job_id=i, exp_id=i, exp_name=f"e{i}") for i in range(1, 31)]
     for view in views:
         backend.submit(view)
@@ -305,12 +306,58 @@ def test_observe_reads_each_cluster_with_one_list_for_any_number_of_jobs(backend
     assert fake_kube.requests[0].name is None  # a LIST, not a GET per job
     assert fake_kube.requests[0].query["labelSelector"] == "app.kubernetes.io/managed-by=falcon"
 
-    # A pending one needs its Pods' reasons: one more LIST, still not one call per job.
-    fake_kube.set_job_status(NS, backend.cluster_job_name(views[0]), {"active": 1, "ready": 0})
+    # A pending one needs its Pods' reasons: one more LIST, of that Job's Pods only.
+    name = backend.cluster_job_name(views[0])
+    fake_kube.set_job_status(NS, name, {"active": 1, "ready": 0})
     fake_kube.reset_requests()
     backend.observe(views)
     assert fake_kube.count("GET", "jobs") == 1 and fake_kube.count("GET", "pods") == 1
     assert fake_kube.count() == 2
+    pods_query = next(r for r in fake_kube.requests if r.resource == "pods").query
+    assert pods_query["labelSelector"] == ("app.kubernetes.io/managed-by=falcon,"
+                                           f"batch.kubernetes.io/job-name in ({name})")
+
+
+def test_observe_with_watch_reads_its_cache_and_one_resource_version_probe(kubeconfig,
+                                                                           fake_kube):
+    """Informer mode: one LIST per kind fills the caches, a WATCH keeps them current, and a
+    tick then sends one one-item LIST (the resourceVersion it waits for), whatever the number
+    of jobs, pending or not."""
+    backend = make_backend(kubeconfig)
+    views = [job_view(job_id=i, exp_id=i, exp_name=f"e{i}") for i in range(1, 31)]
+    try:
+        for view in views:
+            backend.submit(view)
+            fake_kube.set_job_status(NS, backend.cluster_job_name(view), {"active": 1,
+                                                                         "ready": 1})
+        backend.observe(views)  # fills the caches
+        fake_kube.set_job_status(NS, backend.cluster_job_name(views[0]), {"active": 1,
+                                                                         "ready": 0})
+        fake_kube.spawn_pods(NS, backend.cluster_job_name(views[0]), status={
+            "phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                                                "reason": "Unschedulable"}]})
+        fake_kube.reset_requests()
+        states = backend.observe(views)
+        assert states[1].status == ClusterJobStatus.PENDING and "Unschedulable" in \
+            states[1].message
+        assert {states[i].status for i in range(2, 31)} == {ClusterJobStatus.RUNNING}
+        lists = [r for r in fake_kube.requests if r.query.get("watch") != "true"]
+        assert [(r.resource, r.query.get("limit")) for r in lists] == [("jobs", "1")]
+
+        # The resourceVersion expires (etcd compaction) and the stream drops: 410 Gone, and
+        # the cache lists again instead of failing or missing changes.
+        jobs_cache = backend._job_cache
+        relists = jobs_cache.relists
+        fake_kube.expire_watches()
+        fake_kube.set_job_status(NS, backend.cluster_job_name(views[1]), {"active": 1,
+                                                                         "ready": 0})
+        deadline = time.monotonic() + 5
+        while jobs_cache.relists == relists and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert jobs_cache.relists == relists + 1
+        assert backend.observe(views)[2].status == ClusterJobStatus.PENDING
+    finally:
+        backend.close()
 
 
 def test_observe_ignores_jobs_of_other_owners_and_reports_missing(backend, fake_kube):
@@ -322,7 +369,7 @@ def test_observe_ignores_jobs_of_other_owners_and_reports_missing(backend, fake_
 
 
 def test_list_pages_and_restarts_on_410_gone(kubeconfig, fake_kube):
-    backend = make_backend(kubeconfig, list_page_size=5)
+    backend = make_backend(kubeconfig, list_page_size=5, watch=False)
     views = [job_view(job_id=i, exp_id=i, exp_name=f"e{i}") for i in range(1, 13)]
     for view in views:
         backend.submit(view)
@@ -348,7 +395,7 @@ def test_list_pages_and_restarts_on_410_gone(kubeconfig, fake_kube):
 
 
 def test_410_that_keeps_coming_fails_the_tick_with_a_backend_error(kubeconfig, fake_kube):
-    backend = make_backend(kubeconfig, retries=2)
+    backend = make_backend(kubeconfig, retries=2, watch=False)
     backend.submit(job_view())
     fake_kube.inject("GET", "jobs", status=410, reason="Expired", times=10)
     with pytest.raises(BackendError, match="410"):
@@ -363,7 +410,7 @@ def test_server_errors_are_retried_with_backoff_then_succeed(backend, fake_kube)
 
 
 def test_retries_are_bounded(kubeconfig, fake_kube):
-    backend = make_backend(kubeconfig, retries=2)
+    backend = make_backend(kubeconfig, retries=2, watch=False)
     fake_kube.inject("GET", "jobs", status=500, times=10)
     with pytest.raises(BackendError, match="500"):
         backend.observe([job_view()])
@@ -371,7 +418,7 @@ def test_retries_are_bounded(kubeconfig, fake_kube):
 
 
 def test_a_stalled_call_times_out_and_is_retried(kubeconfig, fake_kube):
-    backend = make_backend(kubeconfig, request_timeout=0.3, retries=1)
+    backend = make_backend(kubeconfig, request_timeout=0.3, retries=1, watch=False)
     fake_kube.inject("GET", "jobs", delay=2.0, times=1)
     started = time.monotonic()
     assert backend.observe([job_view()])[7].status == ClusterJobStatus.MISSING
@@ -380,7 +427,7 @@ def test_a_stalled_call_times_out_and_is_retried(kubeconfig, fake_kube):
 
 
 def test_a_cluster_that_never_answers_fails_the_tick_in_bounded_time(kubeconfig, fake_kube):
-    backend = make_backend(kubeconfig, request_timeout=0.2, retries=1)
+    backend = make_backend(kubeconfig, request_timeout=0.2, retries=1, watch=False)
     fake_kube.inject("GET", "jobs", delay=1.0, times=5)
     started = time.monotonic()
     with pytest.raises(BackendError):
@@ -432,7 +479,9 @@ def test_delete_cleans_up_pods_a_hand_delete_orphaned(backend, fake_kube):
     backend.submit(view)
     name = backend.cluster_job_name(view)
     fake_kube.spawn_pods(NS, name, status={"phase": "Running"})
-    # `DELETE` without a propagation policy orphans a batch/v1 Job's Pods (CB-13).
+    # Someone removes Falcon's finalizer by hand, then deletes the Job without a propagation
+    # policy, which orphans a batch/v1 Job's Pods (CB-13).
+    fake_kube.set_finalizers("jobs", NS, name, [])
     client.BatchV1Api(backend.api).delete_namespaced_job(name, NS)
     assert fake_kube.get("jobs", NS, name) is None and len(fake_kube.list("pods", NS)) == 2
     assert backend.delete(view) is False  # it deleted the orphans; they were still there

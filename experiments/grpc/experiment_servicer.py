@@ -57,6 +57,26 @@ class ExperimentServicer(experiment_pb2_grpc.ExperimentServiceServicer):
                                                                   list(ExpStatus)))
         return experiment_pb2.ExpCommonResp(exp=_summary(exp.pk), changed=changed, id=exp.pk)
 
+    def UpdateExpStatuses(self, request, context):
+        """UpdateExpStatuses -> `services.exp_update_statuses`: one guarded transition per item,
+        one result per item (a refused item never fails the call)."""
+        changes = []
+        for item in request.items:
+            expected = optional(item, "expected")
+            changes.append(services.ExpStatusChange(
+                exp_id=require_id(item.id),
+                status=require_choice(item.status, "status", list(ExpStatus)),
+                reason=optional(item, "reason"), message=optional(item, "message"),
+                expected=None if expected is None else require_choice(expected, "expected",
+                                                                      list(ExpStatus))))
+        outcomes = services.exp_update_statuses(changes)
+        return experiment_pb2.UpdateExpStatusesResp(results=[
+            experiment_pb2.UpdateExpStatusResult(
+                id=o.exp_id, changed=o.changed, status=o.status,
+                error_code=o.error.code if o.error else "",
+                error_message=o.error.message if o.error else "")
+            for o in outcomes])
+
     def AbortExp(self, request, context):
         """AbortExp -> `services.exp_abort` (idempotent, `changed` unset; creator or staff)."""
         exp_id = require_id(request.id)

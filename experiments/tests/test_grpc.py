@@ -399,7 +399,8 @@ def test_reflection_lists_and_describes_the_services(grpc_channel):
     pool = DescriptorPool(ProtoReflectionDescriptorDatabase(grpc_channel))
     service = pool.FindServiceByName("falcon.v1.ExperimentService")
     assert [m.name for m in service.methods] == [
-        "CreateExp", "UpdateExpStatus", "AbortExp", "GetExp", "ListExps", "DeleteExp"]
+        "CreateExp", "UpdateExpStatus", "AbortExp", "GetExp", "ListExps", "DeleteExp",
+        "UpdateExpStatuses"]
     assert pool.FindServiceByName("falcon.v1.JobService").methods_by_name[
         "ListJobs"].input_type.full_name == "falcon.v1.CommonListReq"
 

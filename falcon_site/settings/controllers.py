@@ -10,6 +10,11 @@ Environment variables:
   (default 2); `runcontroller`'s and `runlocal`'s `--interval` default.
 - `FALCON_PENDING_TIMEOUT_SECONDS`: fail a job whose cluster job has not started within this
   many seconds (default: unset, no limit).
+- `FALCON_PROGRESS_DEADLINE_SECONDS`: fail a Running job whose cluster job lost a replica
+  (evicted, preempted, node lost) and has not run every replica again within this many seconds
+  (default 600, Kubernetes' `progressDeadlineSeconds` default; `0` or empty: no limit).
+- `FALCON_ORPHAN_GRACE_SECONDS`: the resource manager's sweep spares cluster jobs and Pods
+  younger than this (default 30).
 - Leader election of `runcontroller` (a coordination.k8s.io/v1 Lease, `controllers.leader`):
   `FALCON_LEASE_NAMESPACE` (default `POD_NAMESPACE`, then `default`),
   `FALCON_LEASE_NAME_PREFIX` (default `falcon`), `FALCON_LEASE_DURATION_SECONDS` (15),
@@ -51,3 +56,7 @@ FALCON_PENDING_TIMEOUT_SECONDS = (
     float(os.environ["FALCON_PENDING_TIMEOUT_SECONDS"])
     if os.environ.get("FALCON_PENDING_TIMEOUT_SECONDS") else None
 )
+FALCON_PROGRESS_DEADLINE_SECONDS = (
+    float(os.environ.get("FALCON_PROGRESS_DEADLINE_SECONDS", "600") or 0) or None
+)
+FALCON_ORPHAN_GRACE_SECONDS = float(os.environ.get("FALCON_ORPHAN_GRACE_SECONDS", "30"))

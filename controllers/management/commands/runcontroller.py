@@ -18,8 +18,9 @@ import threading
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-API_WRITES = ("update_exp_status", "update_job_status", "update_artifact_status")
-BACKEND_WRITES = ("submit", "delete")
+API_WRITES = ("update_exp_status", "update_exp_statuses", "update_job_status",
+              "update_artifact_status")
+BACKEND_WRITES = ("submit", "delete", "sweep")
 ANALYSIS_WRITES = ("create_record", "update_record", "delete_record")
 ANALYSIS_BACKEND_WRITES = ("start", "stop")
 LEASE_NAME_MAX = 253  # a Lease name is a DNS-1123 subdomain
@@ -57,7 +58,9 @@ def build_resource_manager(options, fence=None):
     backends = {name: _fenced(backend, fence, BACKEND_WRITES)
                 for name, backend in load_backends(options["clusters"]).items()}
     return ResourceManager(_fenced(GrpcFalconAPI.from_settings(), fence, API_WRITES), backends,
-                           pending_timeout=settings.FALCON_PENDING_TIMEOUT_SECONDS)
+                           pending_timeout=settings.FALCON_PENDING_TIMEOUT_SECONDS,
+                           progress_deadline=settings.FALCON_PROGRESS_DEADLINE_SECONDS,
+                           orphan_grace=settings.FALCON_ORPHAN_GRACE_SECONDS)
 
 
 def build_analyzer(options, fence=None):

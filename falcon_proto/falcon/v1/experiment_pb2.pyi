@@ -12,6 +12,32 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class UpdateExpStatusesReq(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[UpdateExpStatusReq]
+    def __init__(self, items: _Optional[_Iterable[_Union[UpdateExpStatusReq, _Mapping]]] = ...) -> None: ...
+
+class UpdateExpStatusResult(_message.Message):
+    __slots__ = ("id", "changed", "error_code", "error_message", "status")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    changed: bool
+    error_code: str
+    error_message: str
+    status: str
+    def __init__(self, id: _Optional[int] = ..., changed: _Optional[bool] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., status: _Optional[str] = ...) -> None: ...
+
+class UpdateExpStatusesResp(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[UpdateExpStatusResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[UpdateExpStatusResult, _Mapping]]] = ...) -> None: ...
+
 class CreateExpReq(_message.Message):
     __slots__ = ("name", "cluster_name", "exp_type", "role_to_task_spec_json", "config", "priority", "creator_email")
     NAME_FIELD_NUMBER: _ClassVar[int]

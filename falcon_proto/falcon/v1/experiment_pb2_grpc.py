@@ -67,6 +67,11 @@ class ExperimentServiceStub:
                 request_serializer=falcon_dot_v1_dot_experiment__pb2.DeleteExpReq.SerializeToString,
                 response_deserializer=falcon_dot_v1_dot_experiment__pb2.ExpCommonResp.FromString,
                 _registered_method=True)
+        self.UpdateExpStatuses = channel.unary_unary(
+                '/falcon.v1.ExperimentService/UpdateExpStatuses',
+                request_serializer=falcon_dot_v1_dot_experiment__pb2.UpdateExpStatusesReq.SerializeToString,
+                response_deserializer=falcon_dot_v1_dot_experiment__pb2.UpdateExpStatusesResp.FromString,
+                _registered_method=True)
 
 
 class ExperimentServiceServicer:
@@ -119,6 +124,15 @@ class ExperimentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateExpStatuses(self, request, context):
+        """Apply many UpdateExpStatus transitions in one call (expController): each item is its own
+        guarded transition with its own result; one refused item never fails the others. At most
+        1000 items (INVALID_ARGUMENT beyond).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ExperimentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -151,6 +165,11 @@ def add_ExperimentServiceServicer_to_server(servicer, server):
                     servicer.DeleteExp,
                     request_deserializer=falcon_dot_v1_dot_experiment__pb2.DeleteExpReq.FromString,
                     response_serializer=falcon_dot_v1_dot_experiment__pb2.ExpCommonResp.SerializeToString,
+            ),
+            'UpdateExpStatuses': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateExpStatuses,
+                    request_deserializer=falcon_dot_v1_dot_experiment__pb2.UpdateExpStatusesReq.FromString,
+                    response_serializer=falcon_dot_v1_dot_experiment__pb2.UpdateExpStatusesResp.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -317,6 +336,33 @@ class ExperimentService:
             '/falcon.v1.ExperimentService/DeleteExp',
             falcon_dot_v1_dot_experiment__pb2.DeleteExpReq.SerializeToString,
             falcon_dot_v1_dot_experiment__pb2.ExpCommonResp.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateExpStatuses(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/falcon.v1.ExperimentService/UpdateExpStatuses',
+            falcon_dot_v1_dot_experiment__pb2.UpdateExpStatusesReq.SerializeToString,
+            falcon_dot_v1_dot_experiment__pb2.UpdateExpStatusesResp.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,73 @@
+"""UpdateExpStatuses: many guarded experiment transitions in one call, one result per item."""
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from accounts.tests.factories import UserFactory
+from controllers.contract import ExpStatusUpdate
+from core.errors import InvalidTransition, NotFound, TransitionRace, ValidationFailed
+from experiments.models import Experiment
+from experiments.services import (
+    MAX_STATUS_BATCH,
+    ExpStatusChange,
+    exp_abort,
+    exp_update_statuses,
+)
+from experiments.tests.factories import make_exp
+from falcon_proto.falcon.v1 import experiment_pb2
+from falcon_site.grpc.testing import (  # noqa: F401  (fixtures)
+    falcon_api,
+    grpc_channel,
+    grpc_server,
+    stubs,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_each_item_is_a_guarded_transition_with_its_own_result():
+    user = UserFactory()
+    a, b, c = (make_exp(creator=user, name=n) for n in ("a", "b", "c"))
+    exp_abort(exp_id=b.pk, actor=user)
+    out = exp_update_statuses([
+        ExpStatusChange(a.pk, "Running", message="1 Running"),
+        ExpStatusChange(b.pk, "Running"),                       # Aborting: refused
+        ExpStatusChange(c.pk, "Running", expected="Running"),   # read Running, is Created
+        ExpStatusChange(999999, "Running"),
+        ExpStatusChange(a.pk, "Running", message="again"),      # already there: refreshed
+    ])
+    assert [(o.exp_id, o.changed, type(o.error)) for o in out] == [
+        (a.pk, True, type(None)), (b.pk, False, InvalidTransition),
+        (c.pk, False, TransitionRace), (999999, False, NotFound), (a.pk, False, type(None))]
+    a, b, c = (Experiment.objects.get(pk=e.pk) for e in (a, b, c))
+    assert (a.status, a.message) == ("Running", "again") and a.started_at is not None
+    assert b.status == "Aborting" and c.status == "Created"
+    assert "Aborting" in out[1].error.message and out[1].status == "Aborting"
+
+
+def test_too_many_items_are_refused_naming_the_limit():
+    with pytest.raises(ValidationFailed, match=str(MAX_STATUS_BATCH)):
+        exp_update_statuses([ExpStatusChange(1, "Running")] * (MAX_STATUS_BATCH + 1))
+
+
+def test_over_grpc_the_client_chunks_and_rebuilds_each_error(falcon_api, monkeypatch):
+    import controllers.grpc_client as grpc_client
+
+    monkeypatch.setattr(grpc_client, "BATCH_SIZE", 2)
+    user = UserFactory()
+    exps = [make_exp(creator=user, name=f"e{i}") for i in range(3)]
+    exp_abort(exp_id=exps[1].pk, actor=user)
+    results = falcon_api.update_exp_statuses(
+        [ExpStatusUpdate(e.pk, "Running", message="m") for e in exps])
+    assert [(r.id, r.changed, type(r.error)) for r in results] == [
+        (exps[0].pk, True, type(None)), (exps[1].pk, False, InvalidTransition),
+        (exps[2].pk, True, type(None))]
+
+
+def test_an_unknown_status_is_invalid_argument(stubs):
+    request = experiment_pb2.UpdateExpStatusesReq(items=[
+        experiment_pb2.UpdateExpStatusReq(id=1, status="Sleeping")])
+    with pytest.raises(grpc.RpcError) as info:
+        stubs.exps.UpdateExpStatuses(request, timeout=10, metadata=stubs.md)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
