@@ -30,3 +30,42 @@ class BodySizeLimitMiddleware:
                 return JsonResponse({"detail": message, "code": "too_large"}, status=413)
             return HttpResponse(message, status=413, content_type="text/plain; charset=utf-8")
         return self.get_response(request)
+
+
+def _actor_of(request) -> str | None:
+    """The label of the request's authenticated user: a service's label, else the email."""
+    user = getattr(request, "user", None)
+    if user is None or not getattr(user, "is_authenticated", False):
+        return None
+    return getattr(user, "label", None) or getattr(user, "email", "") or str(user)
+
+
+class RequestContextMiddleware:
+    """Give every HTTP request an id and make its user the actor of the changes it causes.
+
+    The id is the incoming `X-Request-ID` when valid (`core.context.new_request_id`), else a new
+    one; it is current while the request is served (the logs carry it) and returned in the
+    response's `X-Request-ID` header. The actor (`core.context`) is read from `request.user`
+    when a transition needs it: DRF authenticates inside the view, after this middleware, and
+    sets `request.user` on the Django request too. First in `MIDDLEWARE`.
+    """
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        from .context import (
+            new_request_id, reset_actor, reset_request_id, set_actor, set_request_id,
+        )
+
+        request_id = new_request_id(request.headers.get("X-Request-ID"))
+        request.request_id = request_id
+        id_token = set_request_id(request_id)
+        actor_token = set_actor(lambda: _actor_of(request))
+        try:
+            response = self.get_response(request)
+        finally:
+            reset_actor(actor_token)
+            reset_request_id(id_token)
+        response["X-Request-ID"] = request_id
+        return response

@@ -2,12 +2,16 @@
 page, health checks."""
 from django.contrib import admin
 from django.urls import include, path
+
+from experiments.api import urls as _exp_urls  # noqa: F401  (registers the `id` converter)
+from experiments.api.events import ExpEventsView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from . import health
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("api/v1/exps/<id:exp_id>/events", ExpEventsView.as_view(), name="exp-events"),
     path("api/v1/", include("experiments.api.urls")),
     path("api/v1/", include("analysis.api.urls")),
     path("api/v1/auth/", include("accounts.api.urls")),

@@ -15,6 +15,9 @@ import grpc
 from django.core.exceptions import ImproperlyConfigured
 from django.db import OperationalError, close_old_connections
 
+from core.context import (
+    new_request_id, reset_actor, reset_request_id, set_actor, set_request_id,
+)
 from core.errors import FalconError
 
 from accounts.verifier import KeysUnavailable
@@ -78,9 +81,20 @@ def _refuse_streaming(request: Any, context: grpc.ServicerContext) -> None:
     context.abort(grpc.StatusCode.UNIMPLEMENTED, "streaming methods are not served")
 
 
+def _request_id(context: grpc.ServicerContext) -> str:
+    """The call's `x-request-id` metadata if valid, else a new id (`core.context`)."""
+    incoming = next((value for key, value in (context.invocation_metadata() or ())
+                     if key == "x-request-id"), None)
+    return new_request_id(incoming if isinstance(incoming, str) else None)
+
+
 def _wrap(behaviour: Callable, method: str) -> Callable:
     def call(request: Any, context: grpc.ServicerContext) -> Any:
         close_old_connections()
+        request_id = _request_id(context)
+        id_token = set_request_id(request_id)
+        # Returned whatever the outcome (an abort keeps trailing metadata set before it).
+        context.set_trailing_metadata((("x-request-id", request_id),))
         try:
             try:
                 principal = authenticate(context.invocation_metadata())
@@ -115,6 +129,7 @@ def _wrap(behaviour: Callable, method: str) -> Callable:
             except FalconError as exc:
                 abort_with_error(context, exc)
             token = set_principal(principal)
+            actor_token = set_actor(principal.name)
             try:
                 return behaviour(request, context)
             except FalconError as exc:
@@ -128,8 +143,10 @@ def _wrap(behaviour: Callable, method: str) -> Callable:
                 abort_with_status(context, grpc.StatusCode.INTERNAL, INTERNAL_CODE,
                                   "internal error; see the API server's log")
             finally:
+                reset_actor(actor_token)
                 reset_principal(token)
         finally:
+            reset_request_id(id_token)
             close_old_connections()
 
     return call

@@ -93,6 +93,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",  # Swagger UI's files served by us, not a CDN (works offline)
     "falcon_site",
+    "core",  # the transition history (core.models.TransitionEvent)
     "accounts",
     "experiments",
     "jobs",
@@ -102,6 +103,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Before all: the request id (X-Request-ID) and the actor of the transition history.
+    "core.middleware.RequestContextMiddleware",
     # First: a body over DATA_UPLOAD_MAX_MEMORY_SIZE is answered 413 before anything reads it.
     "core.middleware.BodySizeLimitMiddleware",
     # The local mode answers loopback peers only, whatever the Host header says.
