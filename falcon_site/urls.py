@@ -1,7 +1,8 @@
-"""URL routes: the API under /api/v1/, OpenAPI schema and docs, the admin, the CLI's browser login
-page, health checks."""
+"""URL routes: a landing page at /, the API under /api/v1/, OpenAPI schema and docs, the admin,
+the CLI's browser login page, health checks."""
 from django.contrib import admin
 from django.urls import include, path
+from django.views.generic import TemplateView
 
 from experiments.api import urls as _exp_urls  # noqa: F401  (registers the `id` converter)
 from experiments.api.events import ExpEventsView
@@ -9,7 +10,15 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from . import health
 
+# The admin's lists must fit a 1400-pixel screen: no app sidebar beside them (the breadcrumbs
+# and the index page link every model).
+admin.site.enable_nav_sidebar = False
+admin.site.site_header = "Falcon administration"
+admin.site.site_title = "Falcon admin"
+admin.site.site_url = "/"
+
 urlpatterns = [
+    path("", TemplateView.as_view(template_name="falcon_site/landing.html"), name="landing"),
     path("admin/", admin.site.urls),
     path("api/v1/exps/<id:exp_id>/events", ExpEventsView.as_view(), name="exp-events"),
     path("api/v1/", include("experiments.api.urls")),

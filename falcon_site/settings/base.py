@@ -171,6 +171,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# The admin shows times to the second with the zone (falcon_site/formats/en/formats.py).
+FORMAT_MODULE_PATH = ["falcon_site.formats"]
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
