@@ -29,9 +29,9 @@ def test_changelist_has_badges_truncated_names_and_times_to_the_second(staff_cli
     exp_update_status(exp_id=exp.pk, status="Running", reason="JobRunning")
     text = staff_client.get("/admin/experiments/experiment/").content.decode()
     assert 'class="falcon-status falcon-status-running"' in text
-    # The full name only in the title attribute; the cell holds 39 characters and an ellipsis.
+    # The full name only in the title attribute; the cell holds 31 characters and an ellipsis.
     assert f'title="{LONG_NAME}"' in text and f">{LONG_NAME}<" not in text
-    assert f">{LONG_NAME[:39]}…<" in text
+    assert f">{LONG_NAME[:31]}…<" in text
     assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", text)
     for column in ("duration", "reason", "creator"):
         assert f"column-{column}" in text or f">{column.capitalize()}<" in text, column
