@@ -1,5 +1,8 @@
-"""Request-size guard, run before anything reads the body."""
+"""Request-size guard, run before anything reads the body; the request's id, actor and log line."""
 from __future__ import annotations
+
+import logging
+import time
 
 from django.conf import settings
 from django.http import HttpResponse, JsonResponse
@@ -40,6 +43,11 @@ def _actor_of(request) -> str | None:
     return getattr(user, "label", None) or getattr(user, "email", "") or str(user)
 
 
+log = logging.getLogger("falcon.http")
+# The path parameters a request log line carries as ids (core.logs.CONTEXT_KEYS).
+PATH_IDS = ("exp_id", "job_id", "analysis_id")
+
+
 class RequestContextMiddleware:
     """Give every HTTP request an id and make its user the actor of the changes it causes.
 
@@ -47,7 +55,9 @@ class RequestContextMiddleware:
     one; it is current while the request is served (the logs carry it) and returned in the
     response's `X-Request-ID` header. The actor (`core.context`) is read from `request.user`
     when a transition needs it: DRF authenticates inside the view, after this middleware, and
-    sets `request.user` on the Django request too. First in `MIDDLEWARE`.
+    sets `request.user` on the Django request too. One log line per request (`falcon.http`):
+    method, path (never the query string, which may carry anything), status and milliseconds,
+    with the experiment or analysis id of the path. First in `MIDDLEWARE`.
     """
 
     def __init__(self, get_response):
@@ -62,8 +72,14 @@ class RequestContextMiddleware:
         request.request_id = request_id
         id_token = set_request_id(request_id)
         actor_token = set_actor(lambda: _actor_of(request))
+        started = time.perf_counter()
         try:
             response = self.get_response(request)
+            match = getattr(request, "resolver_match", None)
+            ids = {key: value for key, value in (match.kwargs if match else {}).items()
+                   if key in PATH_IDS}
+            log.info("%s %s %s %.1f ms", request.method, request.path, response.status_code,
+                     (time.perf_counter() - started) * 1000, extra=ids)
         finally:
             reset_actor(actor_token)
             reset_request_id(id_token)

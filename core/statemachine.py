@@ -26,6 +26,7 @@ refreshed reason in the same state writes none.
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -39,6 +40,11 @@ from django.utils import timezone
 from core.context import current_actor
 from core.errors import Conflict, InvalidTransition, NotFound, TransitionRace
 from core.text import truncate
+
+log = logging.getLogger("falcon.transitions")
+# The log key of each entity's id (core.logs.CONTEXT_KEYS).
+ID_KEYS = {"experiment": "exp_id", "job": "job_id", "artifact": "artifact_id",
+           "analysis": "analysis_id"}
 
 # The most UTF-8 bytes a status `message` keeps (a text column has no length of its own).
 # Far above what controllers write (a failing replica's last 2,048 bytes plus a sentence).
@@ -94,6 +100,13 @@ def record_transitions(machine: "StateMachine", changes: list[tuple[Any, Any, st
                         message=message or "", actor=actor, at=at)
         for pk, exp_id, source, reason, message in changes
     ])
+    # Logged once the change is committed, with the ids of what changed (core.logs).
+    lines = [(f"{machine.name} {pk}: {source} -> {target}"
+              + (f" ({reason})" if reason else "") + f" by {actor}",
+              {"exp_id": exp_id, ID_KEYS.get(entity, "entity_id"): pk})
+             for pk, exp_id, source, reason, _message in changes]
+    transaction.on_commit(lambda: [log.info(text, extra=ids) for text, ids in lines],
+                          using=using)
 
 
 @dataclass(frozen=True)

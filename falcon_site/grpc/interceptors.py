@@ -8,6 +8,7 @@ wrapper around the method's behaviour, which grpcio runs on the worker.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +31,35 @@ from core.grpc.errors import (
 )
 
 log = logging.getLogger(__name__)
+calls = logging.getLogger("falcon.grpc")
+# The request field holding the id of what a service's RPCs are about (core.logs.CONTEXT_KEYS).
+SERVICE_IDS = {"ExperimentService": ("id", "exp_id"), "JobService": ("id", "job_id"),
+               "ArtifactService": ("id", "artifact_id"),
+               "AnalysisRecordService": ("analysis_id", "analysis_id"),
+               "HistoryService": ("exp_id", "exp_id")}
+
+
+def call_ids(method: str, request: Any) -> dict[str, Any]:
+    """The ids a call's log line carries: the request's id field for its service, if set."""
+    service = method.rsplit("/", 2)[-2].rsplit(".", 1)[-1] if method.count("/") >= 2 else ""
+    field, key = SERVICE_IDS.get(service, (None, None))
+    value = getattr(request, field, None) if field else None
+    ids = {key: value} if value else {}
+    exp_id = getattr(request, "exp_id", None)
+    if exp_id and isinstance(exp_id, int) and key != "exp_id":
+        ids["exp_id"] = exp_id
+    return ids
+
+
+def _log_call(method: str, request: Any, context: grpc.ServicerContext, started: float) -> None:
+    """One line per call: method, status code, milliseconds; writes at INFO, reads at DEBUG."""
+    code = context.code() if hasattr(context, "code") else None
+    name = getattr(code, "name", None) or "OK"
+    rpc = method.rsplit("/", 1)[-1]
+    level = (logging.DEBUG if rpc.startswith(("Get", "List")) and name == "OK"
+             else logging.INFO)
+    calls.log(level, "gRPC %s %s %.1f ms", method, name,
+              (time.perf_counter() - started) * 1000, extra=call_ids(method, request))
 
 # Called without credentials: load balancers and `grpc_health_probe` know no token, and
 # reflection only describes the API (grpcurl, debugging).
@@ -91,6 +121,7 @@ def _request_id(context: grpc.ServicerContext) -> str:
 def _wrap(behaviour: Callable, method: str) -> Callable:
     def call(request: Any, context: grpc.ServicerContext) -> Any:
         close_old_connections()
+        started = time.perf_counter()
         request_id = _request_id(context)
         id_token = set_request_id(request_id)
         # Returned whatever the outcome (an abort keeps trailing metadata set before it).
@@ -146,6 +177,7 @@ def _wrap(behaviour: Callable, method: str) -> Callable:
                 reset_actor(actor_token)
                 reset_principal(token)
         finally:
+            _log_call(method, request, context, started)
             reset_request_id(id_token)
             close_old_connections()
 

@@ -25,6 +25,8 @@ Environment variables:
   a new connection per request). Above 0, `CONN_HEALTH_CHECKS` is on: a reused connection is checked
   at the start of each request and reopened if the server dropped it.
 - `FALCON_LOG_LEVEL`: the root logger's level (default `INFO`).
+- `FALCON_LOG_FORMAT`: `text` (readable lines, default) or `json` (one JSON object per line,
+  for production); see `core.logs`.
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ from pathlib import Path
 import dj_database_url
 import orjson
 
+from core.logs import log_format, logging_config
 from core.statuses import ArtifactStatus, ExpStatus, JobStatus
 from core.statuses import choices as status_choices
 
@@ -231,10 +234,6 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("FALCON_LOG_LEVEL", "INFO")},
-}
+# One console handler; `FALCON_LOG_FORMAT=json` for JSON lines (production), `text` (default)
+# for readable lines; every line carries the request id and the entity ids (core.logs).
+LOGGING = logging_config(log_format(), os.environ.get("FALCON_LOG_LEVEL", "INFO"))
