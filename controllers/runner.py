@@ -94,16 +94,23 @@ def run_loop(controller: Controller, *, interval: float, stop: threading.Event,
     Returns:
         The number of ticks run.
     """
+    from controllers import metrics
+
     ticks = 0
     while not stop.is_set():
         started = time.monotonic()
+        stats, failed = None, True
         try:
             stats = controller.tick()
+            failed = False
             log.debug("%s tick: %s", controller.name, stats)
         except Exception as exc:
             if not is_transient(exc):
                 raise
             log.warning("%s tick failed, retrying next tick: %s", controller.name, exc)
+        finally:
+            metrics.observe_tick(controller.name, time.monotonic() - started, failed=failed,
+                                 stats=stats)
         beat()  # after a failed transient tick too: the loop is alive, restarting won't help
         ticks += 1
         if max_ticks is not None and ticks >= max_ticks:

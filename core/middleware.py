@@ -78,8 +78,13 @@ class RequestContextMiddleware:
             match = getattr(request, "resolver_match", None)
             ids = {key: value for key, value in (match.kwargs if match else {}).items()
                    if key in PATH_IDS}
+            seconds = time.perf_counter() - started
             log.info("%s %s %s %.1f ms", request.method, request.path, response.status_code,
-                     (time.perf_counter() - started) * 1000, extra=ids)
+                     seconds * 1000, extra=ids)
+            from .metrics import observe_http
+
+            observe_http(match.route if match and match.route else "unmatched",
+                         request.method, response.status_code, seconds)
         finally:
             reset_actor(actor_token)
             reset_request_id(id_token)

@@ -1,5 +1,5 @@
 """URL routes: a landing page at /, the API under /api/v1/, OpenAPI schema and docs, the admin,
-the CLI's browser login page, health checks."""
+the CLI's browser login page, health checks, Prometheus metrics."""
 from django.contrib import admin
 from django.urls import include, path
 from django.views.generic import TemplateView
@@ -30,6 +30,7 @@ urlpatterns = [
     path("api-auth/", include("rest_framework.urls")),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
+    path("metrics", health.metrics, name="metrics"),
 ]
 
 handler404 = "core.drf.not_found"

@@ -35,11 +35,16 @@ def test_list_exp_events_names_the_controller_and_returns_the_request_id(stubs, 
         "internal service")
     assert event.at.ToDatetime().microsecond == exp.__class__.objects.get().started_at.microsecond
 
+    from core.metrics import GRPC_CALLS
+
+    not_found = GRPC_CALLS.labels("/falcon.v1.HistoryService/ListExpEvents", "NOT_FOUND")
+    before = not_found._value.get()
     with pytest.raises(grpc.RpcError) as err:
         history.ListExpEvents(history_pb2.ListExpEventsReq(exp_id=exp.pk + 1000),
                               metadata=(*stubs.md, ("x-request-id", "nf-1")), timeout=10)
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
     assert ("x-request-id", "nf-1") in err.value.trailing_metadata()
+    assert not_found._value.get() == before + 1  # counted by method and code (core.metrics)
 
 
 def test_a_user_may_read_events(grpc_channel, token_for, settings):

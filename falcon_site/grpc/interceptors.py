@@ -58,8 +58,12 @@ def _log_call(method: str, request: Any, context: grpc.ServicerContext, started:
     rpc = method.rsplit("/", 1)[-1]
     level = (logging.DEBUG if rpc.startswith(("Get", "List")) and name == "OK"
              else logging.INFO)
-    calls.log(level, "gRPC %s %s %.1f ms", method, name,
-              (time.perf_counter() - started) * 1000, extra=call_ids(method, request))
+    seconds = time.perf_counter() - started
+    calls.log(level, "gRPC %s %s %.1f ms", method, name, seconds * 1000,
+              extra=call_ids(method, request))
+    from core.metrics import observe_grpc
+
+    observe_grpc(method, name, seconds)
 
 # Called without credentials: load balancers and `grpc_health_probe` know no token, and
 # reflection only describes the API (grpcurl, debugging).

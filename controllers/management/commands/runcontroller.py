@@ -159,6 +159,9 @@ class Command(BaseCommand):
                             help="Seconds a leader tries to renew before it stops acting.")
         parser.add_argument("--retry-period", type=float, default=None,
                             help="Seconds between two acquire or renew attempts.")
+        parser.add_argument("--metrics-port", type=int, default=None,
+                            help="Serve Prometheus /metrics on this port (default "
+                                 "FALCON_METRICS_PORT; 0 or unset: off).")
 
     def handle(self, *args, **options):
         from controllers.leader import run_elected
@@ -172,6 +175,7 @@ class Command(BaseCommand):
             controller = REGISTRY[name](options, fence=elector.fence if elector else None)
         except Exception as exc:
             raise CommandError(f"cannot start controller {name}: {exc}") from exc
+        _start_metrics(controller, elector, options.get("metrics_port"))
         server = None
         if name == "analyzer":
             from controllers.analyzer.server import build_analyzer_server
@@ -228,3 +232,21 @@ class Command(BaseCommand):
                 if server is not None:
                     server.stop()
         self.stderr.write(f"controller {controller.name}: stopped")
+
+
+def _start_metrics(controller, elector, port: int | None) -> None:
+    """Instrument `controller` and serve /metrics on `port` (else FALCON_METRICS_PORT; 0: off).
+
+    `controllers.metrics` holds the metrics; see README, Operations.
+    """
+    import os
+
+    from controllers import metrics
+
+    port = port if port is not None else int(os.environ.get("FALCON_METRICS_PORT") or 0)
+    if not port:
+        return
+    metrics.instrument(controller, is_leader=elector.is_leader if elector else None)
+    # The local mode listens on loopback only, like the APIs.
+    default = "127.0.0.1" if settings.FALCON_AUTH_MODE == "local" else "0.0.0.0"
+    metrics.serve(port, os.environ.get("FALCON_METRICS_ADDR") or default)
