@@ -1,11 +1,11 @@
 """URL routes: a landing page at /, the API under /api/v1/, OpenAPI schema and docs, the admin,
 the CLI's browser login page, health checks, Prometheus metrics."""
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, re_path
 from django.views.generic import TemplateView
 
 from experiments.api import urls as _exp_urls  # noqa: F401  (registers the `id` converter)
-from experiments.api.events import ExpEventsView
+from experiments.api.events import ExpEventsView, bad_events_exp_id
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from . import health
@@ -21,6 +21,7 @@ urlpatterns = [
     path("", TemplateView.as_view(template_name="falcon_site/landing.html"), name="landing"),
     path("admin/", admin.site.urls),
     path("api/v1/exps/<id:exp_id>/events", ExpEventsView.as_view(), name="exp-events"),
+    re_path(r"^api/v1/exps/(?P<raw>[^/]+)/events$", bad_events_exp_id),
     path("api/v1/", include("experiments.api.urls")),
     path("api/v1/", include("analysis.api.urls")),
     path("api/v1/auth/", include("accounts.api.urls")),

@@ -5,6 +5,7 @@ The events are written by the transition engine (`core.statemachine`) and read b
 """
 from __future__ import annotations
 
+from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
@@ -50,3 +51,27 @@ class ExpEventsView(APIView):
         selectors.exp_get_summary(exp_id=exp_id)  # NotFound -> 404
         return Response(ExpEventsSerializer(
             {"exp_id": exp_id, "events": exp_events(exp_id=exp_id)}).data)
+
+
+@csrf_exempt
+def bad_events_exp_id(request, raw: str):
+    """400 naming `exp_id` for `/api/v1/exps/<raw>/events` where `raw` is not an id; 405 for a
+    method other than GET (as `views.bad_exp_id` answers for the experiment's own paths)."""
+    from django.http import JsonResponse
+
+    from core.filters import MAX_ID
+    from core.numbers import BadNumber, parse_decimal
+
+    allowed = ("GET", "HEAD", "OPTIONS")
+    if request.method not in allowed:
+        res = JsonResponse({"detail": f'Method "{request.method}" not allowed.',
+                            "code": "method_not_allowed"}, status=405)
+        res["Allow"] = ", ".join(allowed)
+        return res
+    try:
+        parse_decimal(raw, minimum=1, maximum=MAX_ID)
+        message = f"must be an integer from 1 to {MAX_ID}"
+    except BadNumber as exc:
+        message = str(exc)
+    return JsonResponse({"exp_id": [f"{message}; got {raw[:40]!r}."], "code": "invalid"},
+                        status=400)

@@ -95,6 +95,9 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",  # Swagger UI's files served by us, not a CDN (works offline)
+    # The loops' schedules, edited in the admin; a schedule store only: no broker, no worker
+    # (docs/decisions.md#dec-beat).
+    "django_celery_beat",
     "falcon_site",
     "core",  # the transition history (core.models.TransitionEvent)
     "accounts",

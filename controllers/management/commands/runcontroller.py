@@ -159,6 +159,9 @@ class Command(BaseCommand):
                             help="Seconds a leader tries to renew before it stops acting.")
         parser.add_argument("--retry-period", type=float, default=None,
                             help="Seconds between two acquire or renew attempts.")
+        parser.add_argument("--no-schedule", action="store_true",
+                            help="Keep --interval instead of following the loop's schedule "
+                                 "(edited in the admin, read over gRPC before each tick).")
         parser.add_argument("--metrics-port", type=int, default=None,
                             help="Serve Prometheus /metrics on this port (default "
                                  "FALCON_METRICS_PORT; 0 or unset: off).")
@@ -176,6 +179,11 @@ class Command(BaseCommand):
         except Exception as exc:
             raise CommandError(f"cannot start controller {name}: {exc}") from exc
         _start_metrics(controller, elector, options.get("metrics_port"))
+        follower = None
+        if not options.get("no_schedule"):
+            from controllers.schedule import follower_from_settings
+
+            follower = follower_from_settings(controller, options["interval"])
         server = None
         if name == "analyzer":
             from controllers.analyzer.server import build_analyzer_server
@@ -211,7 +219,8 @@ class Command(BaseCommand):
                 reset()
             return run_loop(controller, interval=options["interval"], stop=halt,
                             is_transient=_is_transient, max_ticks=max_ticks,
-                            wake=getattr(controller, "wake", None))
+                            wake=getattr(controller, "wake", None),
+                            schedule=follower.before_tick if follower else None)
 
         if elector is None:
             self.stderr.write(f"controller {controller.name}: running every "
