@@ -134,3 +134,20 @@ def test_http_events_name_the_user_and_return_the_request_id(auth_api, token_for
     assert len(res["X-Request-ID"]) == 32 and res["X-Request-ID"] != "bad id\twith spaces"
     assert auth_api.get("/api/v1/exps/999999/events").status_code == 404
     assert auth_api.get("/api/schema/").content.count(b"/api/v1/exps/{exp_id}/events") == 1
+
+
+def test_event_time_column_keeps_microseconds():
+    """DATETIME(6) on MariaDB (Django's DateTimeField), text with microseconds on SQLite."""
+    from django.db import connection
+
+    exp = make_exp()
+    exp_update_status(exp_id=exp.pk, status=ExpStatus.RUNNING)
+    if connection.vendor == "mysql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT DATETIME_PRECISION FROM information_schema.COLUMNS WHERE "
+                           "TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'transition_events' "
+                           "AND COLUMN_NAME = 'at'")
+            assert cursor.fetchone()[0] == 6
+    stored = TransitionEvent.objects.get().at
+    exp.refresh_from_db()
+    assert stored == exp.updated_at == exp.started_at
