@@ -65,7 +65,7 @@ def test_full_flow_logs_json_with_ids_and_never_a_secret(platform):
         mine = [r for r in transitions if r.get("exp_id") == exp["id"]]
         assert any(r["message"].startswith(f"Experiment {exp['id']}: ")
                    and ("-> Succeeded" in r["message"] or "-> Aborted" in r["message"])
-                   and r["message"].endswith("by internal service") for r in mine)
+                   and r["message"].endswith("by internal service (exp)") for r in mine)
         job_id = exp["jobs"][0]["id"]
         assert any(r.get("job_id") == job_id for r in mine)
     # The abort came over HTTP: its line carries the request id of its HTTP request line.

@@ -47,6 +47,20 @@ def test_list_exp_events_names_the_controller_and_returns_the_request_id(stubs, 
     assert not_found._value.get() == before + 1  # counted by method and code (core.metrics)
 
 
+def test_the_actor_names_the_calling_controller(stubs):
+    exp = make_exp()
+    stubs.exps.UpdateExpStatus(
+        experiment_pb2.UpdateExpStatusReq(id=exp.pk, status="Running"),
+        metadata=(*stubs.md, ("x-falcon-client", "exp")), timeout=10)
+    stubs.exps.UpdateExpStatus(
+        experiment_pb2.UpdateExpStatusReq(id=exp.pk, status="Failed"),
+        metadata=(*stubs.md, ("x-falcon-client", "Not A Name!")), timeout=10)
+    from core.history import exp_events
+
+    assert [e.actor for e in exp_events(exp_id=exp.pk)] == [
+        "internal service (exp)", "internal service"]
+
+
 def test_a_user_may_read_events(grpc_channel, token_for, settings):
     from accounts.tests.factories import UserFactory
     from accounts.issuer import local_subject

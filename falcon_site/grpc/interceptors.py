@@ -8,6 +8,7 @@ wrapper around the method's behaviour, which grpcio runs on the worker.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -115,6 +116,21 @@ def _refuse_streaming(request: Any, context: grpc.ServicerContext) -> None:
     context.abort(grpc.StatusCode.UNIMPLEMENTED, "streaming methods are not served")
 
 
+def _actor_label(principal: Any, context: grpc.ServicerContext) -> str:
+    """The principal's label; for a service, with the calling process it names in
+    `x-falcon-client` (`internal service (exp)`): which controller acted. A user's label is
+    never changed."""
+    from core.grpc.channel import CLIENT_KEY
+
+    if principal.kind != "service":
+        return principal.name
+    client = next((value for key, value in (context.invocation_metadata() or ())
+                   if key == CLIENT_KEY), "")
+    if isinstance(client, str) and re.fullmatch(r"[a-z][a-z0-9-]{0,62}", client):
+        return f"{principal.name} ({client})"
+    return principal.name
+
+
 def _request_id(context: grpc.ServicerContext) -> str:
     """The call's `x-request-id` metadata if valid, else a new id (`core.context`)."""
     incoming = next((value for key, value in (context.invocation_metadata() or ())
@@ -164,7 +180,7 @@ def _wrap(behaviour: Callable, method: str) -> Callable:
             except FalconError as exc:
                 abort_with_error(context, exc)
             token = set_principal(principal)
-            actor_token = set_actor(principal.name)
+            actor_token = set_actor(_actor_label(principal, context))
             try:
                 return behaviour(request, context)
             except FalconError as exc:

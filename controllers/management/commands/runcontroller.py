@@ -171,6 +171,9 @@ class Command(BaseCommand):
         from controllers.runner import install_stop_handlers, run_loop
 
         name = options["name"]
+        from core.grpc.channel import set_client_name
+
+        set_client_name(name)  # the history names this controller as the actor
         elector = None
         try:
             if not options["no_leader_election"]:
