@@ -46,6 +46,8 @@ def _actor_of(request) -> str | None:
 log = logging.getLogger("falcon.http")
 # The path parameters a request log line carries as ids (core.logs.CONTEXT_KEYS).
 PATH_IDS = ("exp_id", "job_id", "analysis_id")
+# Probes and scrapes, every few seconds: logged at DEBUG so they do not drown the requests.
+QUIET_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 
 
 class RequestContextMiddleware:
@@ -57,7 +59,8 @@ class RequestContextMiddleware:
     when a transition needs it: DRF authenticates inside the view, after this middleware, and
     sets `request.user` on the Django request too. One log line per request (`falcon.http`):
     method, path (never the query string, which may carry anything), status and milliseconds,
-    with the experiment or analysis id of the path. First in `MIDDLEWARE`.
+    with the experiment or analysis id of the path; health probes and metric scrapes at DEBUG.
+    First in `MIDDLEWARE`.
     """
 
     def __init__(self, get_response):
@@ -79,8 +82,10 @@ class RequestContextMiddleware:
             ids = {key: value for key, value in (match.kwargs if match else {}).items()
                    if key in PATH_IDS}
             seconds = time.perf_counter() - started
-            log.info("%s %s %s %.1f ms", request.method, request.path, response.status_code,
-                     seconds * 1000, extra=ids)
+            level = (logging.DEBUG if request.path in QUIET_PATHS and response.status_code < 400
+                     else logging.INFO)
+            log.log(level, "%s %s %s %.1f ms", request.method, request.path,
+                    response.status_code, seconds * 1000, extra=ids)
             from .metrics import observe_http
 
             observe_http(match.route if match and match.route else "unmatched",
