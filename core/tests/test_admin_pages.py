@@ -63,3 +63,26 @@ def test_landing_page_links_docs_browsable_api_and_admin(client):
     text = res.content.decode()
     for href in ('href="/api/docs/"', 'href="/api/v1/exps"', 'href="/admin/"'):
         assert href in text
+
+
+def test_operators_edit_and_pause_a_schedule_in_the_admin(staff_client):
+    import importlib
+
+    from django.apps import apps
+    from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+    from core.schedules import schedule_get
+
+    importlib.import_module("core.migrations.0002_default_schedules").create(apps, None)
+    task = PeriodicTask.objects.get(name="resource-sync")
+    page = staff_client.get(f"/admin/django_celery_beat/periodictask/{task.pk}/change/")
+    assert page.status_code == 200
+    five, _ = IntervalSchedule.objects.get_or_create(every=5, period="seconds")
+    form = {"name": task.name, "regtask": "", "task": task.task, "interval": five.pk,
+            "args": "[]", "kwargs": "{}", "headers": "{}", "priority": "", "queue": "",
+            "exchange": "", "routing_key": "", "expire_seconds": "", "description": "",
+            "one_off": "", "start_time_0": "", "start_time_1": "", "_save": "Save"}
+    res = staff_client.post(f"/admin/django_celery_beat/periodictask/{task.pk}/change/", form)
+    assert res.status_code == 302, res.content.decode()[:3000]
+    view = schedule_get("resource-sync")
+    assert (view.enabled, view.interval_seconds) == (False, 5.0)  # unticked: paused
