@@ -163,6 +163,8 @@ READ_METHODS = frozenset({
     "/falcon.v1.ArtifactService/ListArtifacts",
     "/falcon.v1.AnalysisRecordService/GetAnalysisRecord",
     "/falcon.v1.AnalysisRecordService/ListAnalysisRecords",
+    "/falcon.v1.HistoryService/ListExpEvents",
+    "/falcon.v1.ScheduleService/GetSchedule",
 })
 
 # Service roles (decisions.md#auth-8): what each machine identity may call besides

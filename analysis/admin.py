@@ -9,7 +9,11 @@ from django.contrib import admin, messages
 from django.utils.html import format_html, format_html_join
 
 from artifacts.store import store_for
-from core.admin import FilterSetAdminMixin, ReadOnlyAdminMixin, filterset_list_filter
+from core.admin import (
+    FilterSetAdminMixin, ReadOnlyAdminMixin, duration, filterset_list_filter, history_table,
+    status_badge, truncated,
+)
+from core.history import entity_events
 from core.errors import FalconError
 from plugins.render import tables
 
@@ -56,8 +60,8 @@ def unparsable_note(results: dict) -> str:
 class AnalysisRecordAdmin(ReadOnlyAdminMixin, FilterSetAdminMixin, admin.ModelAdmin):
     """Analyses are created by the analyzer controller and users; nothing is edited here."""
 
-    list_display = ("analysis_id", "status", "experiment", "plugin_name", "analysis_type",
-                    "attempts", "creator", "created_at")
+    list_display = ("analysis_id", "status_badge", "exp_name", "plugin_name", "analysis_type",
+                    "attempts", "creator", "run_time", "created_at")
     filterset_class = AnalysisFilter
     list_filter = [
         filterset_list_filter(AnalysisFilter, "status"),
@@ -71,7 +75,35 @@ class AnalysisRecordAdmin(ReadOnlyAdminMixin, FilterSetAdminMixin, admin.ModelAd
               "plugin_name", "command", "script_name", "script_content", "status", "reason",
               "error_message",
               "result_path", "attempts", "cluster_object_name", "created_at", "updated_at",
-              "started_at", "finished_at", "log_tail", "results")
+              "started_at", "finished_at", "run_time", "links", "log_tail", "results",
+              "history")
+
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, record: AnalysisRecord) -> str:
+        return status_badge(record.status)
+
+    @admin.display(description="experiment", ordering="experiment_id")
+    def exp_name(self, record: AnalysisRecord) -> str:
+        return truncated(record.experiment, 40)
+
+    @admin.display(description="duration")
+    def run_time(self, record: AnalysisRecord) -> str:
+        return duration(record.started_at, record.finished_at)
+
+    @admin.display(description="links")
+    def links(self, record: AnalysisRecord) -> str:
+        """The run's whole log over HTTP, and the experiment's page."""
+        from django.urls import reverse
+
+        return format_html(
+            '<a href="{}">log (API)</a> · <a href="{}">experiment</a>',
+            reverse("analysis-logs", kwargs={"analysis_id": record.analysis_id}),
+            reverse("admin:experiments_experiment_change", args=[record.experiment_id]))
+
+    @admin.display(description="transition history")
+    def history(self, record: AnalysisRecord) -> str:
+        return history_table(entity_events(entity_type="analysis",
+                                           entity_id=record.analysis_id))
 
     @admin.display(description=f"log (last {LOG_TAIL_BYTES // 1024} KiB)")
     def log_tail(self, record: AnalysisRecord) -> str:

@@ -335,3 +335,9 @@ def wait_for(env, client, exp_id: int, *, interval: float, timeout: float | None
 
 
 __all__ = ["exp_group", "read_config_file", "read_tasks_file", "wait_for"]
+
+
+# `falcon exp describe` lives in its own module (cli/describe.py).
+from .describe import describe as _describe  # noqa: E402
+
+exp_group.add_command(_describe)

@@ -77,7 +77,8 @@ def _pause(seconds: float, stop: threading.Event, wake: threading.Event | None) 
 
 def run_loop(controller: Controller, *, interval: float, stop: threading.Event,
              is_transient: Callable[[BaseException], bool] = lambda exc: False,
-             max_ticks: int | None = None, wake: threading.Event | None = None) -> int:
+             max_ticks: int | None = None, wake: threading.Event | None = None,
+             schedule: Callable[[], tuple[bool, float]] | None = None) -> int:
     """Call `controller.tick()` every `interval` seconds until `stop` is set; `beat()` after each.
 
     Args:
@@ -90,20 +91,33 @@ def run_loop(controller: Controller, *, interval: float, stop: threading.Event,
         wake: set it to start the next tick now instead of at the end of the interval (the
             analyzer's AnalyzerService sets it when an analysis is created, so admission does not
             wait for the interval).
+        schedule: called before each tick (`controllers.schedule.ScheduleFollower.before_tick`):
+            returns whether to run this tick (False while paused) and the interval to use.
 
     Returns:
         The number of ticks run.
     """
+    from controllers import metrics
+
     ticks = 0
     while not stop.is_set():
         started = time.monotonic()
+        run = True
+        if schedule is not None:
+            run, interval = schedule()
+        stats, failed = None, True
         try:
-            stats = controller.tick()
+            stats = controller.tick() if run else None
+            failed = False
             log.debug("%s tick: %s", controller.name, stats)
         except Exception as exc:
             if not is_transient(exc):
                 raise
             log.warning("%s tick failed, retrying next tick: %s", controller.name, exc)
+        finally:
+            if run:
+                metrics.observe_tick(controller.name, time.monotonic() - started,
+                                     failed=failed, stats=stats)
         beat()  # after a failed transient tick too: the loop is alive, restarting won't help
         ticks += 1
         if max_ticks is not None and ticks >= max_ticks:

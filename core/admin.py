@@ -5,14 +5,26 @@ rows and run the actions a model admin declares, nothing is added, edited or del
 (status fields change only through transitions; deleting goes through the services).
 `FilterSetAdminMixin` makes a changelist's filters and search those of the entity's FilterSet
 (`core.filters`), the same names and values as the HTTP and gRPC lists.
+
+The display helpers make every entity's pages alike: `status_badge` (a coloured badge),
+`truncated` (a cell cut to fit a 1400-pixel list, the full text on hover), `duration`,
+`yaml_block` (a spec pretty-printed as YAML), `history_table` (the transition history) and
+`confirm_action` (the confirmation page of an action that changes rows).
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any
 
+import yaml
 from django.contrib import admin
+from django.contrib.admin import helpers
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.db.models import QuerySet
+from django.template.response import TemplateResponse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
 
 from core.errors import ValidationFailed
 from core.filters import FalconFilterSet, SearchFilter
@@ -59,7 +71,151 @@ class ReadOnlyAdminMixin:
         """Every field shown: the admin's `fields` if it declares them, else every model field."""
         if self.fields:
             return list(self.fields)
+        if getattr(self, "fieldsets", None):
+            return [name for _title, options in self.fieldsets for name in options["fields"]]
         return [field.name for field in self.model._meta.fields]
+
+    def get_fields(self, request, obj=None) -> list[str]:
+        """The fields shown: those of `fieldsets` when declared (no form field besides)."""
+        if getattr(self, "fieldsets", None):
+            return self.get_readonly_fields(request, obj)
+        return super().get_fields(request, obj)
+
+    def history_view(self, request, object_id, extra_context=None):
+        """Django's "History" (edits made in the admin, of which there are none here) goes to
+        the row's page, which shows its transition history."""
+        from django.shortcuts import redirect
+
+        return redirect("../change/")
+
+    def render_change_form(self, request, context, add=False, change=False, form_url="",
+                           obj=None):
+        """The page of one row with no Save or Delete button: nothing here is saved."""
+        context.update({"show_save": False, "show_save_and_continue": False,
+                        "show_save_and_add_another": False, "show_delete": False,
+                        "show_delete_link": False})
+        return super().render_change_form(request, context, add=add, change=change,
+                                          form_url=form_url, obj=obj)
+
+
+# Badge colours by status (text colour on a light background), the CLI's colours.
+BADGE_COLOURS = {
+    "created": ("#055160", "#cff4fc"), "pending": ("#055160", "#cff4fc"),
+    "running": ("#664d03", "#fff3cd"), "succeeded": ("#0f5132", "#d1e7dd"),
+    "failed": ("#842029", "#f8d7da"), "aborting": ("#6f42c1", "#e9dcff"),
+    "aborted": ("#6f42c1", "#e9dcff"), "cancelled": ("#6f42c1", "#e9dcff"),
+}
+
+
+def status_badge(status: str | None) -> str:
+    """Return `status` as a coloured badge (HTML); `-` for none."""
+    if not status:
+        return "-"
+    colour, background = BADGE_COLOURS.get(str(status).lower(), ("#333", "#e9ecef"))
+    return format_html(
+        '<span class="falcon-status falcon-status-{}" style="color:{};background:{};'
+        'padding:1px 8px;border-radius:10px;font-weight:600;white-space:nowrap">{}</span>',
+        str(status).lower(), colour, background, status)
+
+
+def truncated(text: Any, max_chars: int = 40) -> str:
+    """Return `text` cut to `max_chars` characters with `…`, the full text in `title` (HTML)."""
+    text = "" if text is None else str(text)
+    if len(text) <= max_chars:
+        return format_html('<span title="{}">{}</span>', text, text or "-")
+    return format_html('<span title="{}">{}…</span>', text, text[:max_chars - 1])
+
+
+def duration(started: datetime | None, finished: datetime | None,
+             now: datetime | None = None) -> str:
+    """How long a run ran, `1h 02m 03s` (seconds), up to now while it runs; `-` before it."""
+    if started is None:
+        return "-"
+    seconds = int(((finished or now or timezone.now()) - started).total_seconds())
+    hours, rest = divmod(max(seconds, 0), 3600)
+    minutes, seconds = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes:02d}m {seconds:02d}s"
+    return f"{minutes}m {seconds:02d}s" if minutes else f"{seconds}s"
+
+
+def seconds_text(value: datetime | None) -> str:
+    """A time to the second with its time zone (`2026-01-02 03:04:05 UTC`); `-` for none."""
+    if value is None:
+        return "-"
+    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def yaml_block(value: Any) -> str:
+    """Return JSON-shaped `value` pretty-printed as block YAML in a `<pre>` (HTML)."""
+    text = yaml.safe_dump(value, sort_keys=True, allow_unicode=True, default_flow_style=False,
+                          width=100)
+    return format_html('<pre class="falcon-yaml">{}</pre>', text)
+
+
+def verbatim_block(text: str | None) -> str:
+    """Return `text` exactly as stored in a `<pre>` (HTML); `-` for none."""
+    if not text:
+        return "-"
+    return format_html('<pre class="falcon-verbatim">{}</pre>', text)
+
+
+def history_table(events: Iterable[Any], *, name_of: Callable[[Any], str] | None = None) -> str:
+    """Return transition events (`core.models.TransitionEvent`) as an HTML table, oldest first.
+
+    Args:
+        events: the events, in order.
+        name_of: names an event's row (`job/main`); default `<entity type> <entity id>`.
+    """
+    events = list(events)
+    if not events:
+        return "no status change yet"
+    name_of = name_of or (lambda event: f"{event.entity_type} {event.entity_id}")
+    rows = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+                            "<td>{}</td><td>{}</td></tr>", (
+        (timezone.localtime(event.at).strftime("%Y-%m-%d %H:%M:%S.%f %Z"), name_of(event),
+         status_badge(event.from_status), status_badge(event.to_status), event.reason or "-",
+         event.actor, truncated(event.message, 120))
+        for event in events))
+    return format_html(
+        '<table class="falcon-history"><thead><tr><th>time</th><th>object</th><th>from</th>'
+        "<th>to</th><th>reason</th><th>actor</th><th>message</th></tr></thead>"
+        "<tbody>{}</tbody></table>", rows)
+
+
+def confirm_action(modeladmin, request, queryset: QuerySet, *, action: str, verb: str,
+                   will: list[Any], will_not: list[tuple[Any, str]],
+                   perform: Callable[[], None]) -> TemplateResponse | None:
+    """Show an action's confirmation page, or, once confirmed, perform it.
+
+    The first POST (from the changelist) renders `admin/falcon_confirm_action.html`: the rows
+    that will change and those that will not, each with why. Its form posts the same selection
+    back with `confirm=yes`; then `perform()` runs and None is returned (the admin goes back to
+    the changelist).
+
+    Args:
+        modeladmin: the ModelAdmin running the action.
+        request: the action's request.
+        queryset: the selected rows.
+        action: the action's function name (the form's `action` value).
+        verb: what the action does, for the page's title and button (`Abort`).
+        will: the rows that would change.
+        will_not: `(row, why)` for the selected rows that would not change.
+        perform: does the work (called only on the confirming POST).
+    """
+    if request.POST.get("confirm") == "yes":
+        perform()
+        return None
+    opts = modeladmin.model._meta
+    context = {
+        **modeladmin.admin_site.each_context(request),
+        "title": f"{verb} {len(will)} of {len(will) + len(will_not)} "
+                 f"{opts.verbose_name_plural}?",
+        "verb": verb, "action": action, "opts": opts, "will": will, "will_not": will_not,
+        "queryset": queryset, "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        "selected": [str(pk) for pk in queryset.values_list("pk", flat=True)],
+    }
+    return TemplateResponse(request, "admin/falcon_confirm_action.html", context)
 
 
 class FilterSetListFilter(admin.SimpleListFilter):

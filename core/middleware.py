@@ -1,5 +1,8 @@
-"""Request-size guard, run before anything reads the body."""
+"""Request-size guard, run before anything reads the body; the request's id, actor and log line."""
 from __future__ import annotations
+
+import logging
+import time
 
 from django.conf import settings
 from django.http import HttpResponse, JsonResponse
@@ -30,3 +33,65 @@ class BodySizeLimitMiddleware:
                 return JsonResponse({"detail": message, "code": "too_large"}, status=413)
             return HttpResponse(message, status=413, content_type="text/plain; charset=utf-8")
         return self.get_response(request)
+
+
+def _actor_of(request) -> str | None:
+    """The label of the request's authenticated user: a service's label, else the email."""
+    user = getattr(request, "user", None)
+    if user is None or not getattr(user, "is_authenticated", False):
+        return None
+    return getattr(user, "label", None) or getattr(user, "email", "") or str(user)
+
+
+log = logging.getLogger("falcon.http")
+# The path parameters a request log line carries as ids (core.logs.CONTEXT_KEYS).
+PATH_IDS = ("exp_id", "job_id", "analysis_id")
+# Probes and scrapes, every few seconds: logged at DEBUG so they do not drown the requests.
+QUIET_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+
+
+class RequestContextMiddleware:
+    """Give every HTTP request an id and make its user the actor of the changes it causes.
+
+    The id is the incoming `X-Request-ID` when valid (`core.context.new_request_id`), else a new
+    one; it is current while the request is served (the logs carry it) and returned in the
+    response's `X-Request-ID` header. The actor (`core.context`) is read from `request.user`
+    when a transition needs it: DRF authenticates inside the view, after this middleware, and
+    sets `request.user` on the Django request too. One log line per request (`falcon.http`):
+    method, path (never the query string, which may carry anything), status and milliseconds,
+    with the experiment or analysis id of the path; health probes and metric scrapes at DEBUG.
+    First in `MIDDLEWARE`.
+    """
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        from .context import (
+            new_request_id, reset_actor, reset_request_id, set_actor, set_request_id,
+        )
+
+        request_id = new_request_id(request.headers.get("X-Request-ID"))
+        request.request_id = request_id
+        id_token = set_request_id(request_id)
+        actor_token = set_actor(lambda: _actor_of(request))
+        started = time.perf_counter()
+        try:
+            response = self.get_response(request)
+            match = getattr(request, "resolver_match", None)
+            ids = {key: value for key, value in (match.kwargs if match else {}).items()
+                   if key in PATH_IDS}
+            seconds = time.perf_counter() - started
+            level = (logging.DEBUG if request.path in QUIET_PATHS and response.status_code < 400
+                     else logging.INFO)
+            log.log(level, "%s %s %s %.1f ms", request.method, request.path,
+                    response.status_code, seconds * 1000, extra=ids)
+            from .metrics import observe_http
+
+            observe_http(match.route if match and match.route else "unmatched",
+                         request.method, response.status_code, seconds)
+        finally:
+            reset_actor(actor_token)
+            reset_request_id(id_token)
+        response["X-Request-ID"] = request_id
+        return response

@@ -17,9 +17,16 @@ columns in `extra` such as `cluster_job_name`, all sent by controllers) is bound
 column's length, and `message` to `MAX_STATUS_MESSAGE_BYTES`, ending with a visible
 `… [truncated N bytes]` (`core.text.truncate`). Otherwise one 5 MiB message would be stored and
 sent in every reply and page that carries its row.
+
+And it is the one place that records the transition history: every status change writes a
+`core.models.TransitionEvent` (entity, from, to, reason, message, actor, time to the
+microsecond) in the same transaction as the UPDATE, single rows and batches alike, so no change
+is ever missing from the history nor recorded without happening. A repeated transition or a
+refreshed reason in the same state writes none.
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -30,8 +37,14 @@ from django.db import models, transaction
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from core.context import current_actor
 from core.errors import Conflict, InvalidTransition, NotFound, TransitionRace
 from core.text import truncate
+
+log = logging.getLogger("falcon.transitions")
+# The log key of each entity's id (core.logs.CONTEXT_KEYS).
+ID_KEYS = {"experiment": "exp_id", "job": "job_id", "artifact": "artifact_id",
+           "analysis": "analysis_id"}
 
 # The most UTF-8 bytes a status `message` keeps (a text column has no length of its own).
 # Far above what controllers write (a failing replica's last 2,048 bytes plus a sentence).
@@ -52,6 +65,48 @@ def bounded_text(model: type[models.Model], column: str, value: Any) -> Any:
     if isinstance(field, models.TextField):
         return truncate(value, max_bytes=MAX_STATUS_MESSAGE_BYTES)
     return value
+
+
+def experiment_column(model: type[models.Model]) -> str:
+    """The column naming the experiment a row of `model` belongs to (`pk` for an experiment)."""
+    try:
+        model._meta.get_field("experiment")
+    except Exception:
+        return "pk"
+    return "experiment_id"
+
+
+def record_transitions(machine: "StateMachine", changes: list[tuple[Any, Any, str, str, str]],
+                       *, target: str, at: datetime, using: str) -> None:
+    """Write one `TransitionEvent` per changed row, in one INSERT (the caller's transaction).
+
+    Args:
+        machine: the entity's table (its `name`, lower-cased, is the event's entity type).
+        changes: `(pk, experiment id, from status, reason, message)` of every row that
+            changed, with its cause and detail after the change.
+        target: the status entered.
+        at: the time of the change (the rows' `updated_at`).
+        using: the database alias of the transaction.
+    """
+    from core.models import TransitionEvent
+
+    if not changes:
+        return
+    actor = current_actor()
+    entity = machine.name.lower()
+    TransitionEvent.objects.using(using).bulk_create([
+        TransitionEvent(entity_type=entity, entity_id=str(pk), experiment_id=exp_id,
+                        from_status=source, to_status=target, reason=reason or "",
+                        message=message or "", actor=actor, at=at)
+        for pk, exp_id, source, reason, message in changes
+    ])
+    # Logged once the change is committed, with the ids of what changed (core.logs).
+    lines = [(f"{machine.name} {pk}: {source} -> {target}"
+              + (f" ({reason})" if reason else "") + f" by {actor}",
+              {"exp_id": exp_id, ID_KEYS.get(entity, "entity_id"): pk})
+             for pk, exp_id, source, reason, _message in changes]
+    transaction.on_commit(lambda: [log.info(text, extra=ids) for text, ids in lines],
+                          using=using)
 
 
 @dataclass(frozen=True)
@@ -161,7 +216,11 @@ def apply_transition(
             raise NotFound(f"{machine.name} {pk} does not exist.")
         if row.status in guard:
             queryset.filter(pk=pk).update(**updates)
-            return queryset.get(pk=pk), True
+            fresh = queryset.get(pk=pk)
+            exp_id = fresh.pk if experiment_column(model) == "pk" else fresh.experiment_id
+            record_transitions(machine, [(pk, exp_id, row.status, fresh.reason, fresh.message)],
+                               target=target, at=now, using=queryset.db)
+            return fresh, True
         if row.status == target:
             if target not in machine.terminal and (detail or extra):
                 queryset.filter(pk=pk).update(updated_at=now, **detail, **(extra or {}))
@@ -193,15 +252,37 @@ def apply_transition_many(
 ) -> int:
     """Move every row of `queryset` whose state allows it to `target`, in one UPDATE.
 
-    Rows in other states are left alone (the caller filters to the rows it means). Returns the
-    number of rows changed.
+    Rows in other states are left alone (the caller filters to the rows it means). The rows
+    are locked through `queryset` (callers select them by primary key), their states read, the
+    movable ones written by primary key with the status guard repeated, and one
+    `TransitionEvent` per changed row written, all in one transaction. Returns the number of
+    rows changed.
     """
-    updates = machine.updates_for(target, timezone.now())
+    sources = machine.sources(target)
+    now = timezone.now()
+    model = queryset.model
+    updates = machine.updates_for(target, now)
     if reason is not None:
-        updates["reason"] = bounded_text(queryset.model, "reason", reason)
+        updates["reason"] = bounded_text(model, "reason", reason)
     if message is not None:
-        updates["message"] = bounded_text(queryset.model, "message", message)
-    return queryset.filter(status__in=machine.sources(target)).update(**updates)
+        updates["message"] = bounded_text(model, "message", message)
+    exp_column = experiment_column(model)
+    with transaction.atomic(using=queryset.db):
+        rows = [row for row in queryset.select_for_update().values_list("pk", exp_column, "status")
+                if row[2] in sources]
+        if not rows:
+            return 0
+        ids = [row[0] for row in rows]
+        manager = model._default_manager.using(queryset.db)
+        changed = manager.filter(pk__in=ids, status__in=sources).update(**updates)
+        # The cause and detail each row now has (kept from before when not given).
+        details = {pk: (why, detail) for pk, why, detail
+                   in manager.filter(pk__in=ids, status=target)
+                   .values_list("pk", "reason", "message")}
+        record_transitions(machine, [(pk, exp_id, source, *details[pk])
+                                     for pk, exp_id, source in rows if pk in details],
+                           target=target, at=now, using=queryset.db)
+    return changed
 
 
 def delete_terminal(machine: StateMachine, queryset: models.QuerySet, *, pk: int,

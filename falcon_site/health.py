@@ -1,6 +1,6 @@
 """Liveness (`/healthz`) and readiness (`/readyz`, checks the database) probes."""
 from django.db import connection
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -16,3 +16,15 @@ def readyz(request: HttpRequest) -> JsonResponse:
     except Exception as exc:  # any driver error means "not ready"
         return JsonResponse({"status": "unavailable", "detail": str(exc)}, status=503)
     return JsonResponse({"status": "ok"})
+
+
+def metrics(request):
+    """Prometheus metrics of the API server (`core.metrics`), in the text exposition format.
+
+    Unauthenticated, like /healthz: scraped from inside the cluster (a NetworkPolicy or the
+    ingress keeps it from the outside); it holds counts and latencies, no data.
+    """
+    from core.metrics import exposition
+
+    body, content_type = exposition()
+    return HttpResponse(body, content_type=content_type)

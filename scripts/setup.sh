@@ -5,8 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # mysqlclient builds from source: it needs the MySQL/MariaDB client headers and pkg-config.
+# chromium: the admin's browser test drives Debian's Chromium with Playwright (no browser
+# download: Playwright is told to launch /usr/bin/chromium).
 missing=()
-for pkg in default-libmysqlclient-dev pkg-config; do
+for pkg in default-libmysqlclient-dev pkg-config chromium; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 if [ ${#missing[@]} -gt 0 ]; then

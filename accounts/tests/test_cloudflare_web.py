@@ -60,9 +60,12 @@ def test_staff_without_superuser_see_and_act_on_experiments(client, cloudflare):
     token = cloudflare.sign(sub="cf-ops", email="ops@example.com")
     res = client.get("/admin/experiments/experiment/", HTTP_CF_ACCESS_JWT_ASSERTION=token)
     assert res.status_code == 200 and b"visible-to-ops" in res.content
-    res = client.post("/admin/experiments/experiment/", {
-        "action": "abort_experiments", "_selected_action": [exp.pk]},
-        HTTP_CF_ACCESS_JWT_ASSERTION=token)
+    selection = {"action": "abort_experiments", "_selected_action": [exp.pk]}
+    res = client.post("/admin/experiments/experiment/", selection,
+                      HTTP_CF_ACCESS_JWT_ASSERTION=token)
+    assert res.status_code == 200 and b"These will change (1)" in res.content  # confirmation
+    res = client.post("/admin/experiments/experiment/", {**selection, "confirm": "yes"},
+                      HTTP_CF_ACCESS_JWT_ASSERTION=token)
     assert res.status_code == 302
     exp.refresh_from_db()
     assert exp.status == "Aborting"

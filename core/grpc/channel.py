@@ -10,6 +10,23 @@ CHANNEL_OPTIONS = (
 )
 
 
+# The metadata key naming the calling process (a controller: `exp`, `resources`, `analyzer`).
+CLIENT_KEY = "x-falcon-client"
+_client_name = ""
+
+
+def set_client_name(name: str) -> None:
+    """Name this process in every call's metadata (`CLIENT_KEY`); `runcontroller` sets it.
+
+    The API server adds it to a service principal's label in the transition history
+    (`internal service (exp)`), so the history says which controller acted.
+    """
+    global _client_name
+    _client_name = name
+
+
 def auth_metadata(token: str) -> tuple[tuple[str, str], ...]:
-    """Return the call metadata that authenticates with `token` (internal token or user JWT)."""
-    return (("authorization", f"Bearer {token}"),)
+    """Return the call metadata that authenticates with `token` (internal token or user JWT),
+    with this process's name when one is set (`set_client_name`)."""
+    metadata = (("authorization", f"Bearer {token}"),)
+    return metadata + (((CLIENT_KEY, _client_name),) if _client_name else ())

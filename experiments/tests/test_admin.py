@@ -40,25 +40,36 @@ def test_change_page_shows_jobs_and_artifact_read_only(staff_client, user):
     assert (after.name, after.priority, after.status) == (exp.name, -1, "Created")
 
 
-def test_abort_action_calls_the_service(staff_client, user):
+def test_abort_action_confirms_then_calls_the_service(staff_client, user):
     running = make_exp(creator=user, name="a")
     done = make_exp(creator=user, name="b")
     exp_update_status(exp_id=done.pk, status="Succeeded")
-    res = staff_client.post("/admin/experiments/experiment/", {
-        "action": "abort_experiments", "_selected_action": [running.pk, done.pk]}, follow=True)
+    selection = {"action": "abort_experiments", "_selected_action": [running.pk, done.pk]}
+    page = staff_client.post("/admin/experiments/experiment/", selection)
+    # First a confirmation page: what will change and what will not, and why; nothing moved.
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "These will change (1)" in text and "These will not change (1)" in text
+    assert "already Succeeded" in text and "Yes, abort 1" in text
+    assert Experiment.objects.get(pk=running.pk).status == "Created"
+    res = staff_client.post("/admin/experiments/experiment/", {**selection, "confirm": "yes"},
+                            follow=True)
     assert res.status_code == 200
     assert Experiment.objects.get(pk=running.pk).status == "Aborting"
     assert running.jobs.get().status == "Aborting"
     assert Experiment.objects.get(pk=done.pk).status == "Succeeded"
-    assert b"already Succeeded" in res.content
+    assert b"Abort requested for 1 experiment(s)." in res.content
 
 
-def test_delete_action_only_deletes_finished(staff_client, user):
+def test_delete_action_confirms_then_only_deletes_finished(staff_client, user):
     running = make_exp(creator=user, name="a")
     done = make_exp(creator=user, name="b")
     exp_update_status(exp_id=done.pk, status="Failed")
-    staff_client.post("/admin/experiments/experiment/", {
-        "action": "delete_experiments", "_selected_action": [running.pk, done.pk]})
+    selection = {"action": "delete_experiments", "_selected_action": [running.pk, done.pk]}
+    page = staff_client.post("/admin/experiments/experiment/", selection)
+    assert "Created: abort it first" in page.content.decode()
+    assert Experiment.objects.count() == 2
+    staff_client.post("/admin/experiments/experiment/", {**selection, "confirm": "yes"})
     assert list(Experiment.objects.values_list("pk", flat=True)) == [running.pk]
 
 

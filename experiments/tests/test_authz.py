@@ -203,7 +203,7 @@ def test_admin_actions_run_as_the_staff_user(client, people):
     client.force_login(staff)
     exp = make_exp(creator=people["creator"])
     client.post("/admin/experiments/experiment/",
-                {"action": "abort_experiments", "_selected_action": [exp.pk]})
+                {"action": "abort_experiments", "_selected_action": [exp.pk], "confirm": "yes"})
     exp.refresh_from_db()
     assert exp.status == "Aborting" and "ops@example.com" in exp.message
 

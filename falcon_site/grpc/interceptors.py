@@ -8,6 +8,8 @@ wrapper around the method's behaviour, which grpcio runs on the worker.
 from __future__ import annotations
 
 import logging
+import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +17,9 @@ import grpc
 from django.core.exceptions import ImproperlyConfigured
 from django.db import OperationalError, close_old_connections
 
+from core.context import (
+    new_request_id, reset_actor, reset_request_id, set_actor, set_request_id,
+)
 from core.errors import FalconError
 
 from accounts.verifier import KeysUnavailable
@@ -27,6 +32,39 @@ from core.grpc.errors import (
 )
 
 log = logging.getLogger(__name__)
+calls = logging.getLogger("falcon.grpc")
+# The request field holding the id of what a service's RPCs are about (core.logs.CONTEXT_KEYS).
+SERVICE_IDS = {"ExperimentService": ("id", "exp_id"), "JobService": ("id", "job_id"),
+               "ArtifactService": ("id", "artifact_id"),
+               "AnalysisRecordService": ("analysis_id", "analysis_id"),
+               "HistoryService": ("exp_id", "exp_id")}
+
+
+def call_ids(method: str, request: Any) -> dict[str, Any]:
+    """The ids a call's log line carries: the request's id field for its service, if set."""
+    service = method.rsplit("/", 2)[-2].rsplit(".", 1)[-1] if method.count("/") >= 2 else ""
+    field, key = SERVICE_IDS.get(service, (None, None))
+    value = getattr(request, field, None) if field else None
+    ids = {key: value} if value else {}
+    exp_id = getattr(request, "exp_id", None)
+    if exp_id and isinstance(exp_id, int) and key != "exp_id":
+        ids["exp_id"] = exp_id
+    return ids
+
+
+def _log_call(method: str, request: Any, context: grpc.ServicerContext, started: float) -> None:
+    """One line per call: method, status code, milliseconds; writes at INFO, reads at DEBUG."""
+    code = context.code() if hasattr(context, "code") else None
+    name = getattr(code, "name", None) or "OK"
+    rpc = method.rsplit("/", 1)[-1]
+    level = (logging.DEBUG if rpc.startswith(("Get", "List")) and name == "OK"
+             else logging.INFO)
+    seconds = time.perf_counter() - started
+    calls.log(level, "gRPC %s %s %.1f ms", method, name, seconds * 1000,
+              extra=call_ids(method, request))
+    from core.metrics import observe_grpc
+
+    observe_grpc(method, name, seconds)
 
 # Called without credentials: load balancers and `grpc_health_probe` know no token, and
 # reflection only describes the API (grpcurl, debugging).
@@ -78,9 +116,36 @@ def _refuse_streaming(request: Any, context: grpc.ServicerContext) -> None:
     context.abort(grpc.StatusCode.UNIMPLEMENTED, "streaming methods are not served")
 
 
+def _actor_label(principal: Any, context: grpc.ServicerContext) -> str:
+    """The principal's label; for a service, with the calling process it names in
+    `x-falcon-client` (`internal service (exp)`): which controller acted. A user's label is
+    never changed."""
+    from core.grpc.channel import CLIENT_KEY
+
+    if principal.kind != "service":
+        return principal.name
+    client = next((value for key, value in (context.invocation_metadata() or ())
+                   if key == CLIENT_KEY), "")
+    if isinstance(client, str) and re.fullmatch(r"[a-z][a-z0-9-]{0,62}", client):
+        return f"{principal.name} ({client})"
+    return principal.name
+
+
+def _request_id(context: grpc.ServicerContext) -> str:
+    """The call's `x-request-id` metadata if valid, else a new id (`core.context`)."""
+    incoming = next((value for key, value in (context.invocation_metadata() or ())
+                     if key == "x-request-id"), None)
+    return new_request_id(incoming if isinstance(incoming, str) else None)
+
+
 def _wrap(behaviour: Callable, method: str) -> Callable:
     def call(request: Any, context: grpc.ServicerContext) -> Any:
         close_old_connections()
+        started = time.perf_counter()
+        request_id = _request_id(context)
+        id_token = set_request_id(request_id)
+        # Returned whatever the outcome (an abort keeps trailing metadata set before it).
+        context.set_trailing_metadata((("x-request-id", request_id),))
         try:
             try:
                 principal = authenticate(context.invocation_metadata())
@@ -115,6 +180,7 @@ def _wrap(behaviour: Callable, method: str) -> Callable:
             except FalconError as exc:
                 abort_with_error(context, exc)
             token = set_principal(principal)
+            actor_token = set_actor(_actor_label(principal, context))
             try:
                 return behaviour(request, context)
             except FalconError as exc:
@@ -128,8 +194,11 @@ def _wrap(behaviour: Callable, method: str) -> Callable:
                 abort_with_status(context, grpc.StatusCode.INTERNAL, INTERNAL_CODE,
                                   "internal error; see the API server's log")
             finally:
+                reset_actor(actor_token)
                 reset_principal(token)
         finally:
+            _log_call(method, request, context, started)
+            reset_request_id(id_token)
             close_old_connections()
 
     return call

@@ -27,7 +27,8 @@ from core.grpc.channel import CHANNEL_OPTIONS
 from core.ports import bind_problem
 from falcon_proto.falcon.v1 import (
     analysis_pb2, analysis_pb2_grpc, artifact_pb2, artifact_pb2_grpc, experiment_pb2,
-    experiment_pb2_grpc, job_pb2, job_pb2_grpc,
+    experiment_pb2_grpc, history_pb2, history_pb2_grpc, job_pb2, job_pb2_grpc, schedule_pb2,
+    schedule_pb2_grpc,
 )
 from .interceptors import FalconServerInterceptor
 
@@ -38,6 +39,8 @@ SERVICE_NAMES = (
     job_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
     artifact_pb2.DESCRIPTOR.services_by_name["ArtifactService"].full_name,
     analysis_pb2.DESCRIPTOR.services_by_name["AnalysisRecordService"].full_name,
+    history_pb2.DESCRIPTOR.services_by_name["HistoryService"].full_name,
+    schedule_pb2.DESCRIPTOR.services_by_name["ScheduleService"].full_name,
 )
 
 # The server binds its port exclusively. grpcio sets SO_REUSEPORT on listening sockets by
@@ -91,8 +94,10 @@ def build_server(addr: str, *, max_workers: int = 16) -> FalconGrpcServer:
             what to do.
     """
     from analysis.grpc.record_servicer import AnalysisRecordServicer
+    from core.grpc.schedule_servicer import ScheduleServicer
     from experiments.grpc.artifact_servicer import ArtifactServicer
     from experiments.grpc.experiment_servicer import ExperimentServicer
+    from experiments.grpc.history_servicer import HistoryServicer
     from experiments.grpc.job_servicer import JobServicer
 
     server = grpc.server(
@@ -105,6 +110,8 @@ def build_server(addr: str, *, max_workers: int = 16) -> FalconGrpcServer:
     artifact_pb2_grpc.add_ArtifactServiceServicer_to_server(ArtifactServicer(), server)
     analysis_pb2_grpc.add_AnalysisRecordServiceServicer_to_server(AnalysisRecordServicer(),
                                                                   server)
+    history_pb2_grpc.add_HistoryServiceServicer_to_server(HistoryServicer(), server)
+    schedule_pb2_grpc.add_ScheduleServiceServicer_to_server(ScheduleServicer(), server)
 
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

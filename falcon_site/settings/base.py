@@ -25,6 +25,8 @@ Environment variables:
   a new connection per request). Above 0, `CONN_HEALTH_CHECKS` is on: a reused connection is checked
   at the start of each request and reopened if the server dropped it.
 - `FALCON_LOG_LEVEL`: the root logger's level (default `INFO`).
+- `FALCON_LOG_FORMAT`: `text` (readable lines, default) or `json` (one JSON object per line,
+  for production); see `core.logs`.
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ from pathlib import Path
 import dj_database_url
 import orjson
 
+from core.logs import log_format, logging_config
 from core.statuses import ArtifactStatus, ExpStatus, JobStatus
 from core.statuses import choices as status_choices
 
@@ -92,7 +95,11 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",  # Swagger UI's files served by us, not a CDN (works offline)
+    # The loops' schedules, edited in the admin; a schedule store only: no broker, no worker
+    # (docs/decisions.md#dec-beat).
+    "django_celery_beat",
     "falcon_site",
+    "core",  # the transition history (core.models.TransitionEvent)
     "accounts",
     "experiments",
     "jobs",
@@ -102,6 +109,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Before all: the request id (X-Request-ID) and the actor of the transition history.
+    "core.middleware.RequestContextMiddleware",
     # First: a body over DATA_UPLOAD_MAX_MEMORY_SIZE is answered 413 before anything reads it.
     "core.middleware.BodySizeLimitMiddleware",
     # The local mode answers loopback peers only, whatever the Host header says.
@@ -168,6 +177,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# The admin shows times to the second with the zone (falcon_site/formats/en/formats.py).
+FORMAT_MODULE_PATH = ["falcon_site.formats"]
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
@@ -226,10 +237,6 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("FALCON_LOG_LEVEL", "INFO")},
-}
+# One console handler; `FALCON_LOG_FORMAT=json` for JSON lines (production), `text` (default)
+# for readable lines; every line carries the request id and the entity ids (core.logs).
+LOGGING = logging_config(log_format(), os.environ.get("FALCON_LOG_LEVEL", "INFO"))

@@ -168,12 +168,21 @@ class Command(BaseCommand):
                             help="Seconds a leader tries to renew before it stops acting.")
         parser.add_argument("--retry-period", type=float, default=None,
                             help="Seconds between two acquire or renew attempts.")
+        parser.add_argument("--no-schedule", action="store_true",
+                            help="Keep --interval instead of following the loop's schedule "
+                                 "(edited in the admin, read over gRPC before each tick).")
+        parser.add_argument("--metrics-port", type=int, default=None,
+                            help="Serve Prometheus /metrics on this port (default "
+                                 "FALCON_METRICS_PORT; 0 or unset: off).")
 
     def handle(self, *args, **options):
         from controllers.leader import run_elected
         from controllers.runner import install_stop_handlers, run_loop
 
         name = options["name"]
+        from core.grpc.channel import set_client_name
+
+        set_client_name(name)  # the history names this controller as the actor
         elector = None
         try:
             if not options["no_leader_election"]:
@@ -181,6 +190,12 @@ class Command(BaseCommand):
             controller = REGISTRY[name](options, fence=elector.fence if elector else None)
         except Exception as exc:
             raise CommandError(f"cannot start controller {name}: {exc}") from exc
+        _start_metrics(controller, elector, options.get("metrics_port"))
+        follower = None
+        if not options.get("no_schedule"):
+            from controllers.schedule import follower_from_settings
+
+            follower = follower_from_settings(controller, options["interval"])
         server = None
         if name == "analyzer":
             from controllers.analyzer.server import build_analyzer_server
@@ -216,7 +231,8 @@ class Command(BaseCommand):
                 reset()
             return run_loop(controller, interval=options["interval"], stop=halt,
                             is_transient=_is_transient, max_ticks=max_ticks,
-                            wake=getattr(controller, "wake", None))
+                            wake=getattr(controller, "wake", None),
+                            schedule=follower.before_tick if follower else None)
 
         if elector is None:
             self.stderr.write(f"controller {controller.name}: running every "
@@ -237,3 +253,21 @@ class Command(BaseCommand):
                 if server is not None:
                     server.stop()
         self.stderr.write(f"controller {controller.name}: stopped")
+
+
+def _start_metrics(controller, elector, port: int | None) -> None:
+    """Instrument `controller` and serve /metrics on `port` (else FALCON_METRICS_PORT; 0: off).
+
+    `controllers.metrics` holds the metrics; see README, Operations.
+    """
+    import os
+
+    from controllers import metrics
+
+    port = port if port is not None else int(os.environ.get("FALCON_METRICS_PORT") or 0)
+    if not port:
+        return
+    metrics.instrument(controller, is_leader=elector.is_leader if elector else None)
+    # The local mode listens on loopback only, like the APIs.
+    default = "127.0.0.1" if settings.FALCON_AUTH_MODE == "local" else "0.0.0.0"
+    metrics.serve(port, os.environ.get("FALCON_METRICS_ADDR") or default)

@@ -61,6 +61,7 @@ class Command(BaseCommand):
             # Exit non-zero with the address and what to do (the port is bound exclusively).
             raise CommandError(str(exc)) from None
 
+        _serve_metrics()
         stop = threading.Event()
 
         def on_signal(signum, _frame) -> None:
@@ -81,3 +82,22 @@ class Command(BaseCommand):
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+
+def _serve_metrics() -> None:
+    """Serve the gRPC server's Prometheus metrics (`core.metrics`) on `FALCON_METRICS_PORT`.
+
+    Unset or 0: off. Loopback in the local mode, else `FALCON_METRICS_ADDR` (default all
+    addresses), as the controllers do.
+    """
+    import os
+
+    port = int(os.environ.get("FALCON_METRICS_PORT") or 0)
+    if not port:
+        return
+    from prometheus_client import start_http_server
+
+    default = "127.0.0.1" if settings.FALCON_AUTH_MODE == "local" else "0.0.0.0"
+    addr = os.environ.get("FALCON_METRICS_ADDR") or default
+    start_http_server(port, addr=addr)
+    log.info("metrics on http://%s:%s/metrics", addr, port)

@@ -139,9 +139,10 @@ class Command(BaseCommand):
         parser.add_argument("--analyzer", default=settings.FALCON_ANALYZER_ADDR,
                             help="AnalyzerService address host:port of the analyzer controller "
                             "(default: FALCON_ANALYZER_ADDR).")
-        parser.add_argument("--interval", type=float,
-                            default=settings.FALCON_CONTROLLER_INTERVAL_SECONDS,
-                            help="Seconds between two controller ticks.")
+        parser.add_argument("--interval", type=float, default=None,
+                            help="Seconds between two controller ticks, ignoring the loops' "
+                                 "schedules (tests, benchmarks); default: the schedules edited "
+                                 "in the admin, else FALCON_CONTROLLER_INTERVAL_SECONDS.")
 
     def handle(self, *args, **options):
         http, grpc = options["http"], options["grpc"]
@@ -159,7 +160,9 @@ class Command(BaseCommand):
         env = dict(os.environ, FALCON_GRPC_ADDR=grpc, FALCON_GRPC_TARGET=grpc,
                    FALCON_ANALYZER_ADDR=analyzer, FALCON_ANALYZER_TARGET=analyzer,
                    PYTHONUNBUFFERED="1")
-        interval = str(options["interval"])
+        # An explicit --interval pins every loop's interval (the schedules are not followed).
+        pinned = [] if options["interval"] is None else ["--no-schedule"]
+        interval = str(options["interval"] or settings.FALCON_CONTROLLER_INTERVAL_SECONDS)
         servers = {
             # --insecure: serve the admin's static files with DEBUG off (local mode only).
             "http": [sys.executable, manage, "runserver", "--noreload", "--insecure", http],
@@ -168,12 +171,12 @@ class Command(BaseCommand):
         controllers = {
             # One process of each kind and no Kubernetes API to hold a Lease: no election.
             "exp-controller": [sys.executable, manage, "runcontroller", "exp",
-                               "--interval", interval, "--no-leader-election"],
+                               "--interval", interval, "--no-leader-election", *pinned],
             "resource-manager": [sys.executable, manage, "runcontroller", "resources",
-                                 "--interval", interval, "--no-leader-election"],
+                                 "--interval", interval, "--no-leader-election", *pinned],
             # AnalyzerService on FALCON_ANALYZER_ADDR; runs adopted again after a restart.
             "analyzer": [sys.executable, manage, "runcontroller", "analyzer", "--addr", analyzer,
-                         "--interval", interval, "--no-leader-election"],
+                         "--interval", interval, "--no-leader-election", *pinned],
         }
         stop = threading.Event()
 

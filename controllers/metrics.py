@@ -1,0 +1,181 @@
+"""Prometheus metrics of a controller, served on its own port (`FALCON_METRICS_PORT`).
+
+Everything a controller exports is defined here, and attached from outside the reconcilers so
+their code stays free of metrics:
+
+- `observe_tick` (called by `controllers.runner.run_loop`): tick duration and errors, and the
+  rows a tick skipped because they could not be mapped (its stats' `skipped`);
+- `instrument(controller, elector)` (called by `runcontroller`): wraps the controller's API
+  client (jobs and analyses by status, as last listed) and its cluster backends (cluster API
+  calls and errors by verb), and registers the leader status, the analyzer's queue depths and
+  the slots in use, read at scrape time;
+- `serve(port)`: `prometheus_client.start_http_server`.
+
+Names follow Prometheus's conventions (`_total` counters, `_seconds` durations, base units).
+"""
+from __future__ import annotations
+
+import functools
+import logging
+from collections import Counter as Tally
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import REGISTRY, Collector
+
+log = logging.getLogger("falcon.controllers")
+
+TICK_SECONDS = Histogram(
+    "falcon_controller_tick_duration_seconds", "Duration of one controller tick.",
+    ["controller"], buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
+TICK_ERRORS = Counter("falcon_controller_tick_errors_total",
+                      "Ticks that raised (retried next tick when transient).", ["controller"])
+ROWS_SKIPPED = Counter("falcon_controller_rows_skipped_total",
+                       "Rows a tick skipped because they could not be mapped or decided.",
+                       ["controller"])
+CLUSTER_CALLS = Counter("falcon_cluster_api_calls_total",
+                        "Calls to the cluster (Kubernetes API or local backend) by verb.",
+                        ["controller", "verb"])
+CLUSTER_ERRORS = Counter("falcon_cluster_api_errors_total",
+                         "Cluster calls that raised, by verb.", ["controller", "verb"])
+JOBS = Gauge("falcon_controller_jobs", "Jobs by status in the controller's last list.",
+             ["controller", "status"])
+ANALYSES = Gauge("falcon_controller_analyses",
+                 "Analyses by status in the controller's last list.", ["controller", "status"])
+
+# Backend methods -> the verb they are on the cluster (Kubernetes API verbs).
+VERBS = {"submit": "create", "start": "create", "observe": "list", "list_runs": "list",
+         "delete": "delete", "stop": "delete", "read_log": "get"}
+
+
+def observe_tick(name: str, seconds: float, *, failed: bool, stats: Any = None) -> None:
+    """Record one tick of controller `name`: its duration (seconds), failure, skipped rows.
+
+    Args:
+        stats: what `tick()` returned: an object or dict with `skipped` (rows skipped), if any.
+    """
+    TICK_SECONDS.labels(name).observe(seconds)
+    if failed:
+        TICK_ERRORS.labels(name).inc()
+    skipped = (stats.get("skipped") if isinstance(stats, dict)
+               else getattr(stats, "skipped", None))
+    if isinstance(skipped, int) and skipped > 0:
+        ROWS_SKIPPED.labels(name).inc(skipped)
+    else:
+        ROWS_SKIPPED.labels(name)  # the series exists (at 0) from the first tick
+
+
+def _count_by_status(gauge: Gauge, name: str, rows: Any) -> Any:
+    """Set `gauge{controller=name, status}` from `rows` (a list of views with `status`)."""
+    if isinstance(rows, list):
+        tally = Tally(str(getattr(row, "status", "")) for row in rows)
+        for (controller, status), _child in list(_known(gauge).items()):
+            if controller == name and status not in tally:
+                gauge.labels(name, status).set(0)
+        for status, count in tally.items():
+            gauge.labels(name, status).set(count)
+    return rows
+
+
+def _known(gauge: Gauge) -> dict:
+    return getattr(gauge, "_metrics", {})
+
+
+class ObservedAPI:
+    """The controller's API client, counting the jobs and analyses its lists return by status.
+
+    Every attribute is the client's own; `list_jobs`, `list_records` and `list_running` pass
+    their result through unchanged after counting it.
+    """
+
+    def __init__(self, api: Any, name: str):
+        self._api, self._name = api, name
+
+    def __getattr__(self, attr: str) -> Any:
+        value = getattr(self._api, attr)
+        if attr == "list_jobs":
+            return lambda *a, **k: _count_by_status(JOBS, self._name, value(*a, **k))
+        if attr in ("list_records", "list_running"):
+            return lambda *a, **k: _count_by_status(ANALYSES, self._name, value(*a, **k))
+        return value
+
+
+def _observed(method: Callable, name: str, verb: str) -> Callable:
+    @functools.wraps(method)
+    def call(*args, **kwargs):
+        CLUSTER_CALLS.labels(name, verb).inc()
+        try:
+            return method(*args, **kwargs)
+        except Exception:
+            CLUSTER_ERRORS.labels(name, verb).inc()
+            raise
+
+    return call
+
+
+def _observe_backend(backend: Any, name: str) -> None:
+    """Count `backend`'s cluster calls by verb (its instance methods are wrapped in place)."""
+    for method_name, verb in VERBS.items():
+        method = getattr(backend, method_name, None)
+        if callable(method) and not getattr(method, "_falcon_observed", False):
+            wrapped = _observed(method, name, verb)
+            wrapped._falcon_observed = True
+            setattr(backend, method_name, wrapped)
+
+
+class ControllerCollector(Collector):
+    """Leader status, and the analyzer's queue depths and slots in use, read at scrape time."""
+
+    def __init__(self, controller: Any, is_leader: Callable[[], bool]):
+        self.controller, self.is_leader = controller, is_leader
+
+    def collect(self):
+        name = getattr(self.controller, "name", "controller")
+        leader = GaugeMetricFamily("falcon_controller_leader",
+                                   "1 while this replica leads (holds the Lease), else 0.",
+                                   labels=["controller"])
+        leader.add_metric([name], 1.0 if self.is_leader() else 0.0)
+        yield leader
+        queues = getattr(self.controller, "queues", None)
+        if queues is None or not hasattr(queues, "limits"):
+            return
+        depth = GaugeMetricFamily("falcon_analyzer_queue_depth",
+                                  "Analyses waiting in each queue.", labels=["queue"])
+        used = GaugeMetricFamily("falcon_analyzer_slots_in_use",
+                                 "Slots held by running analyses, per queue.", labels=["queue"])
+        limit = GaugeMetricFamily("falcon_analyzer_slots", "Slots of each queue.",
+                                  labels=["queue"])
+        for queue, slots in queues.limits.items():
+            depth.add_metric([queue], len(queues.pending(queue)))
+            used.add_metric([queue], len(queues.held(queue)))
+            limit.add_metric([queue], slots)
+        yield from (depth, used, limit)
+
+
+def instrument(controller: Any, *, is_leader: Callable[[], bool] | None = None,
+               registry=REGISTRY) -> ControllerCollector:
+    """Attach the metrics of `controller` (see the module docstring); returns its collector.
+
+    Args:
+        controller: a reconciler with `name`, `api`, and `backends` (a dict) or `backend`.
+        is_leader: the elector's `is_leader`; None means it always acts (no election).
+    """
+    name = getattr(controller, "name", "controller")
+    api = getattr(controller, "api", None)
+    if api is not None and not isinstance(api, ObservedAPI):
+        controller.api = ObservedAPI(api, name)
+    for backend in (getattr(controller, "backends", None) or {}).values():
+        _observe_backend(backend, name)
+    if getattr(controller, "backend", None) is not None:
+        _observe_backend(controller.backend, name)
+    collector = ControllerCollector(controller, is_leader or (lambda: True))
+    registry.register(collector)
+    return collector
+
+
+def serve(port: int, addr: str = "0.0.0.0") -> None:
+    """Serve `/metrics` (Prometheus text format) on `addr:port` in a daemon thread."""
+    start_http_server(port, addr=addr)
+    log.info("metrics on http://%s:%s/metrics", addr, port)

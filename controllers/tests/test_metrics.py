@@ -1,0 +1,94 @@
+"""A controller's Prometheus metrics: tick duration and errors, cluster calls by verb, jobs by
+status, leader status; served on a real port and scraped with urllib (real gRPC API server,
+real local cluster backend)."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import urllib.request
+
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from controllers import metrics
+from controllers.cluster_backends import LocalBackend
+from controllers.resource_manager import ResourceManager
+from controllers.runner import run_loop
+from experiments.tests.factories import make_exp
+from falcon_site.grpc.testing import falcon_api, grpc_server  # noqa: F401  (fixtures)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def scrape(port: int) -> dict[tuple[str, tuple], float]:
+    """Every sample of http://127.0.0.1:port/metrics as {(name, sorted labels): value}."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as res:
+        text = res.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def value(samples, name, **labels) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def test_resource_manager_metrics_on_its_port(falcon_api, tmp_path):
+    backend = LocalBackend(tmp_path / "cluster", grace_seconds=0.5, stop_wait_seconds=0.2)
+    manager = ResourceManager(falcon_api, {"local": backend})
+    leading = threading.Event()
+    leading.set()
+    registry = CollectorRegistry()
+    metrics.instrument(manager, is_leader=leading.is_set, registry=registry)
+    # The controller's own collector on a registry of this test; the shared metrics (ticks,
+    # calls, jobs) are read from the process's default registry, which serve() exposes.
+    port = free_port()
+    metrics.serve(port, "127.0.0.1")
+    before = scrape(port)
+    make_exp(roles=("main",), command='echo hi > "$FALCON_ARTIFACT_PATH/out"')
+
+    run_loop(manager, interval=0.05, stop=threading.Event(), max_ticks=1)
+    after = scrape(port)
+    assert value(after, "falcon_controller_tick_duration_seconds_count",
+                 controller="resources") == value(
+        before, "falcon_controller_tick_duration_seconds_count", controller="resources") + 1
+    assert value(after, "falcon_controller_jobs", controller="resources", status="Pending") == 1
+    created = value(after, "falcon_cluster_api_calls_total", controller="resources",
+                    verb="create") - value(before, "falcon_cluster_api_calls_total",
+                                           controller="resources", verb="create")
+    assert created == 1
+    assert ("falcon_controller_rows_skipped_total",
+            (("controller", "resources"),)) in after
+
+    # The leader gauge follows the elector, read at scrape time.
+    from prometheus_client import generate_latest
+
+    assert b'falcon_controller_leader{controller="resources"} 1.0' in generate_latest(registry)
+    leading.clear()
+    assert b'falcon_controller_leader{controller="resources"} 0.0' in generate_latest(registry)
+
+    # A tick that raises a transient error is counted as an error.
+    class Broken:
+        name = "broken"
+
+        def tick(self):
+            raise ConnectionError("API server down")
+
+    run_loop(Broken(), interval=0.01, stop=threading.Event(), max_ticks=2,
+             is_transient=lambda exc: True)
+    assert value(scrape(port), "falcon_controller_tick_errors_total", controller="broken") == 2
+
+    # Later ticks see the job leave Pending.
+    deadline = time.monotonic() + 30
+    while value(scrape(port), "falcon_controller_jobs", controller="resources",
+                status="Pending") != 0:
+        assert time.monotonic() < deadline, "the job stayed Pending"
+        run_loop(manager, interval=0.05, stop=threading.Event(), max_ticks=1)
+        time.sleep(0.2)

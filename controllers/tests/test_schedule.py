@@ -1,0 +1,145 @@
+"""The loops' schedules: stored as django-celery-beat periodic tasks, read over real gRPC by the
+controllers before each tick, applied within one tick (pause, resume, a new interval)."""
+from __future__ import annotations
+
+import importlib
+import math
+import threading
+import time
+from dataclasses import dataclass
+
+import pytest
+from django.apps import apps
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+from controllers.runner import run_loop
+from controllers.schedule import ScheduleClient, ScheduleFollower
+from core.errors import NotFound
+from falcon_site.grpc.testing import INTERNAL_TOKEN, grpc_server  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+defaults = importlib.import_module("core.migrations.0002_default_schedules")
+
+
+@pytest.fixture
+def schedules(grpc_server):
+    """The default schedules (the data migration's rows) and a client of the real server."""
+    PeriodicTask.objects.all().delete()
+    defaults.create(apps, None)
+    client = ScheduleClient(f"127.0.0.1:{grpc_server.port}", INTERNAL_TOKEN, timeout=5)
+    yield client
+    client.close()
+
+
+def set_schedule(name: str, *, enabled: bool | None = None, seconds: float | None = None):
+    task = PeriodicTask.objects.get(name=name)
+    if seconds is not None:
+        task.interval, _ = IntervalSchedule.objects.get_or_create(every=seconds,
+                                                                  period="seconds")
+    if enabled is not None:
+        task.enabled = enabled
+    task.save()
+
+
+def test_defaults_work_with_no_edit_and_unknown_names_are_not_found(schedules):
+    assert {t.name: (t.enabled, t.interval.every, t.interval.period)
+            for t in PeriodicTask.objects.select_related("interval")} == {
+        "exp-reconcile": (True, 2, "seconds"), "resource-sync": (True, 2, "seconds"),
+        "offline-analysis-discovery": (True, 10, "seconds"),
+        "retention": (True, 86400, "seconds")}
+    got = schedules.get("resource-sync")
+    assert (got.name, got.enabled, got.interval_seconds) == ("resource-sync", True, 2.0)
+    with pytest.raises(NotFound, match="'nope' does not exist"):
+        schedules.get("nope")
+    # Running the migration again keeps what operators set.
+    set_schedule("exp-reconcile", seconds=7)
+    defaults.create(apps, None)
+    assert schedules.get("exp-reconcile").interval_seconds == 7.0
+
+
+class Counting:
+    """A reconciler that counts its ticks and the times they started."""
+
+    name = "exp"
+
+    def __init__(self):
+        self.starts: list[float] = []
+
+    def tick(self):
+        self.starts.append(time.monotonic())
+
+
+def test_pause_resume_and_interval_apply_within_one_tick(schedules):
+    set_schedule("exp-reconcile", seconds=1)
+    controller = Counting()
+    follower = ScheduleFollower(controller, lambda: schedules.get("exp-reconcile"), 60.0)
+    stop = threading.Event()
+    thread = threading.Thread(target=run_loop, kwargs=dict(
+        controller=controller, interval=60.0, stop=stop, schedule=follower.before_tick))
+    thread.start()
+    try:
+        # The schedule's 1 s, not the 60 s the loop was started with.
+        deadline = time.monotonic() + 10
+        while len(controller.starts) < 3:
+            assert time.monotonic() < deadline, "the loop did not follow the 1 s schedule"
+            time.sleep(0.05)
+        set_schedule("exp-reconcile", enabled=False)
+        time.sleep(1.5)  # the tick in progress may end; the next one reads "paused"
+        paused_at = len(controller.starts)
+        time.sleep(2.5)
+        assert len(controller.starts) == paused_at, "a paused loop ticked"
+        set_schedule("exp-reconcile", enabled=True, seconds=1)
+        deadline = time.monotonic() + 5
+        while len(controller.starts) < paused_at + 2:
+            assert time.monotonic() < deadline, "the resumed loop did not tick"
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        thread.join(10)
+    gaps = [b - a for a, b in zip(controller.starts, controller.starts[1:])]
+    assert min(gaps) > 0.8
+
+
+@dataclass(frozen=True)
+class Config:
+    poll_seconds: float = 10.0
+
+
+class Analyzer:
+    name = "analyzer"
+
+    def __init__(self):
+        self.config = Config()
+        self.next_poll = 123.0
+
+
+def test_the_analyzer_discovery_follows_its_schedule(schedules):
+    analyzer = Analyzer()
+    follower = ScheduleFollower(analyzer, lambda: schedules.get("offline-analysis-discovery"),
+                                2.0)
+    assert follower.before_tick() == (True, 2.0)  # the loop keeps its own interval
+    assert analyzer.config.poll_seconds == 10.0 and analyzer.next_poll == 0.0
+    analyzer.next_poll = 50.0
+    assert follower.before_tick() == (True, 2.0) and analyzer.next_poll == 50.0  # no change
+    set_schedule("offline-analysis-discovery", enabled=False)
+    follower.before_tick()
+    assert analyzer.config.poll_seconds == math.inf and analyzer.next_poll == math.inf
+    set_schedule("offline-analysis-discovery", enabled=True, seconds=30)
+    follower.before_tick()
+    assert analyzer.config.poll_seconds == 30.0 and analyzer.next_poll == 0.0
+
+
+def test_without_an_answer_the_loop_keeps_what_it_had(schedules):
+    controller = Counting()
+    answers = [schedules.get("exp-reconcile")]
+
+    def read():
+        if answers:
+            return answers.pop()
+        raise NotFound("schedule deleted")
+
+    follower = ScheduleFollower(controller, read, 60.0)
+    assert follower.before_tick() == (True, 2.0)
+    assert follower.before_tick() == (True, 2.0)  # the last schedule read
+    assert ScheduleFollower(controller, read, 60.0).before_tick() == (True, 60.0)

@@ -1,0 +1,80 @@
+"""core.logs: the format switch, the ids every line carries, and credentials never written."""
+from __future__ import annotations
+
+import io
+import json
+import logging
+import logging.config
+
+import pytest
+
+from core.context import reset_request_id, set_request_id
+from core.logs import log_context, log_format, logging_config, redact
+
+
+def _capture(fmt: str):
+    stream = io.StringIO()
+    config = logging_config(fmt, "DEBUG")
+    config["handlers"]["console"]["stream"] = stream
+    config["root"] = {"handlers": [], "level": "WARNING"}
+    config["loggers"] = {"falcon.test": {"handlers": ["console"], "level": "DEBUG",
+                                         "propagate": False}}
+    logging.config.dictConfig(config)
+    return logging.getLogger("falcon.test"), stream
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging():
+    yield
+    from django.conf import settings
+
+    logging.config.dictConfig(settings.LOGGING)
+
+
+def test_json_lines_carry_request_and_entity_ids():
+    log, stream = _capture("json")
+    token = set_request_id("req-1")
+    try:
+        with log_context(exp_id=5):
+            with log_context(job_id=7):
+                log.info("job %s moved", 7)
+            log.info("own id wins", extra={"exp_id": 6})
+    finally:
+        reset_request_id(token)
+    first, second = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert first == {"time": first["time"], "level": "INFO", "logger": "falcon.test",
+                     "message": "job 7 moved", "request_id": "req-1", "exp_id": 5, "job_id": 7}
+    assert second["exp_id"] == 6 and "job_id" not in second
+
+
+def test_text_lines_are_readable_with_ids_at_the_end():
+    log, stream = _capture("text")
+    with log_context(analysis_id="an-0123"):
+        log.warning("analysis stalled")
+    line = stream.getvalue().strip()
+    assert line.endswith("WARNING falcon.test [-] analysis stalled analysis_id=an-0123")
+
+
+def test_credentials_are_masked_in_messages_and_tracebacks():
+    log, stream = _capture("text")
+    jwt = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2lnbmF0dXJlLXNpZ25hdHVyZQ"
+    log.info("headers: %s", {"authorization": f"Bearer {jwt}"})
+    try:
+        raise ValueError(f"bad token={jwt[:20]} at mysql://root:hunter2secret@db/falcon")
+    except ValueError:
+        log.exception("failed")
+    out = stream.getvalue()
+    assert jwt not in out and jwt[:20] not in out and "hunter2secret" not in out
+    assert out.count("[redacted]") >= 3 and "ValueError" in out
+
+
+def test_redact_keeps_ordinary_text():
+    text = "Experiment 5: Running -> Succeeded (Completed) by alice@example.com"
+    assert redact(text) == text
+    assert redact("Authorization: Bearer abcdefgh12345678") == "Authorization: Bearer [redacted]"
+
+
+def test_format_setting_accepts_text_and_json_only():
+    assert log_format({}) == "text" and log_format({"FALCON_LOG_FORMAT": "JSON"}) == "json"
+    with pytest.raises(ValueError, match="FALCON_LOG_FORMAT='xml' is not valid"):
+        log_format({"FALCON_LOG_FORMAT": "xml"})

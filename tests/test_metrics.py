@@ -1,0 +1,99 @@
+"""The API server's /metrics: request count and latency by route and status, gRPC calls; and
+the sums across several gunicorn workers (prometheus-client's multiprocess mode)."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def samples(text: str) -> dict[tuple[str, tuple], float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def value(found, name, **labels) -> float:
+    return found.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+@pytest.mark.django_db
+def test_requests_are_counted_by_route_method_and_status(auth_api, client):
+    route = "api/v1/exps/<id:exp_id>"
+    before = samples(client.get("/metrics").content.decode())
+    assert auth_api.get("/api/v1/exps/424242").status_code == 404
+    assert auth_api.get("/api/v1/exps/424243").status_code == 404
+    res = client.get("/metrics")
+    assert res.status_code == 200 and res["Content-Type"].startswith("text/plain")
+    after = samples(res.content.decode())
+    key = {"route": route, "method": "GET", "status": "404"}
+    assert value(after, "falcon_http_requests_total", **key) == value(
+        before, "falcon_http_requests_total", **key) + 2
+    assert value(after, "falcon_http_request_duration_seconds_count", route=route,
+                 method="GET") >= 2
+    # Raw paths never become labels: one series for every id.
+    assert not any("424242" in str(labels) for _name, labels in after)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as res:
+        return res.read().decode()
+
+
+def test_several_gunicorn_workers_report_one_sum(tmp_path):
+    """Two workers, each replaced after 5 requests (`--max-requests`): whichever process
+    answers /metrics, it counts the requests of every worker, exited ones included."""
+    port = free_port()
+    folder = tmp_path / "prometheus"
+    folder.mkdir()
+    (folder / "counter_stale.db").write_bytes(b"from a previous run")
+    env = dict(os.environ, PROMETHEUS_MULTIPROC_DIR=str(folder),
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    log = open(tmp_path / "gunicorn.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "falcon_site.wsgi", "--bind", f"127.0.0.1:{port}",
+         "--workers", "2", "--max-requests", "5", "--config", "gunicorn.conf.py"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, (tmp_path / "gunicorn.log").read_text()
+            try:
+                get(f"{base}/healthz")
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "gunicorn did not start"
+                time.sleep(0.2)
+        assert not (folder / "counter_stale.db").exists()  # emptied at start
+        for _ in range(40):
+            get(f"{base}/healthz")
+        for _ in range(3):
+            found = samples(get(f"{base}/metrics"))
+            total = value(found, "falcon_http_requests_total", route="healthz", method="GET",
+                          status="200")
+            assert total >= 41
+        pids = {p.name.split("_")[-1] for p in folder.glob("counter_*.db")}
+        assert len(pids) >= 5, f"the counts of {len(pids)} worker(s) only"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
