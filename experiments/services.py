@@ -35,7 +35,7 @@ from core.errors import (
     TransitionRace,
     ValidationFailed,
 )
-from core.statemachine import bounded_text
+from core.statemachine import bounded_text, record_transitions
 from core.statuses import EXP_ACTIVE, EXP_TERMINAL, ExpStatus, JobStatus
 from jobs.models import Job
 from jobs.specs import (
@@ -311,8 +311,12 @@ def exp_update_statuses(changes: list[ExpStatusChange]) -> list[ExpStatusOutcome
     refreshes: dict[tuple, list[int]] = {}
     with transaction.atomic():
         ids = sorted(counts)
-        status_of = dict(Experiment.objects.select_for_update().filter(pk__in=ids)
-                         .order_by("pk").values_list("pk", "status"))
+        locked = (Experiment.objects.select_for_update().filter(pk__in=ids).order_by("pk")
+                  .values_list("pk", "status", "reason", "message"))
+        status_of = {pk: status for pk, status, _reason, _message in locked}
+        detail_of = {pk: (reason, message) for pk, _status, reason, message in locked}
+        # The transition history of the applied items, by the status entered (one INSERT each).
+        events: dict[str, list[tuple]] = {}
         for change in changes:
             current = status_of.get(change.exp_id)
             if current is None:
@@ -334,6 +338,15 @@ def exp_update_statuses(changes: list[ExpStatusChange]) -> list[ExpStatusOutcome
                     Experiment.objects.filter(pk=change.exp_id).update(**values)
                 else:
                     moves.setdefault(tuple(sorted(values.items())), []).append(change.exp_id)
+                reason, message = detail_of[change.exp_id]
+                reason, message = detail.get("reason", reason), detail.get("message", message)
+                detail_of[change.exp_id] = (reason, message)
+                event = (change.exp_id, change.exp_id, current, reason, message)
+                if alone:  # recorded at once, so one experiment's events keep their order
+                    record_transitions(machine, [event], target=change.status, at=now,
+                                       using=Experiment.objects.db)
+                else:
+                    events.setdefault(change.status, []).append(event)
                 status_of[change.exp_id] = change.status
                 outcomes.append(ExpStatusOutcome(change.exp_id, True, status=change.status))
             elif current == change.status:
@@ -352,6 +365,9 @@ def exp_update_statuses(changes: list[ExpStatusChange]) -> list[ExpStatusOutcome
             Experiment.objects.filter(pk__in=pks).update(**dict(values))
         for values, pks in refreshes.items():
             Experiment.objects.filter(pk__in=pks).update(updated_at=now, **dict(values))
+        for target, changed in events.items():
+            record_transitions(machine, changed, target=target, at=now,
+                               using=Experiment.objects.db)
     return outcomes
 
 

@@ -71,3 +71,22 @@ def test_an_unknown_status_is_invalid_argument(stubs):
     with pytest.raises(grpc.RpcError) as info:
         stubs.exps.UpdateExpStatuses(request, timeout=10, metadata=stubs.md)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_every_applied_item_is_in_the_transition_history_in_order():
+    from core.history import exp_events
+
+    user = UserFactory()
+    a, b = (make_exp(creator=user, name=n) for n in ("a", "b"))
+    exp_update_statuses([
+        ExpStatusChange(a.pk, "Running", message="1 Running"),
+        ExpStatusChange(b.pk, "Running", message="2 Running"),
+        ExpStatusChange(a.pk, "Failed", reason="JobFailed", message="job 1 failed"),
+        ExpStatusChange(b.pk, "Aborted"),  # refused (Running -> Aborted is not allowed)
+    ])
+    assert [(e.from_status, e.to_status, e.reason, e.message)
+            for e in exp_events(exp_id=a.pk)] == [
+        ("Created", "Running", "", "1 Running"),
+        ("Running", "Failed", "JobFailed", "job 1 failed")]
+    assert [(e.from_status, e.to_status, e.message) for e in exp_events(exp_id=b.pk)] == [
+        ("Created", "Running", "2 Running")]
