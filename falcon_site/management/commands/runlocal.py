@@ -177,6 +177,9 @@ class Command(BaseCommand):
             # AnalyzerService on FALCON_ANALYZER_ADDR; runs adopted again after a restart.
             "analyzer": [sys.executable, manage, "runcontroller", "analyzer", "--addr", analyzer,
                          "--interval", interval, "--no-leader-election", *pinned],
+            # prune_artifacts on the `retention` schedule, by the policy in its arguments
+            # (none by default: nothing is pruned until an operator sets one).
+            "retention": [sys.executable, manage, "runretention"],
         }
         stop = threading.Event()
 
