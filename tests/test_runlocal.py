@@ -1,5 +1,5 @@
 """`manage.py runlocal` as a process: it refuses taken ports, says it runs only once both APIs
-listen, and its five children never outlive it, whatever signal ends it.
+listen, and its six children never outlive it, whatever signal ends it.
 
 Each test starts the real command on free loopback ports against the test database, as
 tests/test_e2e.py does, and reads the children from /proc.
@@ -69,7 +69,7 @@ class Runlocal:
         return self.log_path.read_text()
 
     def wait_running(self, timeout: float = 60.0) -> list[int]:
-        """Wait for the announcement; return the five children's pids."""
+        """Wait for the announcement; return the six children's pids."""
         def running() -> bool:
             assert self.proc.poll() is None, self.log()
             return RUNNING in self.log()
@@ -126,7 +126,7 @@ def test_a_taken_port_stops_runlocal_before_it_starts_anything(runlocal, taken):
 def test_announces_only_once_both_apis_listen(runlocal):
     instance = runlocal()
     children = instance.wait_running()
-    assert len(children) == 5, instance.log()
+    assert len(children) == 6, instance.log()
     assert accepts(instance.http) and accepts(instance.grpc)
     instance.proc.send_signal(signal.SIGTERM)
     assert instance.proc.wait(15) == 0, instance.log()
@@ -136,7 +136,7 @@ def test_announces_only_once_both_apis_listen(runlocal):
 def test_sighup_stops_every_child(runlocal):
     instance = runlocal()
     children = instance.wait_running()
-    assert len(children) == 5, instance.log()
+    assert len(children) == 6, instance.log()
     instance.proc.send_signal(signal.SIGHUP)  # the terminal was closed
     assert instance.proc.wait(15) == 0, instance.log()
     assert [pid for pid in children if alive(pid)] == []
@@ -147,7 +147,7 @@ def test_sighup_stops_every_child(runlocal):
 def test_sigkill_of_runlocal_takes_its_children_down(runlocal):
     instance = runlocal()
     children = instance.wait_running()
-    assert len(children) == 5, instance.log()
+    assert len(children) == 6, instance.log()
     instance.proc.kill()  # no chance to stop anything itself
     instance.proc.wait(10)
     wait_for(lambda: not any(alive(pid) for pid in children), 15,

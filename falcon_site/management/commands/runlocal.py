@@ -2,7 +2,8 @@
 
 Starts, as child processes of this one: the HTTP API (`runserver`), the gRPC API (`rungrpc`),
 the exp controller, the resource manager and the analyzer controller (`runcontroller
-exp|resources|analyzer`, the latter serving AnalyzerService on FALCON_ANALYZER_ADDR), all on the embedded
+exp|resources|analyzer`, the latter serving AnalyzerService on FALCON_ANALYZER_ADDR) and the
+retention runner (`runretention`), all on the embedded
 defaults (SQLite under var/, the local cluster backend, the local artifact directory and the
 local token issuer).
 
