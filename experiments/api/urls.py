@@ -26,6 +26,8 @@ register_converter(IdConverter, "id")
 
 urlpatterns = [
     path("exps", views.ExpListCreateView.as_view(), name="exp-list"),
+    path("exps/diff", views.ExpDiffView.as_view(), name="exp-diff"),
+    path("exps/<id:exp_id>/labels", views.ExpLabelsView.as_view(), name="exp-labels"),
     path("exps/<id:exp_id>", views.ExpDetailView.as_view(), name="exp-detail"),
     path("exps/<id:exp_id>/abort", views.ExpAbortView.as_view(), name="exp-abort"),
     # Last: a path segment where an id belongs that is not one.
