@@ -5,8 +5,10 @@ and end; the value at the path is replaced in the original text, or a key is add
 mapping that should hold it, and nothing else is touched, so comments, quoting, indentation and
 trailing spaces elsewhere stay byte for byte. Values are typed as YAML reads them (`8` an
 integer, `true` a boolean, `"8"` a string, `[1, 2]` a list; YAML 1.2 core schema, ruamel's
-default). After each edit the result is parsed again and the value at the path compared with the
-one asked for, so an edit never silently means something else.
+default). After each edit the result is parsed again, as YAML 1.2 and as YAML 1.1 (PyYAML, which
+the server's diff uses), and the value at the path compared with the one asked for; a value the
+two would read differently (`1e-3`, `yes`) is written as JSON (`0.001`, `"yes"`) instead, so an
+edit never silently means something else.
 
 Paths: keys joined by `.`, list positions as numbers (`layers.0.size` or `layers[0].size`); a
 key holding a dot is written with `\\.` (`a\\.b`). ruamel is imported only by this module, which
@@ -63,11 +65,14 @@ def _load(text: str) -> Any:
     return _yaml("safe").load(text)
 
 
-def _render(raw: str, value: Any) -> str:
-    """The text to write for `raw`: as typed when it is one line, else a JSON flow value."""
-    if "\n" not in raw and raw.strip():
-        return raw.strip()
-    return json.dumps(value, ensure_ascii=False)
+def _renderings(raw: str, value: Any) -> list[str]:
+    """The texts to try for `raw`, in order: as typed (one line), then as a JSON flow value."""
+    out = [raw.strip()] if "\n" not in raw and raw.strip() else []
+    try:
+        out.append(json.dumps(value, ensure_ascii=False, allow_nan=False))
+    except (TypeError, ValueError):  # a date or .inf: only the text as typed
+        pass
+    return out
 
 
 def _key_text(key: str) -> str:
@@ -130,8 +135,9 @@ def set_path(text: str, path: str, raw: str) -> str:
             found = [v for k, v in node.value if isinstance(k, ScalarNode) and k.value == key]
             if not found:
                 if depth == len(keys) - 1:
-                    return _checked(_insert(text, node, key, _render(raw, value)), keys, value,
-                                    path)
+                    return _first_checked([_insert(text, node, key, rendered)
+                                           for rendered in _renderings(raw, value)],
+                                          keys, value, path)
                 raise SetError(f"--set {path}: {'.'.join(keys[:depth + 1])} is not in the "
                                "config; --set replaces a value or adds a key to an existing "
                                "mapping")
@@ -144,7 +150,8 @@ def set_path(text: str, path: str, raw: str) -> str:
         else:
             raise SetError(f"--set {path}: {where} is a single value, not a mapping or list, "
                            f"so it has no {key!r}")
-    return _checked(_replace(text, node, _render(raw, value)), keys, value, path)
+    return _first_checked([_replace(text, node, rendered)
+                           for rendered in _renderings(raw, value)], keys, value, path)
 
 
 def _replace(text: str, node: Any, rendered: str) -> str:
@@ -180,18 +187,29 @@ def _insert(text: str, mapping: Any, key: str, rendered: str) -> str:
     return text[:at] + prefix + " " * indent + line + "\n" + text[at:]
 
 
-def _checked(result: str, keys: list[str], value: Any, path: str) -> str:
+def _reads_back(result: str, keys: list[str], value: Any) -> bool:
+    """True when `result` holds `value` at `keys` for YAML 1.2 (ruamel) AND YAML 1.1 (PyYAML,
+    which the server's `exp diff` reads configs with): `1e-3` is a number only in 1.2, `yes` a
+    boolean only in 1.1, so such a value is written as JSON instead."""
+    import yaml
     from ruamel.yaml.error import YAMLError
 
-    try:
-        found, got = _lookup(_load(result), keys)
-    except YAMLError:
-        found, got = False, None
-    if not found or got != value or type(got) is not type(value):
-        raise SetError(f"--set {path}: the value could not be written in place so that it "
-                       "reads back the same; quote it, or give the new config with --config "
-                       "FILE")
-    return result
+    for load in (_load, yaml.safe_load):
+        try:
+            found, got = _lookup(load(result), keys)
+        except (YAMLError, yaml.YAMLError):
+            return False
+        if not found or got != value or type(got) is not type(value):
+            return False
+    return True
+
+
+def _first_checked(results: list[str], keys: list[str], value: Any, path: str) -> str:
+    for result in results:
+        if _reads_back(result, keys, value):
+            return result
+    raise SetError(f"--set {path}: the value could not be written in place so that it "
+                   "reads back the same; quote it, or give the new config with --config FILE")
 
 
 def _first_line(exc: Exception) -> str:
