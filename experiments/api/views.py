@@ -232,13 +232,15 @@ class ExpDiffView(APIView):
                                          "id is not a positive integer."),
         404: OpenApiResponse(description="An id names no experiment.")})
     def get(self, request):
+        from django.forms import ValidationError as FormError
+
         from core.errors import ValidationFailed
         from core.filters import IdListField
 
         try:
             ids = IdListField().clean(request.query_params.getlist("ids"))
-        except Exception as exc:  # django.forms.ValidationError
-            raise ValidationFailed({"ids": list(getattr(exc, "messages", [str(exc)]))}) from None
+        except FormError as exc:
+            raise ValidationFailed({"ids": list(exc.messages)}) from None
         flag = request.query_params.get("all", "false").lower()
         if flag not in ("true", "false", "1", "0", ""):
             raise ValidationFailed({"all": [f"must be true or false; got {flag[:20]!r}."]})
