@@ -31,5 +31,5 @@ urlpatterns = [
     path("exps/<id:exp_id>", views.ExpDetailView.as_view(), name="exp-detail"),
     path("exps/<id:exp_id>/abort", views.ExpAbortView.as_view(), name="exp-abort"),
     # Last: a path segment where an id belongs that is not one.
-    re_path(r"^exps/(?P<raw>[^/]+)(?P<abort>/abort)?$", views.bad_exp_id),
+    re_path(r"^exps/(?P<raw>[^/]+)(?P<action>/abort|/labels)?$", views.bad_exp_id),
 ]

@@ -248,11 +248,11 @@ class ExpDiffView(APIView):
 
 
 @csrf_exempt
-def bad_exp_id(request, raw: str, abort: str | None = None):
-    """400 for `/api/v1/exps/<raw>[/abort]` where `raw` is not an id (`core.numbers`).
+def bad_exp_id(request, raw: str, action: str | None = None):
+    """400 for `/api/v1/exps/<raw>[/abort|/labels]` where `raw` is not an id (`core.numbers`).
 
     Only for the methods the real route serves (GET and DELETE on the experiment, POST on
-    `/abort`): any other method is 405 Method Not Allowed with `Allow`, as the real view would
+    `/abort`, PATCH on `/labels`): any other method is 405 Method Not Allowed with `Allow`, as the real view would
     answer. No data is read. CSRF-exempt like every API view (the DRF views are): the path is
     wrong whatever the credentials, and a browser's cookie must not turn it into an HTML 403.
     """
@@ -260,7 +260,8 @@ def bad_exp_id(request, raw: str, abort: str | None = None):
 
     from core.numbers import BadNumber, parse_decimal
 
-    allowed = ("POST", "OPTIONS") if abort else ("GET", "HEAD", "DELETE", "OPTIONS")
+    allowed = {"/abort": ("POST", "OPTIONS"), "/labels": ("PATCH", "OPTIONS")}.get(
+        action or "", ("GET", "HEAD", "DELETE", "OPTIONS"))
     if request.method not in allowed:
         res = JsonResponse({"detail": f'Method "{request.method}" not allowed.',
                             "code": "method_not_allowed"}, status=405)
