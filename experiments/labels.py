@@ -30,6 +30,17 @@ MAX_PREFIX_CHARS = 253
 MAX_KEY_CHARS = MAX_PREFIX_CHARS + 1 + MAX_NAME_CHARS  # 317: the column's size
 MAX_LABELS = 64  # per experiment (docs/limits.md)
 
+# The OpenAPI schema's patterns: every string they match is accepted by the rules above (a
+# prefix of at most 3 DNS labels of at most 63 characters stays under 253), so generated valid
+# requests are valid; a longer prefix is accepted by the server but not described.
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+KEY_PATTERN = rf"({_DNS_LABEL}(\.{_DNS_LABEL}){{0,2}}/)?{_NAME}"
+VALUE_PATTERN = rf"({_NAME})?"
+SELECTOR_PATTERN = rf"{KEY_PATTERN}(==?{VALUE_PATTERN})?"
+# A `label` query value: selectors separated by commas (the list filters' comma lists).
+SELECTOR_LIST_PATTERN = rf"^ *({SELECTOR_PATTERN})? *(, *({SELECTOR_PATTERN})? *)*$"
+
 NAME_RULE = ("at most 63 characters: letters, digits, '-', '_' or '.', starting and ending "
              "with a letter or digit")
 

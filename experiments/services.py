@@ -28,7 +28,7 @@ from artifacts.models import Artifact
 from core.cluster_settings import cluster_problems
 from core.db import retry_on_lock_conflict
 from core.errors import (
-    Conflict, FalconError, NotFound, PermissionDenied, ValidationFailed,
+    Conflict, NotFound, PermissionDenied, ValidationFailed,
 )
 from core.statuses import EXP_ACTIVE, EXP_TERMINAL, ExpStatus, JobStatus
 from jobs.models import Job
@@ -95,16 +95,14 @@ IDEMPOTENCY_KEY_MAX_CHARS = 255
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 
-class IdempotencyKeyReused(FalconError):
-    """An idempotency key came back with another request body (HTTP 422, gRPC INVALID_ARGUMENT).
-
-    The IETF draft "The Idempotency-Key HTTP Header Field" answers 422 to a key reused for a
-    different payload: the client must send a new key for a new request.
+class IdempotencyKeyReused(Conflict):
+    """An idempotency key came back with another request body (HTTP 409, gRPC
+    FAILED_PRECONDITION): the key is already bound to another request, so the client must send
+    a new key for a new request (the IETF draft "The Idempotency-Key HTTP Header Field" allows
+    409 or 422 here; 409 is the API's answer to every request that clashes with stored state).
     """
 
     code = "idempotency_key_reused"
-    http_status = 422
-    grpc_status = "INVALID_ARGUMENT"
 
 
 def exp_create(*, creator, name: Any, cluster_name: Any, exp_type: Any,
@@ -143,12 +141,14 @@ def exp_create(*, creator, name: Any, cluster_name: Any, exp_type: Any,
         ValidationFailed: a field is missing or malformed, or `cloned_from` names no
             experiment (nothing is written).
         PayloadTooLarge: the config is over `FALCON_CONFIG_MAX_BYTES` (nothing is written).
-        IdempotencyKeyReused: the key was used by this creator for a different request.
+        IdempotencyKeyReused: the key was used by this creator for a different request (409).
     """
     if not isinstance(creator, User):
         raise PermissionDenied(f"{actor_label(creator)} cannot create experiments: an "
                                "experiment's creator must be a person (a user token).")
     errors: dict[str, list[str]] = {}
+    if isinstance(idempotency_key, str):
+        idempotency_key = idempotency_key.strip()  # as HTTP strips a header's value
     try:
         data = validate_create(name=name, cluster_name=cluster_name, exp_type=exp_type,
                                role_to_task_spec=role_to_task_spec, config=config,
@@ -166,7 +166,7 @@ def exp_create(*, creator, name: Any, cluster_name: Any, exp_type: Any,
         errors["cloned_from"] = [f"must be the id of an existing experiment; got "
                                  f"{cloned_from!r}."]
     if idempotency_key is not None and (
-            not isinstance(idempotency_key, str) or not idempotency_key.strip()
+            not isinstance(idempotency_key, str) or not idempotency_key
             or len(idempotency_key) > IDEMPOTENCY_KEY_MAX_CHARS
             or not idempotency_key.isascii() or not idempotency_key.isprintable()):
         errors["idempotency_key"] = [

@@ -19,7 +19,7 @@ from jobs.specs import (
     MAX_ROLES, TOPOLOGY, kind_of,
 )
 
-from ..labels import MAX_LABELS, VALUE_RE
+from ..labels import KEY_PATTERN, MAX_LABELS, VALUE_PATTERN
 from ..models import Experiment
 from ..selectors import ListRelated
 from ..specs import EXP_TYPE, NAME, PRIORITY_MAX, PRIORITY_MIN
@@ -84,8 +84,8 @@ LABELS_DESCRIPTION = ("Kubernetes-style labels, `{key: value}`: key `[prefix/]na
 
 @extend_schema_field({"type": "object", "maxProperties": MAX_LABELS,
                       "additionalProperties": {"type": "string", "maxLength": 63,
-                                               "pattern": VALUE_RE.pattern},
-                      "propertyNames": {"maxLength": 317},
+                                               "pattern": f"^{VALUE_PATTERN}$"},
+                      "propertyNames": {"maxLength": 317, "pattern": f"^{KEY_PATTERN}$"},
                       "description": LABELS_DESCRIPTION, "example": {"baseline": "true"}})
 class LabelsField(serializers.JSONField):
     """`{key: value}` labels; the domain checks them (`experiments.labels`)."""
@@ -93,8 +93,8 @@ class LabelsField(serializers.JSONField):
 
 @extend_schema_field({"type": "object", "maxProperties": MAX_LABELS,
                       "additionalProperties": {"type": ["string", "null"], "maxLength": 63,
-                                               "pattern": VALUE_RE.pattern},
-                      "propertyNames": {"maxLength": 317},
+                                               "pattern": f"^{VALUE_PATTERN}$"},
+                      "propertyNames": {"maxLength": 317, "pattern": f"^{KEY_PATTERN}$"},
                       "description": "Labels to set (`key: value`) or remove (`key: null`).",
                       "example": {"baseline": "true", "stale": None}})
 class LabelsPatchField(serializers.JSONField):
@@ -197,7 +197,7 @@ class ExpCreateInputSerializer(StrictSerializer):
 class ExpLabelsPatchSerializer(StrictSerializer):
     """The labels to change, as a JSON merge patch (RFC 7396): a string sets, null removes."""
 
-    labels = LabelsPatchField()
+    labels = LabelsPatchField(required=False, default=dict)
 
 
 class UTCDateTimeField(serializers.DateTimeField):

@@ -21,6 +21,7 @@ from .. import selectors, services
 from ..filters import SEARCH_HELP, ExperimentFilter
 from ..diff import MAX_EXPERIMENTS
 from ..filters import LABEL_HELP
+from ..labels import SELECTOR_LIST_PATTERN
 from ..services import IDEMPOTENCY_HEADER
 from .serializers import (
     ARTIFACT_SUMMARY_FIELDS, JOB_SUMMARY_FIELDS, ExpCreatedSerializer, ExpCreateInputSerializer,
@@ -73,7 +74,7 @@ LIST_EXPS_PARAMETERS = [
                      description="Only the experiments of this creator (email or user id)."),
     OpenApiParameter("search", {"type": "string", "pattern": NO_NUL},
                      description=SEARCH_HELP),
-    _list_param("label", {"type": "string", "maxLength": 381, "pattern": NO_NUL}, LABEL_HELP),
+    _list_param("label", {"type": "string", "pattern": SELECTOR_LIST_PATTERN}, LABEL_HELP),
     OpenApiParameter("cursor", OpenApiTypes.STR,
                      description="The cursor of a page, from a `next` or `previous` link; any "
                                  "other value is a 400."),
@@ -85,15 +86,16 @@ LIST_EXPS_PARAMETERS = [
                       parameters=LIST_EXPS_PARAMETERS),
     post=extend_schema(summary="CreateExp", request=ExpCreateInputSerializer,
                        parameters=[OpenApiParameter(
-                           IDEMPOTENCY_HEADER, {"type": "string", "maxLength": 255},
+                           IDEMPOTENCY_HEADER, {"type": "string", "maxLength": 255,
+                                                "pattern": "^[!-~]([ -~]*[!-~])?$"},
                            OpenApiParameter.HEADER,
                            description="A key of your choosing (a UUID) that makes a retry "
                                        "safe: a repeat from the same user with the same body "
                                        "answers 201 with the first experiment (header "
                                        "Idempotent-Replayed: true) and creates nothing; with "
-                                       "another body it answers 422.")],
+                                       "another body it answers 409 idempotency_key_reused.")],
                        responses={201: ExpDetailSerializer,
-                                  422: OpenApiResponse(description="The Idempotency-Key was "
+                                  409: OpenApiResponse(description="The Idempotency-Key was "
                                                        "used before for another request."),
                                   400: OpenApiResponse(description="A field is invalid."),
                                   403: OpenApiResponse(description="A service principal "
@@ -211,9 +213,12 @@ class ExpLabelsView(APIView):
 
 
 DIFF_PARAMETERS = [
-    _list_param("ids", {"type": "integer", "minimum": 1, "maximum": MAX_ID},
-                f"The experiments to compare, 2 to {MAX_EXPERIMENTS}, in the order to show "
-                "(repeat it, or a comma list)."),
+    OpenApiParameter("ids", {"type": "array", "minItems": 2, "maxItems": MAX_EXPERIMENTS,
+                             "uniqueItems": True,
+                             "items": {"type": "integer", "minimum": 1, "maximum": MAX_ID}},
+                     explode=True, style="form", required=True,
+                     description=f"The experiments to compare, 2 to {MAX_EXPERIMENTS} distinct "
+                                 "ids, in the order to show (repeat it, or a comma list)."),
     OpenApiParameter("all", {"type": "boolean"},
                      description="Also list the paths whose values are all equal."),
 ]

@@ -540,4 +540,4 @@ def test_create_exp_with_an_idempotency_key_creates_once(stubs):
     assert Experiment.objects.count() == 1
     err = rpc_error(stubs.exps.CreateExp, create_req(idempotency_key="k-1", name="other"),
                     metadata=stubs.md)
-    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "Idempotency-Key" in err.details()
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "Idempotency-Key" in err.details()

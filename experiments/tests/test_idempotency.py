@@ -44,12 +44,12 @@ def test_the_same_key_with_another_body_is_refused(user):
     create(user, "k")
     with pytest.raises(IdempotencyKeyReused, match="Idempotency-Key 'k'") as info:
         create(user, "k", priority=5)
-    assert info.value.http_status == 422
+    assert info.value.http_status == 409
     assert Experiment.objects.count() == 1
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("key", ["", " ", "x" * 256, "é", "a\nb"])
+@pytest.mark.parametrize("key", ["", " ", "x" * 256, "é", "a\nb", "a\x00"])
 def test_a_malformed_key_is_refused(user, key):
     with pytest.raises(ValidationFailed) as info:
         create(user, key)
@@ -89,7 +89,7 @@ def test_http_idempotency_key_header(auth_api, user):
     assert again.json()["jobs"] == first.json()["jobs"]
     other = auth_api.post("/api/v1/exps", {**BODY, "name": "f"}, format="json",
                           HTTP_IDEMPOTENCY_KEY="abc")
-    assert other.status_code == 422
+    assert other.status_code == 409
     assert other.json()["code"] == "idempotency_key_reused"
     assert "Idempotency-Key" in other.json()["detail"]
     assert Experiment.objects.count() == 1
