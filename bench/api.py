@@ -11,7 +11,8 @@ What it does, in order:
    dropped at the end whatever happens;
 2. runs `manage.py prepare` and `manage.py migrate` on it, then inserts N experiments (default
    100,000), one job and one artifact each, with bulk inserts: 6 users, 6 statuses spread
-   evenly, 4 clusters, 5 types, names `<family>-<size>-<n>` and creation times one year back;
+   evenly, 4 clusters, 5 types, names `<family>-<size>-<n>`, labels `team=<family>` (and
+   `baseline=true` on every 100th) and creation times one year back;
 3. starts the API under gunicorn as the Dockerfile does (`falcon_site.wsgi`, here 4 workers) on
    127.0.0.1 and a free port, with `FALCON_DB_CONN_MAX_AGE` as configured (the production
    default unless `--conn-max-age` is given);
@@ -19,7 +20,8 @@ What it does, in order:
    `--seconds` seconds against 127.0.0.1 only, and prints requests per second and the
    50th/95th/99th percentile latency in milliseconds, and the CPU the client itself used per
    request (it shares the machine's CPUs with the server). The list operations are: no filter,
-   each filter (`status`, `creator`, `cluster_name`, `exp_type`), page 1 and page 21 (the cursor
+   each filter (`status`, `creator`, `cluster_name`, `exp_type`, a rare label `baseline=true` on
+   1 % of the rows and a common one `team=llama` on a sixth), page 1 and page 21 (the cursor
    of page 21 is found by following `next` links first), and `search`; then create.
 
 Authentication is the local mode's: a token of the local issuer for a seeded user.
@@ -121,7 +123,7 @@ def seed(n: int) -> dict[str, str]:
     from accounts.issuer import local_subject
     from accounts.models import User
     from artifacts.models import Artifact
-    from experiments.models import Experiment
+    from experiments.models import ExpLabel, Experiment
     from jobs.models import Job
 
     emails = {u: f"{u}@example.com" for u in USERS}
@@ -145,8 +147,9 @@ def seed(n: int) -> dict[str, str]:
             spec = {"main": {"command": "python train.py", "replica": 1, "image": "",
                              "device_count": None, "device_type": "", "device_topo": "",
                              "envs": {"SEED": str(i)}}}
+            labels = {"team": family, **({"baseline": "true"} if i % 100 == 0 else {})}
             exps.append(Experiment(
-                name=name, creator_id=subjects[i % len(subjects)],
+                name=name, creator_id=subjects[i % len(subjects)], labels=labels,
                 cluster_name=CLUSTERS[i % len(CLUSTERS)], exp_type=TYPES[i % len(TYPES)],
                 role_to_task_spec=spec, config=CONFIG, status=STATUSES[i % len(STATUSES)],
                 artifact_path=f"file:///var/artifacts/{i + 1}-{name}",
@@ -165,6 +168,9 @@ def seed(n: int) -> dict[str, str]:
                 Artifact(experiment_id=pk, path=path, artifact_type=typ, created_at=created,
                          updated_at=created)
                 for pk, created, _name, typ, _cluster, path in ids])
+            ExpLabel.objects.bulk_create([
+                ExpLabel(experiment_id=pk, key=key, value=value)
+                for (pk, *_rest), exp in zip(ids, exps) for key, value in exp.labels.items()])
     return emails
 
 
@@ -303,7 +309,8 @@ def main() -> None:
         lists = [("list", ""), ("status=Failed", "status=Failed"),
                  ("creator", f"creator={emails['bob']}"),
                  ("cluster_name", "cluster_name=gpu-west"),
-                 ("exp_type", "exp_type=training")]
+                 ("exp_type", "exp_type=training"),
+                 ("label=baseline", "label=baseline=true"), ("label=team", "label=team=llama")]
         ops: list[tuple[str, str | None]] = []
         for label, query in lists:
             ops.append((f"{label} p1", page_url(base, headers, query, 1)))

@@ -129,8 +129,10 @@ class FalconClient:
     """
 
     def __init__(self, server: str, *, token_provider: Callable[[], str] | None = None,
-                 timeout: float = 30.0, transport: Any = None):
+                 timeout: float = 30.0, transport: Any = None,
+                 sleep: Callable[[float], None] | None = None):
         self.server = server
+        self._sleep = sleep
         self._token_provider = token_provider
         self._http = httpx.Client(
             base_url=server, transport=transport, follow_redirects=False,
@@ -149,21 +151,45 @@ class FalconClient:
         self.close()
 
     def request(self, method: str, path: str, *, json: Any = None,
-                params: Any = None, authenticated: bool = True) -> Any:
+                params: Any = None, authenticated: bool = True,
+                headers: Mapping[str, str] | None = None, attempts: int = 1) -> Any:
         """Send one request and return the decoded JSON body (None for 204).
 
         Args:
-            method: `GET`, `POST`, `DELETE`.
+            method: `GET`, `POST`, `PATCH`, `DELETE`.
             path: the path under the server, e.g. `/api/v1/exps/12`.
             json: the request body, sent as JSON when not None.
             params: query parameters (a mapping or a list of pairs for repeated keys).
             authenticated: send `Authorization: Bearer <token>` (checked first for expiry).
+            headers: extra request headers (`Idempotency-Key`).
+            attempts: how many times to send it when the server cannot be reached, the
+                connection drops or the answer times out (tenacity: exponential backoff from
+                0.5 s, at most 8 s between tries). Only for requests that are safe to repeat:
+                reads, and creates carrying an `Idempotency-Key`.
 
         Raises:
             CLIError: AUTH (no or expired session, 401), FORBIDDEN (403), NOT_FOUND, CONFLICT,
-                INVALID, UNAVAILABLE (unreachable, timed out) or ERROR (5xx, malformed answer).
+                INVALID, UNAVAILABLE (unreachable, timed out; after `attempts` tries) or ERROR
+                (5xx, malformed answer).
         """
-        headers = {}
+        if attempts <= 1:
+            return self._request_once(method, path, json=json, params=params,
+                                      authenticated=authenticated, headers=headers)
+        import tenacity
+
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(attempts),
+            wait=tenacity.wait_exponential(multiplier=0.5, max=8),
+            retry=tenacity.retry_if_exception(
+                lambda exc: isinstance(exc, CLIError) and exc.code == ExitCode.UNAVAILABLE),
+            sleep=self._sleep or tenacity.nap.sleep, reraise=True)
+        return retrying(self._request_once, method, path, json=json, params=params,
+                        authenticated=authenticated, headers=headers)
+
+    def _request_once(self, method: str, path: str, *, json: Any, params: Any,
+                      authenticated: bool, headers: Mapping[str, str] | None) -> Any:
+        """One try of `request`."""
+        headers = dict(headers or {})
         if authenticated:
             if self._token_provider is None:
                 raise CLIError("this command needs a login; run `falcon auth login`",
@@ -301,4 +327,4 @@ def open_client(env, server: str, *, authenticated: bool = True) -> FalconClient
         provider = session_token_provider(CredentialStore(env.credentials_dir), server,
                                           clock=env.clock)
     return FalconClient(server, token_provider=provider, timeout=env.http_timeout,
-                        transport=env.transport)
+                        transport=env.transport, sleep=env.sleep)

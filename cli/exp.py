@@ -26,6 +26,62 @@ CONFIG_MAX_BYTES = 128 * 1024 - len(f"{CONFIG_ENV}=") - 1
 TASKS_MAX_BYTES = 1024 * 1024  # a tasks file of a few roles is a few KiB
 # Seconds `exp wait` keeps polling a server that stopped answering (a restart) before giving up.
 UNAVAILABLE_GRACE = 60.0
+# Tries of a create (it carries an Idempotency-Key, so a repeat cannot make a second experiment)
+# and of a read, when the server cannot be reached or the connection drops.
+ATTEMPTS = 4
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+
+class LabelArg(click.ParamType):
+    """A `--label` of create: `key=value`, checked as a Kubernetes label before any request."""
+
+    name = "KEY=VALUE"
+
+    def convert(self, value, param, ctx):
+        from experiments.labels import key_problem, value_problem
+
+        if "=" not in value:
+            self.fail(f"{value!r} is not key=value (e.g. --label baseline=true)", param, ctx)
+        key, _, label_value = value.partition("=")
+        problem = key_problem(key) or value_problem(key, label_value)
+        if problem:
+            self.fail(problem, param, ctx)
+        return key, label_value
+
+
+class SelectorArg(click.ParamType):
+    """A `--label` of list: `key=value` or `key` (the label is set), as kubectl's -l."""
+
+    name = "KEY[=VALUE]"
+
+    def convert(self, value, param, ctx):
+        from experiments.labels import parse_selector
+
+        try:
+            return str(parse_selector(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+def labels_option(func):
+    """Add `--label KEY=VALUE` (repeatable) to a command that creates an experiment."""
+    return click.option("--label", "labels", multiple=True, type=LabelArg(),
+                        help="A label key=value (repeatable), e.g. --label baseline=true; "
+                             "Kubernetes label syntax.")(func)
+
+
+def create_exp(env, client, body: dict[str, Any]) -> dict[str, Any]:
+    """POST a CreateExp `body` with a fresh `Idempotency-Key` (uuid4), retried when the server
+    cannot be reached or the connection drops: every try carries the same key, so the server
+    makes at most one experiment for this invocation.
+
+    Raises:
+        CLIError: as `FalconClient.request`.
+    """
+    import uuid
+
+    return client.request("POST", EXPS, json=body, attempts=ATTEMPTS,
+                          headers={IDEMPOTENCY_HEADER: str(uuid.uuid4())})
 
 
 def read_tasks_file(path: str) -> dict[str, dict[str, Any]]:
@@ -90,13 +146,19 @@ def exp_group() -> None:
               help="Config file sent as text, unparsed; stored verbatim and given to every "
                    "task as CUSTOM_CONFIG_KEY.")
 @click.option("--priority", type=int, default=-1, show_default=True, help="Scheduling priority.")
+@labels_option
 @click.option("--wait", is_flag=True, help="Wait until the experiment ends (see `exp wait`).")
 @output_option
 @server_option
 @pass_env
 def create(env, name: str, cluster_name: str, exp_type: str, tasks_file: str,
-           config_file: str | None, priority: int, wait: bool, output: str, server: str) -> None:
-    """Create an experiment (CreateExp): one job per role, and its artifact."""
+           config_file: str | None, priority: int, labels: tuple[tuple[str, str], ...],
+           wait: bool, output: str, server: str) -> None:
+    """Create an experiment (CreateExp): one job per role, and its artifact.
+
+    Safe to retry: the request carries an Idempotency-Key, and is sent again when the server
+    cannot be reached, without ever making a second experiment.
+    """
     from . import output as out
     from .client import open_client
 
@@ -104,9 +166,9 @@ def create(env, name: str, cluster_name: str, exp_type: str, tasks_file: str,
     body = {"name": name, "cluster_name": cluster_name, "exp_type": exp_type,
             "role_to_task_spec": read_tasks_file(tasks_file),
             "config": read_config_file(config_file) if config_file else "",
-            "priority": priority}
+            "priority": priority, "labels": dict(labels)}
     with open_client(env, server) as client:
-        exp = client.request("POST", EXPS, json=body)
+        exp = create_exp(env, client, body)
         if not wait:
             out.emit(env, exp, output, out.exp_detail)
             return
@@ -138,27 +200,135 @@ def get(env, exp_id: int, output: str, server: str) -> None:
 @click.option("--cluster", "cluster_name", help="Only this cluster.")
 @click.option("--creator", help="Only experiments of this creator (email or user id).")
 @click.option("--search", help="Only names starting with this text (case-insensitive).")
+@click.option("--label", "selectors", multiple=True, type=SelectorArg(),
+              help="Only experiments with this label: key=value, or key for any value "
+                   "(repeatable; all must match).")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True,
               help="At most this many rows, newest first (pages are followed).")
+@click.option("--watch", "-w", is_flag=True,
+              help="Redraw the list as it changes, until Ctrl-C (table output).")
+@click.option("--interval", type=click.FloatRange(min=0.5), default=DEFAULT_INTERVAL,
+              show_default=True, help="Seconds between two polls of --watch.")
 @output_option
 @server_option
 @pass_env
 def list_(env, statuses: tuple[str, ...], exp_type: str | None, cluster_name: str | None,
-          creator: str | None, search: str | None, limit: int, output: str,
-          server: str) -> None:
-    """List experiments (ListExps), newest first."""
+          creator: str | None, search: str | None, selectors: tuple[str, ...], limit: int,
+          watch: bool, interval: float, output: str, server: str) -> None:
+    """List experiments (ListExps), newest first, with their age, run time and labels."""
     from . import output as out
     from .client import open_client
 
+    if watch and output != "table":
+        raise CLIError("--watch draws a table; drop -o/--output, or poll `falcon exp list -o "
+                       f"{output}` yourself", ExitCode.USAGE)
     params: list[tuple[str, str]] = [("status", s) for s in statuses]
     for key, value in (("exp_type", exp_type), ("cluster_name", cluster_name),
                        ("creator", creator), ("search", search)):
         if value:
             params.append((key, value))
+    params += [("label", selector) for selector in selectors]
     params.append(("page_size", str(min(limit, PAGE_SIZE))))
     with open_client(env, server) as client:
+        if watch:
+            watch_list(env, client, params=params, limit=limit, interval=interval)
+            return
         exps = list(client.paginate(EXPS, params=params, limit=limit))
-    out.emit(env, exps, output, out.exp_list_table)
+    out.emit(env, exps, output, lambda console, rows: out.exp_list_table(
+        console, rows, now=_now(env)))
+
+
+def _now(env):
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(env.clock(), timezone.utc)
+
+
+def watch_list(env, client, *, params: list[tuple[str, str]], limit: int,
+               interval: float) -> None:
+    """Poll ListExps every `interval` seconds and redraw the table until Ctrl-C (exit 0).
+
+    On a terminal the table is redrawn in place (`rich.live.Live`); otherwise it is printed
+    again each time a row's status, reason or labels change (or rows come and go), so a log
+    of the output reads as a history. A server that stops answering is polled again (the
+    table says so) rather than ending the watch.
+
+    Args:
+        env: the run's `Environment` (its `sleep` and `clock` pace the loop and the ages).
+        client: a `FalconClient`.
+        params: the ListExps query.
+        limit: the most rows shown.
+        interval: seconds between polls.
+    """
+    from rich.console import Group
+    from rich.live import Live
+    from rich.text import Text
+
+    from . import output as out
+
+    console = env.console()
+    live = Live(console=console, auto_refresh=False) if console.is_terminal else None
+    last = None
+    try:
+        if live is not None:
+            live.start()
+        while True:
+            note = None
+            try:
+                exps = list(client.paginate(EXPS, params=params, limit=limit))
+            except CLIError as exc:
+                if exc.code != ExitCode.UNAVAILABLE:
+                    raise
+                note = Text(f"server unavailable, retrying every {interval:g}s: {exc}",
+                            style="yellow")
+            if note is None:
+                view = Group(out.exp_list_view(exps, now=_now(env)),
+                             Text(f"every {interval:g}s; Ctrl-C to stop", style="dim"))
+                key = tuple((e.get("id"), e.get("status"), e.get("reason"),
+                             tuple(sorted((e.get("labels") or {}).items()))) for e in exps)
+            else:
+                view, key = note, ("unavailable",)
+            if live is not None:
+                live.update(view, refresh=True)
+            elif key != last:
+                console.print(view)
+            last = key
+            env.sleep(interval)
+    except KeyboardInterrupt:
+        return  # stopping a watch is its normal end
+    finally:
+        if live is not None:
+            live.stop()
+
+
+@exp_group.command("label")
+@exp_id_argument
+@click.argument("changes", nargs=-1, required=True, metavar="KEY=VALUE|KEY- ...")
+@output_option
+@server_option
+@pass_env
+def label(env, exp_id: int, changes: tuple[str, ...], output: str, server: str) -> None:
+    """Set (key=value) or remove (key-) labels of an experiment, as `kubectl label` does.
+
+    All changes are applied in one transaction; only the creator or a staff user may label.
+    """
+    from experiments.labels import parse_label_args
+
+    from . import output as out
+    from .client import open_client
+
+    try:
+        to_set, to_remove = parse_label_args(changes)
+    except ValueError as exc:
+        raise CLIError(str(exc), ExitCode.USAGE) from None
+    patch: dict[str, Any] = {**to_set, **dict.fromkeys(to_remove)}
+    with open_client(env, server) as client:
+        answer = client.request("PATCH", f"{EXPS}/{exp_id}/labels", json={"labels": patch})
+    labels = answer.get("labels") or {}
+    if output == "table":
+        env.print_out(visible(f"experiment {exp_id} labels: {out.labels_text(labels)}"))
+    else:
+        out.emit(env, {"id": exp_id, "labels": labels}, output, None)
 
 
 
@@ -334,8 +504,11 @@ def wait_for(env, client, exp_id: int, *, interval: float, timeout: float | None
         env.print_out(f"experiment {exp_id} {ExpStatus.SUCCEEDED}")
 
 
-__all__ = ["exp_group", "read_config_file", "read_tasks_file", "wait_for"]
+__all__ = ["create_exp", "exp_group", "read_config_file", "read_tasks_file", "wait_for"]
 
+# The commands defined in their own modules register on `exp_group` when imported (they import
+# only click at module level, like this one).
+from . import exp_clone, exp_diff  # noqa: E402,F401
 
 # `falcon exp describe` lives in its own module (cli/describe.py).
 from .describe import describe as _describe  # noqa: E402

@@ -101,20 +101,75 @@ def _jobs_summary(exp: dict[str, Any]) -> Text:
     return out if out.plain else Text("-")
 
 
-def exp_list_table(console: Console, exps: list[dict[str, Any]]) -> None:
-    """Draw experiments as one table row each (id, name, status, type, cluster, creator, jobs)."""
+def labels_text(labels: Any) -> str:
+    """Return labels as `key=value` pairs, comma separated, keys sorted; `-` for none."""
+    if not labels:
+        return "-"
+    return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+
+
+def age(value: Any, now: datetime) -> str:
+    """Return how long ago an ISO-8601 timestamp was, as `duration` text; `-` for none."""
+    moment = _parse_time(value)
+    return "-" if moment is None else duration((now - moment).total_seconds())
+
+
+# Below this width `exp list` leaves out the creator and shows labels under the name.
+WIDE_LIST = 120
+
+
+def exp_list_table(console: Console, exps: list[dict[str, Any]], *,
+                   now: datetime | None = None) -> None:
+    """Draw experiments one row each: id, name, status (with the reason of a failed or aborted
+    one), type, cluster, creator, age, duration (`run_time`), labels and jobs.
+
+    Narrower than `WIDE_LIST` columns, the creator is left out and the labels are shown under
+    the name, so statuses and job states stay whole on an 80-column terminal.
+
+    Args:
+        console: where to draw.
+        exps: list rows as the API returns them.
+        now: the current time (aware) the age and a running duration are measured to; None
+            means the wall clock.
+    """
+    console.print(exp_list_view(exps, now=now, width=console.width))
+
+
+def exp_list_view(exps: list[dict[str, Any]], *, now: datetime | None = None,
+                  width: int = WIDE_LIST) -> Any:
+    """Return the renderable of `exp_list_table` (also the frame of `exp list --watch`)."""
+    from datetime import timezone
+
     if not exps:
-        console.print("No experiments match.")
-        return
+        return Text("No experiments match.")
+    now = now or datetime.now(timezone.utc)
+    wide = width >= WIDE_LIST
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for column in ("ID", "NAME", "STATUS", "TYPE", "CLUSTER", "CREATOR", "CREATED", "JOBS"):
-        table.add_column(column, overflow="fold")
+    columns = ["ID", "NAME", "STATUS", "TYPE", "CLUSTER", "AGE", "DURATION", "JOBS"]
+    if wide:
+        columns[5:5] = ["CREATOR"]
+        columns[-1:-1] = ["LABELS"]
+    for column in columns:
+        table.add_column(column, overflow="fold",
+                         no_wrap=column in ("ID", "STATUS", "AGE", "DURATION", "JOBS"))
     for exp in exps:
-        table.add_row(plain(exp.get("id")), plain(exp.get("name")), status_text(exp.get("status")),
-                      plain(exp.get("exp_type")), plain(exp.get("cluster_name")),
-                      plain(exp.get("creator")), plain(when(exp.get("created_at"))),
-                      _jobs_summary(exp))
-    console.print(table)
+        status = status_text(exp.get("status"))
+        if exp.get("status") in (ExpStatus.FAILED, ExpStatus.ABORTED) and exp.get("reason"):
+            status.append("\n")
+            status.append(visible(f"({exp['reason']})"))
+        name = plain(exp.get("name"))
+        labels = labels_text(exp.get("labels"))
+        if not wide and exp.get("labels"):
+            name.append("\n")
+            name.append(visible(labels), style="dim")
+        cells = [plain(exp.get("id")), name, status, plain(exp.get("exp_type")),
+                 plain(exp.get("cluster_name")), plain(age(exp.get("created_at"), now)),
+                 plain(run_time(exp, now)), _jobs_summary(exp)]
+        if wide:
+            cells[5:5] = [plain(exp.get("creator"))]
+            cells[-1:-1] = [plain(labels)]
+        table.add_row(*cells)
+    return table
 
 
 def _fields_table(rows: list[tuple[str, Text]]) -> Table:
@@ -138,6 +193,8 @@ def exp_summary(exp: dict[str, Any]) -> Table:
         ("cluster", plain(exp.get("cluster_name"))),
         ("priority", plain(exp.get("priority"))),
         ("creator", plain(exp.get("creator"))),
+        ("labels", plain(labels_text(exp.get("labels")))),
+        ("cloned from", plain(exp.get("cloned_from"))),
         ("artifact path", plain(exp.get("artifact_path"))),
         ("created", plain(when(exp.get("created_at")))),
         ("started", plain(when(exp.get("started_at")))),
@@ -444,3 +501,38 @@ def generic_tables(records: list[Any]) -> list[tuple[str, list[str], list[list[A
         tables.append((title, columns, [[format_value(key, record.get(key)) for key in columns]
                                         for record in group]))
     return tables
+
+
+# --- exp diff ------------------------------------------------------------------------------------
+
+def diff_cell(value: Any, absent: bool) -> Text:
+    """A value of `exp diff`: compact JSON (so `1` and `"1"` differ on screen); `<absent>`."""
+    if absent:
+        return Text("<absent>", style="dim")
+    return Text(visible(json.dumps(value, ensure_ascii=False)))
+
+
+def exp_diff_table(console: Console, diff: dict[str, Any]) -> None:
+    """Draw `GET /api/v1/exps/diff`'s answer: one row per path, one column per experiment,
+    then the unified diffs of text configs."""
+    exps = diff.get("experiments") or []
+    rows = diff.get("differences") or []
+    if not rows:
+        console.print("No differences." if not diff.get("config_text_diffs") else "")
+    else:
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+        table.add_column("PATH", overflow="fold", style="bold")
+        for exp in exps:
+            table.add_column(visible(f"{exp.get('id')} {exp.get('name') or ''}".strip()),
+                             overflow="fold")
+        for row in rows:
+            absent = set(row.get("absent") or ())
+            table.add_row(plain(row.get("path")),
+                          *[diff_cell(value, index in absent)
+                            for index, value in enumerate(row.get("values") or [])])
+        console.print(table)
+    for text_diff in diff.get("config_text_diffs") or []:
+        if text_diff.get("diff"):
+            console.print(Text(f"config is not YAML; text diff against experiment "
+                               f"{exps[0].get('id') if exps else '?'}:", style="bold"))
+            console.print(plain(text_diff["diff"], multiline=True))

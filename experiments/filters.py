@@ -3,21 +3,66 @@
 The HTTP query string uses these names as they are (`?status=Running,Created&exp_type=profiling`);
 gRPC's `CommonListReq` fields map onto them in `core.grpc.from_proto.list_filters`
 (`statuses` -> `status`, `exp_types` -> `exp_type`, `cluster_names` -> `cluster_name`, `ids` ->
-`id`, `updated_since`). `creator` and `search` have no `CommonListReq` field: HTTP and the admin.
+`id`, `updated_since`, `labels` -> `label`). `creator` and `search` have no `CommonListReq` field:
+HTTP and the admin.
 """
 from __future__ import annotations
 
 import django_filters
 from django.db.models import Q, QuerySet
+from drf_spectacular.utils import extend_schema_field
 
 from accounts.models import User
 from core.filters import (
-    ChoiceListFilter, FalconFilterSet, IdListFilter, MultiValueFilter, PrefixSearchFilter,
-    UpdatedSinceFilter,
+    ChoiceListFilter, FalconFilterSet, IdListFilter, MultiValueField, MultiValueFilter,
+    PrefixSearchFilter, UpdatedSinceFilter,
 )
 from core.statuses import ExpStatus, choices
 
-from .models import Experiment
+from .labels import Selector, parse_selector
+from .models import ExpLabel, Experiment
+
+LABEL_HELP = ("Only the experiments whose labels match every selector: `key=value` (that "
+              "value) or `key` (the label is set), as kubectl's -l; repeat it or give a comma "
+              "list (all must hold).")
+
+
+class LabelSelectorField(MultiValueField):
+    """A list of label selectors (`experiments.labels.parse_selector`)."""
+
+    def clean_item(self, item) -> Selector:
+        if not isinstance(item, str):
+            raise ValueError(item)
+        try:
+            return parse_selector(item)
+        except ValueError as exc:
+            self._problem = str(exc)
+            raise
+
+    def bad_items_message(self, bad) -> str:
+        problem = getattr(self, "_problem", "")
+        return (f"{problem} A selector is key=value or key (the label is set)." if problem
+                else "must be label selectors: key=value or key.")
+
+
+@extend_schema_field({"type": "array", "items": {"type": "string"}})
+class LabelSelectorFilter(MultiValueFilter):
+    """Keep the experiments matching EVERY selector (AND, as Kubernetes label selectors).
+
+    Each selector is one `IN (SELECT experiment_id FROM experiment_labels WHERE key = ...
+    [AND value = ...])`, served by the index on (key, value, experiment) on SQLite and
+    MariaDB alike (decisions.md#dec-labels).
+    """
+
+    field_class = LabelSelectorField
+
+    def filter(self, qs: QuerySet, value: list[Selector]) -> QuerySet:
+        for selector in value or ():
+            rows = ExpLabel.objects.filter(key=selector.key)
+            if selector.value is not None:
+                rows = rows.filter(value=selector.value)
+            qs = qs.filter(pk__in=rows.values("experiment_id"))
+        return qs
 
 
 SEARCH_HELP = ("Only the experiments whose name starts with this text, case-insensitive "
@@ -30,7 +75,8 @@ class ExperimentFilter(FalconFilterSet):
 
     Filters (query names): `status` (ExpStatus values), `exp_type`, `cluster_name`, `id`
     (positive ids), each repeated or a comma list; `updated_since` (ISO 8601); `creator` (the
-    creator's email or user id); `search` (a name prefix, case-insensitive: `PrefixSearchFilter`).
+    creator's email or user id); `search` (a name prefix, case-insensitive: `PrefixSearchFilter`);
+    `label` (label selectors, all of which must hold: `LabelSelectorFilter`).
 
     Raises (from `validate`):
         ValidationFailed: a status is unknown, an id is not a positive integer, a name is over
@@ -48,6 +94,7 @@ class ExperimentFilter(FalconFilterSet):
                                         help_text="Only the experiments of this creator (email "
                                                   "or user id).")
     search = PrefixSearchFilter(fields=("name",), help_text=SEARCH_HELP)
+    label = LabelSelectorFilter(help_text=LABEL_HELP)
 
     class Meta:
         model = Experiment

@@ -30,6 +30,12 @@ class Experiment(RunModel):
     artifact_path = models.CharField(max_length=512, blank=True, default="")
     priority = models.IntegerField(default=-1)
     status = models.CharField(max_length=16, choices=choices(ExpStatus), default=ExpStatus.CREATED)
+    # `{key: value}` Kubernetes-style labels, the copy a list row and GetExp show (no join).
+    # Filters read `ExpLabel`, written with it in the same transaction (decisions.md#dec-labels).
+    labels = models.JSONField(default=dict, blank=True)
+    # The id of the experiment this one was cloned from (`falcon exp clone`); kept as a plain id
+    # so the record survives the deletion of its source.
+    cloned_from = models.PositiveBigIntegerField(null=True, blank=True)
 
     class Meta:
         db_table = "experiments"
@@ -51,3 +57,51 @@ class Experiment(RunModel):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.pk})"
+
+
+class ExpLabel(models.Model):
+    """One label of an experiment: the rows label selectors filter on.
+
+    The index on (key, value, experiment) serves `key=value` and `key` (exists) alike, on
+    SQLite and MariaDB, as an index range scan (decisions.md#dec-labels). Rules of keys and
+    values: `experiments.labels`.
+    """
+
+    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE,
+                                   related_name="label_rows", db_index=False)
+    key = models.CharField(max_length=317)
+    value = models.CharField(max_length=63, blank=True, default="")
+
+    class Meta:
+        db_table = "experiment_labels"
+        constraints = [models.UniqueConstraint(fields=["experiment", "key"],
+                                               name="uk_explabel_exp_key")]
+        indexes = [models.Index(fields=["key", "value", "experiment"],
+                                name="explabel_key_value_exp")]
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}"
+
+
+class IdempotencyKey(models.Model):
+    """A CreateExp idempotency key: (creator, key) is unique, so a retried create finds the first.
+
+    `request_hash` is the SHA-256 of the validated request, so the same key with another body
+    is refused (IETF draft "The Idempotency-Key HTTP Header Field"). The row goes with its
+    experiment when that one is deleted.
+    """
+
+    creator = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                                related_name="+", db_index=False)
+    key = models.CharField(max_length=255)
+    request_hash = models.CharField(max_length=64)
+    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "experiment_idempotency_keys"
+        constraints = [models.UniqueConstraint(fields=["creator", "key"],
+                                               name="uk_idempotency_creator_key")]
+
+    def __str__(self) -> str:
+        return f"{self.key} -> {self.experiment_id}"

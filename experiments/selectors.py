@@ -37,7 +37,8 @@ def exp_summary_queryset() -> QuerySet[Experiment]:
 # shows them; GetExp does).
 LIST_FIELDS = ("id", "name", "creator_id", "cluster_name", "exp_type", "artifact_path",
                "priority", "status", "reason", "message", "created_at", "updated_at",
-               "started_at", "finished_at", "aborting_at", "aborted_at")
+               "started_at", "finished_at", "aborting_at", "aborted_at", "labels",
+               "cloned_from")
 
 
 def exp_list_queryset() -> QuerySet:
@@ -145,3 +146,41 @@ def exp_list(*, filters: Mapping[str, Any] | None = None,
     """
     qs = exp_queryset() if queryset is None else queryset
     return ExperimentFilter.apply(qs, filters or {})
+
+
+# What `experiments.diff` compares, read in one query (config and task specs included).
+DIFF_FIELDS = ("id", "name", "cluster_name", "exp_type", "priority", "labels", "status",
+               "reason", "cloned_from", "started_at", "finished_at", "role_to_task_spec",
+               "config")
+
+
+def exp_diff(*, exp_ids: Sequence[int], include_equal: bool = False) -> dict[str, Any]:
+    """Compare experiments by key path (`experiments.diff.diff_experiments`), in the order given.
+
+    Args:
+        exp_ids: 2 to `diff.MAX_EXPERIMENTS` distinct experiment ids.
+        include_equal: also list the paths whose values are all equal.
+
+    Raises:
+        ValidationFailed: fewer than 2 or more than `MAX_EXPERIMENTS` ids, or a repeated id;
+            keyed `ids`.
+        NotFound: an id names no experiment (the message lists the missing ids).
+    """
+    from django.utils import timezone
+
+    from core.errors import ValidationFailed
+
+    from .diff import MAX_EXPERIMENTS, MIN_EXPERIMENTS, diff_experiments
+
+    ids = list(exp_ids)
+    if len(set(ids)) != len(ids):
+        raise ValidationFailed({"ids": ["lists an experiment twice; give each id once."]})
+    if not MIN_EXPERIMENTS <= len(ids) <= MAX_EXPERIMENTS:
+        raise ValidationFailed({"ids": [f"give {MIN_EXPERIMENTS} to {MAX_EXPERIMENTS} "
+                                        f"experiment ids to compare; got {len(ids)}."]})
+    rows = {row["id"]: row for row in Experiment.objects.filter(pk__in=ids).values(*DIFF_FIELDS)}
+    missing = [i for i in ids if i not in rows]
+    if missing:
+        raise NotFound(f"Experiment(s) {', '.join(map(str, missing))} do not exist.")
+    return diff_experiments([rows[i] for i in ids], now=timezone.now(),
+                            include_equal=include_equal)

@@ -9,6 +9,8 @@ skip a rule.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import secrets
 from collections.abc import Callable, Iterator
@@ -42,8 +44,9 @@ from jobs.specs import (
     environment_problem, experiment_size_problems, validate_role, validate_task_spec,
 )
 
+from .labels import MAX_LABELS, key_problem, label_problems
 from .locks import lock_artifact_ids, lock_experiment_with_jobs
-from .models import Experiment
+from .models import ExpLabel, Experiment, IdempotencyKey
 from .specs import validate_create
 
 # The artifact stores Falcon writes to (docs/architecture.md, "Embedded defaults": GCS or a local
@@ -95,9 +98,25 @@ def _require_may_change(exp: Experiment, actor, verb: str) -> None:
                                "its creator or a staff user may.")
 
 
-@retry_on_lock_conflict
+# Longest idempotency key: a UUID is 36 characters; clients may send their own scheme.
+IDEMPOTENCY_KEY_MAX_CHARS = 255
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+
+class IdempotencyKeyReused(Conflict):
+    """An idempotency key came back with another request body (HTTP 409, gRPC
+    FAILED_PRECONDITION): the key is already bound to another request, so the client must send
+    a new key for a new request (the IETF draft "The Idempotency-Key HTTP Header Field" allows
+    409 or 422 here; 409 is the API's answer to every request that clashes with stored state).
+    """
+
+    code = "idempotency_key_reused"
+
+
 def exp_create(*, creator, name: Any, cluster_name: Any, exp_type: Any,
-               role_to_task_spec: Any, config: Any = "", priority: Any = -1) -> Experiment:
+               role_to_task_spec: Any, config: Any = "", priority: Any = -1,
+               labels: Any = None, cloned_from: Any = None,
+               idempotency_key: Any = None) -> Experiment:
     """CreateExp: write the Experiment, one Job per role and its Artifact in ONE transaction.
 
     Args:
@@ -109,27 +128,119 @@ def exp_create(*, creator, name: Any, cluster_name: Any, exp_type: Any,
         config: the user's config file as text, stored verbatim and injected as
             `CUSTOM_CONFIG_KEY`; under 128 KiB (`FALCON_CONFIG_MAX_BYTES`).
         priority: integer, default -1.
+        labels: `{key: value}` Kubernetes-style labels (`experiments.labels`), or None.
+        cloned_from: the id of an existing experiment this one is a copy of (`falcon exp
+            clone`), or None.
+        idempotency_key: a client-chosen string (a UUID) of at most 255 characters, or None.
+            The first create with a key writes the experiment; a later create of the same
+            creator with the same key and the same request returns that experiment (its
+            `replayed` attribute is True) and writes nothing; the unique key (creator, key)
+            settles concurrent duplicates: the loser's transaction rolls back whole.
 
     Returns:
         The created experiment (status Created; its jobs Pending; its artifact Created), with
         its `creator` and `artifact` loaded and its jobs, by role, in `created_jobs`: a reply
-        can be built from it without reading anything back. One transaction of three INSERTs
-        (`artifact_path_for` names the folder before the row exists).
+        can be built from it without reading anything back. `replayed` is False, or True when
+        an earlier create with the same idempotency key made it (it is then read as it is
+        now, jobs included).
 
     Raises:
         PermissionDenied: `creator` is not a user (a service principal).
-        ValidationFailed: a field is missing or malformed (nothing is written).
+        ValidationFailed: a field is missing or malformed, or `cloned_from` names no
+            experiment (nothing is written).
         PayloadTooLarge: the config is over `FALCON_CONFIG_MAX_BYTES` (nothing is written).
+        IdempotencyKeyReused: the key was used by this creator for a different request (409).
     """
     if not isinstance(creator, User):
         raise PermissionDenied(f"{actor_label(creator)} cannot create experiments: an "
                                "experiment's creator must be a person (a user token).")
-    data = validate_create(name=name, cluster_name=cluster_name, exp_type=exp_type,
-                           role_to_task_spec=role_to_task_spec, config=config,
-                           priority=priority)
+    errors: dict[str, list[str]] = {}
+    if isinstance(idempotency_key, str):
+        idempotency_key = idempotency_key.strip()  # as HTTP strips a header's value
+    try:
+        data = validate_create(name=name, cluster_name=cluster_name, exp_type=exp_type,
+                               role_to_task_spec=role_to_task_spec, config=config,
+                               priority=priority)
+    except ValidationFailed as exc:
+        if type(exc) is not ValidationFailed:  # PayloadTooLarge answers alone
+            raise
+        errors.update(exc.errors)
+        data = {}
+    labels = {} if labels is None else labels
+    if problems := label_problems(labels):
+        errors["labels"] = problems
+    if cloned_from is not None and (isinstance(cloned_from, bool)
+                                    or not isinstance(cloned_from, int) or cloned_from < 1):
+        errors["cloned_from"] = [f"must be the id of an existing experiment; got "
+                                 f"{cloned_from!r}."]
+    if idempotency_key is not None and (
+            not isinstance(idempotency_key, str) or not idempotency_key
+            or len(idempotency_key) > IDEMPOTENCY_KEY_MAX_CHARS
+            or not idempotency_key.isascii() or not idempotency_key.isprintable()):
+        errors["idempotency_key"] = [
+            f"the {IDEMPOTENCY_HEADER} must be 1 to {IDEMPOTENCY_KEY_MAX_CHARS} printable ASCII "
+            "characters, e.g. a UUID (uuid4); send a new one for each new experiment."]
+    if errors:
+        raise ValidationFailed(errors)
+    data["labels"] = dict(sorted(labels.items()))
+    data["cloned_from"] = cloned_from
+    fingerprint = _request_hash(data) if idempotency_key else ""
+    if idempotency_key:
+        replay = _replay(creator, idempotency_key, fingerprint)
+        if replay is not None:
+            return replay
+    if cloned_from is not None and not Experiment.objects.filter(pk=cloned_from).exists():
+        raise ValidationFailed({"cloned_from": [
+            f"experiment {cloned_from} does not exist; clone an existing experiment."]})
+    try:
+        return _create(creator, data, idempotency_key, fingerprint)
+    except IntegrityError:
+        # Another create with the same key committed first (uk_idempotency_creator_key): this
+        # transaction rolled back whole, so the first experiment is the only one.
+        if idempotency_key:
+            replay = _replay(creator, idempotency_key, fingerprint)
+            if replay is not None:
+                return replay
+        raise
+
+
+def _request_hash(data: dict[str, Any]) -> str:
+    """SHA-256 of the validated request, keys sorted: what makes two creates "the same"."""
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _replay(creator: User, key: str, fingerprint: str) -> Experiment | None:
+    """The experiment an earlier create with `key` made, or None when the key is new.
+
+    Raises:
+        IdempotencyKeyReused: the earlier create had another request body.
+    """
+    row = (IdempotencyKey.objects.filter(creator=creator, key=key)
+           .values("request_hash", "experiment_id").first())
+    if row is None:
+        return None
+    if row["request_hash"] != fingerprint:
+        raise IdempotencyKeyReused(
+            f"The {IDEMPOTENCY_HEADER} {key[:80]!r} was already used for experiment "
+            f"{row['experiment_id']} with a different request; send a new "
+            f"{IDEMPOTENCY_HEADER} for a new experiment.")
+    from .selectors import exp_get
+
+    exp = exp_get(exp_id=row["experiment_id"])
+    exp.created_jobs = list(exp.jobs.all())
+    exp.replayed = True
+    return exp
+
+
+@retry_on_lock_conflict
+def _create(creator: User, data: dict[str, Any], idempotency_key: str | None,
+            fingerprint: str) -> Experiment:
+    """The writes of CreateExp, in one transaction (see `exp_create`)."""
     path = artifact_path_for(name=data["name"])
     with transaction.atomic():
-        # Three INSERTs: the experiment with its path, its jobs in one statement, its artifact.
+        # The experiment with its path, its jobs in one statement, its artifact; its labels
+        # and idempotency key when given.
         exp = Experiment.objects.create(creator=creator, artifact_path=path, **data)
         jobs = Job.objects.bulk_create([
             Job(experiment=exp, cluster_name=exp.cluster_name, exp_type=exp.exp_type,
@@ -138,8 +249,73 @@ def exp_create(*, creator, name: Any, cluster_name: Any, exp_type: Any,
             for role, spec in sorted(data["role_to_task_spec"].items())
         ])
         Artifact.objects.create(experiment=exp, path=path, artifact_type=exp.exp_type)
+        if data["labels"]:
+            ExpLabel.objects.bulk_create([ExpLabel(experiment=exp, key=key, value=value)
+                                          for key, value in data["labels"].items()])
+        if idempotency_key:
+            IdempotencyKey.objects.create(creator=creator, key=idempotency_key,
+                                          request_hash=fingerprint, experiment=exp)
     exp.created_jobs = jobs
+    exp.replayed = False
     return exp
+
+
+@retry_on_lock_conflict
+def exp_update_labels(*, exp_id: int, actor, set_labels: Any = None,
+                      remove: Any = None) -> dict[str, str]:
+    """Set and remove labels of an experiment (`kubectl label` semantics), in one transaction.
+
+    Allowed in every status (a finished experiment is often the one labelled a baseline).
+    Removing a label that is not there is not an error; setting one that is there replaces
+    its value. The experiment's `updated_at` moves, so `updated_since` lists see the change.
+
+    Args:
+        exp_id: the experiment's id.
+        actor: the creator or a staff principal (`exp_may_change`).
+        set_labels: `{key: value}` to set.
+        remove: keys to remove.
+
+    Returns:
+        The experiment's labels after the change, keys sorted.
+
+    Raises:
+        ValidationFailed: a key or value is invalid, a key is both set and removed, or the
+            experiment would have more than `MAX_LABELS` labels; keyed `labels`.
+        NotFound, PermissionDenied: as `exp_abort`.
+    """
+    set_labels = {} if set_labels is None else set_labels
+    remove = [] if remove is None else remove
+    problems = label_problems(set_labels)
+    if not isinstance(remove, (list, tuple)) or not all(isinstance(k, str) for k in remove):
+        problems.append("the keys to remove must be a list of strings.")
+        remove = []
+    problems += [p for key in remove if (p := key_problem(key))]
+    both = sorted(set(set_labels) & set(remove)) if isinstance(set_labels, dict) else []
+    if both:
+        problems.append(f"label {both[0]!r} is both set and removed; keep one of the two.")
+    if problems:
+        raise ValidationFailed({"labels": problems})
+    with transaction.atomic():
+        exp = Experiment.objects.select_for_update().filter(pk=exp_id).first()
+        if exp is None:
+            raise NotFound(f"Experiment {exp_id} does not exist.")
+        _require_may_change(exp, actor, "label")
+        labels = {k: v for k, v in exp.labels.items() if k not in remove}
+        labels.update(set_labels)
+        if len(labels) > MAX_LABELS:
+            raise ValidationFailed({"labels": [
+                f"experiment {exp_id} would have {len(labels)} labels; at most {MAX_LABELS}: "
+                "remove some with key-."]})
+        changed = [k for k, v in set_labels.items() if exp.labels.get(k) != v]
+        gone = [k for k in remove if k in exp.labels] + [k for k in changed if k in exp.labels]
+        if gone:
+            ExpLabel.objects.filter(experiment_id=exp_id, key__in=gone).delete()
+        if changed:
+            ExpLabel.objects.bulk_create([ExpLabel(experiment_id=exp_id, key=k,
+                                                   value=set_labels[k]) for k in changed])
+        labels = dict(sorted(labels.items()))
+        Experiment.objects.filter(pk=exp_id).update(labels=labels, updated_at=timezone.now())
+    return labels
 
 
 @retry_on_lock_conflict

@@ -27,6 +27,7 @@ LIST_FILTER_NAMES: dict[str, str] = {
     "ids": "id",
     "exp_ids": "exp_id",
     "updated_since": "updated_since",
+    "labels": "label",
 }
 PROTO_FIELD_OF: dict[str, str] = {name: field for field, name in LIST_FILTER_NAMES.items()}
 

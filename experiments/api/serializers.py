@@ -19,6 +19,7 @@ from jobs.specs import (
     MAX_ROLES, TOPOLOGY, kind_of,
 )
 
+from ..labels import KEY_PATTERN, MAX_LABELS, VALUE_PATTERN
 from ..models import Experiment
 from ..selectors import ListRelated
 from ..specs import EXP_TYPE, NAME, PRIORITY_MAX, PRIORITY_MIN
@@ -73,6 +74,31 @@ TASK_SPEC_SCHEMA = {
 class RoleToTaskSpecField(serializers.JSONField):
     """`{role: TaskSpec}`; the domain validates its content (`experiments.specs`, `jobs.specs`)."""
 
+
+
+LABELS_DESCRIPTION = ("Kubernetes-style labels, `{key: value}`: key `[prefix/]name` (prefix a "
+                      "DNS subdomain of at most 253 characters, name at most 63 characters of "
+                      "letters, digits, '-', '_', '.', alphanumeric at both ends), value empty or "
+                      f"the name's rule; at most {MAX_LABELS} labels.")
+
+
+@extend_schema_field({"type": "object", "maxProperties": MAX_LABELS,
+                      "additionalProperties": {"type": "string", "maxLength": 63,
+                                               "pattern": f"^{VALUE_PATTERN}$"},
+                      "propertyNames": {"maxLength": 317, "pattern": f"^{KEY_PATTERN}$"},
+                      "description": LABELS_DESCRIPTION, "example": {"baseline": "true"}})
+class LabelsField(serializers.JSONField):
+    """`{key: value}` labels; the domain checks them (`experiments.labels`)."""
+
+
+@extend_schema_field({"type": "object", "maxProperties": MAX_LABELS,
+                      "additionalProperties": {"type": ["string", "null"], "maxLength": 63,
+                                               "pattern": f"^{VALUE_PATTERN}$"},
+                      "propertyNames": {"maxLength": 317, "pattern": f"^{KEY_PATTERN}$"},
+                      "description": "Labels to set (`key: value`) or remove (`key: null`).",
+                      "example": {"baseline": "true", "stale": None}})
+class LabelsPatchField(serializers.JSONField):
+    """`{key: value or null}`: a JSON merge patch of the labels."""
 
 
 class StrictCharField(serializers.CharField):
@@ -161,6 +187,17 @@ class ExpCreateInputSerializer(StrictSerializer):
     priority = StrictIntegerField(required=False, default=-1, min_value=PRIORITY_MIN,
                                   max_value=PRIORITY_MAX,
                                   help_text="A 32-bit signed integer (the gRPC field is int32).")
+    labels = LabelsField(required=False, default=dict)
+    cloned_from = StrictIntegerField(required=False, default=None, allow_null=True, min_value=1,
+                                     max_value=2**63 - 1,
+                                     help_text="The id of the experiment this one copies "
+                                               "(`falcon exp clone`).")
+
+
+class ExpLabelsPatchSerializer(StrictSerializer):
+    """The labels to change, as a JSON merge patch (RFC 7396): a string sets, null removes."""
+
+    labels = LabelsPatchField(required=False, default=dict)
 
 
 class UTCDateTimeField(serializers.DateTimeField):
@@ -203,7 +240,7 @@ ARTIFACT_SUMMARY_FIELDS = ["id", "path", "artifact_type", "status", "reason", "f
 EXP_SUMMARY_FIELDS = ["id", "name", "creator", "creator_id", "cluster_name", "exp_type",
                       "artifact_path", "priority", "status", "reason", "message", "created_at",
                       "updated_at", "started_at", "finished_at", "aborting_at", "aborted_at",
-                      "jobs", "artifact"]
+                      "labels", "cloned_from", "jobs", "artifact"]
 
 
 class JobOutputSerializer(UTCModelSerializer):
@@ -280,6 +317,7 @@ def list_rows(page: list[Mapping], related: ListRelated) -> list[dict]:
                "finished_at": utc_iso(exp["finished_at"]),
                "aborting_at": utc_iso(exp["aborting_at"]),
                "aborted_at": utc_iso(exp["aborted_at"]),
+               "labels": exp["labels"], "cloned_from": exp["cloned_from"],
                "jobs": [_summary(job, JOB_SUMMARY_FIELDS) for job in jobs.get(exp_id, ())]}
         artifact = artifacts.get(exp_id)
         if artifact is not None:  # as DRF does: no artifact, no key
@@ -302,7 +340,8 @@ class ExpDetailSerializer(UTCModelSerializer):
         fields = ["id", "name", "creator", "creator_id", "cluster_name", "exp_type",
                   "role_to_task_spec", "artifact_path", "priority", "status", "reason",
                   "message", "created_at", "updated_at", "started_at", "finished_at",
-                  "aborting_at", "aborted_at", "jobs", "artifact", "config"]
+                  "aborting_at", "aborted_at", "labels", "cloned_from", "jobs", "artifact",
+                  "config"]
         read_only_fields = fields
 
 

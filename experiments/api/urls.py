@@ -27,6 +27,8 @@ register_converter(IdConverter, "id")
 
 urlpatterns = [
     path("exps", views.ExpListCreateView.as_view(), name="exp-list"),
+    path("exps/diff", views.ExpDiffView.as_view(), name="exp-diff"),
+    path("exps/<id:exp_id>/labels", views.ExpLabelsView.as_view(), name="exp-labels"),
     path("exps/<id:exp_id>", views.ExpDetailView.as_view(), name="exp-detail"),
     path("exps/<id:exp_id>/abort", views.ExpAbortView.as_view(), name="exp-abort"),
     path("exps/<id:exp_id>/logs", files.ExpLogsView.as_view(), name="exp-logs"),
@@ -36,5 +38,5 @@ urlpatterns = [
     # Last: a path segment where an id belongs that is not one.
     re_path(r"^exps/(?P<raw>[^/]+)/(?P<sub>logs|artifacts|artifacts/file)$",
             csrf_exempt(files.bad_exp_id)),
-    re_path(r"^exps/(?P<raw>[^/]+)(?P<abort>/abort)?$", views.bad_exp_id),
+    re_path(r"^exps/(?P<raw>[^/]+)(?P<action>/abort|/labels)?$", views.bad_exp_id),
 ]

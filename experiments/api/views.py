@@ -20,9 +20,13 @@ from core.filters import MAX_ID, MAX_NAME_CHARS
 
 from .. import selectors, services
 from ..filters import SEARCH_HELP, ExperimentFilter
+from ..diff import MAX_EXPERIMENTS
+from ..filters import LABEL_HELP
+from ..labels import SELECTOR_LIST_PATTERN
+from ..services import IDEMPOTENCY_HEADER
 from .serializers import (
     ARTIFACT_SUMMARY_FIELDS, JOB_SUMMARY_FIELDS, ExpCreatedSerializer, ExpCreateInputSerializer,
-    ExpDetailSerializer, ExpListItemSerializer, list_rows,
+    ExpDetailSerializer, ExpLabelsPatchSerializer, ExpListItemSerializer, list_rows,
 )
 
 
@@ -71,6 +75,7 @@ LIST_EXPS_PARAMETERS = [
                      description="Only the experiments of this creator (email or user id)."),
     OpenApiParameter("search", {"type": "string", "pattern": NO_NUL},
                      description=SEARCH_HELP),
+    _list_param("label", {"type": "string", "pattern": SELECTOR_LIST_PATTERN}, LABEL_HELP),
     OpenApiParameter("cursor", OpenApiTypes.STR,
                      description="The cursor of a page, from a `next` or `previous` link; any "
                                  "other value is a 400."),
@@ -81,7 +86,18 @@ LIST_EXPS_PARAMETERS = [
     get=extend_schema(summary="ListExps", responses=ExpListItemSerializer(many=True),
                       parameters=LIST_EXPS_PARAMETERS),
     post=extend_schema(summary="CreateExp", request=ExpCreateInputSerializer,
+                       parameters=[OpenApiParameter(
+                           IDEMPOTENCY_HEADER, {"type": "string", "maxLength": 255,
+                                                "pattern": "^[!-~]([ -~]*[!-~])?$"},
+                           OpenApiParameter.HEADER,
+                           description="A key of your choosing (a UUID) that makes a retry "
+                                       "safe: a repeat from the same user with the same body "
+                                       "answers 201 with the first experiment (header "
+                                       "Idempotent-Replayed: true) and creates nothing; with "
+                                       "another body it answers 409 idempotency_key_reused.")],
                        responses={201: ExpDetailSerializer,
+                                  409: OpenApiResponse(description="The Idempotency-Key was "
+                                                       "used before for another request."),
                                   400: OpenApiResponse(description="A field is invalid."),
                                   403: OpenApiResponse(description="A service principal "
                                                        "cannot create experiments."),
@@ -122,8 +138,13 @@ class ExpListCreateView(generics.ListAPIView):
         """CreateExp: one transaction of three INSERTs; the reply is built without a read-back."""
         data = ExpCreateInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        exp = services.exp_create(creator=request.user, **data.validated_data)
-        return Response(ExpCreatedSerializer(exp).data, status=status.HTTP_201_CREATED)
+        exp = services.exp_create(creator=request.user, **data.validated_data,
+                                  idempotency_key=request.headers.get(IDEMPOTENCY_HEADER))
+        # A replay answers as the first create did (201, the same experiment), as Stripe's
+        # idempotent requests do, and says so in a header.
+        headers = {"Idempotent-Replayed": "true"} if exp.replayed else None
+        return Response(ExpCreatedSerializer(exp).data, status=status.HTTP_201_CREATED,
+                        headers=headers)
 
 
 # The path's experiment id as the server reads it (`IdConverter`, `core.numbers`): ASCII digits,
@@ -170,12 +191,81 @@ class ExpAbortView(APIView):
         return Response(ExpDetailSerializer(selectors.exp_get(exp_id=exp_id)).data)
 
 
+class ExpLabelsView(APIView):
+    """Change an experiment's labels (creator or staff), in one transaction."""
+
+    @extend_schema(summary="UpdateExpLabels", parameters=[EXP_ID_PARAM],
+                   request=ExpLabelsPatchSerializer, responses={
+                       200: OpenApiResponse(
+                           response={"type": "object", "properties": {"labels": {
+                               "type": "object", "additionalProperties": {"type": "string"}}}},
+                           description="The experiment's labels after the change."),
+                       400: OpenApiResponse(description="A label key or value is invalid."),
+                       403: OpenApiResponse(description="Only the creator or a staff user may "
+                                                        "label it.")})
+    def patch(self, request, exp_id: int):
+        """A JSON merge patch (RFC 7396) of the labels: `{"labels": {"a": "1", "b": null}}`."""
+        data = ExpLabelsPatchSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        patch = data.validated_data["labels"]
+        if not isinstance(patch, dict):
+            from core.errors import ValidationFailed
+
+            raise ValidationFailed({"labels": ["must be an object of key to value (set) or "
+                                               "null (remove)."]})
+        labels = services.exp_update_labels(
+            exp_id=exp_id, actor=request.user,
+            set_labels={k: v for k, v in patch.items() if v is not None},
+            remove=[k for k, v in patch.items() if v is None])
+        return Response({"labels": labels})
+
+
+DIFF_PARAMETERS = [
+    OpenApiParameter("ids", {"type": "array", "minItems": 2, "maxItems": MAX_EXPERIMENTS,
+                             "uniqueItems": True,
+                             "items": {"type": "integer", "minimum": 1, "maximum": MAX_ID}},
+                     explode=True, style="form", required=True,
+                     description=f"The experiments to compare, 2 to {MAX_EXPERIMENTS} distinct "
+                                 "ids, in the order to show (repeat it, or a comma list)."),
+    OpenApiParameter("all", {"type": "boolean"},
+                     description="Also list the paths whose values are all equal."),
+]
+
+
+class ExpDiffView(APIView):
+    """Compare experiments by key path: fields, labels, task specs per role and config."""
+
+    @extend_schema(summary="DiffExps", parameters=DIFF_PARAMETERS, responses={
+        200: OpenApiResponse(response={"type": "object"}, description=(
+            "`experiments` (id, name), `config_format` (yaml or text), `differences` "
+            "(path, values one per experiment, absent: the positions without a value, equal) "
+            "and `config_text_diffs` (unified diffs against the first when a config is not "
+            "YAML).")),
+        400: OpenApiResponse(description="Fewer than 2 or more than the maximum ids, or an "
+                                         "id is not a positive integer."),
+        404: OpenApiResponse(description="An id names no experiment.")})
+    def get(self, request):
+        from django.forms import ValidationError as FormError
+
+        from core.errors import ValidationFailed
+        from core.filters import IdListField
+
+        try:
+            ids = IdListField().clean(request.query_params.getlist("ids"))
+        except FormError as exc:
+            raise ValidationFailed({"ids": list(exc.messages)}) from None
+        flag = request.query_params.get("all", "false").lower()
+        if flag not in ("true", "false", "1", "0", ""):
+            raise ValidationFailed({"all": [f"must be true or false; got {flag[:20]!r}."]})
+        return Response(selectors.exp_diff(exp_ids=ids, include_equal=flag in ("true", "1")))
+
+
 @csrf_exempt
-def bad_exp_id(request, raw: str, abort: str | None = None):
-    """400 for `/api/v1/exps/<raw>[/abort]` where `raw` is not an id (`core.numbers`).
+def bad_exp_id(request, raw: str, action: str | None = None):
+    """400 for `/api/v1/exps/<raw>[/abort|/labels]` where `raw` is not an id (`core.numbers`).
 
     Only for the methods the real route serves (GET and DELETE on the experiment, POST on
-    `/abort`): any other method is 405 Method Not Allowed with `Allow`, as the real view would
+    `/abort`, PATCH on `/labels`): any other method is 405 Method Not Allowed with `Allow`, as the real view would
     answer. No data is read. CSRF-exempt like every API view (the DRF views are): the path is
     wrong whatever the credentials, and a browser's cookie must not turn it into an HTML 403.
     """
@@ -183,7 +273,8 @@ def bad_exp_id(request, raw: str, abort: str | None = None):
 
     from core.numbers import BadNumber, parse_decimal
 
-    allowed = ("POST", "OPTIONS") if abort else ("GET", "HEAD", "DELETE", "OPTIONS")
+    allowed = {"/abort": ("POST", "OPTIONS"), "/labels": ("PATCH", "OPTIONS")}.get(
+        action or "", ("GET", "HEAD", "DELETE", "OPTIONS"))
     if request.method not in allowed:
         res = JsonResponse({"detail": f'Method "{request.method}" not allowed.',
                             "code": "method_not_allowed"}, status=405)

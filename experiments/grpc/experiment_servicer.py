@@ -35,7 +35,9 @@ class ExperimentServicer(experiment_pb2_grpc.ExperimentServiceServicer):
 
         The reply is the new experiment's summary (`_summary`): its id, status and names, not
         the specs and config just sent, which may fill a whole message already; a reply that
-        could not be sent would make a caller retry and create the experiment twice.
+        could not be sent would make a caller retry and create the experiment twice. With an
+        `idempotency_key` such a retry is safe: a repeat returns the first experiment with
+        `changed` false.
         """
         creator = creator_for(current_principal(), request.creator_email)
         exp = services.exp_create(
@@ -43,8 +45,11 @@ class ExperimentServicer(experiment_pb2_grpc.ExperimentServiceServicer):
             exp_type=request.exp_type,
             role_to_task_spec=json_value(request.role_to_task_spec_json,
                                          "role_to_task_spec_json"),
-            config=request.config, priority=optional(request, "priority"))
-        return experiment_pb2.ExpCommonResp(exp=_summary(exp.pk), changed=True, id=exp.pk)
+            config=request.config, priority=optional(request, "priority"),
+            labels=dict(request.labels), cloned_from=optional(request, "cloned_from"),
+            idempotency_key=request.idempotency_key or None)
+        return experiment_pb2.ExpCommonResp(exp=_summary(exp.pk), changed=not exp.replayed,
+                                            id=exp.pk)
 
     def UpdateExpStatus(self, request, context):
         """UpdateExpStatus -> `services.exp_update_status` (guarded transition)."""

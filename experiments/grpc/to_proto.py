@@ -34,7 +34,8 @@ def exp_to_item(exp: Experiment, *, detail: bool = True,
         reason=exp.reason, message=exp.message, created_at=timestamp(exp.created_at),
         updated_at=timestamp(exp.updated_at), started_at=timestamp(exp.started_at),
         finished_at=timestamp(exp.finished_at), aborting_at=timestamp(exp.aborting_at),
-        aborted_at=timestamp(exp.aborted_at),
+        aborted_at=timestamp(exp.aborted_at), labels=exp.labels or {},
+        cloned_from=exp.cloned_from,
     )
     if specs:
         item.role_to_task_spec_json = json.dumps(exp.role_to_task_spec, sort_keys=True,

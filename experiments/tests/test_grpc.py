@@ -503,3 +503,42 @@ def test_a_second_server_on_the_same_port_fails_loudly():
     again = build_server(addr, max_workers=1)  # free again once the first one stopped
     again.start()
     again.stop(grace=0)
+
+
+# -- labels, clones and idempotency keys -------------------------------------------------------
+
+def test_create_exp_with_labels_then_list_by_selector(stubs):
+    UserFactory(email="carol@example.com")
+    first = stubs.exps.CreateExp(create_req(labels={"baseline": "true", "team": "infra"}),
+                                 metadata=stubs.md, timeout=10)
+    stubs.exps.CreateExp(create_req(name="b2", labels={"team": "infra"},
+                                    cloned_from=first.id), metadata=stubs.md, timeout=10)
+    got = stubs.exps.ListExps(common_pb2.CommonListReq(labels=["baseline=true"]),
+                              metadata=stubs.md, timeout=10)
+    assert [e.id for e in got.exps] == [first.id]
+    assert dict(got.exps[0].labels) == {"baseline": "true", "team": "infra"}
+    got = stubs.exps.ListExps(common_pb2.CommonListReq(labels=["team"]), metadata=stubs.md,
+                              timeout=10)
+    assert len(got.exps) == 2
+    clone = [e for e in got.exps if e.id != first.id][0]
+    assert clone.HasField("cloned_from") and clone.cloned_from == first.id
+    assert not got.exps[0].HasField("cloned_from") or got.exps[0].id != first.id
+    err = rpc_error(stubs.exps.ListExps, common_pb2.CommonListReq(labels=["Bad Key"]),
+                    metadata=stubs.md)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "labels" in err.details()
+    err = rpc_error(stubs.jobs.ListJobs, common_pb2.CommonListReq(labels=["team"]),
+                    metadata=stubs.md)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "labels" in err.details()
+
+
+def test_create_exp_with_an_idempotency_key_creates_once(stubs):
+    UserFactory(email="carol@example.com")
+    first = stubs.exps.CreateExp(create_req(idempotency_key="k-1"), metadata=stubs.md,
+                                 timeout=10)
+    again = stubs.exps.CreateExp(create_req(idempotency_key="k-1"), metadata=stubs.md,
+                                 timeout=10)
+    assert first.changed and not again.changed and again.id == first.id
+    assert Experiment.objects.count() == 1
+    err = rpc_error(stubs.exps.CreateExp, create_req(idempotency_key="k-1", name="other"),
+                    metadata=stubs.md)
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "Idempotency-Key" in err.details()

@@ -25,7 +25,7 @@ from falcon_site.grpc.testing import (  # noqa: F401  (fixtures)
 pytestmark = pytest.mark.django_db(transaction=True)
 
 # The filters CommonListReq can carry for ListExps, by ExperimentFilter name.
-GRPC_NAMES = {"status", "exp_type", "cluster_name", "id", "updated_since"}
+GRPC_NAMES = {"status", "exp_type", "cluster_name", "id", "updated_since", "label"}
 
 
 def http_ids(api, filters: dict, *, comma: bool) -> list[int]:

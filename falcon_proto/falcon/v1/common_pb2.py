@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x66\x61lcon/v1/common.proto\x12\tfalcon.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd9\x01\n\rCommonListReq\x12\x10\n\x08statuses\x18\x01 \x03(\t\x12\x14\n\x0c\x65xp_statuses\x18\x02 \x03(\t\x12\x15\n\rcluster_names\x18\x03 \x03(\t\x12\x11\n\texp_types\x18\x04 \x03(\t\x12\x0b\n\x03ids\x18\x05 \x03(\x03\x12\x0f\n\x07\x65xp_ids\x18\x06 \x03(\x03\x12\x31\n\rupdated_since\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tpage_size\x18\x08 \x01(\x05\x12\x12\n\npage_token\x18\t \x01(\t\"(\n\nSkippedRow\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0e\n\x06\x65xp_id\x18\x02 \x01(\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x66\x61lcon/v1/common.proto\x12\tfalcon.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe9\x01\n\rCommonListReq\x12\x10\n\x08statuses\x18\x01 \x03(\t\x12\x14\n\x0c\x65xp_statuses\x18\x02 \x03(\t\x12\x15\n\rcluster_names\x18\x03 \x03(\t\x12\x11\n\texp_types\x18\x04 \x03(\t\x12\x0b\n\x03ids\x18\x05 \x03(\x03\x12\x0f\n\x07\x65xp_ids\x18\x06 \x03(\x03\x12\x31\n\rupdated_since\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tpage_size\x18\x08 \x01(\x05\x12\x12\n\npage_token\x18\t \x01(\t\x12\x0e\n\x06labels\x18\n \x03(\t\"(\n\nSkippedRow\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0e\n\x06\x65xp_id\x18\x02 \x01(\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,7 +33,7 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'falcon.v1.common_pb2', _glo
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_COMMONLISTREQ']._serialized_start=71
-  _globals['_COMMONLISTREQ']._serialized_end=288
-  _globals['_SKIPPEDROW']._serialized_start=290
-  _globals['_SKIPPEDROW']._serialized_end=330
+  _globals['_COMMONLISTREQ']._serialized_end=304
+  _globals['_SKIPPEDROW']._serialized_start=306
+  _globals['_SKIPPEDROW']._serialized_end=346
 # @@protoc_insertion_point(module_scope)

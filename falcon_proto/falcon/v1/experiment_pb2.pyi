@@ -39,7 +39,14 @@ class UpdateExpStatusesResp(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[UpdateExpStatusResult, _Mapping]]] = ...) -> None: ...
 
 class CreateExpReq(_message.Message):
-    __slots__ = ("name", "cluster_name", "exp_type", "role_to_task_spec_json", "config", "priority", "creator_email")
+    __slots__ = ("name", "cluster_name", "exp_type", "role_to_task_spec_json", "config", "priority", "creator_email", "labels", "cloned_from", "idempotency_key")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     NAME_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
     EXP_TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -47,6 +54,9 @@ class CreateExpReq(_message.Message):
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     CREATOR_EMAIL_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    CLONED_FROM_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     name: str
     cluster_name: str
     exp_type: str
@@ -54,7 +64,10 @@ class CreateExpReq(_message.Message):
     config: str
     priority: int
     creator_email: str
-    def __init__(self, name: _Optional[str] = ..., cluster_name: _Optional[str] = ..., exp_type: _Optional[str] = ..., role_to_task_spec_json: _Optional[str] = ..., config: _Optional[str] = ..., priority: _Optional[int] = ..., creator_email: _Optional[str] = ...) -> None: ...
+    labels: _containers.ScalarMap[str, str]
+    cloned_from: int
+    idempotency_key: str
+    def __init__(self, name: _Optional[str] = ..., cluster_name: _Optional[str] = ..., exp_type: _Optional[str] = ..., role_to_task_spec_json: _Optional[str] = ..., config: _Optional[str] = ..., priority: _Optional[int] = ..., creator_email: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., cloned_from: _Optional[int] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class UpdateExpStatusReq(_message.Message):
     __slots__ = ("id", "status", "reason", "message", "expected")
@@ -89,7 +102,14 @@ class DeleteExpReq(_message.Message):
     def __init__(self, id: _Optional[int] = ...) -> None: ...
 
 class ExpItem(_message.Message):
-    __slots__ = ("id", "name", "creator_id", "creator_email", "cluster_name", "exp_type", "role_to_task_spec_json", "config", "artifact_path", "priority", "status", "reason", "message", "created_at", "updated_at", "started_at", "finished_at", "aborting_at", "aborted_at", "jobs", "artifact")
+    __slots__ = ("id", "name", "creator_id", "creator_email", "cluster_name", "exp_type", "role_to_task_spec_json", "config", "artifact_path", "priority", "status", "reason", "message", "created_at", "updated_at", "started_at", "finished_at", "aborting_at", "aborted_at", "jobs", "artifact", "labels", "cloned_from")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     CREATOR_ID_FIELD_NUMBER: _ClassVar[int]
@@ -111,6 +131,8 @@ class ExpItem(_message.Message):
     ABORTED_AT_FIELD_NUMBER: _ClassVar[int]
     JOBS_FIELD_NUMBER: _ClassVar[int]
     ARTIFACT_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    CLONED_FROM_FIELD_NUMBER: _ClassVar[int]
     id: int
     name: str
     creator_id: str
@@ -132,7 +154,9 @@ class ExpItem(_message.Message):
     aborted_at: _timestamp_pb2.Timestamp
     jobs: _containers.RepeatedCompositeFieldContainer[_job_pb2.JobItem]
     artifact: _artifact_pb2.ArtifactItem
-    def __init__(self, id: _Optional[int] = ..., name: _Optional[str] = ..., creator_id: _Optional[str] = ..., creator_email: _Optional[str] = ..., cluster_name: _Optional[str] = ..., exp_type: _Optional[str] = ..., role_to_task_spec_json: _Optional[str] = ..., config: _Optional[str] = ..., artifact_path: _Optional[str] = ..., priority: _Optional[int] = ..., status: _Optional[str] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., aborting_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., aborted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., jobs: _Optional[_Iterable[_Union[_job_pb2.JobItem, _Mapping]]] = ..., artifact: _Optional[_Union[_artifact_pb2.ArtifactItem, _Mapping]] = ...) -> None: ...
+    labels: _containers.ScalarMap[str, str]
+    cloned_from: int
+    def __init__(self, id: _Optional[int] = ..., name: _Optional[str] = ..., creator_id: _Optional[str] = ..., creator_email: _Optional[str] = ..., cluster_name: _Optional[str] = ..., exp_type: _Optional[str] = ..., role_to_task_spec_json: _Optional[str] = ..., config: _Optional[str] = ..., artifact_path: _Optional[str] = ..., priority: _Optional[int] = ..., status: _Optional[str] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., aborting_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., aborted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., jobs: _Optional[_Iterable[_Union[_job_pb2.JobItem, _Mapping]]] = ..., artifact: _Optional[_Union[_artifact_pb2.ArtifactItem, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., cloned_from: _Optional[int] = ...) -> None: ...
 
 class ExpCommonResp(_message.Message):
     __slots__ = ("exp", "changed", "id")

@@ -1,0 +1,205 @@
+"""Compare experiments by key path (`falcon exp diff`, `GET /api/v1/exps/diff`).
+
+Pure Python and Django-free: the HTTP view hands it plain dicts and returns what it answers.
+
+Everything is compared as a tree, not as text lines: mappings by key (so reordered or inserted
+keys only show the keys that differ), lists by position, and a value whose type differs between
+experiments (`1` and `"1"`, a number and a mapping) is one row at its path. The configs are
+parsed as YAML (YAML 1.1 as PyYAML's safe loader reads it); when one of them does not parse to a
+mapping or a list, the configs are compared as text instead and a unified diff (difflib) of each
+against the first is returned.
+
+A row's path joins keys with `.` and list positions with `[i]`; a key that holds a `.`, `[`,
+a space or a quote, or that is not a string, is written as `["key"]` (JSON string) or `[1]`.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+MIN_EXPERIMENTS = 2
+MAX_EXPERIMENTS = 10
+# The experiment fields compared besides the config and the task specs, in the order shown.
+FIELDS = ("name", "cluster_name", "exp_type", "priority", "labels", "status", "reason",
+          "cloned_from", "duration_seconds")
+_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+class _Absent:
+    """The value of a path an experiment does not have."""
+
+    def __repr__(self) -> str:
+        return "<absent>"
+
+
+ABSENT = _Absent()
+
+
+def key_path(parent: str, key: Any) -> str:
+    """Return the path of `key` under `parent` (see the module docstring)."""
+    if isinstance(key, int) and not isinstance(key, bool):
+        return f"{parent}[{key}]"
+    if isinstance(key, str) and _PLAIN_KEY.fullmatch(key):
+        return f"{parent}.{key}" if parent else key
+    return f"{parent}[{json.dumps(key if isinstance(key, str) else str(key))}]"
+
+
+def _plain(value: Any) -> Any:
+    """Make a parsed YAML value JSON-ready: dates become ISO 8601 text, set keys text."""
+    if isinstance(value, Mapping):
+        return {(k if isinstance(k, (str, int, float, bool)) or k is None else str(k)): _plain(v)
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (dt.date, dt.datetime)):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return value.decode("latin-1")
+    return value
+
+
+def _same(values: Sequence[Any]) -> bool:
+    """True when all values are present and equal with the same type (1, 1.0, True differ)."""
+    first = values[0]
+    return all(v is not ABSENT for v in values) and all(
+        type(v) is type(first) and v == first for v in values[1:])
+
+
+def _kind(value: Any) -> str:
+    if value is ABSENT:
+        return "absent"
+    if isinstance(value, Mapping):
+        return "mapping"
+    if isinstance(value, list):
+        return "list"
+    return "scalar"
+
+
+def compare_trees(path: str, values: Sequence[Any], rows: list[dict[str, Any]], *,
+                  include_equal: bool) -> None:
+    """Append a row per leaf path where `values` (one per experiment) differ.
+
+    Mappings are walked by key (keys in the order of their first appearance), lists by position;
+    where the experiments' values are not all mappings or all lists (absent ones aside) the
+    path is one row holding each whole value.
+
+    Args:
+        path: the path of `values` ('' for the root).
+        values: one value per experiment; `ABSENT` where it has none.
+        rows: the output: `{"path", "values", "absent", "equal"}` dicts, `values` with None
+            where absent and `absent` the positions that have no value.
+        include_equal: add the rows whose values are all equal too.
+    """
+    kinds = {_kind(v) for v in values} - {"absent"}
+    if kinds == {"mapping"}:
+        keys: list[Any] = []
+        for value in values:
+            if value is not ABSENT:
+                keys.extend(k for k in value if k not in keys)
+        for key in keys:
+            compare_trees(key_path(path, key),
+                          [ABSENT if v is ABSENT else v.get(key, ABSENT) for v in values],
+                          rows, include_equal=include_equal)
+        return
+    if kinds == {"list"}:
+        longest = max(len(v) for v in values if v is not ABSENT)
+        for index in range(longest):
+            compare_trees(key_path(path, index),
+                          [v[index] if v is not ABSENT and index < len(v) else ABSENT
+                           for v in values], rows, include_equal=include_equal)
+        return
+    equal = _same(values)
+    if equal and not include_equal:
+        return
+    rows.append({"path": path,
+                 "values": [None if v is ABSENT else v for v in values],
+                 "absent": [i for i, v in enumerate(values) if v is ABSENT],
+                 "equal": equal})
+
+
+def parse_config(text: str) -> tuple[bool, Any]:
+    """Return `(True, tree)` when `text` is YAML holding a mapping or a list, else `(False, text)`.
+
+    An empty (or comment-only) config is `(True, {})`.
+    """
+    import yaml
+
+    try:
+        tree = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError:
+        return False, text
+    if tree is None:
+        return True, {}
+    if isinstance(tree, (Mapping, list)):
+        return True, _plain(tree)
+    return False, text
+
+
+def duration_seconds(exp: Mapping[str, Any], now: dt.datetime) -> float | None:
+    """Seconds from `started_at` to `finished_at` (or `now` while running); None if not started."""
+    started = exp.get("started_at")
+    if started is None:
+        return None
+    finished = exp.get("finished_at") or now
+    return round((finished - started).total_seconds(), 3)
+
+
+def diff_experiments(exps: Sequence[Mapping[str, Any]], *, now: dt.datetime,
+                     include_equal: bool = False) -> dict[str, Any]:
+    """Compare 2 to `MAX_EXPERIMENTS` experiments by key path.
+
+    Args:
+        exps: one dict per experiment, in the order to show: `id`, `name`, `cluster_name`,
+            `exp_type`, `priority`, `labels` ({key: value}), `status`, `reason`, `cloned_from`,
+            `started_at`, `finished_at` (aware datetimes or None), `role_to_task_spec`
+            ({role: TaskSpec}) and `config` (text).
+        now: the instant a running experiment's duration is measured to.
+        include_equal: also list the paths whose values are all equal (`--all`).
+
+    Returns:
+        `{"experiments": [{"id", "name"}], "config_format": "yaml" | "text",
+        "differences": [{"path", "values", "absent", "equal"}], "config_text_diffs":
+        [{"id", "diff"}]}`. Paths start with a field name, `tasks.<role>.<field>` or
+        `config.<path>`; `config_text_diffs` holds, for text configs, the unified diff of each
+        experiment's config against the first one's (empty when they are YAML).
+
+    Raises:
+        ValueError: fewer than 2 or more than `MAX_EXPERIMENTS` experiments.
+    """
+    if not MIN_EXPERIMENTS <= len(exps) <= MAX_EXPERIMENTS:
+        raise ValueError(f"compare {MIN_EXPERIMENTS} to {MAX_EXPERIMENTS} experiments; got "
+                         f"{len(exps)}.")
+    rows: list[dict[str, Any]] = []
+    for field in FIELDS:
+        if field == "duration_seconds":
+            values = [duration_seconds(exp, now) for exp in exps]
+        else:
+            values = [exp.get(field) for exp in exps]
+        if field == "labels":
+            values = [dict(v or {}) for v in values]
+        compare_trees(field, values, rows, include_equal=include_equal)
+    compare_trees("tasks", [exp.get("role_to_task_spec") or {} for exp in exps], rows,
+                  include_equal=include_equal)
+
+    parsed = [parse_config(exp.get("config") or "") for exp in exps]
+    text_diffs: list[dict[str, Any]] = []
+    if all(ok for ok, _ in parsed):
+        config_format = "yaml"
+        compare_trees("config", [tree for _, tree in parsed], rows, include_equal=include_equal)
+    else:
+        config_format = "text"
+        texts = [exp.get("config") or "" for exp in exps]
+        compare_trees("config", texts, rows, include_equal=include_equal)
+        first = texts[0].splitlines(keepends=True)
+        for exp, text in zip(exps[1:], texts[1:]):
+            diff = "".join(difflib.unified_diff(
+                first, text.splitlines(keepends=True), fromfile=f"experiment {exps[0]['id']}",
+                tofile=f"experiment {exp['id']}"))
+            text_diffs.append({"id": exp["id"], "diff": diff})
+    return {"experiments": [{"id": exp["id"], "name": exp.get("name")} for exp in exps],
+            "config_format": config_format, "differences": rows,
+            "config_text_diffs": text_diffs}

@@ -1,0 +1,166 @@
+"""Experiment labels: Kubernetes syntax, set at create, edited in one transaction, filtered on
+HTTP and gRPC by kubectl-style selectors, shown in list and get."""
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from accounts.tests.factories import UserFactory
+from core.errors import PermissionDenied, ValidationFailed
+from experiments.labels import (
+    key_problem, matches, parse_label_args, parse_selector, value_problem,
+)
+from experiments.models import ExpLabel, Experiment
+from experiments.services import exp_create, exp_update_labels
+from experiments.tests.factories import make_exp, task_spec
+
+
+@pytest.mark.parametrize("key", ["team", "example.com/team", "a", "A-b_c.d", "x" * 63,
+                                 "a.b-c/x"])
+def test_valid_keys(key):
+    assert key_problem(key) is None
+
+
+@pytest.mark.parametrize("key,words", [
+    ("", "required"), ("-team", "name"), ("team-", "name"), ("x" * 64, "name"),
+    ("Example.com/team", "prefix"), ("/team", "empty prefix"), ("a b", "name"),
+    ("example.com/", "name"), ("x" * 254 + "/a", "prefix")])
+def test_invalid_keys_name_the_label_and_the_rule(key, words):
+    problem = key_problem(key)
+    assert problem and words in problem
+
+
+@pytest.mark.parametrize("value,ok", [("", True), ("true", True), ("v1.2_3-x", True),
+                                      ("x" * 63, True), ("x" * 64, False), ("-a", False),
+                                      ("a b", False), ("a/b", False)])
+def test_values(value, ok):
+    assert (value_problem("k", value) is None) == ok
+
+
+def test_kubectl_label_arguments():
+    assert parse_label_args(["a=1", "b=", "c-"]) == ({"a": "1", "b": ""}, ["c"])
+    with pytest.raises(ValueError, match="neither"):
+        parse_label_args(["a"])
+    with pytest.raises(ValueError, match="both set and removed"):
+        parse_label_args(["a=1", "a-"])
+
+
+def test_selectors():
+    assert parse_selector("a=1") == parse_selector("a==1")
+    assert parse_selector("team").value is None
+    assert matches({"a": "1", "team": ""}, [parse_selector("a=1"), parse_selector("team")])
+    assert not matches({"a": "1"}, [parse_selector("team")])
+
+
+@pytest.mark.django_db
+def test_create_stores_labels_in_the_row_and_the_table(user):
+    exp = exp_create(creator=user, name="e", cluster_name="local", exp_type="profiling",
+                     role_to_task_spec={"main": task_spec()},
+                     labels={"team": "infra", "baseline": "true"})
+    assert Experiment.objects.get(pk=exp.pk).labels == {"baseline": "true", "team": "infra"}
+    assert sorted(ExpLabel.objects.filter(experiment=exp).values_list("key", "value")) == [
+        ("baseline", "true"), ("team", "infra")]
+
+
+@pytest.mark.django_db
+def test_create_refuses_bad_labels_and_writes_nothing(user):
+    with pytest.raises(ValidationFailed) as info:
+        exp_create(creator=user, name="e", cluster_name="local", exp_type="profiling",
+                   role_to_task_spec={"main": task_spec()}, labels={"Bad Key": "x", "ok": 1})
+    problems = " ".join(info.value.errors["labels"])
+    assert "'Bad Key'" in problems and "'ok'" in problems and "quote" in problems
+    assert not Experiment.objects.exists()
+
+
+@pytest.mark.django_db
+def test_label_edits_are_one_transaction_and_kubectl_like(user):
+    exp = make_exp(creator=user)
+    exp_update_labels(exp_id=exp.pk, actor=user, set_labels={"a": "1", "b": "2"})
+    labels = exp_update_labels(exp_id=exp.pk, actor=user, set_labels={"a": "9", "c": ""},
+                               remove=["b", "missing"])
+    assert labels == {"a": "9", "c": ""}
+    assert Experiment.objects.get(pk=exp.pk).labels == labels
+    assert dict(ExpLabel.objects.filter(experiment=exp).values_list("key", "value")) == labels
+
+
+@pytest.mark.django_db
+def test_a_failed_label_edit_changes_nothing(user):
+    exp = make_exp(creator=user)
+    exp_update_labels(exp_id=exp.pk, actor=user, set_labels={"a": "1"})
+    too_many = {f"k{i}": "v" for i in range(64)}
+    with pytest.raises(ValidationFailed, match="at most 64"):
+        exp_update_labels(exp_id=exp.pk, actor=user, set_labels=too_many)
+    assert Experiment.objects.get(pk=exp.pk).labels == {"a": "1"}
+    assert ExpLabel.objects.filter(experiment=exp).count() == 1
+    with pytest.raises(PermissionDenied):
+        exp_update_labels(exp_id=exp.pk, actor=UserFactory(), set_labels={"b": "2"})
+
+
+@pytest.fixture
+def labelled(db):
+    owner = UserFactory()
+    exps = {}
+    for name, labels in {"base": {"baseline": "true", "team": "infra"},
+                         "cand": {"baseline": "false", "team": "infra"},
+                         "other": {"team": ""}, "none": {}}.items():
+        exps[name] = make_exp(creator=owner, name=name)
+        if labels:
+            exp_update_labels(exp_id=exps[name].pk, actor=owner, set_labels=labels)
+    return exps
+
+
+@pytest.mark.parametrize("query,names", [
+    ("label=baseline=true", {"base"}),
+    ("label=team", {"base", "cand", "other"}),
+    ("label=team=infra&label=baseline=false", {"cand"}),
+    ("label=team=infra,baseline", {"base", "cand"}),
+    ("label=team=", {"other"}),
+    ("label=nothing", set()),
+])
+def test_http_list_filters_by_label_selectors(auth_api, labelled, query, names):
+    res = auth_api.get(f"/api/v1/exps?{query}")
+    assert res.status_code == 200, res.content
+    got = {row["name"]: row["labels"] for row in res.json()["results"]}
+    assert set(got) == names
+    if "base" in got:
+        assert got["base"] == {"baseline": "true", "team": "infra"}
+
+
+def test_http_list_names_a_bad_selector(auth_api, labelled):
+    res = auth_api.get("/api/v1/exps?label=Bad Key=1")
+    assert res.status_code == 400
+    assert "label" in res.json() and "Bad Key" in str(res.json()["label"])
+
+
+def test_http_create_get_and_patch_labels(auth_api, user):
+    body = {"name": "e", "cluster_name": "local", "exp_type": "profiling",
+            "role_to_task_spec": {"main": {"command": "x"}}, "labels": {"baseline": "true"}}
+    res = auth_api.post("/api/v1/exps", body, format="json")
+    assert res.status_code == 201, res.content
+    exp_id = res.json()["id"]
+    assert res.json()["labels"] == {"baseline": "true"} and res.json()["cloned_from"] is None
+    res = auth_api.patch(f"/api/v1/exps/{exp_id}/labels",
+                         {"labels": {"baseline": None, "team": "infra"}}, format="json")
+    assert res.status_code == 200 and res.json() == {"labels": {"team": "infra"}}
+    assert auth_api.get(f"/api/v1/exps/{exp_id}").json()["labels"] == {"team": "infra"}
+    res = auth_api.patch(f"/api/v1/exps/{exp_id}/labels", {"labels": {"-x": "1"}},
+                         format="json")
+    assert res.status_code == 400 and "-x" in str(res.json()["labels"])
+    bad = auth_api.post("/api/v1/exps", {**body, "labels": {"a": "b c"}}, format="json")
+    assert bad.status_code == 400 and "labels" in bad.json()
+
+
+def test_label_filter_is_an_index_lookup(labelled):
+    from experiments.filters import ExperimentFilter
+    from django.http import QueryDict
+
+    qs = ExperimentFilter.apply(Experiment.objects.all(),
+                                ExperimentFilter.validate(QueryDict("label=baseline=true")))
+    sql, params = ExpLabel.objects.filter(key="baseline", value="true").values(
+        "experiment_id").query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN {'QUERY PLAN ' if connection.vendor == 'sqlite' else ''}{sql}",
+                       params)
+        plan = " ".join(str(part) for row in cursor.fetchall() for part in row)
+    assert "explabel_key_value_exp" in plan, plan
+    assert [e.name for e in qs] == ["base"]
