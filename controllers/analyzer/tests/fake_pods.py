@@ -44,6 +44,12 @@ class FakePodKube(FakeKube):
         with self.lock:
             self.logs[(ns, name)] = text
 
+    def kubectl_delete(self, ns: str, name: str) -> None:
+        """`kubectl delete pod NAME`: as the API server's DELETE does, under the lock (the
+        fake's writes notify its watchers)."""
+        with self.lock:
+            self.delete("pods", ns, name, None)
+
     def pods(self, ns: str) -> list[dict]:
         return self.list("pods", ns)
 

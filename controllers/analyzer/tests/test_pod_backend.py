@@ -282,7 +282,7 @@ def test_a_pod_deleted_from_outside_fails_with_that_reason(kube, tmp_path):
     backend.start(spec())
     kube.run(NS, "analysis-an-1")
     assert state(backend).phase == "running"
-    kube.delete("pods", NS, "analysis-an-1", None)  # kubectl delete pod
+    kube.kubectl_delete(NS, "analysis-an-1")  # kubectl delete pod
     s = state(backend)
     assert (s.phase, s.reason, s.alive) == ("failed", "PodDeleted", False)
     assert "deleted from outside" in s.message

@@ -134,7 +134,7 @@ def test_a_pod_deleted_from_outside_fails_its_analysis_and_frees_the_slot(
     assert c.status(first).status == "running" and c.status(second).status == "pending"
     kube.run(NS, c.pod(first))
     c.tick(ctl)
-    kube.delete("pods", NS, c.pod(first), None)  # kubectl delete pod
+    kube.kubectl_delete(NS, c.pod(first))  # kubectl delete pod
     c.tick(ctl)
     rec = c.status(first)
     assert (rec.status, rec.reason) == ("failed", "PodDeleted")
@@ -170,7 +170,7 @@ def test_controller_killed_mid_run_reattaches_and_recreates_a_lost_pod(
     # Killed again; this time the Pod vanishes while no controller runs: the restarted one
     # re-creates it after the capped exponential back-off, then gives up after max attempts.
     del ctl
-    kube.delete("pods", NS, c.pod(second), None)
+    kube.kubectl_delete(NS, c.pod(second))
     ctl = c.controller()
     c.tick(ctl)
     assert kube.get("pods", NS, c.pod(second)) is None  # waiting out the back-off (2 s)
@@ -178,14 +178,14 @@ def test_controller_killed_mid_run_reattaches_and_recreates_a_lost_pod(
     c.tick(ctl)
     assert kube.get("pods", NS, c.pod(second)) is not None
     assert c.status(second).attempts == 2
-    kube.delete("pods", NS, c.pod(second), None)
+    kube.kubectl_delete(NS, c.pod(second))
     del ctl
     ctl = c.controller()
     c.tick(ctl)
     c.clock.now += 3.1  # min(2 * 2**1, 3): the cap
     c.tick(ctl)
     assert c.status(second).attempts == 3
-    kube.delete("pods", NS, c.pod(second), None)
+    kube.kubectl_delete(NS, c.pod(second))
     del ctl
     ctl = c.controller()
     c.tick(ctl)
