@@ -64,7 +64,8 @@ def platform(tmp_path):
     log = open(tmp_path / "runlocal.log", "w")
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "manage.py"), "runlocal", "--http", f"127.0.0.1:{http}",
-         "--grpc", f"127.0.0.1:{free_port()}", "--interval", "0.3"],
+         "--grpc", f"127.0.0.1:{free_port()}", "--analyzer", f"127.0.0.1:{free_port()}",
+         "--interval", "0.3"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 60
     while True:
