@@ -86,8 +86,10 @@ def _pick_job(exp: Experiment, role: str | None):
     for job in jobs:
         if job.role == role:
             return job
-    raise ValidationFailed({"role": [f"{role!r} is not a role of experiment {exp.pk}; valid "
-                                     f"roles: {', '.join(roles)}."]})
+    # A well-formed role the experiment does not have names a log that does not exist: 404,
+    # as an unknown id is (a 400 is for a request malformed whatever the data).
+    raise NotFound(f"role: {role!r} is not a role of experiment {exp.pk}; valid roles: "
+                   f"{', '.join(roles)}.")
 
 
 def _whole_lines(data: bytes) -> bytes:
@@ -112,8 +114,10 @@ def exp_log_chunk(*, exp: Experiment, role: str | None = None, replica: int = 0,
             most `TAIL_WINDOW_PER_LINE` bytes per line); `offset` is then ignored.
 
     Raises:
-        ValidationFailed: role or replica does not exist (the message lists the valid values),
-            or offset/limit/tail out of range.
+        ValidationFailed: no role given for an experiment of several roles, a negative
+            replica, or offset/limit/tail out of range.
+        NotFound: the role or replica does not exist (the message names the field and lists
+            the valid values).
         NotFound: no log exists (yet) for this replica: not started, or a Kubernetes replica
             still running (its log reaches the store when it ends).
     """
@@ -135,8 +139,8 @@ def exp_log_chunk(*, exp: Experiment, role: str | None = None, replica: int = 0,
     if size is None and replica >= count:
         # (A multi-host slice keeps one log per Pod, `replica * hosts + host`: those indexes
         # are served when stored, beyond the TaskSpec's replica count.)
-        raise ValidationFailed({"replica": [f"role {job.role!r} has {count} replica(s); valid "
-                                            f"values: 0 to {count - 1}; got {replica}."]})
+        raise NotFound(f"replica: role {job.role!r} has {count} replica(s); valid values: 0 "
+                       f"to {count - 1}; got {replica}.")
     if size is not None:
         read = lambda start, n: store.read_range(url, start, n)  # noqa: E731
         source, complete = "store", True

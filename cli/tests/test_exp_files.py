@@ -74,7 +74,7 @@ def test_logs_tail_then_follow_until_the_replica_ended(logged_in, alice, tmp_pat
     assert backend.delete(view)
 
     result = logged_in("exp", "logs", str(exp.pk), "--role", "worker")
-    assert result.exit_code == ExitCode.INVALID
+    assert result.exit_code == ExitCode.NOT_FOUND  # no such log (HTTP 404)
     assert "role: 'worker' is not a role" in result.stderr and "valid roles: main" in result.stderr
 
 

@@ -88,8 +88,12 @@ class ExpLogsView(APIView):
 
     @extend_schema(summary="GetExpLogs", parameters=[EXP_ID_PARAM, LogQuerySerializer],
                    responses={200: LogChunkSerializer, 400: OpenApiResponse(
-                       description="Unknown role or replica (the valid values are named)."),
-                       404: OpenApiResponse(description="No such experiment, or no log yet.")})
+                       description="A bad query: a role missing for an experiment of several "
+                                   "roles, a negative replica, offset, limit or tail out of "
+                                   "range."),
+                       404: OpenApiResponse(description="No such experiment, role or replica "
+                                                        "(the valid values are named), or no "
+                                                        "log yet.")})
     def get(self, request, exp_id: int):
         query = _validated(LogQuerySerializer, request)
         chunk = exp_log_chunk(exp=selectors.exp_get(exp_id=exp_id), role=query.get("role"),

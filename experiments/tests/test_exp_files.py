@@ -119,13 +119,15 @@ def test_logs_live_from_the_run_then_from_the_store_with_offsets_and_tail(auth_a
 def test_unknown_role_or_replica_names_the_field_and_the_valid_values(auth_api, alice):
     exp = make_exp(creator=alice, name="two", roles=("main", "worker"), replica=2)
     url = f"{EXPS}/{exp.pk}/logs"
-    res = auth_api.get(url, {"role": "nope"})
-    assert res.status_code == 400
-    assert "'nope' is not a role" in res.json()["role"][0] and "main, worker" in res.json()["role"][0]
+    res = auth_api.get(url, {"role": "nope"})  # well-formed, but no such log: 404
+    assert res.status_code == 404
+    assert "role: 'nope' is not a role" in res.json()["detail"] and "main, worker" in \
+        res.json()["detail"]
     res = auth_api.get(url)  # two roles: the role must be named
     assert res.status_code == 400 and "main, worker" in res.json()["role"][0]
     res = auth_api.get(url, {"role": "worker", "replica": 2})
-    assert res.status_code == 400 and "0 to 1" in res.json()["replica"][0]
+    assert res.status_code == 404 and "replica: " in res.json()["detail"] and "0 to 1" in \
+        res.json()["detail"]
     res = auth_api.get(url, {"role": "worker", "replica": -1})
     assert res.status_code == 400 and "replica" in res.json()
     res = auth_api.get(url, {"role": "worker", "replica": 1})
