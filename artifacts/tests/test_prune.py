@@ -156,7 +156,8 @@ def test_older_than_forms(text, seconds):
     assert parse_older_than(text) == timedelta(seconds=seconds)
 
 
-@pytest.mark.parametrize("text", ["", "30", "-1d", "0d", "thirty days", "30x"])
+@pytest.mark.parametrize("text", ["", "30", "-1d", "0d", "thirty days", "30x",
+                                  "99999999999d", "P999999999D", "36501d"])
 def test_older_than_refused_with_the_forms_accepted(text):
     with pytest.raises(CommandError, match="--older-than: .* use e.g. 30d"):
         parse_older_than(text)
@@ -170,3 +171,16 @@ def test_local_store_only_deletes_below_its_folder(tmp_path):
     (root / "exp0" / "g").write_text("y")
     assert LocalArtifactStore().delete_tree((root / "exp").as_uri()) == 1
     assert (root / "exp0" / "g").exists()
+
+
+def test_a_status_that_is_not_terminal_is_refused_listing_the_terminal_ones():
+    with pytest.raises(CommandError, match="'Aborted', 'Failed', 'Succeeded'"):
+        call_command("prune_artifacts", "--older-than", "1d", "--status", "Running")
+
+
+def test_a_type_no_experiment_has_is_said_on_stderr(tmp_path):
+    finished_exp("old", tmp_path, days_ago=40, exp_type="benchmark")
+    err = StringIO()
+    call_command("prune_artifacts", "--older-than", "1d", "--type", "nope", "--dry-run",
+                 stdout=StringIO(), stderr=err)
+    assert "--type nope: no experiment has this type (types in use: benchmark)" in err.getvalue()

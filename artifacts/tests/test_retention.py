@@ -31,6 +31,7 @@ def test_the_policy_is_read_from_the_arguments_and_bad_ones_name_the_key():
     for text, key in (('{"older": "1d"}', "kwargs"), ("[1]", "kwargs"), ("{", "kwargs"),
                       ('{"older_than": "soon"}', "kwargs.older_than"),
                       ('{"older_than": 30}', "kwargs.older_than"),
+                      ('{"older_than": "99999999999d"}', "kwargs.older_than"),
                       ('{"older_than": "1d", "status": ["Running"]}', "kwargs.status"),
                       ('{"older_than": "1d", "type": [1]}', "kwargs.type")):
         with pytest.raises(ValidationFailed) as info:

@@ -13,6 +13,9 @@ from core.statuses import EXP_TERMINAL
 
 from ...services import artifacts_prune
 
+# The longest --older-than: no artifact is older than 100 years (and a cutoff before year 1
+# cannot be computed).
+MAX_OLDER_THAN = timedelta(days=36500)
 _UNITS = {"w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1}
 _PART = re.compile(r"(\d+)([wdhms])")
 
@@ -22,17 +25,24 @@ def parse_older_than(text: str) -> timedelta:
     what Django's `parse_duration` reads (ISO 8601 `P30D`, `3 days, 04:00:00`).
 
     Raises:
-        CommandError: not a duration, or zero; the message says which forms are accepted.
+        CommandError: not a duration, zero, or over `MAX_OLDER_THAN`; the message says which
+            forms are accepted.
     """
     raw = text.strip().lower()
     value = None
-    if raw and _PART.sub("", raw) == "":
-        value = timedelta(seconds=sum(int(n) * _UNITS[u] for n, u in _PART.findall(raw)))
-    elif not raw.isdigit():  # a bare number has no unit: refused rather than read as seconds
-        value = parse_duration(text.strip())
+    try:
+        if raw and _PART.sub("", raw) == "":
+            value = timedelta(seconds=sum(int(n) * _UNITS[u] for n, u in _PART.findall(raw)))
+        elif not raw.isdigit():  # a bare number has no unit: refused rather than read as seconds
+            value = parse_duration(text.strip())
+    except (OverflowError, ValueError):  # beyond what a timedelta holds
+        value = timedelta.max
     if value is None or value <= timedelta(0):
         raise CommandError(f"--older-than: {text!r} is not a positive duration; use e.g. 30d, "
                            "12h, 1w2d, 90m or ISO 8601 P30D.")
+    if value > MAX_OLDER_THAN:
+        raise CommandError(f"--older-than: {text!r} is longer than {MAX_OLDER_THAN.days} days "
+                           "(100 years); use e.g. 30d or 365d.")
     return value
 
 
@@ -57,7 +67,7 @@ class Command(BaseCommand):
         parser.add_argument("--type", dest="exp_types", action="append", default=[],
                             metavar="T", help="Only experiments of this type (repeatable).")
         parser.add_argument("--status", dest="exp_statuses", action="append", default=[],
-                            choices=sorted(EXP_TERMINAL), metavar="S",
+                            choices=sorted(str(s) for s in EXP_TERMINAL), metavar="S",
                             help="Only experiments in this status: "
                                  f"{', '.join(sorted(EXP_TERMINAL))} (repeatable).")
         parser.add_argument("--dry-run", action="store_true",
@@ -72,6 +82,16 @@ class Command(BaseCommand):
             self.stdout.write(f"experiment {artifact.experiment_id}: {verb} {files} files "
                               f"({human_bytes(size)}) under {artifact.path}")
 
+        if exp_types:
+            from experiments.models import Experiment
+
+            known = set(Experiment.objects.filter(exp_type__in=exp_types)
+                        .values_list("exp_type", flat=True).distinct())
+            for missing in sorted(set(exp_types) - known):
+                in_use = sorted(Experiment.objects.values_list("exp_type", flat=True)
+                                .distinct()[:20])
+                self.stderr.write(f"--type {missing}: no experiment has this type (types in "
+                                  f"use: {', '.join(in_use) or 'none'}); it matches nothing")
         report = artifacts_prune(finished_before=cutoff, exp_types=exp_types,
                                  exp_statuses=exp_statuses, dry_run=dry_run, on_artifact=each)
         done = "would delete" if dry_run else "deleted"
