@@ -113,6 +113,8 @@ def artifacts(env, exp_id: int, download_dir: str | None, limit: int | None, out
     from . import output as out
     from .client import open_client
 
+    if download_dir is not None:
+        _check_writable(download_dir)
     path = f"{EXPS}/{exp_id}/artifacts"
     with open_client(env, server) as client:
         files = list(client.paginate(path, params=[("page_size", str(LIST_PAGE))],
@@ -143,6 +145,25 @@ def _files_table(console, files) -> None:
     console.print(f"{len(files)} files, {total} bytes")
 
 
+def _check_writable(dest: str) -> None:
+    """Make `dest` (and its parents) and write a probe file in it, before any request.
+
+    Raises:
+        CLIError(USAGE): it cannot be made or written; the message names --download and the
+            operating system's reason.
+    """
+    import tempfile
+    from pathlib import Path
+
+    try:
+        Path(dest).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=dest):
+            pass
+    except OSError as exc:
+        raise CLIError(f"--download: cannot write to {dest}: {exc.strerror or exc}; choose a "
+                       "writable directory", ExitCode.USAGE) from None
+
+
 def _download(env, client, exp_id: int, files, dest: str) -> tuple[int, int, int]:
     """Fetch `files` into `dest`: complete files (same size) are skipped, a shorter one is
     resumed with `Range: bytes=<its size>-`, a longer one fetched again.
@@ -151,6 +172,7 @@ def _download(env, client, exp_id: int, files, dest: str) -> tuple[int, int, int
 
     Raises:
         CLIError(INVALID): a listed name would leave `dest`.
+        CLIError(USAGE): a file cannot be written (the operating system's reason is named).
     """
     from pathlib import Path
 
@@ -166,18 +188,23 @@ def _download(env, client, exp_id: int, files, dest: str) -> tuple[int, int, int
         if target.is_file() and have == size:
             skipped += 1
             continue
-        if have > size:
-            target.unlink()
-            have = 0
-        target.parent.mkdir(parents=True, exist_ok=True)
-        headers = {"Range": f"bytes={have}-"} if have else None
-        with open(target, "ab") as fh:
-            start = fh.tell()
-            status = client.stream_to(f"{EXPS}/{exp_id}/artifacts/file", fh,
-                                      params={"name": name}, headers=headers)
-            moved += fh.tell() - start
-        if have and status != 206:  # the server sent the whole file: keep only that copy
-            target.write_bytes(target.read_bytes()[have:])
+        try:
+            if have > size:
+                target.unlink()
+                have = 0
+            target.parent.mkdir(parents=True, exist_ok=True)
+            headers = {"Range": f"bytes={have}-"} if have else None
+            with open(target, "ab") as fh:
+                start = fh.tell()
+                status = client.stream_to(f"{EXPS}/{exp_id}/artifacts/file", fh,
+                                          params={"name": name}, headers=headers)
+                moved += fh.tell() - start
+            if have and status != 206:  # the server sent the whole file: keep only that copy
+                target.write_bytes(target.read_bytes()[have:])
+        except OSError as exc:  # a full disk, a name the file system refuses, ...
+            raise CLIError(f"--download: cannot write {target}: {exc.strerror or exc}; "
+                           f"{fetched} files fetched so far (run it again to resume)",
+                           ExitCode.USAGE) from None
         fetched += 1
     return fetched, skipped, moved
 

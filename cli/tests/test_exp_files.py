@@ -113,6 +113,20 @@ def test_artifacts_lists_and_downloads_resumably(logged_in, alice, tmp_path):
     assert sorted(filter(None, ranges)) == ["bytes=1500-"]
 
 
+def test_download_into_a_directory_that_cannot_be_written_fails_before_any_request(
+        logged_in, alice, tmp_path):
+    exp = make_exp(creator=alice, name="nowhere")
+    put(f"{exp.artifact_path}/main/a.txt", b"a", tmp_path)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")  # refused even to root, unlike a chmod
+    logged_in.transport.requests.clear()
+    result = logged_in("exp", "artifacts", str(exp.pk), "--download", str(blocker / "out"))
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert f"--download: cannot write to {blocker / 'out'}: Not a directory" in result.stderr
+    assert "choose a writable directory" in result.stderr
+    assert not logged_in.transport.requests
+
+
 def test_get_shows_the_manifest_and_delete_purge_removes_files_and_logs(logged_in, alice,
                                                                         tmp_path):
     exp = make_exp(creator=alice, name="purge")
