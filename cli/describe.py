@@ -85,7 +85,21 @@ def describe(env, exp_id: int, output: str, server: str) -> None:
     from . import output as out
     from .client import open_client
 
+    from .errors import CLIError
+    from .exit_codes import ExitCode
+
     with open_client(env, server) as client:
-        exp = client.request("GET", f"{EXPS}/{exp_id}")
+        try:
+            exp = client.request("GET", f"{EXPS}/{exp_id}")
+        except CLIError as exc:
+            if exc.code != ExitCode.NOT_FOUND:
+                raise
+            # A deleted experiment keeps its history: show it, or the 404 when there is none.
+            history = client.request("GET", f"{EXPS}/{exp_id}/events")
+            env.print_err(f"experiment {exp_id} was deleted; its status changes are kept:")
+            out.emit(env, {"id": exp_id, "deleted": True, "events": history.get("events", [])},
+                     output, lambda console, data: console.print(
+                         events_table(data, data["events"])))
+            return
         history = client.request("GET", f"{EXPS}/{exp_id}/events")
     out.emit(env, {**exp, "events": history.get("events", [])}, output, describe_view)

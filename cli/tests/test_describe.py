@@ -51,3 +51,23 @@ def test_describe_shows_rows_then_events_in_order(logged_in, files):
 
     missing = logged_in("exp", "describe", "999999")
     assert missing.exit_code != 0 and "999999" in missing.output
+
+
+def test_describe_of_a_deleted_experiment_shows_its_kept_history(logged_in, files):
+    from experiments.services import exp_update_status
+
+    created = logged_in("exp", "create", "--name", "gone", "--cluster", "c", "--type", "t",
+                        "--role-to-task-spec", files("t.yaml", TASKS_YAML), "-o", "json")
+    exp = json.loads(created.stdout)
+    assert logged_in("exp", "abort", str(exp["id"])).exit_code == 0
+    exp_update_status(exp_id=exp["id"], status="Aborted", reason="AbortCompleted")
+    assert logged_in("exp", "delete", str(exp["id"]), "--yes").exit_code == 0
+
+    shown = logged_in("exp", "describe", str(exp["id"]))
+    assert shown.exit_code == 0, shown.output
+    assert f"experiment {exp['id']} was deleted" in shown.stderr
+    assert "AbortRequested" in shown.stdout and "AbortCompleted" in shown.stdout
+    as_json = json.loads(logged_in("exp", "describe", str(exp["id"]), "-o", "json").stdout)
+    assert as_json["deleted"] is True
+    assert [e["to_status"] for e in as_json["events"] if e["entity_type"] == "experiment"] == [
+        "Aborting", "Aborted"]

@@ -111,6 +111,20 @@ def test_history_is_kept_after_the_experiment_is_deleted():
     assert count > 0 and len(_rows(exp.pk)) == count
 
 
+def test_http_serves_the_events_of_a_deleted_experiment_and_refuses_query_parameters(
+        auth_api):
+    from experiments.services import exp_delete
+
+    exp = make_finished_exp()
+    count = len(_rows(exp.pk))
+    exp_delete(exp_id=exp.pk, actor=UserFactory(is_staff=True))
+    res = auth_api.get(f"/api/v1/exps/{exp.pk}/events")
+    assert res.status_code == 200, res.content
+    assert len(res.json()["events"]) == count > 0
+    res = auth_api.get(f"/api/v1/exps/{exp.pk}/events", {"x": "1"})
+    assert res.status_code == 400 and "takes none" in res.json()["x"][0]
+
+
 def test_http_events_name_the_user_and_return_the_request_id(auth_api, token_for):
     from accounts.issuer import local_subject
 

@@ -72,3 +72,20 @@ def test_a_user_may_read_events(grpc_channel, token_for, settings):
                                  metadata=auth_metadata(token_for("alice@example.com")),
                                  timeout=10)
     assert list(resp.events) == []
+
+
+def test_list_exp_events_of_a_deleted_experiment(stubs, grpc_channel):
+    from accounts.tests.factories import UserFactory
+    from experiments.services import exp_delete
+
+    exp = make_exp()
+    stubs.exps.UpdateExpStatus(experiment_pb2.UpdateExpStatusReq(id=exp.pk, status="Running"),
+                               metadata=stubs.md, timeout=10)
+    stubs.exps.UpdateExpStatus(experiment_pb2.UpdateExpStatusReq(id=exp.pk, status="Failed"),
+                               metadata=stubs.md, timeout=10)
+    exp_delete(exp_id=exp.pk, actor=UserFactory(is_staff=True))
+    history = history_pb2_grpc.HistoryServiceStub(grpc_channel)
+    resp = history.ListExpEvents(history_pb2.ListExpEventsReq(exp_id=exp.pk),
+                                 metadata=stubs.md, timeout=10)
+    assert [(e.from_status, e.to_status) for e in resp.events] == [
+        ("Created", "Running"), ("Running", "Failed")]

@@ -11,6 +11,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.errors import ValidationFailed
 from core.history import ENTITY_TYPES, MAX_EVENTS, exp_events
 from core.models import TransitionEvent
 
@@ -44,13 +45,19 @@ class ExpEventsView(APIView):
     @extend_schema(summary="ListExpEvents", parameters=[EXP_ID_PARAM],
                    description="Every status change of the experiment and of its jobs, artifact "
                                "and analyses, oldest first (time to the microsecond), with the "
-                               f"reason, message and actor; at most {MAX_EVENTS}.",
+                               f"reason, message and actor; at most {MAX_EVENTS}. The events "
+                               "of a deleted experiment are kept and still served.",
                    responses={200: ExpEventsSerializer})
     def get(self, request, exp_id: int):
-        """Return `{"exp_id", "events"}`; 404 when the experiment does not exist."""
-        selectors.exp_get_summary(exp_id=exp_id)  # NotFound -> 404
-        return Response(ExpEventsSerializer(
-            {"exp_id": exp_id, "events": exp_events(exp_id=exp_id)}).data)
+        """Return `{"exp_id", "events"}`; the events outlive a deleted experiment, so 404 only
+        when the experiment neither exists nor has any event; 400 for any query parameter."""
+        if request.query_params:
+            raise ValidationFailed({name: ["is not a query parameter of this endpoint; it "
+                                           "takes none."] for name in request.query_params})
+        events = list(exp_events(exp_id=exp_id))
+        if not events:
+            selectors.exp_get_summary(exp_id=exp_id)  # NotFound -> 404
+        return Response(ExpEventsSerializer({"exp_id": exp_id, "events": events}).data)
 
 
 @csrf_exempt

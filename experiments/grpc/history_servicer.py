@@ -16,12 +16,15 @@ class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
     """HistoryService over `core.history`."""
 
     def ListExpEvents(self, request, context):
-        """ListExpEvents: NOT_FOUND for an unknown experiment, else its events oldest first."""
+        """ListExpEvents: the experiment's events oldest first, kept after it is deleted;
+        NOT_FOUND when it neither exists nor has any event."""
         exp_id = require_id(request.exp_id, "exp_id")
-        selectors.exp_get_summary(exp_id=exp_id)
+        events = list(exp_events(exp_id=exp_id))
+        if not events:  # the events outlive a deleted experiment
+            selectors.exp_get_summary(exp_id=exp_id)
         return history_pb2.ListExpEventsResp(exp_id=exp_id, events=[
             history_pb2.TransitionEvent(
                 id=event.pk, entity_type=event.entity_type, entity_id=event.entity_id,
                 from_status=event.from_status, to_status=event.to_status, reason=event.reason,
                 message=event.message, actor=event.actor, at=timestamp(event.at))
-            for event in exp_events(exp_id=exp_id)])
+            for event in events])
