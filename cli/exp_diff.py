@@ -35,8 +35,10 @@ def diff(env, exp_ids: tuple[int, ...], show_all: bool, output: str, server: str
     if not 2 <= len(exp_ids) <= MAX_EXPERIMENTS:
         raise CLIError(f"give 2 to {MAX_EXPERIMENTS} experiment ids to compare; got "
                        f"{len(exp_ids)}", ExitCode.USAGE)
-    if len(set(exp_ids)) != len(exp_ids):
-        raise CLIError("an experiment id is given twice; give each once", ExitCode.USAGE)
+    twice = sorted({i for i in exp_ids if exp_ids.count(i) > 1})
+    if twice:
+        raise CLIError(f"experiment {', '.join(map(str, twice))} is given more than once; "
+                       "give each id once", ExitCode.USAGE)
     params = [("ids", ",".join(map(str, exp_ids)))]
     if show_all:
         params.append(("all", "true"))

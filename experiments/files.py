@@ -82,7 +82,7 @@ def _pick_job(exp: Experiment, role: str | None):
         if len(jobs) == 1:
             return jobs[0]
         raise ValidationFailed({"role": [f"experiment {exp.pk} has roles {', '.join(roles)}; "
-                                         "choose one."]})
+                                         "choose one with the role parameter (falcon exp logs --role ROLE)."]})
     for job in jobs:
         if job.role == role:
             return job

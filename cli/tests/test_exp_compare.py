@@ -95,6 +95,9 @@ def test_diff_three_experiments_by_key_path(logged_in, files):
     assert "config.model" in result.stdout
     result = logged_in("exp", "diff", str(a["id"]))
     assert result.exit_code == ExitCode.USAGE
+    result = logged_in("exp", "diff", str(a["id"]), str(b["id"]), str(a["id"]))
+    assert result.exit_code == ExitCode.USAGE
+    assert f"experiment {a['id']} is given more than once" in result.stderr
 
 
 def test_clone_with_set_keeps_every_other_byte(logged_in, files):
