@@ -7,6 +7,7 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 
 from django.utils import timezone
 
@@ -15,6 +16,7 @@ from core.errors import Conflict, NotFound
 from core.statuses import ArtifactStatus
 
 from .models import PRUNE_TRANSITIONS, Artifact, PruneState
+from .run_files import remove_run_folder
 from .store import artifact_logs_url, store_for
 
 log = logging.getLogger(__name__)
@@ -189,6 +191,10 @@ def artifacts_prune(*, finished_before: datetime, exp_types: Iterable[str] = (),
             continue
         try:
             artifact_set_prune_state(artifact_id=artifact.pk, target=PruneState.PRUNING)
+            # Run folders first: removing one copies its logs to the store, deleted next.
+            left = remove_local_run_folders(exp_id=artifact.experiment_id)
+            if left:
+                raise RuntimeError(f"{'; '.join(left)}: left Pruning; the next run finishes it")
             for url in urls:
                 report.deleted_files += store_for(url).delete_tree(url)
             artifact_set_prune_state(artifact_id=artifact.pk, target=PruneState.PRUNED)
@@ -197,6 +203,41 @@ def artifacts_prune(*, finished_before: datetime, exp_types: Iterable[str] = (),
         except Exception as exc:  # noqa: BLE001 - left Pruning: the next run finishes it
             report.errors.append((artifact.pk, str(exc)))
     return report
+
+
+def local_state_dir(cluster_name: str) -> Path | None:
+    """The run folders' directory of a local cluster (as the resource manager builds its
+    backend: the entry's `state_dir`, else `<VAR_DIR>/local-cluster/<name>`); None for a
+    cluster of another backend or an unknown one."""
+    from django.conf import settings
+
+    from core.cluster_settings import cluster_specs
+
+    entry = cluster_specs().get(cluster_name)
+    if not entry or entry.get("backend") != "local":
+        return None
+    return Path(entry.get("state_dir") or settings.VAR_DIR / "local-cluster" / cluster_name)
+
+
+def remove_local_run_folders(*, exp_id: int) -> list[str]:
+    """Remove the run folders an experiment's jobs left on local clusters, each replica's log
+    copied to the store first (`run_files.remove_run_folder`).
+
+    Returns what could not be removed yet (a sentence each: a replica still being stopped).
+
+    Raises:
+        OSError or a store error: a log could not be copied (that folder is kept).
+    """
+    from django.apps import apps
+
+    Job = apps.get_model("jobs", "Job")  # a sibling app: by name, not by import
+    left: list[str] = []
+    for cluster_name, name in (Job.objects.filter(experiment_id=exp_id)
+                               .values_list("cluster_name", "cluster_job_name")):
+        state_dir = local_state_dir(cluster_name)
+        if state_dir is not None and name and not remove_run_folder(state_dir, name):
+            left.append(f"run folder {state_dir / name} (a replica still runs)")
+    return left
 
 
 def artifact_purge_files(*, artifact: Artifact) -> int:

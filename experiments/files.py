@@ -17,13 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 
 from artifacts.models import Artifact
-from artifacts.run_files import remove_run_folder, replica_log
-from artifacts.services import artifact_purge_files
+from artifacts.run_files import replica_log
+from artifacts.services import artifact_purge_files, local_state_dir, remove_local_run_folders
 from artifacts.store import FilePage, job_log_url, store_for
-from core.cluster_settings import cluster_specs
 from core.errors import NotFound, ValidationFailed
 from core.statuses import JOB_TERMINAL
 
@@ -54,16 +52,6 @@ class LogChunk:
     data: bytes
     source: str
     complete: bool
-
-
-def local_state_dir(cluster_name: str) -> Path | None:
-    """The run folders' directory of a local cluster (as the resource manager builds its
-    backend: the entry's `state_dir`, else `<VAR_DIR>/local-cluster/<name>`); None for a
-    cluster of another backend or an unknown one."""
-    entry = cluster_specs().get(cluster_name)
-    if not entry or entry.get("backend") != "local":
-        return None
-    return Path(entry.get("state_dir") or settings.VAR_DIR / "local-cluster" / cluster_name)
 
 
 def _replica_count(task_spec: dict[str, Any]) -> int:
@@ -237,13 +225,7 @@ def exp_cleanup_files(*, exp: Experiment, purge: bool) -> list[str]:
     Raises:
         ValueError, OSError, google.api_core.exceptions.GoogleAPIError: the store refused.
     """
-    left: list[str] = []
-    for job in exp.jobs.all():
-        state_dir = local_state_dir(job.cluster_name)
-        if state_dir is not None and job.cluster_job_name:
-            if not remove_run_folder(state_dir, job.cluster_job_name):
-                left.append(f"run folder {state_dir / job.cluster_job_name} (a replica still "
-                            "runs)")
+    left = remove_local_run_folders(exp_id=exp.pk)
     if purge:
         artifact = Artifact.objects.filter(experiment_id=exp.pk).first()
         if artifact is not None:

@@ -252,3 +252,29 @@ def test_only_the_creator_may_purge_and_nothing_is_removed_otherwise(auth_api, t
     res = auth_api.delete(f"{EXPS}/{exp.pk}?purge=true")
     assert res.status_code == 403 and "may not delete" in res.json()["detail"]
     assert store_for(exp.artifact_path).summarize(exp.artifact_path) == (1, 1)
+
+
+def test_prune_removes_the_local_run_folder_and_the_logs_it_held(auth_api, alice, store_root):
+    """Retention deletes the logs too: the run folder goes first (its log copied to the
+    store), then the store's files and logs; `exp logs` then has nothing to serve."""
+    from datetime import timedelta
+
+    from django.core.management import call_command
+    from django.utils import timezone
+
+    exp = make_exp(creator=alice, name="old-run", command="echo kept-until-pruned")
+    backend, view = start(exp)
+    wait_for(lambda: backend.observe([view])[view.id].terminal, what="the replica to end")
+    folder = backend.state_dir / backend.name_of(view)
+    finish(exp, "Succeeded")
+    artifact_update_status(artifact_id=exp.artifact.pk, status="Succeeded")
+    Artifact.objects.filter(pk=exp.artifact.pk).update(
+        finished_at=timezone.now() - timedelta(days=40))
+    assert folder.exists()
+    assert auth_api.get(f"{EXPS}/{exp.pk}/logs").json()["data"] == "kept-until-pruned\n"
+
+    call_command("prune_artifacts", "--older-than", "30d")
+    assert not folder.exists()
+    log_url = replica_log_url(exp.artifact_path, "main", 0)
+    assert store_for(log_url).size_of(log_url) is None
+    assert auth_api.get(f"{EXPS}/{exp.pk}/logs").status_code == 404
