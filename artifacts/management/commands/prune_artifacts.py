@@ -83,13 +83,12 @@ class Command(BaseCommand):
                               f"({human_bytes(size)}) under {artifact.path}")
 
         if exp_types:
-            from experiments.models import Experiment
+            from ...models import Artifact
 
-            known = set(Experiment.objects.filter(exp_type__in=exp_types)
-                        .values_list("exp_type", flat=True).distinct())
+            types = Artifact.objects.values_list("experiment__exp_type", flat=True).distinct()
+            known = set(types.filter(experiment__exp_type__in=exp_types))
             for missing in sorted(set(exp_types) - known):
-                in_use = sorted(Experiment.objects.values_list("exp_type", flat=True)
-                                .distinct()[:20])
+                in_use = sorted(types.order_by()[:20])
                 self.stderr.write(f"--type {missing}: no experiment has this type (types in "
                                   f"use: {', '.join(in_use) or 'none'}); it matches nothing")
         report = artifacts_prune(finished_before=cutoff, exp_types=exp_types,
