@@ -48,7 +48,12 @@ def clone_body(source: dict[str, Any], *, name: str | None, config: str | None,
                 path, raw = parse_assignment(assignment)
                 text = set_path(text, path, raw)
         except SetError as exc:
-            raise CLIError(str(exc), ExitCode.USAGE) from None
+            message = str(exc)
+            if config is not None and message.startswith("the config is not YAML"):
+                # The whole config was given: the fix is to edit that file, not to give it.
+                message = (message.split(", so --set")[0] + " (the --config file), so --set "
+                           "cannot edit it; put the change in the file and drop --set")
+            raise CLIError(message, ExitCode.USAGE) from None
     return {"name": name or source["name"], "cluster_name": source["cluster_name"],
             "exp_type": source["exp_type"],
             "role_to_task_spec": tasks if tasks is not None else source["role_to_task_spec"],

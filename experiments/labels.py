@@ -45,6 +45,16 @@ NAME_RULE = ("at most 63 characters: letters, digits, '-', '_' or '.', starting 
              "with a letter or digit")
 
 
+def _name_fault(text: str) -> str:
+    """Which part of `NAME_RULE` `text` breaks: its length, or its first bad character."""
+    if len(text) > MAX_NAME_CHARS:
+        return f"is {len(text)} characters long; the limit is {MAX_NAME_CHARS}"
+    bad = next((c for c in text if not (c.isascii() and (c.isalnum() or c in "-_."))), None)
+    if bad is not None:
+        return (f"holds {bad!r}; only letters, digits, '-', '_' and '.' are allowed")
+    return "must start and end with a letter or digit"
+
+
 def key_problem(key: Any) -> str | None:
     """Return why `key` is not a Kubernetes label key, with the fix, or None when it is one."""
     if not isinstance(key, str) or not key:
@@ -61,7 +71,8 @@ def key_problem(key: Any) -> str | None:
                     "subdomain (lowercase letters, digits, '-' and '.', at most 253 "
                     "characters), e.g. example.com.")
     if len(name) > MAX_NAME_CHARS or not NAME_RE.fullmatch(name):
-        return f"label key {key[:80]!r}: the name {name[:80]!r} must be {NAME_RULE}."
+        return (f"label key {key[:80]!r}: the name {name[:80]!r} {_name_fault(name)} (a name "
+                f"is {NAME_RULE}).")
     return None
 
 
@@ -71,7 +82,8 @@ def value_problem(key: str, value: Any) -> str | None:
         return (f"label {key[:80]!r}: the value must be a string (quote numbers and booleans); "
                 f"got {type(value).__name__}.")
     if len(value) > MAX_VALUE_CHARS or not VALUE_RE.fullmatch(value):
-        return (f"label {key[:80]!r}: the value {value[:80]!r} must be empty or {NAME_RULE}.")
+        return (f"label {key[:80]!r}: the value {value[:80]!r} {_name_fault(value)} (a value "
+                f"is empty or {NAME_RULE}).")
     return None
 
 
@@ -144,6 +156,10 @@ def parse_selector(text: str) -> Selector:
     Raises:
         ValueError: the key or value is not a valid label key or value; the message says why.
     """
+    for operator in ("!=", " in ", " notin "):
+        if operator in text or text.startswith("!"):
+            raise ValueError(f"selector {text[:80]!r}: only key=value (that value) and key "
+                             "(the label is set) are supported; no !=, !key, in or notin.")
     if "=" in text:
         key, _, value = text.partition("=")
         if value.startswith("="):

@@ -140,6 +140,17 @@ def test_clone_set_errors_name_the_path(logged_in, files, assignment, words):
     assert Experiment.objects.count() == before
 
 
+def test_clone_set_on_a_given_config_that_is_not_yaml_says_to_edit_the_file(logged_in, files):
+    src = _json(_create(logged_in, files, "-o", "json"))
+    before = Experiment.objects.count()
+    result = logged_in("exp", "clone", str(src["id"]), "--config",
+                       files("bad.cfg", "not: [yaml\n"), "--set", "a=1")
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert "(the --config file)" in result.stderr and "drop --set" in result.stderr
+    assert "give the whole new config" not in result.stderr
+    assert Experiment.objects.count() == before
+
+
 class DroppingTransport(RecordingTransport):
     """Sends each request to the server, then loses the answer of the first `drops` POSTs:
     the server made the experiment, the client saw a dropped connection."""

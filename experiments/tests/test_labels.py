@@ -2,6 +2,8 @@
 HTTP and gRPC by kubectl-style selectors, shown in list and get."""
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.db import connection
 
@@ -164,3 +166,17 @@ def test_label_filter_is_an_index_lookup(labelled):
         plan = " ".join(str(part) for row in cursor.fetchall() for part in row)
     assert "explabel_key_value_exp" in plan, plan
     assert [e.name for e in qs] == ["base"]
+
+
+@pytest.mark.parametrize("text,says", [
+    ("team!=ml", "no !=, !key, in or notin"),
+    ("!team", "no !=, !key, in or notin"),
+    ("bad key=x", "holds ' '; only letters, digits"),
+    ("a" * 70, "is 70 characters long; the limit is 63"),
+    ("ok=-x-", "the value '-x-' must start and end with a letter or digit"),
+])
+def test_a_bad_selector_says_which_rule_it_breaks(text, says):
+    from experiments.labels import parse_selector
+
+    with pytest.raises(ValueError, match=re.escape(says)):
+        parse_selector(text)
