@@ -6,7 +6,8 @@ answer goes through ALL of schemathesis's default checks: no 5xx, status codes a
 types the schema declares, bodies and headers matching the schema, invalid data refused, valid
 data accepted, missing auth refused, unsupported methods refused, ... No check is turned off.
 Valid (positive) cases are adjusted only where JSON Schema cannot state the server's rule
-(`adjust_valid_case`): a configured cluster, an opaque cursor, 7 versus 7.0, quantities compared.
+(`adjust_valid_case`): a configured cluster, an opaque cursor, 7 versus 7.0, quantities compared;
+invalid ones only where the query string turns the invalid value into valid text.
 
 Bounded and deterministic: a fixed number of examples per operation, derandomized, no deadline.
 Runs on SQLite and on MariaDB/MySQL (whichever DATABASE_URL names).
@@ -56,16 +57,19 @@ def _integral_floats_as_ints(value):
 
 def adjust_valid_case(case) -> None:
     """Adjust valid (positive) cases to what the schema cannot state; invalid ones stay as
-    generated."""
+    generated, but for an invalid value a query string cannot carry (a scalar `label`, which
+    arrives as valid text)."""
     positive = case.meta is not None and case.meta.generation.mode.is_positive
     if positive and case.operation.path in ("/api/v1/exps", "/api/v1/analyses") and case.query:
         # `cursor` is an opaque token only valid as the server gave it out (a `next` or
         # `previous` link): no schema can generate one, so valid cases go without it.
         case.query.pop("cursor", None)
-    if not positive and case.query and "label" in case.query and case.query["label"] is None:
-        # A query string has no null: schemathesis sends a None as the text "null", which is a
-        # valid label selector (the label `null` is set), so the "invalid" case is valid. Such
-        # cases send a selector that is invalid in the query string's own terms instead.
+    if not positive and case.query and "label" in case.query \
+            and not isinstance(case.query["label"], list):
+        # `label` is an array of selectors; an "invalid" case makes it a scalar (null, true, 0,
+        # a string), but a query string has only text, so it is sent as `label=null`,
+        # `label=true`, `label=0`: each a valid selector (that label is set), so the case is
+        # valid. Such cases send a selector that is invalid as text instead.
         case.query["label"] = "=no-key"
     if positive and isinstance(case.body, (dict, list)):
         # JSON Schema counts 7.0 as an integer; the server, by design, takes only 7 (no

@@ -64,21 +64,6 @@ class ExpEventsView(APIView):
 def bad_events_exp_id(request, raw: str):
     """400 naming `exp_id` for `/api/v1/exps/<raw>/events` where `raw` is not an id; 405 for a
     method other than GET (as `views.bad_exp_id` answers for the experiment's own paths)."""
-    from django.http import JsonResponse
+    from .views import bad_id_answer
 
-    from core.filters import MAX_ID
-    from core.numbers import BadNumber, parse_decimal
-
-    allowed = ("GET", "HEAD", "OPTIONS")
-    if request.method not in allowed:
-        res = JsonResponse({"detail": f'Method "{request.method}" not allowed.',
-                            "code": "method_not_allowed"}, status=405)
-        res["Allow"] = ", ".join(allowed)
-        return res
-    try:
-        parse_decimal(raw, minimum=1, maximum=MAX_ID)
-        message = f"must be an integer from 1 to {MAX_ID}"
-    except BadNumber as exc:
-        message = str(exc)
-    return JsonResponse({"exp_id": [f"{message}; got {raw[:40]!r}."], "code": "invalid"},
-                        status=400)
+    return bad_id_answer(request, raw, ("GET", "HEAD", "OPTIONS"))

@@ -210,13 +210,6 @@ def bad_exp_id(request, raw: str, sub: str):
     """400 naming `exp_id` for `/api/v1/exps/<raw>/{logs,artifacts,artifacts/file}` where `raw`
     is not an id (as `views.bad_exp_id` for the other routes); 405 for a method these GET-only
     routes do not serve."""
-    from django.http import JsonResponse
+    from .views import bad_id_answer
 
-    from .views import bad_exp_id as exp_bad_id
-
-    if request.method not in ("GET", "HEAD", "OPTIONS"):
-        res = JsonResponse({"detail": f'Method "{request.method}" not allowed.',
-                            "code": "method_not_allowed"}, status=405)
-        res["Allow"] = "GET, HEAD, OPTIONS"
-        return res
-    return exp_bad_id(request, raw)
+    return bad_id_answer(request, raw, ("GET", "HEAD", "OPTIONS"))

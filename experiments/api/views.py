@@ -265,16 +265,23 @@ def bad_exp_id(request, raw: str, action: str | None = None):
     """400 for `/api/v1/exps/<raw>[/abort|/labels]` where `raw` is not an id (`core.numbers`).
 
     Only for the methods the real route serves (GET and DELETE on the experiment, POST on
-    `/abort`, PATCH on `/labels`): any other method is 405 Method Not Allowed with `Allow`, as the real view would
-    answer. No data is read. CSRF-exempt like every API view (the DRF views are): the path is
-    wrong whatever the credentials, and a browser's cookie must not turn it into an HTML 403.
+    `/abort`, PATCH on `/labels`): any other method is 405 Method Not Allowed with `Allow`, as
+    the real view would answer. No data is read. CSRF-exempt like every API view (the DRF views
+    are): the path is wrong whatever the credentials, and a browser's cookie must not turn it
+    into an HTML 403.
     """
+    allowed = {"/abort": ("POST", "OPTIONS"), "/labels": ("PATCH", "OPTIONS")}.get(
+        action or "", ("GET", "HEAD", "DELETE", "OPTIONS"))
+    return bad_id_answer(request, raw, allowed)
+
+
+def bad_id_answer(request, raw: str, allowed: tuple[str, ...]):
+    """The answer of a route whose `<exp_id>` segment `raw` is not an id: 405 with `Allow` for
+    a method outside `allowed`, else 400 naming `exp_id` and the accepted range."""
     from django.http import JsonResponse
 
     from core.numbers import BadNumber, parse_decimal
 
-    allowed = {"/abort": ("POST", "OPTIONS"), "/labels": ("PATCH", "OPTIONS")}.get(
-        action or "", ("GET", "HEAD", "DELETE", "OPTIONS"))
     if request.method not in allowed:
         res = JsonResponse({"detail": f'Method "{request.method}" not allowed.',
                             "code": "method_not_allowed"}, status=405)
