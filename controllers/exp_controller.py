@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from core.errors import FalconError
+from core.logs import log_context
 from core.statuses import (
     EXP_OPEN,
     JOB_ACTIVE,
@@ -371,32 +372,33 @@ class ExpController:
         exp_updates: list[tuple[ExpView, list[JobView], Update]] = []
         batch = getattr(self.api, "update_exp_statuses", None)
         for exp in exps:
-            exp_jobs = jobs_by_exp.get(exp.id, [])
-            if exp.id in unreadable:
-                stats.skipped += 1
-                log.error("exp %s (id %s): skipped this tick: %s of it could not be read (the "
-                          "API server's log says why); it is not decided without them",
-                          exp.name, exp.id, ", ".join(unreadable[exp.id]))
-                continue
-            try:
-                updates = decide(exp, exp_jobs, artifact_by_exp.get(exp.id), self.has_files)
-            except Exception as exc:  # a store outage or bad data: this experiment only
-                stats.failed += 1
-                stats.skipped += 1
-                log.error("exp %s (id %s): skipped this tick, cannot decide: %s: %s", exp.name,
-                          exp.id, type(exc).__name__, exc)
-                continue
-            try:
-                if batch is None:
-                    self._apply(exp, exp_jobs, updates, stats)
-                elif self._apply(exp, exp_jobs, [u for u in updates if u.kind != "exp"],
-                                 stats):
-                    exp_updates.extend((exp, exp_jobs, u) for u in updates if u.kind == "exp")
-            except Exception as exc:  # not a FalconError (those are handled per update)
-                stats.failed += 1
-                stats.skipped += 1
-                log.error("exp %s (id %s): skipped the rest of this tick's updates: %s: %s",
-                          exp.name, exp.id, type(exc).__name__, exc)
+            with log_context(exp_id=exp.id):  # every line about it carries its id
+                exp_jobs = jobs_by_exp.get(exp.id, [])
+                if exp.id in unreadable:
+                    stats.skipped += 1
+                    log.error("exp %s (id %s): skipped this tick: %s of it could not be read (the "
+                              "API server's log says why); it is not decided without them",
+                              exp.name, exp.id, ", ".join(unreadable[exp.id]))
+                    continue
+                try:
+                    updates = decide(exp, exp_jobs, artifact_by_exp.get(exp.id), self.has_files)
+                except Exception as exc:  # a store outage or bad data: this experiment only
+                    stats.failed += 1
+                    stats.skipped += 1
+                    log.error("exp %s (id %s): skipped this tick, cannot decide: %s: %s", exp.name,
+                              exp.id, type(exc).__name__, exc)
+                    continue
+                try:
+                    if batch is None:
+                        self._apply(exp, exp_jobs, updates, stats)
+                    elif self._apply(exp, exp_jobs, [u for u in updates if u.kind != "exp"],
+                                     stats):
+                        exp_updates.extend((exp, exp_jobs, u) for u in updates if u.kind == "exp")
+                except Exception as exc:  # not a FalconError (those are handled per update)
+                    stats.failed += 1
+                    stats.skipped += 1
+                    log.error("exp %s (id %s): skipped the rest of this tick's updates: %s: %s",
+                              exp.name, exp.id, type(exc).__name__, exc)
         if exp_updates:
             try:
                 self._apply_exp_batch(batch, exp_updates, stats)

@@ -46,6 +46,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from core.errors import FalconError
+from core.logs import log_context
 from core.statuses import JOB_OPEN, JOB_TERMINAL, JobStatus
 
 from .contract import FalconAPI, JobView, ListFilter, skipped_of
@@ -229,6 +230,10 @@ class ResourceManager:
                   job.exp_id, job.id, job.role, reason)
 
     def _guard(self, job: JobView, stats: ResourceTickStats, fn, *args) -> None:
+        with log_context(exp_id=job.exp_id, job_id=job.id):  # every line about it: its ids
+            self._guarded(job, stats, fn, *args)
+
+    def _guarded(self, job: JobView, stats: ResourceTickStats, fn, *args) -> None:
         try:
             fn(*args)
         except Exception as exc:

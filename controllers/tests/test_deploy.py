@@ -240,3 +240,24 @@ def test_deployed_processes_run_in_the_cloudflare_mode_with_an_audience():
         for c in dep["spec"]["template"]["spec"]["containers"]:
             assert {"configMapRef": {"name": "falcon-auth"}} in c.get("envFrom", []), \
                 dep["metadata"]["name"]
+
+
+def test_every_process_that_serves_metrics_is_annotated_for_prometheus():
+    """/metrics of the HTTP API (its own port, gunicorn's workers added up in a folder on the
+    /tmp emptyDir) and a metrics port on rungrpc and each controller, named and annotated."""
+    deps = {o["metadata"]["name"]: o for o in all_objects() if o["kind"] == "Deployment"}
+    for name in ("falcon-api-http", "falcon-api-grpc", "falcon-exp-controller",
+                 "falcon-resource-manager", "falcon-analyzer"):
+        pod = deps[name]["spec"]["template"]
+        notes = pod["metadata"]["annotations"]
+        assert notes["prometheus.io/scrape"] == "true" and notes["prometheus.io/path"] == \
+            "/metrics", name
+        port = int(notes["prometheus.io/port"])
+        container = pod["spec"]["containers"][0]
+        assert port in [p["containerPort"] for p in container["ports"]], name
+        env = {e["name"]: e.get("value") for e in container.get("env", [])}
+        if name == "falcon-api-http":
+            mounts = [m["mountPath"] for m in container["volumeMounts"]]
+            assert env["PROMETHEUS_MULTIPROC_DIR"].startswith("/tmp/") and "/tmp" in mounts
+        else:
+            assert env["FALCON_METRICS_PORT"] == str(port), name

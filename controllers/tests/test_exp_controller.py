@@ -359,6 +359,7 @@ def test_failed_updates_are_logged_with_exp_and_job_and_the_next_exp_goes_on(fal
     sibling_line = next(line for line in lines if "sibling" in line)
     assert f"id {sibling.pk}" in sibling_line and f"job {main.pk}" in sibling_line
 
+
     # The failed job update did not stop its experiment; the next experiment was processed.
     assert fresh(sibling).status == "Failed" and artifact_of(sibling).status == "Failed"
     assert job_of(sibling, "main").status == "Succeeded"
@@ -368,6 +369,26 @@ def test_failed_updates_are_logged_with_exp_and_job_and_the_next_exp_goes_on(fal
     walk(job_of(raced, "worker"), "Aborted", reason="Aborted")
     controller(falcon_api).tick()
     assert fresh(raced).status == "Aborted" and artifact_of(raced).status == "Failed"
+
+
+def test_lines_about_an_experiment_carry_its_id_as_a_field(falcon_api, caplog):
+    """The structured logs' `exp_id` field (core.logs): the controller logs inside the
+    experiment's log_context, so a JSON line can be found by id, not only by its text."""
+    from core.logs import ContextFilter
+
+    user = UserFactory()
+    raced = make_exp(creator=user, name="raced", roles=("main",))
+    walk(job_of(raced, "main"), "Running")
+
+    def concurrent_change(method, kwargs):
+        if method == "update_exp_status" and kwargs["exp_id"] == raced.pk:
+            exp_abort(exp_id=raced.pk, actor=raced.creator)
+
+    caplog.handler.addFilter(ContextFilter())
+    with caplog.at_level(logging.WARNING, logger="falcon.controllers.exp"):
+        controller(RecordingAPI(falcon_api, before_write=concurrent_change)).tick()
+    [record] = [r for r in caplog.records if r.name == "falcon.controllers.exp"]
+    assert record.exp_id == raced.pk and f"exp_id={raced.pk}" in record.context
 
 
 # -- 2. re-entrancy: a crash after any write, then fresh ticks ----------------------------------
