@@ -79,7 +79,7 @@ class IdsQuery:
         """Return `(sql, names, converters, compiler)` for `size` ids, or () when unusable."""
         sentinels = [self.sentinel(i + 1) for i in range(size)]  # distinct: order is checked
         query = self.build(sentinels).query
-        if query.extra_select or query.annotation_select or not query.values_select:
+        if query.extra_select or not (query.values_select or query.annotation_select):
             return ()
         # The names ValuesIterable gives the columns (Django 5.2 keeps them in `selected`).
         names = list(getattr(query, "selected", None) or query.values_select)

@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Prefetch, QuerySet
+import orjson
+from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
 
 from accounts.models import User
 from artifacts.models import Artifact
 from core.errors import NotFound
+from core.jsonrows import json_row
 from core.prepared import IdsQuery
 from jobs.models import Job
 
@@ -34,70 +35,81 @@ def exp_summary_queryset() -> QuerySet[Experiment]:
 
 
 # The columns of a list row: no config, no task specs (both may be large, and a list never
-# shows them; GetExp does).
-LIST_FIELDS = ("id", "name", "creator_id", "cluster_name", "exp_type", "artifact_path",
-               "priority", "status", "reason", "message", "created_at", "updated_at",
-               "started_at", "finished_at", "aborting_at", "aborted_at", "labels",
+# shows them; GetExp does). `creator` is the creator's email.
+LIST_FIELDS = ("id", "name", "creator", "creator_id", "cluster_name", "exp_type",
+               "artifact_path", "priority", "status", "reason", "message", "created_at",
+               "updated_at", "started_at", "finished_at", "aborting_at", "aborted_at", "labels",
                "cloned_from")
 
 
-def exp_list_queryset() -> QuerySet:
-    """The experiments of the HTTP ListExps: the list row's columns only, no join, as dicts.
+def exp_list_queryset(key_fields: Sequence[str]) -> QuerySet:
+    """The experiments of the HTTP ListExps: `.values()` rows of `key_fields` only, no join.
 
-    Without a join the database starts from the experiments table and walks the index of the
-    filter in list order (`Experiment.Meta.indexes`); the page's creators, jobs and artifacts
-    are read afterwards, one query each for the whole page (`exp_list_related`). Rows are
-    `.values()` dicts keyed by `LIST_FIELDS`: a page builds no model instances.
-    """
-    return Experiment.objects.values(*LIST_FIELDS)
-
-
-@dataclass(frozen=True)
-class ListRelated:
-    """What a page of list rows shows besides the experiments' own columns."""
-
-    emails: dict[str, str]  # creator_id -> email
-    jobs: dict[int, list[dict[str, Any]]]  # experiment id -> its jobs' summaries, by role
-    artifacts: dict[int, dict[str, Any]]  # experiment id -> its artifact's summary
-
-
-def exp_list_related(page: Sequence[Mapping[str, Any]], *, job_fields: Sequence[str],
-                     artifact_fields: Sequence[str]) -> ListRelated:
-    """Read the creators, jobs and artifacts of a page of experiments: one query each.
-
-    Each query is compiled once per process and thread (`core.prepared.IdsQuery`), not per page.
+    A page query reads the columns of the list order (the cursor is made of them) and nothing
+    else; the rows' contents are read afterwards by id (`exp_list_rows`). Without a join the
+    database starts from the experiments table and walks the index of the filter in list
+    order (`Experiment.Meta.indexes`), and a sort, where one is needed (a name search), sorts
+    narrow rows.
 
     Args:
-        page: the experiments of one list page, as `exp_list_queryset` rows (`id`,
-            `creator_id`, ...).
-        job_fields, artifact_fields: the columns to read (`.values()`), `id` included.
+        key_fields: the columns every allowed ordering may use, `id` included.
     """
-    ids = [exp["id"] for exp in page]
+    return Experiment.objects.values(*key_fields)
+
+
+def exp_list_rows(ids: Sequence[int], *, job_fields: Sequence[str],
+                  artifact_fields: Sequence[str]) -> list[dict[str, Any]]:
+    """The list rows of the experiments `ids`, in that order: three queries for the page.
+
+    The database renders each experiment, job and artifact as a JSON object
+    (`core.jsonrows.json_row`: date-times as ISO 8601 with `Z`, labels as an object), so a
+    page converts no value in Python; each query is compiled once per process and thread
+    (`core.prepared.IdsQuery`). Each row is a dict of `LIST_FIELDS` plus `jobs` (their
+    `job_fields`, by role) and, when the experiment has one, `artifact` (its
+    `artifact_fields`); jobs and artifact are `orjson.Fragment`s, embedded as they are by the
+    orjson renderer.
+
+    Args:
+        ids: experiment ids, at most `core.prepared.BUCKETS[-1]` for one compiled query.
+        job_fields, artifact_fields: the columns of a job and of the artifact to show.
+    """
     if not ids:
-        return ListRelated({}, {}, {})
-    emails = {row["pk"]: row["email"]
-              for row in _creator_emails(sorted({exp["creator_id"] for exp in page}))}
-    jobs: dict[int, list[dict[str, Any]]] = {}
-    for job in _related_query(Job, tuple(job_fields))(ids):
-        jobs.setdefault(job["experiment_id"], []).append(job)
-    artifacts = {artifact["experiment_id"]: artifact
-                 for artifact in _related_query(Artifact, tuple(artifact_fields))(ids)}
-    return ListRelated(emails, jobs, artifacts)
+        return []
+    exps = {row["id"]: row["row"] for row in _exp_rows(ids)}
+    jobs: dict[int, list[orjson.Fragment]] = {}
+    for job in _related_rows(Job, tuple(job_fields))(ids):
+        jobs.setdefault(job["experiment_id"], []).append(orjson.Fragment(job["row"]))
+    artifacts = {artifact["experiment_id"]: orjson.Fragment(artifact["row"])
+                 for artifact in _related_rows(Artifact, tuple(artifact_fields))(ids)}
+    rows = []
+    for exp_id in ids:
+        row = orjson.loads(exps[exp_id])
+        row["jobs"] = jobs.get(exp_id, [])
+        artifact = artifacts.get(exp_id)
+        if artifact is not None:  # as DRF does: no artifact, no key
+            row["artifact"] = artifact
+        rows.append(row)
+    return rows
 
 
-_creator_emails = IdsQuery(lambda ids: User.objects.filter(pk__in=ids).values("pk", "email"),
-                           sentinel=lambda i: f"\x00{i}")
+def _creator_email() -> Subquery:
+    return Subquery(User.objects.filter(pk=OuterRef("creator_id")).values("email")[:1])
+
+
+_exp_rows = IdsQuery(lambda ids: Experiment.objects.filter(pk__in=ids).values(
+    "id", row=json_row(Experiment, [name if name != "creator" else ("creator", _creator_email())
+                                    for name in LIST_FIELDS])))
 _related_queries: dict[tuple[type, tuple[str, ...]], IdsQuery] = {}
 
 
-def _related_query(model: type, fields: tuple[str, ...]) -> IdsQuery:
-    """The query of the `fields` of the jobs (by role) or the artifact of a page's experiments."""
+def _related_rows(model: type, fields: tuple[str, ...]) -> IdsQuery:
+    """The query of the JSON rows of the jobs (by role) or the artifact of a page's experiments."""
     query = _related_queries.get((model, fields))
     if query is None:
         ordering = ("experiment_id", "role") if model is Job else ("experiment_id",)
         query = _related_queries.setdefault((model, fields), IdsQuery(
             lambda ids: model.objects.filter(experiment_id__in=ids).order_by(*ordering)
-            .values("experiment_id", *fields)))
+            .values("experiment_id", row=json_row(model, fields))))
     return query
 
 

@@ -21,7 +21,6 @@ from jobs.specs import (
 
 from ..labels import KEY_PATTERN, MAX_LABELS, VALUE_PATTERN
 from ..models import Experiment
-from ..selectors import ListRelated
 from ..specs import EXP_TYPE, NAME, PRIORITY_MAX, PRIORITY_MIN
 
 # Text a process can receive as an argument or an environment string: no NUL character
@@ -278,7 +277,7 @@ class ArtifactSummarySerializer(UTCModelSerializer):
 class ExpListItemSerializer(UTCModelSerializer):
     """An experiment in a list: a summary row, without config and task specs (GetExp has them).
 
-    Documents the rows `list_rows` builds; the list does not run this serializer.
+    Documents the rows `selectors.exp_list_rows` builds; the list does not run this serializer.
     """
 
     creator = serializers.EmailField(source="creator.email", read_only=True)
@@ -290,40 +289,6 @@ class ExpListItemSerializer(UTCModelSerializer):
         model = Experiment
         fields = EXP_SUMMARY_FIELDS
         read_only_fields = fields
-
-
-def _summary(row: Mapping, fields: list[str]) -> dict:
-    return {name: (utc_iso(row[name]) if name.endswith("_at") else row[name]) for name in fields}
-
-
-def list_rows(page: list[Mapping], related: ListRelated) -> list[dict]:
-    """Return the list rows of `page` (the shape of `ExpListItemSerializer`), built directly.
-
-    Args:
-        page: the experiments of the page (`selectors.exp_list_queryset` rows: dicts).
-        related: their creators' emails, jobs and artifacts (`selectors.exp_list_related`).
-    """
-    rows = []
-    emails, jobs, artifacts = related.emails, related.jobs, related.artifacts
-    for exp in page:
-        exp_id = exp["id"]
-        row = {"id": exp_id, "name": exp["name"], "creator": emails.get(exp["creator_id"]),
-               "creator_id": exp["creator_id"], "cluster_name": exp["cluster_name"],
-               "exp_type": exp["exp_type"], "artifact_path": exp["artifact_path"],
-               "priority": exp["priority"], "status": exp["status"], "reason": exp["reason"],
-               "message": exp["message"], "created_at": utc_iso(exp["created_at"]),
-               "updated_at": utc_iso(exp["updated_at"]),
-               "started_at": utc_iso(exp["started_at"]),
-               "finished_at": utc_iso(exp["finished_at"]),
-               "aborting_at": utc_iso(exp["aborting_at"]),
-               "aborted_at": utc_iso(exp["aborted_at"]),
-               "labels": exp["labels"], "cloned_from": exp["cloned_from"],
-               "jobs": [_summary(job, JOB_SUMMARY_FIELDS) for job in jobs.get(exp_id, ())]}
-        artifact = artifacts.get(exp_id)
-        if artifact is not None:  # as DRF does: no artifact, no key
-            row["artifact"] = _summary(artifact, ARTIFACT_SUMMARY_FIELDS)
-        rows.append(row)
-    return rows
 
 
 class ExpDetailSerializer(UTCModelSerializer):

@@ -14,7 +14,7 @@ from rest_framework import generics, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.drf import StrictCursorPagination
+from core.drf import StrictCursorPagination, represent
 from core.errors import ValidationFailed
 from core.filters import MAX_ID, MAX_NAME_CHARS
 
@@ -26,7 +26,7 @@ from ..labels import SELECTOR_LIST_PATTERN
 from ..services import IDEMPOTENCY_HEADER
 from .serializers import (
     ARTIFACT_SUMMARY_FIELDS, JOB_SUMMARY_FIELDS, ExpCreatedSerializer, ExpCreateInputSerializer,
-    ExpDetailSerializer, ExpLabelsPatchSerializer, ExpListItemSerializer, list_rows,
+    ExpDetailSerializer, ExpLabelsPatchSerializer, ExpListItemSerializer,
 )
 
 
@@ -37,6 +37,7 @@ class ExpCursorPagination(StrictCursorPagination):
     page_size_query_param = "page_size"
     max_page_size = 500
     ordering = "-created_at"
+    keys_only = True  # ExpListCreateView.list reads the rows by id
 
 
 ORDERING_FIELDS = ["created_at", "updated_at", "name", "status", "priority", "id"]
@@ -115,18 +116,20 @@ class ExpListCreateView(generics.ListAPIView):
     ordering = ["-created_at"]
 
     def get_queryset(self):
-        return selectors.exp_list_queryset()
+        return selectors.exp_list_queryset(ORDERING_FIELDS)
 
     def list(self, request, *args, **kwargs):
-        """ListExps: one page of summary rows, in at most 4 queries whatever its size.
+        """ListExps: one page of summary rows, in 4 queries whatever its size.
 
-        The page (list columns only, through the filter's index), then its creators, jobs and
-        artifacts, one query each; the rows are built directly, not by a serializer per row.
+        The page's ids and list keys (through the filter's index), then its experiments, jobs
+        and artifacts as JSON rows the database renders, one query each, embedded in the
+        response as they are (`selectors.exp_list_rows`); no serializer runs per row.
         """
         page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
-        related = selectors.exp_list_related(page, job_fields=JOB_SUMMARY_FIELDS,
-                                             artifact_fields=ARTIFACT_SUMMARY_FIELDS)
-        return self.get_paginated_response(list_rows(page, related))
+        rows = selectors.exp_list_rows([exp["id"] for exp in page],
+                                       job_fields=JOB_SUMMARY_FIELDS,
+                                       artifact_fields=ARTIFACT_SUMMARY_FIELDS)
+        return self.get_paginated_response(rows)
 
     def get_serializer_class(self):
         # The browsable API renders its POST form from this: show CreateExp's input fields.
@@ -143,7 +146,7 @@ class ExpListCreateView(generics.ListAPIView):
         # A replay answers as the first create did (201, the same experiment), as Stripe's
         # idempotent requests do, and says so in a header.
         headers = {"Idempotent-Replayed": "true"} if exp.replayed else None
-        return Response(ExpCreatedSerializer(exp).data, status=status.HTTP_201_CREATED,
+        return Response(represent(ExpCreatedSerializer, exp), status=status.HTTP_201_CREATED,
                         headers=headers)
 
 
@@ -160,7 +163,7 @@ class ExpDetailView(APIView):
     @extend_schema(summary="GetExp", parameters=[EXP_ID_PARAM],
                    responses={200: ExpDetailSerializer})
     def get(self, request, exp_id: int):
-        return Response(ExpDetailSerializer(selectors.exp_get(exp_id=exp_id)).data)
+        return Response(represent(ExpDetailSerializer, selectors.exp_get(exp_id=exp_id)))
 
     @extend_schema(summary="DeleteExp", parameters=[EXP_ID_PARAM, OpenApiParameter(
         "purge", OpenApiTypes.BOOL, description="Also delete the stored artifact files and the "
@@ -188,7 +191,7 @@ class ExpAbortView(APIView):
                                              "all its jobs succeeded (it has finished).")})
     def post(self, request, exp_id: int):
         services.exp_abort(exp_id=exp_id, actor=request.user)
-        return Response(ExpDetailSerializer(selectors.exp_get(exp_id=exp_id)).data)
+        return Response(represent(ExpDetailSerializer, selectors.exp_get(exp_id=exp_id)))
 
 
 class ExpLabelsView(APIView):

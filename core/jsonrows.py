@@ -1,0 +1,137 @@
+"""Rows the database itself renders as JSON objects, for list pages built without Python per row.
+
+A list page of 50 experiments with their jobs and artifacts holds about 450 date-times and 50
+label maps. Read as Python values, each date-time is parsed by the driver or Django's
+converter and formatted again for the response, and each label map decoded and encoded again:
+most of a page's CPU. `json_row` asks SQLite (`json_object`, `json`) or MariaDB
+(`JSON_OBJECT`, `JSON_EXTRACT`, `DATE_FORMAT`) for the finished JSON text of the row instead;
+the view embeds it in the response as it is (`orjson.Fragment`).
+
+The text is what the API's serializers give for the same columns: date-times as ISO 8601 in
+UTC with a `Z` and microseconds only when not zero (`experiments.api.serializers.utc_iso`),
+JSON columns as their JSON value, everything else as its JSON scalar. Only SQLite and MariaDB
+(MySQL) are supported, the two databases Falcon runs on (docs/architecture.md).
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from django.db import NotSupportedError, models
+from django.db.models import F, Func
+
+_KEY = re.compile(r"^[a-z_][a-z0-9_]*$")
+
+
+class IsoUTC(Func):
+    """A date-time column as ISO 8601 text in UTC: `2026-12-01T18:52:44.516012Z` (or NULL).
+
+    Django keeps date-times in UTC (USE_TZ): SQLite as `YYYY-MM-DD HH:MM:SS[.ffffff]` text,
+    MariaDB as DATETIME(6). Python's `isoformat` leaves out a zero fraction; so does this.
+    """
+
+    arity = 1
+    output_field = models.TextField()
+
+    def as_sqlite(self, compiler, connection, **extra):
+        sql, params = compiler.compile(self.source_expressions[0])
+        return f"(REPLACE({sql}, ' ', 'T') || 'Z')", params
+
+    def as_mysql(self, compiler, connection, **extra):
+        sql, params = compiler.compile(self.source_expressions[0])
+        # %% is a literal % in Django's format-style SQL.
+        return (f"IF(MICROSECOND({sql}) = 0, DATE_FORMAT({sql}, '%%Y-%%m-%%dT%%H:%%i:%%sZ'), "
+                f"DATE_FORMAT({sql}, '%%Y-%%m-%%dT%%H:%%i:%%s.%%fZ'))",
+                [*params, *params, *params])
+
+    def as_sql(self, compiler, connection, **extra):
+        raise NotSupportedError(f"IsoUTC supports SQLite and MariaDB, not {connection.vendor}")
+
+
+class JsonValue(Func):
+    """A JSON column as a JSON value inside a JSON object (not as a string holding JSON)."""
+
+    arity = 1
+    output_field = models.TextField()
+
+    def as_sqlite(self, compiler, connection, **extra):
+        sql, params = compiler.compile(self.source_expressions[0])
+        return f"json({sql})", params
+
+    def as_mysql(self, compiler, connection, **extra):
+        sql, params = compiler.compile(self.source_expressions[0])
+        return f"JSON_EXTRACT({sql}, '$')", params
+
+    def as_sql(self, compiler, connection, **extra):
+        raise NotSupportedError(f"JsonValue supports SQLite and MariaDB, not {connection.vendor}")
+
+
+class JsonObject(Func):
+    """`JSON_OBJECT('key', value, ...)` with the keys written into the SQL, not as parameters.
+
+    Django's own `JSONObject` passes each key as a query parameter; keeping the keys in the
+    text leaves a query's parameters to its filter values (`core.prepared.IdsQuery` compiles
+    a query once and binds only ids).
+
+    Args:
+        fields: `{key: expression}` in output order; keys are lower-case identifiers.
+
+    Raises:
+        ValueError: a key that is not `[a-z_][a-z0-9_]*`.
+    """
+
+    output_field = models.TextField()
+
+    def __init__(self, fields: dict[str, models.Expression]):
+        bad = [key for key in fields if not _KEY.match(key)]
+        if bad:
+            raise ValueError(f"JSON keys must be lower-case identifiers; got {bad}")
+        self.keys = list(fields)
+        super().__init__(*fields.values())
+
+    def _render(self, compiler):
+        parts, params = [], []
+        for key, expression in zip(self.keys, self.source_expressions):
+            sql, expression_params = compiler.compile(expression)
+            parts.append(f"'{key}', {sql}")
+            params.extend(expression_params)
+        return f"JSON_OBJECT({', '.join(parts)})", params
+
+    def as_sqlite(self, compiler, connection, **extra):
+        return self._render(compiler)
+
+    def as_mysql(self, compiler, connection, **extra):
+        return self._render(compiler)
+
+    def as_sql(self, compiler, connection, **extra):
+        raise NotSupportedError(f"JsonObject supports SQLite and MariaDB, not {connection.vendor}")
+
+
+def json_row(model: type[models.Model],
+             fields: Sequence[str | tuple[str, models.Expression]]) -> JsonObject:
+    """The JSON object of a row of `model`, its keys in the order of `fields`.
+
+    Args:
+        fields: field names of `model` (a foreign key by its attname, `creator_id`), or
+            `(key, expression)` pairs for computed values (a subquery, say). Date-times
+            become `IsoUTC`, JSON fields `JsonValue`, other fields their column.
+
+    Raises:
+        django.core.exceptions.FieldDoesNotExist: a name that is not a field of `model`.
+        ValueError: a key that is not a lower-case identifier.
+    """
+    expressions: dict[str, models.Expression] = {}
+    for item in fields:
+        if not isinstance(item, str):
+            key, expression = item
+            expressions[key] = expression
+            continue
+        field = model._meta.get_field(item)  # also finds a foreign key by its attname
+        column = F(field.attname)
+        if isinstance(field, models.DateTimeField):
+            expressions[item] = IsoUTC(column)
+        elif isinstance(field, models.JSONField):
+            expressions[item] = JsonValue(column)
+        else:
+            expressions[item] = column
+    return JsonObject(expressions)
