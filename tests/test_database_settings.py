@@ -42,6 +42,21 @@ def test_reused_connections_are_health_checked():
         "CONN_MAX_AGE": 0, "CONN_HEALTH_CHECKS": False}
 
 
+def test_an_sqlite_file_is_written_ahead_without_an_fsync_per_commit(tmp_path):
+    """The embedded SQLite file runs in WAL mode with synchronous=NORMAL: readers go on while a
+    write commits, and a commit does not wait for the disk (settings, dec-database)."""
+    code = ("import django; django.setup(); from django.db import connection; "
+            "cursor = connection.cursor(); cursor.execute('PRAGMA journal_mode'); "
+            "mode = cursor.fetchone()[0]; cursor.execute('PRAGMA synchronous'); "
+            "print(mode, cursor.fetchone()[0])")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, text=True,
+                         capture_output=True,
+                         env={**os.environ, "DJANGO_SETTINGS_MODULE": "falcon_site.settings",
+                              "PYTHONPATH": str(ROOT), "FALCON_VAR_DIR": str(tmp_path),
+                              "DATABASE_URL": f"sqlite:///{tmp_path / 'falcon.sqlite3'}"})
+    assert out.stdout.split() == ["wal", "1"]  # 1 is NORMAL
+
+
 @mariadb_only
 @pytest.mark.django_db(transaction=True)
 def test_a_connection_dropped_by_the_server_does_not_fail_the_next_request():

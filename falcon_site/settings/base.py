@@ -165,9 +165,14 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
     )
 elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Several processes (HTTP, gRPC) share one SQLite file in the local mode: wait for the
-    # write lock instead of failing at once with "database is locked".
+    # write lock instead of failing at once with "database is locked". Write-ahead logging lets
+    # readers go on while a transaction commits, and with synchronous=NORMAL a commit appends
+    # to the log without an fsync (the log is synced at checkpoints): a crash of a process
+    # loses nothing, a power cut at most the last commits, never the file's integrity
+    # (docs/decisions.md#dec-database).
     DATABASES["default"].setdefault("OPTIONS", {}).update(
-        {"timeout": 20, "transaction_mode": "IMMEDIATE"}
+        {"timeout": 20, "transaction_mode": "IMMEDIATE",
+         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL"}
     )
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
