@@ -42,19 +42,16 @@ LIST_FIELDS = ("id", "name", "creator", "creator_id", "cluster_name", "exp_type"
                "cloned_from")
 
 
-def exp_list_queryset(key_fields: Sequence[str]) -> QuerySet:
-    """The experiments of the HTTP ListExps: `.values()` rows of `key_fields` only, no join.
+def exp_list_queryset() -> QuerySet:
+    """The experiments of the HTTP ListExps: `.values()` rows of their ids, no join.
 
-    A page query reads the columns of the list order (the cursor is made of them) and nothing
-    else; the rows' contents are read afterwards by id (`exp_list_rows`). Without a join the
-    database starts from the experiments table and walks the index of the filter in list
-    order (`Experiment.Meta.indexes`), and a sort, where one is needed (a name search), sorts
-    narrow rows.
-
-    Args:
-        key_fields: the columns every allowed ordering may use, `id` included.
+    The paginator adds the columns of the list order (`ExpCursorPagination.keys_only`: the
+    cursor is made of them) and nothing else; the rows' contents are read afterwards by id
+    (`exp_list_rows`). Without a join the database starts from the experiments table and
+    walks the index of the filter in list order (`Experiment.Meta.indexes`), and a sort,
+    where one is needed (a name search), sorts narrow rows.
     """
-    return Experiment.objects.values(*key_fields)
+    return Experiment.objects.values("id")
 
 
 def exp_list_rows(ids: Sequence[int], *, job_fields: Sequence[str],

@@ -116,7 +116,7 @@ class ExpListCreateView(generics.ListAPIView):
     ordering = ["-created_at"]
 
     def get_queryset(self):
-        return selectors.exp_list_queryset(ORDERING_FIELDS)
+        return selectors.exp_list_queryset()
 
     def list(self, request, *args, **kwargs):
         """ListExps: one page of summary rows, in 4 queries whatever its size.

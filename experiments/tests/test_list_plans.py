@@ -16,7 +16,6 @@ from django.utils import timezone
 from accounts.models import User
 from core import keyset
 from experiments import selectors
-from experiments.api.views import ORDERING_FIELDS
 from experiments.filters import ExperimentFilter
 from experiments.models import Experiment
 
@@ -52,7 +51,7 @@ def seeded(transactional_db):
 
 def page_query(query: str, *, after_row: bool) -> tuple[str, tuple]:
     """The SQL of one ListExps page as the HTTP list builds it (filters, keyset, LIMIT)."""
-    qs = ExperimentFilter.apply(selectors.exp_list_queryset(ORDERING_FIELDS),
+    qs = ExperimentFilter.apply(selectors.exp_list_queryset(),
                                 ExperimentFilter.validate(QueryDict(query)))
     keys = keyset.keys_for(Experiment, ["-created_at"])
     qs = qs.order_by(*keyset.order_by(keys))
