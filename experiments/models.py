@@ -17,7 +17,8 @@ class Experiment(RunModel):
     created with it in one transaction by `experiments.services.exp_create`.
     """
 
-    name = models.CharField(max_length=255, db_index=True)
+    # Indexed with the list order for the name search, per database (migration 0004).
+    name = models.CharField(max_length=255)
     creator = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="experiments",
         db_column="creator_id", db_index=False,  # exp_creator_created leads with it

@@ -98,3 +98,18 @@ def test_search_is_a_name_prefix_served_by_an_index(seeded):
         assert "exp_name_nocase" in text, text
     else:
         assert "range" in text and "name" in text, text
+
+
+@pytest.mark.parametrize("after_row", [False, True])
+def test_a_search_page_reads_the_name_index_alone(seeded, after_row):
+    """The search's page query (ids and list keys) is answered from the covering index
+    (name, created_at, id): the matches are sorted as index entries, never read from the
+    table first (migration 0004). MariaDB may instead walk the list order's index and stop
+    at the page's end (no sort at all) when the prefix is common."""
+    sql, params = page_query("search=exp-1", after_row=after_row)
+    text = "\n".join(" ".join(str(part) for part in row) for row in explain(sql, params))
+    if connection.vendor == "sqlite":
+        assert "COVERING INDEX exp_name_nocase" in text, text
+    else:
+        sorts_table_rows = "Using filesort" in text and "Using index" not in text
+        assert ("exp_name_created" in text or "created_at" in text) and not sorts_table_rows, text
