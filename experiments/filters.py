@@ -9,7 +9,7 @@ HTTP and the admin.
 from __future__ import annotations
 
 import django_filters
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from drf_spectacular.utils import extend_schema_field
 
 from accounts.models import User
@@ -49,19 +49,33 @@ class LabelSelectorField(MultiValueField):
 class LabelSelectorFilter(MultiValueFilter):
     """Keep the experiments matching EVERY selector (AND, as Kubernetes label selectors).
 
-    Each selector is one `IN (SELECT experiment_id FROM experiment_labels WHERE key = ...
-    [AND value = ...])`, served by the index on (key, value, experiment) on SQLite and
-    MariaDB alike (decisions.md#dec-labels).
+    A selector held by few experiments (at most `FEW_LABELLED`) is `id IN (SELECT
+    experiment_id FROM experiment_labels WHERE key = ... [AND value = ...])`: the database
+    reads those few ids from the index on (key, value, experiment) and sorts them. A selector
+    held by many is `EXISTS (... WHERE experiment_id = experiments.id ...)`: the database
+    walks the list order's index and stops at the end of the page, checking each experiment
+    in the label index, so it never sorts the many matches (about 80 ms for a label on a
+    sixth of 100,000 experiments) and reads about `page × experiments / matches` rows.
+    Which one is decided per request by counting the selector's rows up to `FEW_LABELLED`
+    (one index range query each). Both are served by the same indexes on SQLite and MariaDB
+    (decisions.md#dec-labels).
     """
 
     field_class = LabelSelectorField
+    # Where sorting the matches costs about what walking the list order to fill a page does
+    # at 100,000 experiments and 50 a page (sqrt(50 x 100,000) is about 2,200).
+    FEW_LABELLED = 2000
 
     def filter(self, qs: QuerySet, value: list[Selector]) -> QuerySet:
         for selector in value or ():
             rows = ExpLabel.objects.filter(key=selector.key)
             if selector.value is not None:
                 rows = rows.filter(value=selector.value)
-            qs = qs.filter(pk__in=rows.values("experiment_id"))
+            many = rows.values("id")[self.FEW_LABELLED:self.FEW_LABELLED + 1].exists()
+            if many:
+                qs = qs.filter(Exists(rows.filter(experiment_id=OuterRef("pk"))))
+            else:
+                qs = qs.filter(pk__in=rows.values("experiment_id"))
         return qs
 
 

@@ -119,7 +119,12 @@ def labelled(db):
     ("label=team=", {"other"}),
     ("label=nothing", set()),
 ])
-def test_http_list_filters_by_label_selectors(auth_api, labelled, query, names):
+@pytest.mark.parametrize("few", [2000, 0], ids=["few-labelled:IN", "many-labelled:EXISTS"])
+def test_http_list_filters_by_label_selectors(auth_api, labelled, query, names, few,
+                                              monkeypatch):
+    from experiments.filters import LabelSelectorFilter
+
+    monkeypatch.setattr(LabelSelectorFilter, "FEW_LABELLED", few)
     res = auth_api.get(f"/api/v1/exps?{query}")
     assert res.status_code == 200, res.content
     got = {row["name"]: row["labels"] for row in res.json()["results"]}
@@ -180,3 +185,27 @@ def test_a_bad_selector_says_which_rule_it_breaks(text, says):
 
     with pytest.raises(ValueError, match=re.escape(says)):
         parse_selector(text)
+
+
+def test_a_label_on_many_experiments_walks_the_list_order(labelled, monkeypatch):
+    """A selector held by more than FEW_LABELLED experiments is an EXISTS checked while the
+    list order's index is walked: the page is never a sort of every match."""
+    from django.http import QueryDict
+
+    from core import keyset
+    from experiments import selectors
+    from experiments.filters import ExperimentFilter, LabelSelectorFilter
+
+    monkeypatch.setattr(LabelSelectorFilter, "FEW_LABELLED", 1)
+    qs = ExperimentFilter.apply(selectors.exp_list_queryset(),
+                                ExperimentFilter.validate(QueryDict("label=team")))
+    keys = keyset.keys_for(Experiment, ["-created_at"])
+    page = qs.values("id", "created_at").order_by(*keyset.order_by(keys))[:51]
+    assert {row["id"] for row in page} == {labelled[n].pk for n in ("base", "cand", "other")}
+    sql, params = page.query.sql_with_params()
+    assert "EXISTS" in sql.upper()
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
+            plan = " ".join(str(part) for row in cursor.fetchall() for part in row)
+        assert "TEMP B-TREE" not in plan and "created_at" in plan, plan
