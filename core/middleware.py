@@ -59,7 +59,9 @@ class RequestContextMiddleware:
     when a transition needs it: DRF authenticates inside the view, after this middleware, and
     sets `request.user` on the Django request too. One log line per request (`falcon.http`):
     method, path (never the query string, which may carry anything), status and milliseconds,
-    with the experiment or analysis id of the path; health probes and metric scrapes at DEBUG.
+    with the experiment or analysis id of the path, and the same as fields (`method`, `path`,
+    `status`, `duration_ms`, `bytes` of a response that is not streamed); health probes and
+    metric scrapes at DEBUG.
     First in `MIDDLEWARE`.
     """
 
@@ -84,8 +86,12 @@ class RequestContextMiddleware:
             seconds = time.perf_counter() - started
             level = (logging.DEBUG if request.path in QUIET_PATHS and response.status_code < 400
                      else logging.INFO)
+            fields = {"method": request.method, "path": request.path,
+                      "status": response.status_code, "duration_ms": round(seconds * 1000, 1)}
+            if not getattr(response, "streaming", False):
+                fields["bytes"] = len(response.content)
             log.log(level, "%s %s %s %.1f ms", request.method, request.path,
-                    response.status_code, seconds * 1000, extra=ids)
+                    response.status_code, seconds * 1000, extra={**ids, **fields})
             from .metrics import observe_http
 
             observe_http(match.route if match and match.route else "unmatched",
