@@ -72,6 +72,13 @@ def log_context(**ids: Any) -> Iterator[None]:
         _context.reset(token)
 
 
+def add_log_ids(**ids: Any) -> None:
+    """Add `ids` to the innermost `log_context` block, for the rest of it: for an id learnt
+    inside the block (the experiment of an analysis once its record is read). The block's end
+    drops them with its own ids; call it only inside a block. None values are left out."""
+    _context.set({**_context.get(), **{k: v for k, v in ids.items() if v is not None}})
+
+
 def redact(text: str) -> str:
     """Return `text` with every credential `SECRET_PATTERNS` finds replaced by `[redacted]`."""
     for pattern in SECRET_PATTERNS:
