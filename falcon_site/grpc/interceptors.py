@@ -19,6 +19,7 @@ from django.db import OperationalError, close_old_connections
 
 from core.context import reset_actor, reset_request_id, set_actor, set_request_id
 from core.errors import FalconError
+from core.logs import log_context
 
 from accounts.verifier import KeysUnavailable
 
@@ -180,7 +181,9 @@ def _wrap(behaviour: Callable, method: str) -> Callable:
             token = set_principal(principal)
             actor_token = set_actor(_actor_label(principal, context))
             try:
-                return behaviour(request, context)
+                # Every line the call causes carries the ids of what it is about.
+                with log_context(**call_ids(method, request)):
+                    return behaviour(request, context)
             except FalconError as exc:
                 abort_with_error(context, exc)
             except OperationalError:

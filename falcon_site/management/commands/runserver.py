@@ -1,4 +1,4 @@
-"""`manage.py runserver` (what `runlocal` runs): staticfiles' runserver with structured access lines.
+"""`manage.py runserver` (what `runlocal` runs): staticfiles' runserver, structured access lines.
 
 Django's development server logs one access line per request on the `django.server` logger,
 which `core.logs.logging_config` writes through the console handler like every other logger
