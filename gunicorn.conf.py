@@ -15,7 +15,7 @@ Under `FALCON_LOG_FORMAT=json` gunicorn's own lines are JSON like the applicatio
 traceback) and, when `--access-logfile` is given, its access lines, with the fields `method`,
 `path` (no query string), `status`, `bytes`, `duration_ms` and `request_id` (the response's
 `X-Request-ID`, the id the application served the request under). Under `text` gunicorn's own
-formats are kept.
+formats are kept. In both, credentials are masked (`core.logs.ContextFilter`).
 """
 import logging
 import os
@@ -52,18 +52,19 @@ class FalconGunicornLogger(GunicornLogger):
     """gunicorn's logger, writing JSON lines under `FALCON_LOG_FORMAT=json` (module docstring)."""
 
     def setup(self, cfg):
-        """Set gunicorn's handlers up, then (json) give each the JSON formatter and the
-        ids-and-redaction filter (`core.logs`), and the access log its fields."""
+        """Set gunicorn's handlers up and give each the ids-and-redaction filter (`core.logs`:
+        credentials are masked in either format); under json also the JSON formatter, and the
+        access log its fields."""
         super().setup(cfg)
         from core.logs import ContextFilter, json_formatter, log_format
 
-        if log_format() != "json":
-            return
-        if not any(isinstance(f, AccessFields) for f in self.access_log.filters):
+        json_lines = log_format() == "json"
+        if json_lines and not any(isinstance(f, AccessFields) for f in self.access_log.filters):
             self.access_log.addFilter(AccessFields())
         for logger in (self.error_log, self.access_log):
             for handler in logger.handlers:
-                handler.setFormatter(json_formatter())
+                if json_lines:
+                    handler.setFormatter(json_formatter())
                 if not any(isinstance(f, ContextFilter) for f in handler.filters):
                     handler.addFilter(ContextFilter())
 

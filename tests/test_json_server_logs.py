@@ -166,3 +166,23 @@ def test_gunicorn_writes_only_json_lines_with_access_fields(tmp_path):
     errors = [r["message"] for r in records if r["logger"] == "gunicorn.error"]
     assert any(m.startswith("Starting gunicorn") for m in errors)
     assert any(m.startswith("Booting worker") for m in errors)
+
+
+def test_gunicorn_text_lines_mask_a_token_in_a_query_string(tmp_path):
+    """Under `text` gunicorn keeps its own access format (the request line, query string
+    included), and a credential in it is still masked."""
+    port = free_port()
+    log = tmp_path / "gunicorn.log"
+    env = dict(_env(tmp_path), FALCON_LOG_FORMAT="text")
+    subprocess.run([sys.executable, str(ROOT / "manage.py"), "prepare"], cwd=ROOT, env=env,
+                   check=True, capture_output=True)
+    gunicorn = str(Path(sys.executable).parent / "gunicorn")
+    proc = _serve([gunicorn, "falcon_site.wsgi", "--bind", f"127.0.0.1:{port}", "--workers",
+                   "1", "--access-logfile", "-"], env, port, log)
+    try:
+        assert _get(f"http://127.0.0.1:{port}/healthz?token={SECRET}")[0] == 200
+    finally:
+        _stop(proc)
+    text = log.read_text()
+    assert SECRET not in text
+    assert '"GET /healthz?token=[redacted] HTTP/1.1" 200' in text
