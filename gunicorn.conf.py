@@ -29,6 +29,7 @@ class AccessFields(logging.Filter):
     message without the query string: `GET /api/v1/exps 200 1234 bytes 5.2 ms`."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """Set the fields and the message from the record's atoms; always True (kept)."""
         atoms = record.args if isinstance(record.args, dict) else None
         if atoms is None:
             return True
