@@ -9,9 +9,68 @@ With several workers, `/metrics` must report every worker's counts, not the one 
 set `PROMETHEUS_MULTIPROC_DIR` to an empty, writable folder (prometheus-client's multiprocess
 mode, `core.metrics`). It is emptied when gunicorn starts (files of a previous run would be
 added in), and `child_exit` marks a dead worker's live gauges gone.
+
+Under `FALCON_LOG_FORMAT=json` gunicorn's own lines are JSON like the application's
+(`FalconGunicornLogger`): its error log ("Starting gunicorn", "Booting worker", a worker's
+traceback) and, when `--access-logfile` is given, its access lines, with the fields `method`,
+`path` (no query string), `status`, `bytes`, `duration_ms` and `request_id` (the response's
+`X-Request-ID`, the id the application served the request under). Under `text` gunicorn's own
+formats are kept. In both, credentials are masked (`core.logs.ContextFilter`).
 """
+import logging
 import os
 import sys
+
+from gunicorn.glogging import Logger as GunicornLogger
+
+
+class AccessFields(logging.Filter):
+    """Give a `gunicorn.access` record its fields from gunicorn's atoms (its args), and a
+    message without the query string: `GET /api/v1/exps 200 1234 bytes 5.2 ms`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Set the fields and the message from the record's atoms; always True (kept)."""
+        atoms = record.args if isinstance(record.args, dict) else None
+        if atoms is None:
+            return True
+        status = str(atoms.get("s", ""))
+        sent = atoms.get("B")
+        duration_ms = round(atoms["D"] / 1000, 1) if isinstance(atoms.get("D"), int) else None
+        record.method = atoms.get("m") or "-"
+        record.path = atoms.get("U") or "-"
+        record.status = int(status) if status.isdigit() else None
+        record.bytes = sent if isinstance(sent, int) else None
+        record.duration_ms = duration_ms
+        request_id = atoms.get("{x-request-id}o")
+        if request_id and request_id != "-":
+            record.request_id = request_id
+        record.msg, record.args = (f"{record.method} {record.path} {status} {sent} bytes"
+                                   f"{'' if duration_ms is None else f' {duration_ms} ms'}"), None
+        return True
+
+
+class FalconGunicornLogger(GunicornLogger):
+    """gunicorn's logger, writing JSON lines under `FALCON_LOG_FORMAT=json` (module docstring)."""
+
+    def setup(self, cfg):
+        """Set gunicorn's handlers up and give each the ids-and-redaction filter (`core.logs`:
+        credentials are masked in either format); under json also the JSON formatter, and the
+        access log its fields."""
+        super().setup(cfg)
+        from core.logs import ContextFilter, json_formatter, log_format
+
+        json_lines = log_format() == "json"
+        if json_lines and not any(isinstance(f, AccessFields) for f in self.access_log.filters):
+            self.access_log.addFilter(AccessFields())
+        for logger in (self.error_log, self.access_log):
+            for handler in logger.handlers:
+                if json_lines:
+                    handler.setFormatter(json_formatter())
+                if not any(isinstance(f, ContextFilter) for f in handler.filters):
+                    handler.addFilter(ContextFilter())
+
+
+logger_class = FalconGunicornLogger
 
 
 def on_starting(server):

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from core.db import retry_on_lock_conflict
 from core.errors import Conflict, NotFound
+from core.logs import log_context
 from core.statuses import ArtifactStatus
 
 from .models import PRUNE_TRANSITIONS, Artifact, PruneState
@@ -41,7 +42,8 @@ def artifact_update_status(*, artifact_id: int, status: str, reason: str | None 
             artifact = artifact_record_manifest(artifact=artifact)
         except Exception as exc:  # noqa: BLE001 - any store error; the manifest is retried
             log.warning("cannot record the manifest of artifact %s (%s): %s", artifact.pk,
-                        artifact.path, exc)
+                        artifact.path, exc, extra={"exp_id": artifact.experiment_id,
+                                                   "artifact_id": artifact.pk})
     return artifact, changed
 
 
@@ -175,34 +177,54 @@ def artifacts_prune(*, finished_before: datetime, exp_types: Iterable[str] = (),
     report = PruneReport()
     for artifact in prune_candidates(finished_before=finished_before, exp_types=exp_types,
                                      exp_statuses=exp_statuses):
-        urls = artifact_stored_urls(artifact)
-        try:
-            sizes = [store_for(url).summarize(url) for url in urls]
-        except Exception as exc:  # noqa: BLE001 - one unreadable store must not stop the rest
-            report.errors.append((artifact.pk, str(exc)))
-            continue
-        files, size = sum(s[0] for s in sizes), sum(s[1] for s in sizes)
-        report.artifacts.append((artifact.pk, artifact.experiment_id, artifact.path))
-        report.files += files
-        report.bytes += size
-        if on_artifact is not None:
-            on_artifact(artifact, files, size)
-        if dry_run:
-            continue
-        try:
-            artifact_set_prune_state(artifact_id=artifact.pk, target=PruneState.PRUNING)
-            # Run folders first: removing one copies its logs to the store, deleted next.
-            left = remove_local_run_folders(exp_id=artifact.experiment_id)
-            if left:
-                raise RuntimeError(f"{'; '.join(left)}: left Pruning; the next run finishes it")
-            for url in urls:
-                report.deleted_files += store_for(url).delete_tree(url)
-            artifact_set_prune_state(artifact_id=artifact.pk, target=PruneState.PRUNED)
-        except (Conflict, NotFound) as exc:  # deleted or changed meanwhile: nothing to do
-            report.errors.append((artifact.pk, str(exc)))
-        except Exception as exc:  # noqa: BLE001 - left Pruning: the next run finishes it
-            report.errors.append((artifact.pk, str(exc)))
+        # Every line about it carries its ids (core.logs).
+        with log_context(exp_id=artifact.experiment_id, artifact_id=artifact.pk):
+            _prune_one(artifact, report, dry_run=dry_run, on_artifact=on_artifact)
     return report
+
+
+def _prune_one(artifact: Artifact, report: PruneReport, *, dry_run: bool,
+               on_artifact: Callable[[Artifact, int, int], None] | None) -> None:
+    """`artifacts_prune` for one artifact: count its files, then (unless `dry_run`) mark it
+    Pruning, delete them and mark it Pruned; a failure is logged and added to `report`."""
+    urls = artifact_stored_urls(artifact)
+    try:
+        sizes = [store_for(url).summarize(url) for url in urls]
+    except Exception as exc:  # noqa: BLE001 - one unreadable store must not stop the rest
+        log.warning("retention: artifact %s of exp %s: its files cannot be listed: %s",
+                    artifact.pk, artifact.experiment_id, exc)
+        report.errors.append((artifact.pk, str(exc)))
+        return
+    files, size = sum(s[0] for s in sizes), sum(s[1] for s in sizes)
+    report.artifacts.append((artifact.pk, artifact.experiment_id, artifact.path))
+    report.files += files
+    report.bytes += size
+    if on_artifact is not None:
+        on_artifact(artifact, files, size)
+    if dry_run:
+        return
+    try:
+        artifact_set_prune_state(artifact_id=artifact.pk, target=PruneState.PRUNING)
+        # Run folders first: removing one copies its logs to the store, deleted next.
+        left = remove_local_run_folders(exp_id=artifact.experiment_id)
+        if left:
+            raise RuntimeError(f"{'; '.join(left)}: left Pruning; the next run finishes it")
+        deleted = 0
+        for url in urls:
+            count = store_for(url).delete_tree(url)
+            deleted += count
+            report.deleted_files += count
+        artifact_set_prune_state(artifact_id=artifact.pk, target=PruneState.PRUNED)
+        log.info("retention: artifact %s of exp %s pruned: %d files, %d bytes", artifact.pk,
+                 artifact.experiment_id, deleted, size)
+    except (Conflict, NotFound) as exc:  # deleted or changed meanwhile: nothing to do
+        log.info("retention: artifact %s of exp %s not pruned: %s", artifact.pk,
+                 artifact.experiment_id, exc)
+        report.errors.append((artifact.pk, str(exc)))
+    except Exception as exc:  # noqa: BLE001 - left Pruning: the next run finishes it
+        log.warning("retention: artifact %s of exp %s left Pruning: %s", artifact.pk,
+                    artifact.experiment_id, exc)
+        report.errors.append((artifact.pk, str(exc)))
 
 
 def local_state_dir(cluster_name: str) -> Path | None:

@@ -352,7 +352,7 @@ class ExpController:
         for row in skipped_of(exps):
             stats.skipped += 1
             log.error("exp %s: skipped this tick: the API could not send it (the API server's "
-                      "log says why)", row.id)
+                      "log says why)", row.id, extra={"exp_id": row.id})
         if not exps:
             return stats
         jobs = self.api.list_jobs(ListFilter(exp_statuses=EXP_NON_TERMINAL, extra=PAGE))

@@ -138,7 +138,8 @@ class ResourceManager:
         for row in skipped_of(jobs):
             stats.skipped += 1
             log.error("job %s (exp %s): skipped this tick: the API could not send it (the API "
-                      "server's log says why)", row.id, row.exp_id)
+                      "server's log says why)", row.id, row.exp_id,
+                      extra={"exp_id": row.exp_id, "job_id": row.id})
         pending = {j.id for j in jobs if j.status == JobStatus.PENDING}
         running = {j.id for j in jobs if j.status == JobStatus.RUNNING}
         self._pending_since = {k: v for k, v in self._pending_since.items() if k in pending}
@@ -227,7 +228,8 @@ class ResourceManager:
         stats.skipped += 1
         stats.errors.append(f"job {job.id}: {reason}")
         log.error("exp %s (id %s, job %s, role %s): skipped this tick: %s", job.exp_name,
-                  job.exp_id, job.id, job.role, reason)
+                  job.exp_id, job.id, job.role, reason,
+                  extra={"exp_id": job.exp_id, "job_id": job.id})
 
     def _guard(self, job: JobView, stats: ResourceTickStats, fn, *args) -> None:
         with log_context(exp_id=job.exp_id, job_id=job.id):  # every line about it: its ids

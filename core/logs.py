@@ -14,15 +14,27 @@ records), which
 - masks credentials that reached a message anyway (`Bearer <token>`, a JWT, `token=...`), so no
   token or secret is ever written, whatever a library logs.
 
+Django's own loggers go through the same handler: `django.server` (runserver's access lines,
+`falcon_site/management/commands/runserver.py` adds their fields) and `django` (no handler of
+its own, so no second, plain-text copy under `DJANGO_DEBUG`). A record's `request` (Django's
+request object, or runserver's socket) and `server_time` are not written as fields: the request's
+repr holds its query string. Under `json`, `apply_config` (Django's `LOGGING_CONFIG`) also
+routes Python warnings and uncaught exceptions (of the main thread and of other threads)
+through logging, and `LogWriter` turns what a management command prints into records, so every
+line a process writes is a JSON object.
+
 No Django imports: controllers configure their logging with `configure` too.
 """
 from __future__ import annotations
 
 import contextvars
+import io
 import logging
 import logging.config
 import os
 import re
+import sys
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -60,6 +72,13 @@ def log_context(**ids: Any) -> Iterator[None]:
         _context.reset(token)
 
 
+def add_log_ids(**ids: Any) -> None:
+    """Add `ids` to the innermost `log_context` block, for the rest of it: for an id learnt
+    inside the block (the experiment of an analysis once its record is read). The block's end
+    drops them with its own ids; call it only inside a block. None values are left out."""
+    _context.set({**_context.get(), **{k: v for k, v in ids.items() if v is not None}})
+
+
 def redact(text: str) -> str:
     """Return `text` with every credential `SECRET_PATTERNS` finds replaced by `[redacted]`."""
     for pattern in SECRET_PATTERNS:
@@ -79,7 +98,11 @@ class ContextFilter(logging.Filter):
     mask credentials in its message and exception text (see the module docstring)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        record.request_id = getattr(record, "request_id", None) or current_request_id() or "-"
+        # Django logs a response (`django.request`) after the middleware reset the id: the
+        # request object it passes still has it (`core.middleware.RequestContextMiddleware`).
+        record.request_id = (getattr(record, "request_id", None) or current_request_id()
+                             or getattr(getattr(record, "request", None), "request_id", None)
+                             or "-")
         for key, value in _context.get().items():
             if getattr(record, key, None) is None:
                 setattr(record, key, value)
@@ -130,18 +153,119 @@ def logging_config(fmt: str = "text", level: str = "INFO") -> dict[str, Any]:
                 "()": "pythonjsonlogger.json.JsonFormatter",
                 "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s %(request_id)s",
                 "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
-                # `context` is the text form of the ids, which are keys of their own here.
-                "reserved_attrs": [*RESERVED_ATTRS, "context"],
+                # `context` is the text form of the ids, which are keys of their own here;
+                # `request` and `server_time` are Django's objects, not fields (see above).
+                "reserved_attrs": [*RESERVED_ATTRS, "context", "request", "server_time"],
                 "timestamp": False,
             },
         },
         "handlers": {"console": {"class": "logging.StreamHandler", "formatter": fmt,
                                  "filters": ["context"]}},
         "root": {"handlers": ["console"], "level": level},
+        "loggers": {
+            # runserver's access lines: Django gives them a plain-text handler of their own.
+            "django.server": {"handlers": ["console"], "level": "INFO", "propagate": False},
+            # Django's console (DEBUG only) and mail handlers: the root's handler writes them.
+            "django": {"handlers": [], "level": "INFO", "propagate": True},
+        },
     }
 
 
+def json_formatter() -> logging.Formatter:
+    """A new formatter of the `json` format (`logging_config`), for handlers made elsewhere
+    (gunicorn's, `gunicorn.conf.py`)."""
+    from pythonjsonlogger.json import JsonFormatter
+
+    spec = dict(logging_config("json")["formatters"]["json"])
+    spec.pop("()")
+    return JsonFormatter(**spec)
+
+
+def apply_config(config: dict[str, Any]) -> None:
+    """Apply a `logging_config` dict; under `json` also log warnings and uncaught exceptions.
+
+    Django's `LOGGING_CONFIG` (falcon_site/settings/base.py) names this function, so Django
+    calls it with `LOGGING` after its own defaults.
+
+    Args:
+        config: a `logging.config.dictConfig` dict (`logging_config`).
+    """
+    logging.config.dictConfig(config)
+    if config.get("handlers", {}).get("console", {}).get("formatter") == "json":
+        logging.captureWarnings(True)  # `py.warnings` records instead of text on stderr
+        sys.excepthook = _log_uncaught
+        threading.excepthook = lambda args: _log_uncaught(
+            args.exc_type, args.exc_value, args.exc_traceback,
+            thread=getattr(args.thread, "name", "?"))
+
+
+def _log_uncaught(exc_type, exc_value, exc_traceback, thread: str | None = None) -> None:
+    """Log an exception nothing caught (`sys.excepthook`, `threading.excepthook`) as one record."""
+    if issubclass(exc_type, KeyboardInterrupt) and thread is None:
+        sys.__excepthook__(exc_type, exc_value, exc_traceback)
+        return
+    where = f" in thread {thread}" if thread else ""
+    logging.getLogger("falcon.uncaught").critical(
+        "uncaught %s%s: %s", exc_type.__name__, where, exc_value,
+        exc_info=(exc_type, exc_value, exc_traceback))
+
+
 def configure(fmt: str | None = None, level: str | None = None) -> None:
-    """Configure the process's logging (`logging_config`), from the environment by default."""
-    logging.config.dictConfig(logging_config(
+    """Configure the process's logging (`logging_config`, `apply_config`), from the
+    environment by default (`FALCON_LOG_FORMAT`, `FALCON_LOG_LEVEL`).
+
+    Raises:
+        ValueError: `FALCON_LOG_FORMAT` is neither `text` nor `json` (`log_format`).
+    """
+    apply_config(logging_config(
         fmt or log_format(), level or os.environ.get("FALCON_LOG_LEVEL", "INFO")))
+
+
+class LogWriter(io.TextIOBase):
+    """A text stream that logs each line written to it as one record of `logger` at `level`.
+
+    Under `json`, what a management command prints (`self.stdout`, `self.stderr`: runserver's
+    banner, `Falcon is running`, ...) goes through it, so it is a JSON line like the rest
+    (`core.management.LoggedOutputMixin`). Blank lines are dropped; a last line without a
+    newline is logged by `flush`.
+
+    Args:
+        logger: the `logging.Logger` to log to.
+        level: the records' level (`logging.INFO`, ...).
+    """
+
+    def __init__(self, logger: logging.Logger, level: int):
+        super().__init__()
+        self.logger = logger
+        self.level = level
+        self._partial = ""
+        self._lock = threading.Lock()
+
+    def writable(self) -> bool:
+        """Always True: a writable stream."""
+        return True
+
+    def isatty(self) -> bool:
+        """Always False: no terminal, so no colours."""
+        return False
+
+    def write(self, text: str) -> int:
+        """Log every complete line of `text` (with what an earlier write left); returns its
+        length."""
+        with self._lock:
+            lines = (self._partial + text).split("\n")
+            self._partial = lines.pop()
+        for line in lines:
+            self._emit(line)
+        return len(text)
+
+    def flush(self) -> None:
+        """Log the last line when it did not end with a newline."""
+        with self._lock:
+            line, self._partial = self._partial, ""
+        self._emit(line)
+
+    def _emit(self, line: str) -> None:
+        line = line.rstrip()
+        if line.strip():
+            self.logger.log(self.level, "%s", line)

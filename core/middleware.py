@@ -59,7 +59,10 @@ class RequestContextMiddleware:
     when a transition needs it: DRF authenticates inside the view, after this middleware, and
     sets `request.user` on the Django request too. One log line per request (`falcon.http`):
     method, path (never the query string, which may carry anything), status and milliseconds,
-    with the experiment or analysis id of the path; health probes and metric scrapes at DEBUG.
+    with the experiment or analysis id of the path (every line the view logs carries those ids
+    too: `process_view`), and the same as fields (`method`, `path`,
+    `status`, `duration_ms`, `bytes` of a response that is not streamed); health probes and
+    metric scrapes at DEBUG.
     First in `MIDDLEWARE`.
     """
 
@@ -70,6 +73,7 @@ class RequestContextMiddleware:
         from .context import (
             new_request_id, reset_actor, reset_request_id, set_actor, set_request_id,
         )
+        from .logs import log_context
 
         request_id = new_request_id(request.headers.get("X-Request-ID"))
         request.request_id = request_id
@@ -77,15 +81,21 @@ class RequestContextMiddleware:
         actor_token = set_actor(lambda: _actor_of(request))
         started = time.perf_counter()
         try:
-            response = self.get_response(request)
-            match = getattr(request, "resolver_match", None)
-            ids = {key: value for key, value in (match.kwargs if match else {}).items()
-                   if key in PATH_IDS}
-            seconds = time.perf_counter() - started
-            level = (logging.DEBUG if request.path in QUIET_PATHS and response.status_code < 400
-                     else logging.INFO)
-            log.log(level, "%s %s %s %.1f ms", request.method, request.path,
-                    response.status_code, seconds * 1000, extra=ids)
+            with log_context():  # process_view adds the path's ids (this line has them)
+                response = self.get_response(request)
+                match = getattr(request, "resolver_match", None)
+                ids = {key: value for key, value in (match.kwargs if match else {}).items()
+                       if key in PATH_IDS}
+                seconds = time.perf_counter() - started
+                quiet = request.path in QUIET_PATHS and response.status_code < 400
+                level = logging.DEBUG if quiet else logging.INFO
+                fields = {"method": request.method, "path": request.path,
+                          "status": response.status_code,
+                          "duration_ms": round(seconds * 1000, 1)}
+                if not getattr(response, "streaming", False):
+                    fields["bytes"] = len(response.content)
+                log.log(level, "%s %s %s %.1f ms", request.method, request.path,
+                        response.status_code, seconds * 1000, extra={**ids, **fields})
             from .metrics import observe_http
 
             observe_http(match.route if match and match.route else "unmatched",
@@ -95,3 +105,10 @@ class RequestContextMiddleware:
             reset_request_id(id_token)
         response["X-Request-ID"] = request_id
         return response
+
+    def process_view(self, request, view_func, view_args, view_kwargs):
+        """Make every line the view logs carry the ids of its path (`exp_id`, ...)."""
+        from .logs import add_log_ids
+
+        add_log_ids(**{key: value for key, value in view_kwargs.items() if key in PATH_IDS})
+        return None

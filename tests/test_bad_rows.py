@@ -21,6 +21,7 @@ from controllers.contract import ListFilter, skipped_of
 from controllers.exp_controller import ExpController
 from controllers.resource_manager import ResourceManager
 from core.grpc.paging import keyset_page
+from core.logs import ContextFilter
 from experiments.models import Experiment
 from experiments.tests.factories import make_exp
 from falcon_proto.falcon.v1 import common_pb2
@@ -135,6 +136,7 @@ def test_keyset_page_token_moves_past_skipped_rows():
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_exp_controller_tick_skips_bad_rows_and_decides_the_others(falcon_api, caplog, variant):
+    caplog.handler.addFilter(ContextFilter())
     running = make_exp(name="running")
     bad_exp = make_exp(name="bad-exp")
     bad_job_exp = make_exp(name="bad-job")
@@ -158,6 +160,10 @@ def test_exp_controller_tick_skips_bad_rows_and_decides_the_others(falcon_api, c
     assert f"exp {bad_exp.pk}: skipped this tick" in caplog.text
     assert (f"exp bad-job (id {bad_job_exp.pk}): skipped this tick: job "
             f"{job_of(bad_job_exp).pk} of it could not be read") in caplog.text
+    # Each line carries the id of the experiment it is about as a field (core.logs).
+    skipped = {r.exp_id for r in caplog.records if "skipped this tick" in r.getMessage()
+               and r.name == "falcon.controllers.exp"}
+    assert skipped == {bad_exp.pk, bad_job_exp.pk}
     # And it keeps going, tick after tick.
     assert ExpController(falcon_api, has_files=lambda url: False).tick().skipped == 2
 
@@ -222,6 +228,7 @@ class FakeBackend(ClusterBackend):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_resource_manager_tick_skips_bad_jobs_and_serves_the_others(falcon_api, caplog, variant):
+    caplog.handler.addFilter(ContextFilter())
     jobs = [job_of(make_exp(name=f"r{i}")) for i in range(6)]
     unreadable, bad_observe, bad_submit = jobs[1], jobs[3], jobs[4]
     plant(Job, unreadable.pk, variant)
@@ -242,6 +249,10 @@ def test_resource_manager_tick_skips_bad_jobs_and_serves_the_others(falcon_api, 
            "state: KeyError" in log
     assert f"job {bad_submit.pk}, role main): skipped this tick: cannot handle it: TypeError" \
         in log
+    # Each line carries the ids of the job it is about as fields (core.logs).
+    skipped = {(r.exp_id, r.job_id) for r in caplog.records
+               if "skipped this tick" in r.getMessage()}
+    assert skipped == {(j.experiment_id, j.pk) for j in (unreadable, bad_observe, bad_submit)}
     # The batch was split around the bad job, not read once per job.
     assert len(backend.observe_calls) < 2 * len(jobs)
 

@@ -1,5 +1,6 @@
-"""Structured logs of the whole platform (runlocal: HTTP, gRPC, both controllers) through a full
-create, run and abort flow: JSON lines with the request and entity ids, and no token or secret."""
+"""Structured logs of the whole platform (runlocal: HTTP, gRPC, the controllers, the analyzer)
+through a full create, run, analyse and abort flow: every line a JSON object, with the request
+and entity ids, and no token or secret."""
 from __future__ import annotations
 
 import json
@@ -44,6 +45,12 @@ def test_full_flow_logs_json_with_ids_and_never_a_secret(platform):
     done = create(platform, "logged",
                   {"main": {"command": 'echo done > "$FALCON_ARTIFACT_PATH/out"'}})
     assert falcon(platform, "exp", "wait", str(done["id"]), "--interval", "0.3").returncode == 0
+    res = falcon(platform, "analysis", "create", "--exp", str(done["id"]), "--command",
+                 'echo analysed; echo \'{"n": 1}\' > "$FALCON_RESULT_FILE"', "-o", "json")
+    assert res.returncode == 0, res.stderr
+    analysis_id = json.loads(res.stdout)["id"]
+    wait_until(lambda: json.loads(falcon(platform, "analysis", "get", analysis_id, "-o",
+                                         "json").stdout)["status"] == "succeeded")
     long = create(platform, "logged-long", {"main": {"command": "sleep 600"}})
     wait_until(lambda: get(platform, long["id"])["status"] == "Running")
     assert falcon(platform, "exp", "abort", str(long["id"])).returncode == 0
@@ -56,8 +63,15 @@ def test_full_flow_logs_json_with_ids_and_never_a_secret(platform):
     for name, secret in secrets.items():
         assert len(secret) >= 16 and secret not in text, f"the log holds the {name}"
 
-    records = [json.loads(line) for line in text.splitlines() if line.startswith('{"time"')]
-    assert len(records) > 20
+    # Every line of every process is a JSON object: runserver's access lines, what the
+    # commands print ("Falcon is running"), the analyzer's lines.
+    records = []
+    for line in text.splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            pytest.fail(f"not a JSON line: {line!r}")
+    assert len(records) > 20 and all(isinstance(r, dict) for r in records)
     # Every record is structured: time, level, logger, message, request id.
     assert all({"time", "level", "logger", "message", "request_id"} <= set(r) for r in records)
     transitions = [r for r in records if r["logger"] == "falcon.transitions"]
@@ -78,3 +92,25 @@ def test_full_flow_logs_json_with_ids_and_never_a_secret(platform):
     assert http[0]["exp_id"] == long["id"]
     # Controllers' calls carry their own request ids on the gRPC side.
     assert any(r["logger"] == "falcon.grpc" and r["request_id"] != "-" for r in records)
+    # runserver's access line of the abort, with its fields and the same request id.
+    [access] = [r for r in records if r["logger"] == "django.server"
+                and r["request_id"] == abort["request_id"]]
+    assert (access["method"], access["path"], access["status"]) == (
+        "POST", f"/api/v1/exps/{long['id']}/abort", 200)
+    # Every line naming the analysis carries its id and its experiment's, in the API server
+    # (transitions) and in the analyzer controller; the analyzer served the create under the
+    # id of the HTTP request that asked for it.
+    # (An HTTP line names it by its path: its `falcon.http` line carries the path's id, the
+    # access line of runserver the request id they share.)
+    about = [r for r in records if analysis_id in r["message"]]
+    assert {r["logger"] for r in about} >= {"falcon.transitions", "falcon.controllers.analyzer"}
+    for r in about:
+        if r["logger"] == "falcon.http":
+            assert r.get("analysis_id") == analysis_id, r
+        elif r["logger"] != "django.server":
+            assert (r.get("analysis_id"), r.get("exp_id")) == (analysis_id, done["id"]), r
+    [created] = [r for r in about if r["logger"] == "falcon.controllers.analyzer.server"
+                 and r["message"].startswith(f"analysis {analysis_id}: created online")]
+    [post] = [r for r in records if r["logger"] == "falcon.http"
+              and r["message"].startswith("POST /api/v1/analyses 201")]
+    assert created["request_id"] == post["request_id"] != "-"

@@ -184,3 +184,35 @@ def test_a_type_no_experiment_has_is_said_on_stderr(tmp_path):
     call_command("prune_artifacts", "--older-than", "1d", "--type", "nope", "--dry-run",
                  stdout=StringIO(), stderr=err)
     assert "--type nope: no experiment has this type (types in use: benchmark)" in err.getvalue()
+
+
+def test_each_pruned_artifact_is_logged_with_its_ids(tmp_path, caplog, monkeypatch):
+    """Retention's lines about an artifact carry `exp_id` and `artifact_id` as fields
+    (core.logs), a pruned one and one left Pruning alike."""
+    import logging
+
+    from core.logs import ContextFilter
+
+    done = finished_exp("pruned", tmp_path, days_ago=40)
+    stuck = finished_exp("stuck", tmp_path, days_ago=40)
+    store_class = type(store_for(done.artifact_path))
+    real = store_class.delete_tree
+
+    def refuse_the_stuck_one(self, url):
+        if url.startswith(stuck.artifact_path):
+            raise OSError("the store said no")
+        return real(self, url)
+
+    monkeypatch.setattr(store_class, "delete_tree", refuse_the_stuck_one)
+    caplog.handler.addFilter(ContextFilter())
+    with caplog.at_level(logging.INFO, logger="artifacts.services"), \
+            pytest.raises(CommandError, match="1 artifacts could not be pruned"):
+        prune("--older-than", "30d")
+    lines = {r.exp_id: r for r in caplog.records if r.name == "artifacts.services"}
+    assert set(lines) == {done.pk, stuck.pk}
+    assert lines[done.pk].artifact_id == done.artifact.pk
+    assert f"artifact {done.artifact.pk} of exp {done.pk} pruned: 3 files" in \
+        lines[done.pk].getMessage()
+    assert lines[stuck.pk].artifact_id == stuck.artifact.pk
+    assert lines[stuck.pk].levelname == "WARNING"
+    assert "left Pruning: the store said no" in lines[stuck.pk].getMessage()

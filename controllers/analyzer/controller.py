@@ -20,6 +20,10 @@ runs' states (one backend scan), and moves each analysis one step:
 
 One analysis never has two runs: a run is (re)started only when the backend reports none alive.
 AnalyzerService (`server.py`) shares this object: every access holds `self.lock`.
+
+Every step about one analysis runs inside its `about` block (`core.logs.log_context`), so every
+line logged meanwhile, the backends' and the API client's included, carries `analysis_id` and,
+once a record of it was read, `exp_id` as fields, as the exp controller's lines carry `exp_id`.
 """
 from __future__ import annotations
 
@@ -27,11 +31,13 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from core.errors import Conflict, NotFound
+from core.logs import log_context
 
 from .backends.base import MISSING, AnalysisBackend, BackendError, RunSpec
 from .backends.base import PENDING as RUN_PENDING
@@ -40,7 +46,7 @@ from .backends.base import SUCCEEDED as RUN_SUCCEEDED
 from .contract import (
     FAILED, OFFLINE, PENDING, RUNNING, SUCCEEDED, AlreadyExists, AnalysisRecordAPI, AnalysisView,
 )
-from .queues import AnalysisQueues
+from .queues import Admission, AnalysisQueues
 
 log = logging.getLogger("falcon.controllers.analyzer")
 
@@ -125,6 +131,7 @@ class AnalyzerController:
         self.stopping: set[str] = set()       # runs to stop: their record is not running
         self.retry_at: dict[str, float] = {}  # lost runs to start again, at this clock time
         self.created: dict[str, Any] = {}     # analysis id -> created_at (queue order)
+        self.exp_ids: dict[str, int] = {}     # analysis id -> exp id, of the records read
         self.recovered = False
         self.next_poll = 0.0
 
@@ -142,6 +149,7 @@ class AnalyzerController:
             self.stopping.clear()
             self.retry_at.clear()
             self.created.clear()
+            self.exp_ids.clear()
             self.recovered = False
             self.next_poll = 0.0
             backend_reset = getattr(self.backend, "reset", None)
@@ -150,6 +158,25 @@ class AnalyzerController:
 
     # -- helpers ----------------------------------------------------------------------------
 
+    @contextmanager
+    def about(self, analysis_id: str, exp_id: int | None = None) -> Iterator[None]:
+        """Run the block inside the analysis' log context: every line carries `analysis_id`
+        and its `exp_id` (the one given, remembered for the analysis' later lines, or the one
+        of the last record of it read).
+
+        Args:
+            analysis_id: the analysis' id (`an-...`).
+            exp_id: its experiment's id, when the caller has it.
+        """
+        if exp_id:
+            self.exp_ids[analysis_id] = exp_id
+        with log_context(analysis_id=analysis_id, exp_id=self.exp_ids.get(analysis_id)):
+            yield
+
+    def exp_of(self, analysis_id: str) -> int | None:
+        """The experiment id of an analysis whose record this controller read, else None."""
+        return self.exp_ids.get(analysis_id)
+
     def plugin_artifact_types(self) -> dict[str, tuple[str, ...]]:
         """The catalog's plugin -> artifact types map sent to ListExpsAwaitingAnalysis."""
         return {name: tuple(p.artifact_types) for name, p in self.catalog.items()}
@@ -157,6 +184,7 @@ class AnalyzerController:
     def enqueue(self, record: AnalysisView) -> bool:
         """Queue a pending record by (created_at, analysis_id); False when already known."""
         with self.lock:
+            self.exp_ids[record.analysis_id] = record.exp_id
             if record.analysis_id in self.active or record.analysis_id in self.stopping:
                 return False
             self.created[record.analysis_id] = record.created_at
@@ -185,11 +213,12 @@ class AnalyzerController:
 
     def _fail(self, analysis_id: str, reason: str, message: str) -> None:
         """running -> failed; a record no longer running (a cancel won) is left as it is."""
-        try:
-            self.api.update_record(analysis_id, expected_status=RUNNING, status=FAILED,
-                                   reason=reason, error_message=_cut(message))
-        except (Conflict, NotFound) as exc:
-            log.info("analysis %s: not marked failed (%s): %s", analysis_id, reason, exc)
+        with self.about(analysis_id):
+            try:
+                self.api.update_record(analysis_id, expected_status=RUNNING, status=FAILED,
+                                       reason=reason, error_message=_cut(message))
+            except (Conflict, NotFound) as exc:
+                log.info("analysis %s: not marked failed (%s): %s", analysis_id, reason, exc)
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -220,23 +249,27 @@ class AnalyzerController:
             self.enqueue(record)
         running = {r.analysis_id: r for r in self.api.list_running()}
         for analysis_id, record in running.items():
+            self.exp_ids[analysis_id] = record.exp_id
             self.queues.hold(record.analysis_type, analysis_id)
             self.active[analysis_id] = record.analysis_type
         for analysis_id in self.backend.list_runs():
             if analysis_id in running:
                 continue
-            try:
-                record = self.api.get_record(analysis_id)
-            except NotFound:
-                record = None
-            if record is not None and record.status == PENDING:
-                continue  # admission adopts it (start is idempotent)
-            # Terminal or deleted while no controller ran (a cancel written straight to the
-            # database): stop its run, holding the slot of a known record until it is gone.
-            if record is not None:
-                self.queues.hold(record.analysis_type, analysis_id)
-                self.active[analysis_id] = record.analysis_type
-            self.stopping.add(analysis_id)
+            with self.about(analysis_id):
+                try:
+                    record = self.api.get_record(analysis_id)
+                except NotFound:
+                    record = None
+                if record is not None:
+                    self.exp_ids[analysis_id] = record.exp_id
+                if record is not None and record.status == PENDING:
+                    continue  # admission adopts it (start is idempotent)
+                # Terminal or deleted while no controller ran (a cancel written straight to the
+                # database): stop its run, holding the slot of a known record until it is gone.
+                if record is not None:
+                    self.queues.hold(record.analysis_type, analysis_id)
+                    self.active[analysis_id] = record.analysis_type
+                self.stopping.add(analysis_id)
         log.info("analyzer recovered: %d pending, %d running, %d runs to stop",
                  sum(len(self.queues.pending(q)) for q in self.queues.limits),
                  len(running), len(self.stopping))
@@ -260,16 +293,20 @@ class AnalyzerController:
             plugin = self.catalog.get(item.plugin_name)
             if plugin is None:
                 continue
-            try:
-                record = self.api.create_record(
-                    exp_id=item.exp_id, analysis_type=OFFLINE, plugin_name=plugin.name,
-                    command=plugin.command, artifact_id=item.artifact_id,
-                    creator_email=item.creator_email, result_root=self.config.result_root,
-                    name=f"{plugin.name} of {item.exp_name}"[:200])
-            except AlreadyExists:
-                continue  # idempotent on (artifact, plugin)
-            created += 1
-            self.enqueue(record)
+            with log_context(exp_id=item.exp_id, artifact_id=item.artifact_id):
+                try:
+                    record = self.api.create_record(
+                        exp_id=item.exp_id, analysis_type=OFFLINE, plugin_name=plugin.name,
+                        command=plugin.command, artifact_id=item.artifact_id,
+                        creator_email=item.creator_email, result_root=self.config.result_root,
+                        name=f"{plugin.name} of {item.exp_name}"[:200])
+                except AlreadyExists:
+                    continue  # idempotent on (artifact, plugin)
+                created += 1
+                with self.about(record.analysis_id, record.exp_id):
+                    log.info("analysis %s: created offline (%s of exp %s)", record.analysis_id,
+                             plugin.name, item.exp_id)
+                    self.enqueue(record)
         return created
 
     def observe(self, stats: dict[str, int]) -> None:
@@ -281,37 +318,47 @@ class AnalyzerController:
         for analysis_id, record in running.items():
             if analysis_id in self.stopping:
                 continue
-            if analysis_id not in self.active:  # running with no slot: re-attach
-                self.queues.hold(record.analysis_type, analysis_id)
-                self.active[analysis_id] = record.analysis_type
-            state = states[analysis_id]
-            if state.phase in (RUN_PENDING, RUN_RUNNING):
-                self.retry_at.pop(analysis_id, None)
-            elif state.ended:
-                if state.phase == RUN_SUCCEEDED:
-                    try:
-                        self.api.update_record(analysis_id, expected_status=RUNNING,
-                                               status=SUCCEEDED, reason="", error_message="")
-                    except (Conflict, NotFound) as exc:
-                        log.info("analysis %s: success not written: %s", analysis_id, exc)
-                    stats["succeeded"] += 1
-                else:
-                    self._fail(analysis_id, state.reason or "RunFailed",
-                               state.message or f"the run failed ({state.reason})")
-                    stats["failed"] += 1
-                self.stopping.add(analysis_id)
-            elif state.phase == MISSING:
-                self._recover_lost(record, now, stats)
+            with self.about(analysis_id, record.exp_id):
+                self._observe_one(record, states[analysis_id], now, stats)
         for analysis_id in list(self.active):
             if analysis_id in running or analysis_id in self.stopping:
                 continue
-            try:
-                record = self.api.get_record(analysis_id)
-            except NotFound:
-                record = None
-            if record is None or record.terminal:  # cancelled, failed or deleted elsewhere
-                self.retry_at.pop(analysis_id, None)
-                self.stopping.add(analysis_id)
+            with self.about(analysis_id):
+                try:
+                    record = self.api.get_record(analysis_id)
+                except NotFound:
+                    record = None
+                if record is None or record.terminal:  # cancelled, failed or deleted elsewhere
+                    self.retry_at.pop(analysis_id, None)
+                    self.stopping.add(analysis_id)
+
+    def _observe_one(self, record: AnalysisView, state, now: float,
+                     stats: dict[str, int]) -> None:
+        """One running record and its run's `RunState`: re-attach, finish, or recover it."""
+        analysis_id = record.analysis_id
+        if analysis_id not in self.active:  # running with no slot: re-attach
+            self.queues.hold(record.analysis_type, analysis_id)
+            self.active[analysis_id] = record.analysis_type
+        if state.phase in (RUN_PENDING, RUN_RUNNING):
+            self.retry_at.pop(analysis_id, None)
+        elif state.ended:
+            if state.phase == RUN_SUCCEEDED:
+                try:
+                    self.api.update_record(analysis_id, expected_status=RUNNING,
+                                           status=SUCCEEDED, reason="", error_message="")
+                    log.info("analysis %s: succeeded", analysis_id)
+                except (Conflict, NotFound) as exc:
+                    log.info("analysis %s: success not written: %s", analysis_id, exc)
+                stats["succeeded"] += 1
+            else:
+                log.info("analysis %s: its run failed (%s)", analysis_id,
+                         state.reason or "RunFailed")
+                self._fail(analysis_id, state.reason or "RunFailed",
+                           state.message or f"the run failed ({state.reason})")
+                stats["failed"] += 1
+            self.stopping.add(analysis_id)
+        elif state.phase == MISSING:
+            self._recover_lost(record, now, stats)
 
     def _recover_lost(self, record: AnalysisView, now: float, stats: dict[str, int]) -> None:
         """A running record with no run: start it again after the back-off, or give up."""
@@ -344,50 +391,63 @@ class AnalyzerController:
         stats["restarted"] += 1
 
     def _start(self, record: AnalysisView, attempt: int) -> None:
-        try:
-            self.backend.start(self.spec_for(record, attempt))
-        except BackendError as exc:
-            log.error("analysis %s: cannot start its run: %s", record.analysis_id, exc)
-            self._fail(record.analysis_id, START_FAILED, f"cannot start the run: {exc}")
-            self.stopping.add(record.analysis_id)
+        with self.about(record.analysis_id, record.exp_id):
+            try:
+                self.backend.start(self.spec_for(record, attempt))
+                log.info("analysis %s: run %s started (attempt %d)", record.analysis_id,
+                         self.backend.run_name(record.analysis_id), attempt)
+            except BackendError as exc:
+                log.error("analysis %s: cannot start its run: %s", record.analysis_id, exc)
+                self._fail(record.analysis_id, START_FAILED, f"cannot start the run: {exc}")
+                self.stopping.add(record.analysis_id)
 
     def stop_finished(self, stats: dict[str, int]) -> None:
         """Stop the runs of records no longer running; release a slot when nothing is left."""
         for analysis_id in sorted(self.stopping):
-            if self.backend.stop(analysis_id):
-                self.stopping.discard(analysis_id)
-                self.active.pop(analysis_id, None)
-                self.retry_at.pop(analysis_id, None)
-                self.overrides.pop(analysis_id, None)
-                self.created.pop(analysis_id, None)
-                self.queues.release(analysis_id)
-                stats["stopped"] += 1
+            with self.about(analysis_id):
+                if not self.backend.stop(analysis_id):
+                    continue
+                log.debug("analysis %s: nothing of its run is left; slot released",
+                          analysis_id)
+            self.stopping.discard(analysis_id)
+            self.active.pop(analysis_id, None)
+            self.retry_at.pop(analysis_id, None)
+            self.overrides.pop(analysis_id, None)
+            self.created.pop(analysis_id, None)
+            self.exp_ids.pop(analysis_id, None)
+            self.queues.release(analysis_id)
+            stats["stopped"] += 1
 
     def admit(self) -> int:
         """Admit pending analyses while slots are free: pending -> running, then start."""
         admitted = 0
         for admission in self.queues.admit_all():
-            analysis_id = admission.analysis_id
-            try:
-                record = self.api.get_record(analysis_id, with_script=True)
-                if record.status != PENDING:
-                    self.queues.release(analysis_id)
-                    continue
-                attempt = record.attempts + 1
-                script = record.script_content
-                record = self.api.update_record(
-                    analysis_id, expected_status=PENDING, status=RUNNING, attempts=attempt,
-                    cluster_object_name=self.backend.run_name(analysis_id))
-            except (Conflict, NotFound) as exc:  # cancelled or deleted while it waited
-                log.info("analysis %s: not admitted: %s", analysis_id, exc)
-                self.queues.release(analysis_id)
-                self.overrides.pop(analysis_id, None)
-                continue
-            except BaseException:  # the API server is down: back in its place, next tick
-                self.queues.release(analysis_id)
-                self.queues.enqueue(admission.queue, analysis_id, self.created.get(analysis_id))
-                raise
-            self.active[analysis_id] = admission.queue
-            self._start(dataclasses.replace(record, script_content=script), attempt)
-            admitted += 1
+            with self.about(admission.analysis_id):
+                admitted += self._admit_one(admission)
         return admitted
+
+    def _admit_one(self, admission: Admission) -> int:
+        """Mark one admitted analysis running and start its run; 1 if it started, else 0."""
+        analysis_id = admission.analysis_id
+        try:
+            record = self.api.get_record(analysis_id, with_script=True)
+            if record.status != PENDING:
+                self.queues.release(analysis_id)
+                return 0
+            attempt = record.attempts + 1
+            script = record.script_content
+            record = self.api.update_record(
+                analysis_id, expected_status=PENDING, status=RUNNING, attempts=attempt,
+                cluster_object_name=self.backend.run_name(analysis_id))
+        except (Conflict, NotFound) as exc:  # cancelled or deleted while it waited
+            log.info("analysis %s: not admitted: %s", analysis_id, exc)
+            self.queues.release(analysis_id)
+            self.overrides.pop(analysis_id, None)
+            return 0
+        except BaseException:  # the API server is down: back in its place, next tick
+            self.queues.release(analysis_id)
+            self.queues.enqueue(admission.queue, analysis_id, self.created.get(analysis_id))
+            raise
+        self.active[analysis_id] = admission.queue
+        self._start(dataclasses.replace(record, script_content=script), attempt)
+        return 1

@@ -29,11 +29,17 @@ so the Pod's phase says the outcome. gs:// writes carry generation preconditions
 
 A runner killed outright writes no exit status; the backend reports that run failed (Killed),
 and what the command printed so far stays in output.log.
+
+The runner's own lines (its start and end, a failed upload; the local backend's `runner.log`, a
+Pod's container log) are log records (`core.logs`, `FALCON_LOG_FORMAT`: JSON lines in
+production) carrying the run's `analysis_id` and `exp_id`; what the command prints goes to
+output.log only.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -43,8 +49,11 @@ import time
 from pathlib import Path
 
 from artifacts.store import fetch_tree, local_path, store_for
+from core.logs import configure, log_context
 
 from .upload import writer_for
+
+log = logging.getLogger("falcon.controllers.analyzer.runner")
 
 NON_ZERO_EXIT, TIMEOUT, NO_RESULTS, FETCH_FAILED, STOPPED = (
     "NonZeroExit", "Timeout", "NoResults", "FetchFailed", "Stopped")
@@ -140,7 +149,7 @@ class Run:
         try:
             self.log_writer.put(self.log_file)
         except Exception as exc:  # the next upload retries; the run must go on
-            print(f"cannot upload {self.log_url}: {exc}", file=sys.stderr, flush=True)
+            log.warning("cannot upload %s: %s", self.log_url, exc)
 
     # -- the command ------------------------------------------------------------------------
 
@@ -342,31 +351,46 @@ def main(argv: list[str] | None = None) -> int:
                         help="write the exit status here too (a Pod's terminationMessagePath) "
                         "and exit non-zero on failure")
     args = parser.parse_args(argv)
+    try:
+        configure()
+    except ValueError as exc:  # a bad FALCON_LOG_FORMAT must not lose the run: readable lines
+        configure("text")
+        log.warning("%s", exc)
     if args.spec_env:
         spec = json.loads(os.environ[args.spec_env])
     else:
         spec = json.loads(Path(args.spec).read_text(encoding="utf-8"))
+    with log_context(analysis_id=spec.get("analysis_id"), exp_id=spec.get("exp_id")):
+        return _run(spec, args.termination_log)
+
+
+def _run(spec: dict, termination_log: str) -> int:
+    """`main` once the spec is read (inside the run's log context)."""
     for key in ("work_dir", "exit_file", "child_file"):
         Path(spec[key]).parent.mkdir(parents=True, exist_ok=True)
     run = Run(spec)
     signal.signal(signal.SIGTERM, run.on_sigterm)
+    log.info("analysis %s: run started (attempt %s)", spec.get("analysis_id"),
+             spec.get("attempt", 1))
     try:
         status = run.execute()
     except Exception as exc:  # a runner bug or an unwritable folder: still say so
+        log.exception("analysis %s: the runner failed", spec.get("analysis_id"))
         status = {"exit_code": None, "reason": "RunnerFailed",
                   "message": f"{type(exc).__name__}: {exc}"}
+    log.info("analysis %s: run ended: %s (exit code %s)", spec.get("analysis_id"),
+             status["reason"] or "succeeded", status.get("exit_code"))
     if status["reason"]:
         log_tail = tail(run.log_file)
         if log_tail:
             status["message"] = f"{status['message']}; log tail:\n{log_tail}"
     status["finished_at"] = time.time()
     write_atomic(spec["exit_file"], json.dumps(status))
-    if args.termination_log:
+    if termination_log:
         try:
-            Path(args.termination_log).write_text(termination_message(status),
-                                                  encoding="utf-8")
+            Path(termination_log).write_text(termination_message(status), encoding="utf-8")
         except OSError as exc:
-            print(f"cannot write {args.termination_log}: {exc}", file=sys.stderr, flush=True)
+            log.error("cannot write %s: %s", termination_log, exc)
         return pod_exit_code(status)
     return 0
 

@@ -13,24 +13,37 @@ Auth (docs/decisions.md#dec-analyzer-auth): `TokenInterceptor` accepts only
 `authorization: Bearer <FALCON_ANALYZER_TOKEN>` (constant-time comparison); health and
 reflection answer without it. Under leader election a follower answers UNAVAILABLE "not the
 leader", so the API server retries. Errors of the API server pass through with their code.
+
+Request ids, as rungrpc's (`falcon_site.grpc.interceptors`): `RequestContextInterceptor`, around
+every call (refused ones too), serves it under its `x-request-id` (the API server sends the id
+of the HTTP request it serves) or a new one, returns that id in the trailing metadata, and
+logs one line per call (method, code, milliseconds; reads at DEBUG) with `analysis_id` and
+`exp_id`. The call runs inside the analysis' log context, so each line it causes carries them,
+and the API server calls it makes carry its request id (`core.grpc.channel.auth_metadata`).
 """
 from __future__ import annotations
 
 import hmac
 import json
 import logging
+import time
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from artifacts.store import store_for
+from core.context import reset_request_id, set_request_id
 from core.errors import FalconError, NotFound
-from core.grpc.channel import CHANNEL_OPTIONS
-from core.grpc.errors import ApiCallFailed, abort_with_status, trailing_metadata_for
+from core.grpc.channel import CHANNEL_OPTIONS, REQUEST_ID_KEY, request_id_from
+from core.grpc.errors import (
+    ApiCallFailed, abort_with_status, trailing_metadata_for, with_request_id,
+)
+from core.logs import add_log_ids, log_context
 from falcon_proto.falcon.v1 import analysis_pb2, analysis_pb2_grpc
 from plugins.rules import resource_problems, script_name_problem
 
@@ -45,6 +58,79 @@ SCRIPT_MAX_BYTES = 1 << 20
 LOG_DEFAULT_BYTES = 1 << 20
 LOG_MAX_BYTES = 4 << 20
 UNAUTHENTICATED_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+
+
+def call_ids(message: Any, exp_of: Callable[[str], int | None] = lambda _id: None
+             ) -> dict[str, Any]:
+    """The ids a call's request or reply names: `analysis_id` (its own field, or its
+    `record`'s) and `exp_id` (its own, its record's, or `exp_of(analysis_id)`).
+
+    Args:
+        message: a falcon.v1 request or reply (or anything: unknown fields are skipped).
+        exp_of: analysis id -> exp id, for messages without one (`AnalyzerController.exp_of`).
+    """
+    record = getattr(message, "record", None)
+    analysis_id = (getattr(message, "analysis_id", None)
+                   or getattr(record, "analysis_id", None) or None)
+    exp_id = getattr(message, "exp_id", None) or getattr(record, "exp_id", None) or None
+    if exp_id is None and isinstance(analysis_id, str):
+        exp_id = exp_of(analysis_id)
+    return {key: value for key, value in (("analysis_id", analysis_id), ("exp_id", exp_id))
+            if value and isinstance(value, (str, int))}
+
+
+class RequestContextInterceptor(grpc.ServerInterceptor):
+    """Serve every unary call under its request id and the ids of its analysis (see the module
+    docstring); health and reflection pass through untouched.
+
+    Args:
+        exp_of: analysis id -> exp id, for calls that name only the analysis.
+    """
+
+    def __init__(self, exp_of: Callable[[str], int | None] = lambda _id: None):
+        self.exp_of = exp_of
+
+    def intercept_service(self, continuation, handler_call_details):
+        """Return the method's handler wrapped as described in the class docstring."""
+        method = handler_call_details.method or ""
+        handler = continuation(handler_call_details)
+        if handler is None or method.startswith(UNAUTHENTICATED_PREFIXES) \
+                or handler.unary_unary is None:
+            return handler
+        return grpc.unary_unary_rpc_method_handler(
+            self._wrap(handler.unary_unary, method),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer)
+
+    def _wrap(self, behaviour: Callable, method: str) -> Callable:
+        def call(request, context):
+            started = time.perf_counter()
+            request_id = request_id_from(context.invocation_metadata())
+            token = set_request_id(request_id)
+            # Returned whatever the outcome: errors pass their trailers through with_request_id.
+            context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
+            reply = None
+            try:
+                with log_context(**call_ids(request, self.exp_of)):
+                    try:
+                        reply = behaviour(request, context)
+                        return reply
+                    finally:  # inside the block: with the ids the call added to it
+                        _log_call(method, context, started, call_ids(reply, self.exp_of)
+                                  if reply is not None else {})
+            finally:
+                reset_request_id(token)
+
+        return call
+
+
+def _log_call(method: str, context, started: float, ids: dict[str, Any]) -> None:
+    """One line per call: method, status code, milliseconds; reads at DEBUG."""
+    code = getattr(context.code(), "name", None) if hasattr(context, "code") else None
+    level = (logging.DEBUG if method.rsplit("/", 1)[-1].startswith(("Get", "List"))
+             and code in (None, "OK") else logging.INFO)
+    log.log(level, "gRPC %s %s %.1f ms", method, code or "OK",
+            (time.perf_counter() - started) * 1000, extra=ids)
 
 
 class TokenInterceptor(grpc.ServerInterceptor):
@@ -80,9 +166,9 @@ def _invalid(context, field: str, message: str):
 
 def _invalid_fields(context, problems: dict[str, str]):
     """Abort INVALID_ARGUMENT with one message per field (`falcon-error-fields`)."""
-    context.set_trailing_metadata((("falcon-error-code", "invalid"), (
+    context.set_trailing_metadata(with_request_id((("falcon-error-code", "invalid"), (
         "falcon-error-fields", json.dumps({field: [message] for field, message in
-                                           problems.items()}, ensure_ascii=True))))
+                                           problems.items()}, ensure_ascii=True)))))
     context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                   "; ".join(f"{field}: {message}" for field, message in problems.items()))
 
@@ -92,9 +178,10 @@ def _abort_error(context, exc: FalconError):
     if isinstance(exc, ApiCallFailed):
         context.abort(exc.status_code, exc.message)
     if isinstance(exc, AlreadyExists):
-        context.set_trailing_metadata((("falcon-analysis-id", exc.analysis_id),))
+        context.set_trailing_metadata(with_request_id((("falcon-analysis-id",
+                                                        exc.analysis_id),)))
         context.abort(grpc.StatusCode.ALREADY_EXISTS, exc.message)
-    context.set_trailing_metadata(trailing_metadata_for(exc))
+    context.set_trailing_metadata(with_request_id(trailing_metadata_for(exc)))
     context.abort(getattr(grpc.StatusCode, exc.grpc_status, grpc.StatusCode.INTERNAL),
                   exc.message)
 
@@ -177,7 +264,10 @@ class AnalyzerServicer(analysis_pb2_grpc.AnalyzerServiceServicer):
                     result_root=c.config.result_root)
                 if override:
                     c.overrides[record.analysis_id] = override
-                c.enqueue(record)
+                with c.about(record.analysis_id, record.exp_id):
+                    log.info("analysis %s: created %s (%s), queued", record.analysis_id,
+                             analysis_type, request.plugin_name or "a command")
+                    c.enqueue(record)
         except FalconError as exc:
             _abort_error(context, exc)
         c.wake.set()
@@ -189,8 +279,9 @@ class AnalyzerServicer(analysis_pb2_grpc.AnalyzerServiceServicer):
         self._guard(context)
         c = self.controller
         try:
-            with c.lock:
+            with c.lock, c.about(request.analysis_id):
                 record = c.api.get_record(request.analysis_id)
+                add_log_ids(exp_id=record.exp_id)
                 for _ in range(3):  # the record may move under us (admitted, finished)
                     if record.status in TERMINAL:
                         break
@@ -203,6 +294,8 @@ class AnalyzerServicer(analysis_pb2_grpc.AnalyzerServiceServicer):
                         if exc.code != "transition_race":
                             raise
                         record = c.api.get_record(request.analysis_id)
+                log.info("analysis %s: cancel asked by %s; now %s", record.analysis_id,
+                         request.requester_email or "a user", record.status)
                 c.queues.remove(record.analysis_id)
                 if record.analysis_id in c.active:
                     c.stopping.add(record.analysis_id)
@@ -221,8 +314,9 @@ class AnalyzerServicer(analysis_pb2_grpc.AnalyzerServiceServicer):
         c = self.controller
         purged = 0
         try:
-            with c.lock:
+            with c.lock, c.about(request.analysis_id):
                 record = c.api.get_record(request.analysis_id)
+                add_log_ids(exp_id=record.exp_id)
                 if record.status not in TERMINAL:
                     context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                                   f"analysis {record.analysis_id} is {record.status}: cancel "
@@ -234,6 +328,8 @@ class AnalyzerServicer(analysis_pb2_grpc.AnalyzerServiceServicer):
                 if request.purge_gcs and record.result_path:
                     purged = store_for(record.result_path).delete_tree(record.result_path)
                 c.api.delete_record(record.analysis_id)
+                log.info("analysis %s: deleted%s", record.analysis_id,
+                         f", {purged} stored files purged" if request.purge_gcs else "")
         except FalconError as exc:
             _abort_error(context, exc)
         return analysis_pb2.DeleteAnalysisResp(purged_files=purged)
@@ -251,6 +347,7 @@ class AnalyzerServicer(analysis_pb2_grpc.AnalyzerServiceServicer):
             record = c.api.get_record(request.analysis_id)
         except FalconError as exc:
             _abort_error(context, exc)
+        add_log_ids(exp_id=record.exp_id)
         content = c.backend.read_log(record.analysis_id, record.result_path, request.offset,
                                      limit) if record.result_path else b""
         alive = c.backend.observe([record.analysis_id])[record.analysis_id].alive
@@ -312,7 +409,9 @@ def build_analyzer_server(addr: str, controller: AnalyzerController, token: str,
                          "call; set it (at least 32 characters, `openssl rand -hex 32`)")
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
                                                     thread_name_prefix="analyzer-grpc"),
-                         interceptors=[TokenInterceptor(token)],
+                         # First: refused calls get a request id and a log line too.
+                         interceptors=[RequestContextInterceptor(controller.exp_of),
+                                       TokenInterceptor(token)],
                          options=(*CHANNEL_OPTIONS, ("grpc.so_reuseport", 0)))
     analysis_pb2_grpc.add_AnalyzerServiceServicer_to_server(
         AnalyzerServicer(controller, is_leader), server)

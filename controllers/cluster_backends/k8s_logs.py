@@ -118,9 +118,10 @@ def keep_logs(backend: ClusterBackend, job: JobView) -> None:
             raise BackendError(f"cannot keep the logs of job {job.id} in the artifact store "
                                f"(attempt {_failures[key]} of {MAX_ATTEMPTS}): {exc}") from exc
         log.warning("job %s: giving up keeping its Pods' logs after %d attempts: %s", job.id,
-                    MAX_ATTEMPTS, exc)
+                    MAX_ATTEMPTS, exc, extra={"exp_id": job.exp_id, "job_id": job.id})
     else:
-        log.info("job %s: kept the logs of %d Pod(s) in the artifact store", job.id, count)
+        log.info("job %s: kept the logs of %d Pod(s) in the artifact store", job.id, count,
+                 extra={"exp_id": job.exp_id, "job_id": job.id})
     if len(_kept) > 10_000:  # only jobs being aborted are seen again; forget the rest
         _kept.clear()
     _kept.add(key)

@@ -213,6 +213,12 @@ def _int_label(labels: Mapping[str, str] | None, key: str) -> int | None:
         return None
 
 
+def _label_ids(labels: Mapping[str, str] | None) -> dict[str, int]:
+    """The log ids (`exp_id`, `job_id`) of a Job or Pod, from its Falcon labels."""
+    ids = {"exp_id": _int_label(labels, LABEL_EXP_ID), "job_id": _int_label(labels, LABEL_JOB_ID)}
+    return {key: value for key, value in ids.items() if value is not None}
+
+
 def _tail(text: str | None) -> str:
     text = (text or "").strip()
     return text[-STDERR_TAIL_BYTES:] if len(text) > STDERR_TAIL_BYTES else text
@@ -1206,7 +1212,8 @@ class KubernetesBackend(ClusterBackend):
                     raise self._fail(f"delete orphan Job {name}", exc) from exc
                 result.deleted.append(name)
                 log.warning("cluster %s: deleted Job %s/%s: its falcon job %s is terminal or "
-                            "unknown", self.cluster_name, ns, name, job_id)
+                            "unknown", self.cluster_name, ns, name, job_id,
+                            extra=_label_ids(meta.get("labels")))
         pods = (self._filled_caches()[1].items() if self.config.watch else
                 {p.raw["metadata"]["name"]: p.raw
                  for p in self._list_raw(self.core.list_namespaced_pod, "Pods")})
@@ -1230,7 +1237,7 @@ class KubernetesBackend(ClusterBackend):
             result.deleted.append(name)
             log.warning("cluster %s: deleted Pod %s/%s: its Job is gone and its falcon job %s "
                         "is terminal or unknown", self.cluster_name, ns, name,
-                        labels.get(LABEL_JOB_ID))
+                        labels.get(LABEL_JOB_ID), extra=_label_ids(labels))
         return result
 
     def delete(self, job: JobView) -> bool:

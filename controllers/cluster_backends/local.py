@@ -56,6 +56,7 @@ from controllers.cluster_backends.base import (
     ignored_fields_note,
 )
 from controllers.cluster_backends.local_runner import write_atomic
+from core.logs import log_context
 from core.statuses import CONFIG_ENV
 
 MANIFEST = "manifest.json"
@@ -484,7 +485,8 @@ class LocalBackend(ClusterBackend):
                     name=name, status=ClusterJobStatus.MISSING, reason="ClusterJobMissing",
                     message=f"The local cluster job {name} does not exist in {self.state_dir}.")
             else:
-                out[job.id] = self._state(self.state_dir / name, manifest, table)
+                with log_context(exp_id=job.exp_id, job_id=job.id):  # lines about it: its ids
+                    out[job.id] = self._state(self.state_dir / name, manifest, table)
         return out
 
     def _state(self, folder: Path, manifest: dict[str, Any],

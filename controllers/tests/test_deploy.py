@@ -102,7 +102,8 @@ def test_controllers_run_with_leader_election_and_secrets_come_from_a_secret():
         for key in ("FALCON_CF_CLIENT_ID", "FALCON_CF_CLIENT_SECRET"):
             assert env[key]["valueFrom"]["secretKeyRef"]["name"] == "falcon-secrets"
         assert "FALCON_INTERNAL_TOKEN" not in env
-        assert c["envFrom"] == [{"configMapRef": {"name": "falcon-auth"}}]
+        assert c["envFrom"] == [{"configMapRef": {"name": "falcon-logs"}},
+                                {"configMapRef": {"name": "falcon-auth"}}]
         assert "DATABASE_URL" not in env  # controllers reach data only through the API
         assert deps[name]["spec"]["replicas"] >= 2
         # Liveness: the loop's heartbeat file, on the writable /tmp emptyDir (the root
@@ -117,7 +118,8 @@ def test_controllers_run_with_leader_election_and_secrets_come_from_a_secret():
                                                  + 1])
         assert max_age >= 60 and probe["timeoutSeconds"] >= 5
     http = deps["falcon-api-http"]["spec"]["template"]["spec"]["containers"][0]
-    assert http["envFrom"] == [{"configMapRef": {"name": "falcon-auth"}},
+    assert http["envFrom"] == [{"configMapRef": {"name": "falcon-logs"}},
+                               {"configMapRef": {"name": "falcon-auth"}},
                                {"secretRef": {"name": "falcon-secrets"}}]
     assert not any(o["kind"] == "Secret" for o in all_objects())  # never committed
 
@@ -240,6 +242,23 @@ def test_deployed_processes_run_in_the_cloudflare_mode_with_an_audience():
         for c in dep["spec"]["template"]["spec"]["containers"]:
             assert {"configMapRef": {"name": "falcon-auth"}} in c.get("envFrom", []), \
                 dep["metadata"]["name"]
+
+
+def test_every_deployed_process_writes_json_lines():
+    """JSON lines in production (core.logs): every container of every Deployment, init
+    containers (migrate) included, reads FALCON_LOG_FORMAT=json from the falcon-logs
+    ConfigMap; the analyzer passes it on to its analysis Pods."""
+    cm = next(o for o in all_objects() if o["kind"] == "ConfigMap"
+              and o["metadata"]["name"] == "falcon-logs")
+    assert cm["data"]["FALCON_LOG_FORMAT"] == "json"
+    deployments = [o for o in all_objects() if o["kind"] == "Deployment"]
+    assert len(deployments) >= 6
+    for dep in deployments:
+        spec = dep["spec"]["template"]["spec"]
+        for c in spec["containers"] + spec.get("initContainers", []):
+            assert {"configMapRef": {"name": "falcon-logs"}} in c.get("envFrom", []), \
+                (dep["metadata"]["name"], c["name"])
+            assert "FALCON_LOG_FORMAT" not in {e["name"] for e in c.get("env", [])}
 
 
 def test_every_process_that_serves_metrics_is_annotated_for_prometheus():

@@ -1,5 +1,10 @@
-"""Channel settings shared by the gRPC server and its clients (no Django imports)."""
+"""Channel settings shared by the gRPC servers and their clients (no Django imports)."""
 from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from core.context import current_request_id, new_request_id
 
 # Large enough for a config (< 128 KiB) plus its task specs in every message; list pages stay under
 # `core.grpc.paging.PAGE_BYTE_BUDGET`. Server and clients use the same limits.
@@ -12,6 +17,8 @@ CHANNEL_OPTIONS = (
 
 # The metadata key naming the calling process (a controller: `exp`, `resources`, `analyzer`).
 CLIENT_KEY = "x-falcon-client"
+# The metadata key of a call's request id: sent by clients, returned in the trailing metadata.
+REQUEST_ID_KEY = "x-request-id"
 _client_name = ""
 
 
@@ -27,6 +34,24 @@ def set_client_name(name: str) -> None:
 
 def auth_metadata(token: str) -> tuple[tuple[str, str], ...]:
     """Return the call metadata that authenticates with `token` (internal token or user JWT),
-    with this process's name when one is set (`set_client_name`)."""
+    with this process's name when one is set (`set_client_name`), and the id of the request
+    being served when there is one (`core.context`): a call made while serving a request (the
+    API server calling AnalyzerService for an HTTP request, the analyzer controller calling the
+    API server for an AnalyzerService call) is served, and logged, under the same id."""
     metadata = (("authorization", f"Bearer {token}"),)
-    return metadata + (((CLIENT_KEY, _client_name),) if _client_name else ())
+    if _client_name:
+        metadata += ((CLIENT_KEY, _client_name),)
+    request_id = current_request_id()
+    return metadata + (((REQUEST_ID_KEY, request_id),) if request_id else ())
+
+
+def request_id_from(metadata: Iterable[Any] | None) -> str:
+    """The request id of an incoming call: its `x-request-id` metadata when it is a valid one
+    (`core.context.REQUEST_ID`), else a new one.
+
+    Args:
+        metadata: the call's invocation metadata, `(key, value)` pairs (grpcio's
+            `context.invocation_metadata()`), or None.
+    """
+    incoming = next((value for key, value in (metadata or ()) if key == REQUEST_ID_KEY), None)
+    return new_request_id(incoming if isinstance(incoming, str) else None)

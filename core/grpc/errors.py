@@ -112,8 +112,9 @@ def trailing_metadata_for(error: FalconError) -> tuple[tuple[str, str], ...]:
     return tuple(metadata)
 
 
-def _with_request_id(metadata: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
-    """`metadata` plus the served request's `x-request-id` (`core.context`), when there is one."""
+def with_request_id(metadata: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """`metadata` plus the served request's `x-request-id` (`core.context`), when there is one:
+    pass trailing metadata through it, since `set_trailing_metadata` replaces what was set."""
     from core.context import current_request_id
 
     request_id = current_request_id()
@@ -125,7 +126,7 @@ def abort_with_error(context: grpc.ServicerContext, error: FalconError) -> None:
 
     The trailing metadata also returns the call's `x-request-id`.
     """
-    context.set_trailing_metadata(_with_request_id(trailing_metadata_for(error)))
+    context.set_trailing_metadata(with_request_id(trailing_metadata_for(error)))
     message = error.message
     if len(message) > MAX_MESSAGE_CHARS:
         message = message[:MAX_MESSAGE_CHARS] + " ..."
@@ -135,7 +136,7 @@ def abort_with_error(context: grpc.ServicerContext, error: FalconError) -> None:
 def abort_with_status(context: grpc.ServicerContext, status: grpc.StatusCode, code: str,
                       message: str) -> None:
     """End the call with a transport-level failure (`unauthenticated`, `internal`, ...)."""
-    context.set_trailing_metadata(_with_request_id(((ERROR_CODE_KEY, code),)))
+    context.set_trailing_metadata(with_request_id(((ERROR_CODE_KEY, code),)))
     context.abort(status, message)
 
 

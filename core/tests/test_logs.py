@@ -78,3 +78,21 @@ def test_format_setting_accepts_text_and_json_only():
     assert log_format({}) == "text" and log_format({"FALCON_LOG_FORMAT": "JSON"}) == "json"
     with pytest.raises(ValueError, match="FALCON_LOG_FORMAT='xml' is not valid"):
         log_format({"FALCON_LOG_FORMAT": "xml"})
+
+
+@pytest.mark.django_db
+def test_lines_an_http_view_logs_carry_the_ids_of_its_path(client, caplog):
+    """RequestContextMiddleware.process_view: a line logged while the view runs (here DRF's
+    authentication refusing a token) carries the path's exp_id, and so does the request's line."""
+    from core.logs import ContextFilter
+
+    caplog.handler.addFilter(ContextFilter())
+    with caplog.at_level(logging.INFO):
+        reply = client.get("/api/v1/exps/5", HTTP_AUTHORIZATION="Bearer not-a-token",
+                           HTTP_X_REQUEST_ID="req-view-1")
+    assert reply.status_code == 401
+    refused = [r for r in caplog.records if r.name == "accounts.authentication"]
+    [line] = [r for r in caplog.records if r.name == "falcon.http"]
+    assert refused and all((r.exp_id, r.request_id) == (5, "req-view-1") for r in refused)
+    assert (line.exp_id, line.method, line.path, line.status) == (5, "GET", "/api/v1/exps/5",
+                                                                  401)

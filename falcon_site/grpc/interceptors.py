@@ -17,10 +17,9 @@ import grpc
 from django.core.exceptions import ImproperlyConfigured
 from django.db import OperationalError, close_old_connections
 
-from core.context import (
-    new_request_id, reset_actor, reset_request_id, set_actor, set_request_id,
-)
+from core.context import reset_actor, reset_request_id, set_actor, set_request_id
 from core.errors import FalconError
+from core.logs import log_context
 
 from accounts.verifier import KeysUnavailable
 
@@ -132,10 +131,10 @@ def _actor_label(principal: Any, context: grpc.ServicerContext) -> str:
 
 
 def _request_id(context: grpc.ServicerContext) -> str:
-    """The call's `x-request-id` metadata if valid, else a new id (`core.context`)."""
-    incoming = next((value for key, value in (context.invocation_metadata() or ())
-                     if key == "x-request-id"), None)
-    return new_request_id(incoming if isinstance(incoming, str) else None)
+    """The call's `x-request-id` metadata if valid, else a new id (`core.grpc.channel`)."""
+    from core.grpc.channel import request_id_from
+
+    return request_id_from(context.invocation_metadata())
 
 
 def _wrap(behaviour: Callable, method: str) -> Callable:
@@ -182,7 +181,9 @@ def _wrap(behaviour: Callable, method: str) -> Callable:
             token = set_principal(principal)
             actor_token = set_actor(_actor_label(principal, context))
             try:
-                return behaviour(request, context)
+                # Every line the call causes carries the ids of what it is about.
+                with log_context(**call_ids(method, request)):
+                    return behaviour(request, context)
             except FalconError as exc:
                 abort_with_error(context, exc)
             except OperationalError:

@@ -90,6 +90,9 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    # Before staticfiles: its runserver (JSON access lines under FALCON_LOG_FORMAT=json)
+    # replaces staticfiles' one, which it extends (an earlier app's command wins).
+    "falcon_site",
     "django.contrib.staticfiles",
     "rest_framework",
     "django_filters",
@@ -98,7 +101,6 @@ INSTALLED_APPS = [
     # The loops' schedules, edited in the admin; a schedule store only: no broker, no worker
     # (docs/decisions.md#dec-beat).
     "django_celery_beat",
-    "falcon_site",
     "core",  # the transition history (core.models.TransitionEvent)
     "accounts",
     "experiments",
@@ -245,3 +247,5 @@ SPECTACULAR_SETTINGS = {
 # One console handler; `FALCON_LOG_FORMAT=json` for JSON lines (production), `text` (default)
 # for readable lines; every line carries the request id and the entity ids (core.logs).
 LOGGING = logging_config(log_format(), os.environ.get("FALCON_LOG_LEVEL", "INFO"))
+# Applied by core.logs.apply_config: under json, warnings and uncaught exceptions are records too.
+LOGGING_CONFIG = "core.logs.apply_config"

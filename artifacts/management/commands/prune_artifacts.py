@@ -6,6 +6,8 @@ import re
 from datetime import timedelta
 
 from django.core.management.base import BaseCommand, CommandError
+
+from core.commands import LoggedOutputMixin
 from django.utils import timezone
 from django.utils.dateparse import parse_duration
 
@@ -56,7 +58,7 @@ def human_bytes(size: int) -> str:
     return f"{size} B"
 
 
-class Command(BaseCommand):
+class Command(LoggedOutputMixin, BaseCommand):
     help = ("Delete the stored files (artifact folder and replica logs) of artifacts that "
             "finished more than --older-than ago and mark them Pruned; experiments, configs, "
             "jobs and artifact records stay. Safe to run again after an interruption.")

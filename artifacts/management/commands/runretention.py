@@ -9,12 +9,14 @@ import threading
 
 from django.core.management.base import BaseCommand, CommandError
 
+from core.commands import LoggedOutputMixin
+
 from core.errors import FalconError
 
 from ...retention import run_if_due
 
 
-class Command(BaseCommand):
+class Command(LoggedOutputMixin, BaseCommand):
     help = ("Prune stored artifact files on the 'retention' schedule (admin: Periodic tasks), "
             "with the policy in its arguments, e.g. {\"older_than\": \"90d\"}.")
 

@@ -43,6 +43,7 @@ from kubernetes.client.exceptions import ApiException
 
 from artifacts.store import store_for
 from controllers.kubeclient import KubeCaller
+from core.logs import log_context
 
 from .base import (
     FAILED, MISSING_STATE, PENDING, RUNNING, SUCCEEDED, AnalysisBackend, BackendError,
@@ -140,7 +141,8 @@ class PodAnalysisBackend(AnalysisBackend):
         """The backend of `settings.FALCON_ANALYZER_POD` (falcon_site/settings/analysis.py),
         reaching the Kubernetes API like the Lease does (`FALCON_LEADER_ELECTION`: in-cluster
         or a kubeconfig). A GCS emulator the controller is pointed at
-        (`STORAGE_EMULATOR_HOST`) is passed to the analyses too.
+        (`STORAGE_EMULATOR_HOST`) is passed to the analyses too, and so are
+        `FALCON_LOG_FORMAT` and `FALCON_LOG_LEVEL` (the runner's own lines).
 
         Raises:
             kubernetes.config.ConfigException: no kubeconfig / in-cluster service account.
@@ -155,7 +157,9 @@ class PodAnalysisBackend(AnalysisBackend):
         pod = dict(settings.FALCON_ANALYZER_POD)
         conn = KubeConnection(kubeconfig=le["kubeconfig"], context=le["context"],
                               in_cluster=le["in_cluster"], qps=20, burst=40)
-        env = {k: v for k in ("STORAGE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT")
+        # The runner in the Pod logs as the controller does (JSON lines in production).
+        env = {k: v for k in ("STORAGE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT",
+                              "FALCON_LOG_FORMAT", "FALCON_LOG_LEVEL")
                if (v := os.environ.get(k))}
         return cls(client.CoreV1Api(api_client(conn)), KubeCaller(conn), pod.pop("namespace"),
                    pod.pop("image"), env=env, **pod)
@@ -263,26 +267,32 @@ class PodAnalysisBackend(AnalysisBackend):
                 deleted).
             BackendError: the API refused the Pod (its message) or did not answer.
         """
-        name = self.run_name(spec.analysis_id)
-        try:
-            self._call(self.core.create_namespaced_pod, self.namespace,
-                       self.build_pod(spec))
-            return StartResult(run_name=name, adopted=False, object_name=name)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise BackendError(f"cannot create Pod {self.namespace}/{name}: "
-                                   f"{exc.status} {_api_message(exc)}") from exc
-        try:
-            pod = self._call(self.core.read_namespaced_pod, name, self.namespace)
-        except ApiException as exc:
-            raise BackendError(f"Pod {name} exists but cannot be read: {exc.status}") from exc
-        owner = (pod.metadata.annotations or {}).get(ANNOTATION_ANALYSIS)
-        if owner != spec.analysis_id:
-            raise RunConflict(f"a Pod named {self.namespace}/{name} already exists for "
-                              f"{'analysis ' + owner if owner else 'something else'}, not for "
-                              f"analysis {spec.analysis_id}; it was left alone (name "
-                              "collision: delete it or rename the analysis)")
-        return StartResult(run_name=name, adopted=True, object_name=name)
+        with log_context(analysis_id=spec.analysis_id, exp_id=spec.exp_id):
+            name = self.run_name(spec.analysis_id)
+            try:
+                self._call(self.core.create_namespaced_pod, self.namespace,
+                           self.build_pod(spec))
+                log.info("analysis %s: created Pod %s/%s (attempt %d)", spec.analysis_id,
+                         self.namespace, name, spec.attempt)
+                return StartResult(run_name=name, adopted=False, object_name=name)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise BackendError(f"cannot create Pod {self.namespace}/{name}: "
+                                       f"{exc.status} {_api_message(exc)}") from exc
+            try:
+                pod = self._call(self.core.read_namespaced_pod, name, self.namespace)
+            except ApiException as exc:
+                raise BackendError(f"Pod {name} exists but cannot be read: "
+                                   f"{exc.status}") from exc
+            owner = (pod.metadata.annotations or {}).get(ANNOTATION_ANALYSIS)
+            if owner != spec.analysis_id:
+                raise RunConflict(f"a Pod named {self.namespace}/{name} already exists for "
+                                  f"{'analysis ' + owner if owner else 'something else'}, "
+                                  f"not for analysis {spec.analysis_id}; it was left alone "
+                                  "(name collision: delete it or rename the analysis)")
+            log.info("analysis %s: adopted its Pod %s/%s", spec.analysis_id, self.namespace,
+                     name)
+            return StartResult(run_name=name, adopted=True, object_name=name)
 
     def _pods(self) -> dict[str, client.V1Pod]:
         try:
@@ -430,38 +440,41 @@ class PodAnalysisBackend(AnalysisBackend):
         Raises:
             BackendError: the API refused or did not answer.
         """
-        name = self.run_name(analysis_id)
-        try:
-            pod = self._call(self.core.read_namespaced_pod, name, self.namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                self._forget(analysis_id)
-                return True
-            raise BackendError(f"cannot read Pod {name}: {exc.status}") from exc
-        if (pod.metadata.annotations or {}).get(ANNOTATION_ANALYSIS) != analysis_id:
-            self._forget(analysis_id)
-            return True  # another's Pod of that name: never deleted
-        now = self.clock()
-        with self._lock:
-            since = self._deleting.setdefault(analysis_id, now)
-        if not pod.metadata.deletion_timestamp:
+        with log_context(analysis_id=analysis_id):
+            name = self.run_name(analysis_id)
             try:
-                self._call(self.core.delete_namespaced_pod, name, self.namespace,
-                           grace_period_seconds=self.grace_seconds,
-                           propagation_policy="Background")
+                pod = self._call(self.core.read_namespaced_pod, name, self.namespace)
             except ApiException as exc:
                 if exc.status == 404:
                     self._forget(analysis_id)
                     return True
-                raise BackendError(f"cannot delete Pod {name}: {exc.status}") from exc
+                raise BackendError(f"cannot read Pod {name}: {exc.status}") from exc
+            if (pod.metadata.annotations or {}).get(ANNOTATION_ANALYSIS) != analysis_id:
+                self._forget(analysis_id)
+                return True  # another's Pod of that name: never deleted
+            now = self.clock()
+            with self._lock:
+                since = self._deleting.setdefault(analysis_id, now)
+            if not pod.metadata.deletion_timestamp:
+                try:
+                    self._call(self.core.delete_namespaced_pod, name, self.namespace,
+                               grace_period_seconds=self.grace_seconds,
+                               propagation_policy="Background")
+                except ApiException as exc:
+                    if exc.status == 404:
+                        self._forget(analysis_id)
+                        return True
+                    raise BackendError(f"cannot delete Pod {name}: {exc.status}") from exc
+                log.info("analysis %s: deleting Pod %s/%s (grace %d s)", analysis_id,
+                         self.namespace, name, self.grace_seconds)
+                return False
+            if now - since >= self.stuck_terminating_seconds:
+                log.warning("analysis %s: Pod %s/%s still Terminating %.0f s after its delete "
+                            "(node NotReady?); its queue slot is released, the Pod is stuck",
+                            analysis_id, self.namespace, name, now - since)
+                self._forget(analysis_id)
+                return True
             return False
-        if now - since >= self.stuck_terminating_seconds:
-            log.warning("analysis %s: Pod %s/%s still Terminating %.0f s after its delete "
-                        "(node NotReady?); its queue slot is released, the Pod is stuck",
-                        analysis_id, self.namespace, name, now - since)
-            self._forget(analysis_id)
-            return True
-        return False
 
     def _forget(self, analysis_id: str) -> None:
         with self._lock:

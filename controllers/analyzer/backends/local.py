@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import shutil
 import signal
@@ -38,12 +39,17 @@ from pathlib import Path
 
 from artifacts.store import store_for
 from controllers.cluster_backends.local import DEFAULT_PASSTHROUGH_ENV, _process_table, _read_stat
+from core.logs import log_context
 
 from ..runner import write_atomic
 from .base import (
     FAILED, KILLED, MISSING_STATE, RUNNING, SUCCEEDED, AnalysisBackend, BackendError,
     RunConflict, RunSpec, RunState, StartResult, log_tail,
 )
+
+log = logging.getLogger("falcon.controllers.analyzer.local")
+# Passed to the runner with the environment it needs, so its own lines are formatted the same.
+LOG_ENV = ("FALCON_LOG_FORMAT", "FALCON_LOG_LEVEL")
 
 SPEC, RUN, CHILD, EXIT = "spec.json", "run.json", "child.json", "exit.json"
 
@@ -134,62 +140,70 @@ class LocalAnalysisBackend(AnalysisBackend):
             RunConflict: the folder of that name holds a run of another analysis.
             BackendError: the runner cannot be started.
         """
-        name = self.run_name(spec.analysis_id)
-        folder = self.state_dir / name
-        with self._locked():
-            self._reap()
-            table = _process_table()
-            rec = _read_json(folder / RUN) if folder.is_dir() else None
-            if rec is not None:
-                if rec.get("analysis_id") != spec.analysis_id:
-                    raise RunConflict(f"run {name} belongs to analysis "
-                                      f"{rec.get('analysis_id')!r}, not {spec.analysis_id!r}; "
-                                      "it is not adopted")
-                child = _read_json(folder / CHILD)
-                if (folder / EXIT).exists() or _proc_alive(table, rec) \
-                        or _group_alive(table, rec) or _group_alive(table, child):
-                    return StartResult(run_name=name, adopted=True,
-                                       object_name=f"local-{rec['pid']}")
-            # No run, or one gone without an exit status: (re)start it from a clean folder.
-            if folder.exists():
-                shutil.rmtree(folder)
-            work = folder / "work"
-            work.mkdir(parents=True)
-            runner_spec = {**asdict(spec), "work_dir": str(work),
-                           "exit_file": str(folder / EXIT), "child_file": str(folder / CHILD),
-                           "plugin_dir": self.plugin_dir, "grace_seconds": self.grace_seconds,
-                           # Processes here get what the machine has: the runner says so.
-                           "backend": self.name, "enforces_resources": False,
-                           "log_upload_seconds": self.log_upload_seconds}
-            (folder / SPEC).touch(mode=0o600)
-            write_atomic(folder / SPEC, json.dumps(runner_spec, indent=1))
-            os.chmod(folder / SPEC, 0o600)
-            # The run.json written before the runner exists names the analysis, so a crash
-            # between here and the spawn leaves a folder start() claims again, never a stranger.
-            write_atomic(folder / RUN, json.dumps({"analysis_id": spec.analysis_id, "pid": 0,
-                                                   "start_time": -1}))
-            # A subset of this process's environment, as for the local cluster backend's tasks:
-            # the controller holds tokens and database URLs that a user's script must not read.
-            env = {k: os.environ[k] for k in DEFAULT_PASSTHROUGH_ENV if k in os.environ}
-            root = str(Path(__file__).resolve().parents[3])
-            env["PYTHONPATH"] = os.pathsep.join(
-                p for p in (root, env.get("PYTHONPATH", "")) if p)
-            try:
-                with open(folder / "runner.log", "ab") as out:
-                    proc = subprocess.Popen(
-                        [sys.executable, "-m", "controllers.analyzer.runner", "--spec",
-                         str(folder / SPEC)], stdin=subprocess.DEVNULL, stdout=out,
-                        stderr=subprocess.STDOUT, env=env, cwd=self.workdir,
-                        start_new_session=True, close_fds=True)
-            except (OSError, ValueError) as exc:
-                raise BackendError(f"cannot start the run {name}: {exc}") from exc
-            self._children[proc.pid] = proc
-            stat = _read_stat(proc.pid)
-            write_atomic(folder / RUN, json.dumps({
-                "analysis_id": spec.analysis_id, "pid": proc.pid,
-                "start_time": stat.start_time if stat else -1, "started_at": time.time(),
-                "attempt": spec.attempt}))
-            return StartResult(run_name=name, adopted=False, object_name=f"local-{proc.pid}")
+        with log_context(analysis_id=spec.analysis_id, exp_id=spec.exp_id):
+            name = self.run_name(spec.analysis_id)
+            folder = self.state_dir / name
+            with self._locked():
+                self._reap()
+                table = _process_table()
+                rec = _read_json(folder / RUN) if folder.is_dir() else None
+                if rec is not None:
+                    if rec.get("analysis_id") != spec.analysis_id:
+                        raise RunConflict(f"run {name} belongs to analysis "
+                                          f"{rec.get('analysis_id')!r}, not {spec.analysis_id!r}; "
+                                          "it is not adopted")
+                    child = _read_json(folder / CHILD)
+                    if (folder / EXIT).exists() or _proc_alive(table, rec) \
+                            or _group_alive(table, rec) or _group_alive(table, child):
+                        log.info("analysis %s: adopted its run %s (runner pid %s)",
+                                 spec.analysis_id, name, rec.get("pid"))
+                        return StartResult(run_name=name, adopted=True,
+                                           object_name=f"local-{rec['pid']}")
+                # No run, or one gone without an exit status: (re)start it from a clean folder.
+                if folder.exists():
+                    shutil.rmtree(folder)
+                work = folder / "work"
+                work.mkdir(parents=True)
+                runner_spec = {**asdict(spec), "work_dir": str(work),
+                               "exit_file": str(folder / EXIT), "child_file": str(folder / CHILD),
+                               "plugin_dir": self.plugin_dir, "grace_seconds": self.grace_seconds,
+                               # Processes here get what the machine has: the runner says so.
+                               "backend": self.name, "enforces_resources": False,
+                               "log_upload_seconds": self.log_upload_seconds}
+                (folder / SPEC).touch(mode=0o600)
+                write_atomic(folder / SPEC, json.dumps(runner_spec, indent=1))
+                os.chmod(folder / SPEC, 0o600)
+                # The run.json written before the runner exists names the analysis, so a crash
+                # between here and the spawn leaves a folder start() claims again, never a stranger.
+                write_atomic(folder / RUN, json.dumps({"analysis_id": spec.analysis_id, "pid": 0,
+                                                       "start_time": -1}))
+                # A subset of this process's environment, as for the local cluster backend's tasks:
+                # the controller holds tokens and database URLs that a user's script must not read.
+                # The log settings too: the runner's own lines (runner.log) follow them.
+                env = {k: os.environ[k] for k in (*DEFAULT_PASSTHROUGH_ENV, *LOG_ENV)
+                       if k in os.environ}
+                root = str(Path(__file__).resolve().parents[3])
+                env["PYTHONPATH"] = os.pathsep.join(
+                    p for p in (root, env.get("PYTHONPATH", "")) if p)
+                try:
+                    with open(folder / "runner.log", "ab") as out:
+                        proc = subprocess.Popen(
+                            [sys.executable, "-m", "controllers.analyzer.runner", "--spec",
+                             str(folder / SPEC)], stdin=subprocess.DEVNULL, stdout=out,
+                            stderr=subprocess.STDOUT, env=env, cwd=self.workdir,
+                            start_new_session=True, close_fds=True)
+                except (OSError, ValueError) as exc:
+                    raise BackendError(f"cannot start the run {name}: {exc}") from exc
+                self._children[proc.pid] = proc
+                stat = _read_stat(proc.pid)
+                write_atomic(folder / RUN, json.dumps({
+                    "analysis_id": spec.analysis_id, "pid": proc.pid,
+                    "start_time": stat.start_time if stat else -1, "started_at": time.time(),
+                    "attempt": spec.attempt}))
+                log.info("analysis %s: started its runner (pid %d) in %s (attempt %d)",
+                         spec.analysis_id, proc.pid, folder, spec.attempt)
+                return StartResult(run_name=name, adopted=False,
+                                   object_name=f"local-{proc.pid}")
 
     # -- observe ----------------------------------------------------------------------------
 
@@ -251,35 +265,39 @@ class LocalAnalysisBackend(AnalysisBackend):
     def stop(self, analysis_id: str) -> bool:
         """SIGTERM both process groups, SIGKILL after `grace_seconds`; True (and the folder
         removed) once no process of either is left."""
-        folder = self.folder(analysis_id)
-        with self._locked():
-            self._reap()
-            rec = _read_json(folder / RUN) if folder.is_dir() else None
-            if rec is not None and rec.get("analysis_id") != analysis_id:
-                raise RunConflict(f"run {folder.name} belongs to analysis "
-                                  f"{rec.get('analysis_id')!r}; not stopped")
-            child = _read_json(folder / CHILD) if rec else None
-            table = _process_table()
-            groups = [r["pid"] for r in (rec, child) if _group_alive(table, r)]
-            if not groups:
-                self._term_sent.pop(analysis_id, None)
-                if folder.exists():
-                    shutil.rmtree(folder, ignore_errors=True)
-                return True
-            first = self._term_sent.get(analysis_id)
-            if first is None:
-                self._term_sent[analysis_id] = time.monotonic()
-                sig = signal.SIGTERM
-            elif time.monotonic() - first >= self.grace_seconds:
-                sig = signal.SIGKILL
-            else:
-                return False  # SIGTERM sent once; the run has its grace period
-            for pgid in groups:
-                try:
-                    os.killpg(pgid, sig)
-                except ProcessLookupError:
-                    pass
-            return False
+        with log_context(analysis_id=analysis_id):
+            folder = self.folder(analysis_id)
+            with self._locked():
+                self._reap()
+                rec = _read_json(folder / RUN) if folder.is_dir() else None
+                if rec is not None and rec.get("analysis_id") != analysis_id:
+                    raise RunConflict(f"run {folder.name} belongs to analysis "
+                                      f"{rec.get('analysis_id')!r}; not stopped")
+                child = _read_json(folder / CHILD) if rec else None
+                table = _process_table()
+                groups = [r["pid"] for r in (rec, child) if _group_alive(table, r)]
+                if not groups:
+                    self._term_sent.pop(analysis_id, None)
+                    if folder.exists():
+                        shutil.rmtree(folder, ignore_errors=True)
+                    return True
+                first = self._term_sent.get(analysis_id)
+                if first is None:
+                    self._term_sent[analysis_id] = time.monotonic()
+                    sig = signal.SIGTERM
+                elif time.monotonic() - first >= self.grace_seconds:
+                    sig = signal.SIGKILL
+                else:
+                    return False  # SIGTERM sent once; the run has its grace period
+                log.info("analysis %s: stopping its run: %s to process group%s %s",
+                         analysis_id, sig.name, "" if len(groups) == 1 else "s",
+                         ", ".join(map(str, groups)))
+                for pgid in groups:
+                    try:
+                        os.killpg(pgid, sig)
+                    except ProcessLookupError:
+                        pass
+                return False
 
     # -- logs -------------------------------------------------------------------------------
 

@@ -18,6 +18,8 @@ import threading
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from core.commands import LoggedOutputMixin
+
 API_WRITES = ("update_exp_status", "update_exp_statuses", "update_job_status",
               "update_artifact_status")
 BACKEND_WRITES = ("submit", "delete", "sweep")
@@ -140,7 +142,7 @@ def build_elector(options):
                         caller=KubeCaller(conn))
 
 
-class Command(BaseCommand):
+class Command(LoggedOutputMixin, BaseCommand):
     help = ("Run a Falcon controller loop: exp (expController) or resources (resource "
             "manager), under leader election unless --no-leader-election.")
 
@@ -219,7 +221,7 @@ class Command(BaseCommand):
             except (ValueError, RuntimeError) as exc:
                 raise CommandError(f"cannot start controller {name}: {exc}") from exc
             server.start()
-            self.stderr.write(f"controller analyzer: AnalyzerService on port {server.port}")
+            self.status(f"controller analyzer: AnalyzerService on port {server.port}")
         stop = threading.Event()
         install_stop_handlers(stop)
         max_ticks = 1 if options["once"] else None
@@ -235,8 +237,8 @@ class Command(BaseCommand):
                             schedule=follower.before_tick if follower else None)
 
         if elector is None:
-            self.stderr.write(f"controller {controller.name}: running every "
-                              f"{options['interval']} s (no leader election)")
+            self.status(f"controller {controller.name}: running every "
+                        f"{options['interval']} s (no leader election)")
             try:
                 work(stop)
             finally:
@@ -244,15 +246,15 @@ class Command(BaseCommand):
                     server.stop()
         else:
             cfg = elector.config
-            self.stderr.write(f"controller {controller.name}: {cfg.identity} runs every "
-                              f"{options['interval']} s while holding Lease "
-                              f"{cfg.namespace}/{cfg.lease_name}")
+            self.status(f"controller {controller.name}: {cfg.identity} runs every "
+                        f"{options['interval']} s while holding Lease "
+                        f"{cfg.namespace}/{cfg.lease_name}")
             try:
                 run_elected(work, elector, stop=stop)
             finally:
                 if server is not None:
                     server.stop()
-        self.stderr.write(f"controller {controller.name}: stopped")
+        self.status(f"controller {controller.name}: stopped")
 
 
 def _start_metrics(controller, elector, port: int | None) -> None:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
+from core.commands import LoggedOutputMixin
+
 from falcon_site.startup import prepare_local_state
 
 
-class Command(BaseCommand):
+class Command(LoggedOutputMixin, BaseCommand):
     help = ("Create FALCON_VAR_DIR and the local secret files the settings read (secret key, "
             "internal token, local signing key); never replaces an existing file.")
     # The checks report what this command creates: they would stop it before it could.

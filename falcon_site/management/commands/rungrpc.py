@@ -4,6 +4,7 @@ Serves ExperimentService, JobService and ArtifactService (falcon.v1) with gRPC h
 and reflection until SIGINT or SIGTERM, then reports NOT_SERVING, lets calls in flight finish for
 `--grace` seconds and exits 0 (Kubernetes sends SIGTERM on pod shutdown). The port is bound
 exclusively: when another process listens on it, the command exits 1 naming the address.
+Under `FALCON_LOG_FORMAT=json` everything it writes is a JSON line (`core.commands`).
 """
 from __future__ import annotations
 
@@ -14,10 +15,13 @@ import threading
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from core.commands import LoggedOutputMixin
+from core.logs import log_format
+
 log = logging.getLogger("falcon.grpc")
 
 
-class Command(BaseCommand):
+class Command(LoggedOutputMixin, BaseCommand):
     """Run the gRPC API server in the foreground."""
 
     help = "Serve the internal gRPC API (falcon.v1) with health checking and reflection."
@@ -49,7 +53,8 @@ class Command(BaseCommand):
             raise CommandError(f"--addr: {refusal}")
         if warning:
             log.warning("%s", warning)
-            self.stderr.write(warning)
+            if log_format() == "text":  # under json the record above is the line
+                self.stderr.write(warning)
         if workers < 1:
             raise CommandError("--workers must be at least 1")
         if not settings.FALCON_INTERNAL_TOKEN:
@@ -73,8 +78,9 @@ class Command(BaseCommand):
             server.start()
             host = addr.rsplit(":", 1)[0]
             log.info("gRPC API listening on %s:%d", host, server.port)
-            self.stdout.write(f"gRPC API listening on {host}:{server.port}")
-            self.stdout.flush()
+            if log_format() == "text":  # under json the record above is the line
+                self.stdout.write(f"gRPC API listening on {host}:{server.port}")
+                self.stdout.flush()
             while not stop.wait(1.0):
                 pass
             server.stop(grace)

@@ -23,10 +23,14 @@ would: controllers are level-triggered and recover from the records and the runs
 the HTTP or gRPC API dies, the others are stopped and the command exits non-zero. Tasks and
 analyses already running on the local backends keep running in their own process groups and are
 adopted by the next resource manager or analyzer controller.
+
+With `FALCON_LOG_FORMAT=json` every child writes JSON lines (runserver's access lines too:
+`falcon_site/management/commands/runserver.py`), and so does this command (`core.commands`).
 """
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import signal
 import socket
@@ -41,6 +45,8 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from core.commands import LoggedOutputMixin
+from core.logs import log_format
 from core.ports import bind_problem, local_bind_problem, split_addr
 from falcon_site.startup import prepare_local_state
 
@@ -128,7 +134,7 @@ RESTART_BACKOFF_SECONDS = 1.0
 RESTART_BACKOFF_MAX_SECONDS = 30.0
 
 
-class Command(BaseCommand):
+class Command(LoggedOutputMixin, BaseCommand):
     help = "Run the HTTP API, the gRPC API and the controllers on the embedded defaults."
     # Checked in handle(), once the local state the checks look for has been created.
     requires_system_checks: list = []
@@ -263,7 +269,10 @@ class Command(BaseCommand):
             if refusal:
                 raise CommandError(f"{option}: {refusal}")
             if warning:
-                sys.stderr.write(warning + "\n")
+                if log_format() == "json":
+                    logging.getLogger("falcon.commands.runlocal").warning("%s", warning)
+                else:
+                    sys.stderr.write(warning + "\n")
             problem = bind_problem(addr)
             if problem:
                 raise CommandError(

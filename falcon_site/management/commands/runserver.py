@@ -1,0 +1,87 @@
+"""`manage.py runserver` (what `runlocal` runs): staticfiles' runserver, structured access lines.
+
+Django's development server logs one access line per request on the `django.server` logger,
+which `core.logs.logging_config` writes through the console handler like every other logger
+(`FALCON_LOG_FORMAT`: JSON or readable text). This command gives that line its fields, through
+Django's extension points (the command's `server_cls`, whose request handler is
+`AccessLogHandler`), not by patching Django:
+
+- `method`, `path` (without the query string, which may carry anything), `status`, `bytes`
+  (the body bytes sent), `duration_ms` (from the parsed request line to the last byte sent),
+  and `request_id`: the id the request is served under (`core.context.new_request_id`: the
+  client's valid `X-Request-ID`, else a new one), which the handler puts in the request's
+  environ so the middleware (`core.middleware.RequestContextMiddleware`) serves and returns the
+  same one, and `falcon.http`'s line and this one share it.
+
+Under `json` what the command prints (the system check's summary, "Starting development server
+at ...", Django's warning, "Error: That port is already in use.") is logged too
+(`core.commands.LoggedOutputMixin`), so every line it writes is a JSON object.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from urllib.parse import urlsplit
+
+from django.contrib.staticfiles.management.commands.runserver import Command as StaticRunserver
+from django.core.servers.basehttp import WSGIRequestHandler, WSGIServer
+
+from core.commands import LoggedOutputMixin
+from core.context import new_request_id
+
+log = logging.getLogger("django.server")
+
+
+class AccessLogHandler(WSGIRequestHandler):
+    """Django's request handler with one structured access line per request (module docstring).
+
+    One handler serves one connection, its requests one after the other: what `get_environ`
+    notes about a request is taken (and forgotten) by the `log_request` of its response.
+    """
+
+    _served: tuple[str, str, float] | None = None  # (request id, path, perf_counter at start)
+
+    def get_environ(self) -> dict:
+        """The WSGI environ of the request, its `HTTP_X_REQUEST_ID` the id it is served under."""
+        environ = super().get_environ()
+        request_id = new_request_id(environ.get("HTTP_X_REQUEST_ID"))
+        environ["HTTP_X_REQUEST_ID"] = request_id
+        self._served = (request_id, urlsplit(self.path).path, time.perf_counter())
+        return environ
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        """Log the access line of the response just sent (`code`: its status, `size`: the body
+        bytes), at INFO, WARNING for a 4xx and ERROR for a 5xx, as Django does.
+
+        A request refused before it was parsed (400, 414) has no request id or path of its own:
+        `request_id` is `-` and `path` what could be read of it.
+        """
+        served, self._served = self._served, None
+        status = int(code) if str(code).isdigit() else None
+        request_id, path, started = served or ("-", urlsplit(getattr(self, "path", "") or "").path,
+                                               None)
+        method = getattr(self, "command", None) or "-"
+        fields = {"method": method, "path": path, "status": status,
+                  "bytes": int(size) if str(size).isdigit() else None,
+                  "request_id": request_id, "status_code": status}
+        if started is not None:
+            fields["duration_ms"] = round((time.perf_counter() - started) * 1000, 1)
+        level = (logging.ERROR if (status or 0) >= 500 else
+                 logging.WARNING if (status or 0) >= 400 else logging.INFO)
+        log.log(level, "%s %s %s %s bytes%s", method, path, code, size,
+                f" {fields['duration_ms']} ms" if "duration_ms" in fields else "", extra=fields)
+
+
+class AccessLogServer(WSGIServer):
+    """Django's development WSGI server, serving with `AccessLogHandler`."""
+
+    def __init__(self, server_address, RequestHandlerClass, *args, **kwargs):  # noqa: N803
+        if RequestHandlerClass is WSGIRequestHandler:
+            RequestHandlerClass = AccessLogHandler  # noqa: N806
+        super().__init__(server_address, RequestHandlerClass, *args, **kwargs)
+
+
+class Command(LoggedOutputMixin, StaticRunserver):
+    """staticfiles' runserver (`--insecure`, `--nostatic`) with structured access lines."""
+
+    server_cls = AccessLogServer
