@@ -15,6 +15,7 @@ repeated field arrives as a list. Values are AND-ed across filters and OR-ed wit
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import timezone as dt_timezone
 from functools import reduce
 from operator import or_
 from typing import Any
@@ -197,8 +198,24 @@ class ChoiceListFilter(MultiValueFilter):
     field_class = ChoiceListField
 
 
+class UTCDateTimeField(django_filters.fields.IsoDateTimeField):
+    """An ISO 8601 date-time, converted to UTC; an instant outside years 1 to 9999 in UTC is
+    refused as invalid (the database compares in UTC, and Python cannot hold it)."""
+
+    def to_python(self, value):
+        parsed = super().to_python(value)
+        if parsed is None:
+            return None
+        try:
+            return parsed.astimezone(dt_timezone.utc)
+        except OverflowError:
+            raise forms.ValidationError(self.error_messages["invalid"], code="invalid") from None
+
+
 class UpdatedSinceFilter(django_filters.IsoDateTimeFilter):
     """Keep rows updated at or after an instant (ISO 8601 text, or a datetime from gRPC)."""
+
+    field_class = UTCDateTimeField
 
     def __init__(self, field_name: str = "updated_at", **kwargs: Any):
         kwargs.setdefault("help_text", "Only rows updated at or after this instant (ISO 8601, "

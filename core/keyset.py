@@ -18,7 +18,7 @@ import binascii
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -26,6 +26,7 @@ from django.db import models
 from django.db.models import Q
 
 from .errors import ValidationFailed
+from .jsoninput import has_surrogate
 
 VERSION = 1
 # Bounds of a 64-bit signed integer column: larger numbers would fail in the driver.
@@ -182,6 +183,10 @@ def _from_json(field: models.Field, value: Any) -> tuple[str | None, Any]:
             return "not a timestamp", None
         if parsed.tzinfo is None:
             return "a timestamp without a time zone", None
+        try:  # the database compares in UTC; year 1 to 9999 only
+            parsed = parsed.astimezone(timezone.utc)
+        except OverflowError:
+            return "a timestamp out of range", None
         return None, parsed
     if isinstance(field, (models.IntegerField, models.AutoField)):
         if type(value) is not int or not INT_MIN <= value <= INT_MAX:
@@ -192,5 +197,7 @@ def _from_json(field: models.Field, value: Any) -> tuple[str | None, Any]:
             return "not a string of at most the field's length", None
         if "\x00" in value:
             return "contains NUL", None
+        if has_surrogate(value):
+            return "contains a lone surrogate", None
         return None, value
     return "a key of a type cursors do not carry", None

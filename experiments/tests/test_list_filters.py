@@ -141,9 +141,20 @@ def test_bad_status_message_lists_the_allowed_values(auth_api):
     assert "'Exploded'" in message and all(status in message for status in ExpStatus)
 
 
-def test_bad_updated_since_is_400_naming_it(auth_api):
-    res = auth_api.get("/api/v1/exps?updated_since=yesterday")
+@pytest.mark.parametrize("value", [
+    "yesterday", "9999-12-31T23:59:59-23:00", "0001-01-01T00:00:00+23:59"])
+def test_bad_updated_since_is_400_naming_it(auth_api, value):
+    """Not a date-time, or an instant outside years 1 to 9999 once in UTC."""
+    res = auth_api.get("/api/v1/exps", {"updated_since": value})
     assert res.status_code == 400 and "ISO 8601" in res.json()["updated_since"][0]
+
+
+def test_updated_since_with_an_offset_is_the_same_instant(auth_api, user):
+    exp = make_exp(creator=user)
+    moment = Experiment.objects.get(pk=exp.pk).updated_at
+    local = moment.astimezone(timezone(timedelta(hours=-5))).isoformat()
+    res = auth_api.get("/api/v1/exps", {"updated_since": local})
+    assert [row["id"] for row in res.json()["results"]] == [exp.pk]
 
 
 def test_http_only_filters_and_unknown_grpc_filters(auth_api, stubs, user):

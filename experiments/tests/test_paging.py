@@ -131,6 +131,12 @@ def _cursor(payload: dict) -> str:
     _cursor({"v": 1, "o": ["name", "id"], "k": ["a", 1], "r": 0}),  # another ordering
     _cursor({"v": 2, "o": ["-created_at", "-id"], "k": ["2025-01-01T00:00:00+00:00", 1]}),
     _cursor([1, 2, 3]), "A" * 5000,
+    # in UTC, years 10000 and 0: no database or Python datetime holds them
+    _cursor({"v": 1, "o": ["-created_at", "-id"], "k": ["9999-12-31T23:59:59-23:00", 1],
+             "r": 0}),
+    _cursor({"v": 1, "o": ["-created_at", "-id"], "k": ["0001-01-01T00:00:00+23:59", 1],
+             "r": 0}),
+    _cursor({"v": 1, "o": ["name", "id"], "k": ["\ud800", 1], "r": 0}),  # a lone surrogate
 ])
 def test_forged_or_garbled_cursor_is_a_400_naming_cursor(auth_api, alice, cursor):
     make_exp(creator=alice)
