@@ -65,7 +65,10 @@ def acting_as(actor: str | Callable[[], str] | None) -> Iterator[None]:
 def new_request_id(incoming: str | None = None) -> str:
     """Return `incoming` if it is a valid request id (`REQUEST_ID`), else a new random one."""
     if incoming and REQUEST_ID.match(incoming):
-        return incoming
+        from .logs import redact
+
+        if redact(incoming) == incoming:  # a credential sent as the id is never logged
+            return incoming
     return uuid.uuid4().hex
 
 

@@ -93,6 +93,10 @@ def redact(text: str) -> str:
     return text
 
 
+# What every LogRecord has (not a caller's field): never user data, but for msg and args.
+_RECORD_ATTRIBUTES = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+
+
 class ContextFilter(logging.Filter):
     """Add `request_id`, the `log_context` ids and `context` (their text) to every record, and
     mask credentials in its message and exception text (see the module docstring)."""
@@ -112,6 +116,11 @@ class ContextFilter(logging.Filter):
         cleaned = redact(message)
         if cleaned != message:
             record.msg, record.args = cleaned, None
+        for key, value in record.__dict__.items():  # the fields a JSON line carries too
+            if key not in _RECORD_ATTRIBUTES and isinstance(value, str):
+                masked = redact(value)
+                if masked != value:
+                    record.__dict__[key] = masked
         if record.exc_info and not record.exc_text:
             record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
         elif record.exc_text:

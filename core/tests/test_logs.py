@@ -68,6 +68,27 @@ def test_credentials_are_masked_in_messages_and_tracebacks():
     assert out.count("[redacted]") >= 3 and "ValueError" in out
 
 
+def test_credentials_are_masked_in_every_field_of_a_json_line():
+    """A field carries what the message does (a path with a token in it): masked the same."""
+    log, stream = _capture("json")
+    jwt = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2lnbmF0dXJlLXNpZ25hdHVyZQ"
+    log.info("POST %s", f"/api/v1/exps/{jwt}/abort",
+             extra={"path": f"/api/v1/exps/{jwt}/abort", "status": 404})
+    line = json.loads(stream.getvalue())
+    assert jwt not in stream.getvalue()
+    assert line["path"] == "/api/v1/exps/[redacted]/abort" and line["status"] == 404
+
+
+def test_a_credential_sent_as_the_request_id_is_replaced():
+    from core.context import new_request_id
+
+    jwt = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2lnbmF0dXJlLXNpZ25hdHVyZQ"
+    assert new_request_id("trace-0af7651916cd43dd8448eb211c80319c") == (
+        "trace-0af7651916cd43dd8448eb211c80319c")
+    replaced = new_request_id(jwt)
+    assert replaced != jwt and len(replaced) == 32
+
+
 def test_redact_keeps_ordinary_text():
     text = "Experiment 5: Running -> Succeeded (Completed) by alice@example.com"
     assert redact(text) == text
