@@ -266,7 +266,9 @@ def _check_envs(path: str, spec: Mapping[str, Any],
             large (no variable is then checked), and `{"<path>.envs.<name>": [message]}` per
             bad variable.
     """
-    envs = spec.get("envs") or {}
+    envs = spec.get("envs")
+    if envs is None:  # absent or null: no variables ([] or "" are refused, not taken for {})
+        envs = {}
     if not isinstance(envs, Mapping):
         _add(errors, f"{path}.envs", f"must be a mapping of NAME: value; got {kind_of(envs)}.")
         return {}
