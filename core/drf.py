@@ -100,6 +100,18 @@ class FilterSetBackend(DjangoFilterBackend):
             raise ValidationFailed({name: [
                 f"is not a query parameter of this list; use {', '.join(sorted(accepted))}."]
                 for name in unknown})
+        # A parameter that takes one value, given twice, would be read as its last value and
+        # the other dropped without a word: refuse it instead.
+        from .filters import MultiValueFilter
+
+        multi = {name for name, f in filterset_class.base_filters.items()
+                 if isinstance(f, MultiValueFilter)}
+        twice = sorted(name for name in request.query_params
+                       if name not in multi and len(request.query_params.getlist(name)) > 1)
+        if twice:
+            raise ValidationFailed({name: ["is given more than once; give it once (only the "
+                                           f"list filters, {', '.join(sorted(multi))}, take "
+                                           "several values)."] for name in twice})
         return filterset_class.apply(queryset, filterset_class.validate(request.query_params))
 
 

@@ -336,6 +336,25 @@ def test_unknown_query_parameters_are_refused(auth_api, param):
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("query,param", [
+    ("search=llama&search=my", "search"), ("creator=a@x.io&creator=b@x.io", "creator"),
+    ("page_size=1&page_size=2", "page_size"), ("ordering=name&ordering=-name", "ordering"),
+    ("updated_since=2026-01-01&updated_since=2026-02-01", "updated_since"),
+])
+def test_a_single_value_parameter_given_twice_is_refused(auth_api, query, param):
+    """Read as its last value, the other would be dropped without a word."""
+    res = auth_api.get(f"/api/v1/exps?{query}")
+    assert res.status_code == 400 and "more than once" in res.json()[param][0]
+
+
+@pytest.mark.django_db
+def test_list_filters_take_several_values(auth_api, alice):
+    make_exp(creator=alice, name="a")
+    res = auth_api.get("/api/v1/exps?status=Created&status=Running&id=1&id=2&label=a&label=b")
+    assert res.status_code == 200
+
+
+@pytest.mark.django_db
 def test_known_query_parameters_are_accepted(auth_api):
     res = auth_api.get("/api/v1/exps", {"id": "1", "status": "Created", "ordering": "-id",
                                         "page_size": "5", "search": "x", "format": "json"})
