@@ -162,6 +162,10 @@ class Request:
     holders: dict[str, str] = field(default_factory=dict)  # Lease name -> holder, when sent
 
 
+class _Encoded(bytes):
+    """An answer body already encoded as JSON (a LIST page, encoded under the store lock)."""
+
+
 class _Store(dict):
     """The fake's objects by (resource, namespace, name): every store and removal is an event."""
 
@@ -609,8 +613,8 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format, *args):  # keep test output clean
         pass
 
-    def _send(self, code: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
+    def _send(self, code: int, body: dict[str, Any] | bytes) -> None:
+        data = body if isinstance(body, _Encoded) else json.dumps(body).encode()
         try:
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
@@ -924,8 +928,10 @@ class _Handler(BaseHTTPRequestHandler):
             items = items[:limit]
             meta["continue"] = _encode_token(list_rv, items[-1]["metadata"]["name"])
         _group, api_version, kind = KINDS[res]
-        return 200, {"kind": f"{kind}List", "apiVersion": api_version, "metadata": meta,
-                     "items": copy.deepcopy(items)}
+        # Encoded here, under the store lock, instead of deep-copied for `_send`: a page of
+        # thousands of objects cost the fake seconds to copy (benchmarks list 20,000).
+        return 200, _Encoded(json.dumps({"kind": f"{kind}List", "apiVersion": api_version,
+                                         "metadata": meta, "items": items}).encode())
 
 
 # -- pytest fixtures: import them into a test module to use them --------------------------------
