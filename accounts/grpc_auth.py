@@ -157,6 +157,7 @@ CONTROLLER_ONLY_METHODS = frozenset({
 READ_METHODS = frozenset({
     "/falcon.v1.ExperimentService/GetExp",
     "/falcon.v1.ExperimentService/ListExps",
+    "/falcon.v1.ExperimentService/ListExpStates",
     "/falcon.v1.JobService/GetJob",
     "/falcon.v1.JobService/ListJobs",
     "/falcon.v1.ArtifactService/GetArtifact",

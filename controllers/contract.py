@@ -93,6 +93,21 @@ def skipped_of(rows: list) -> tuple[SkippedRow, ...]:
 
 
 @dataclass(frozen=True)
+class ExpState:
+    """An experiment with every one of its jobs and its artifact, read together
+    (`FalconAPI.list_exp_states`): what the exp controller decides a tick from.
+
+    The jobs carry their experiment's fields from `exp` (name, status, cluster, type, artifact
+    path) and no task spec or config (`task_spec` `{}`, `config` ""): the exp controller never
+    reads them.
+    """
+
+    exp: ExpView
+    jobs: tuple[JobView, ...]
+    artifact: ArtifactView | None
+
+
+@dataclass(frozen=True)
 class ExpStatusUpdate:
     """One experiment transition of a batch (`FalconAPI.update_exp_statuses`)."""
 
@@ -148,6 +163,12 @@ class FalconAPI(Protocol):
     def list_jobs(self, flt: ListFilter) -> list[JobView]: ...
 
     def list_artifacts(self, flt: ListFilter) -> list[ArtifactView]: ...
+
+    def list_exp_states(self, statuses: tuple[str, ...]) -> list[ExpState]:
+        """ListExpStates, every page: the experiments in `statuses` with all their jobs and
+        their artifact (optional: a client without it is read with `list_exps`, `list_jobs`
+        and `list_artifacts`). Experiments it could not read are in `skipped_of` the result."""
+        ...
 
     def update_exp_status(self, *, exp_id: int, status: str, reason: str | None = None,
                           message: str | None = None) -> ExpView: ...

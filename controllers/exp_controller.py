@@ -1,14 +1,15 @@
 """The exp controller: FalconController.expController.
 
-Each tick reads the experiments that are not terminal, ALL jobs of those experiments and their
-artifacts (three list calls, paged, whatever the number of jobs), decides per experiment, and
-writes through UpdateArtifactStatus then the experiments' transitions, in that order: the
-experiments' transitions of a whole tick go together in UpdateExpStatuses calls (1,000 items
-each, one guarded transition and one result per item), so a tick over 10,000 changed experiments
-makes a handful of calls, not one each. It lists the jobs of
-non-terminal *experiments*, not only the non-terminal jobs, so that a tick killed between a
-job's last update and its experiment's update is finished by the next tick (the loop is
-re-entrant).
+Each tick reads the experiments that are not terminal with ALL jobs of those experiments and
+their artifacts (ListExpStates: one call per 5,000 experiments, each experiment with its jobs
+and artifact read together in one transaction; a client without it makes three paged list
+calls), decides per experiment, and writes through UpdateArtifactStatus then the experiments'
+transitions, in that order: the experiments' transitions of a whole tick go together in
+UpdateExpStatuses calls (1,000 items each, one guarded transition and one result per item), so
+a tick over 10,000 changed experiments makes a handful of calls, not one each. It reads the
+jobs of non-terminal *experiments*, not only the non-terminal jobs, so that a tick killed
+between a job's last update and its experiment's update is finished by the next tick (the loop
+is re-entrant).
 
 Rules per experiment (one Job per role; docs/architecture.md, State machines):
 - Aborting: once every job is terminal, Artifact Failed (reason + message), Exp Aborted.
@@ -346,27 +347,15 @@ class ExpController:
         self.has_files = has_files
 
     def tick(self) -> TickStats:
-        """Read the current state (3 list calls) and apply every experiment's updates."""
+        """Read the current state (one ListExpStates call per 5,000 experiments, or three list
+        calls with a client without it) and apply every experiment's updates."""
         stats = TickStats()
-        exps = self.api.list_exps(ListFilter(statuses=EXP_NON_TERMINAL, extra=PAGE))
-        for row in skipped_of(exps):
-            stats.skipped += 1
-            log.error("exp %s: skipped this tick: the API could not send it (the API server's "
-                      "log says why)", row.id, extra={"exp_id": row.id})
-        if not exps:
+        read = self._read(stats)
+        if read is None:
             return stats
-        jobs = self.api.list_jobs(ListFilter(exp_statuses=EXP_NON_TERMINAL, extra=PAGE))
-        artifacts = self.api.list_artifacts(ListFilter(exp_statuses=EXP_NON_TERMINAL,
-                                                       extra=PAGE))
-        unreadable: dict[int, list[str]] = defaultdict(list)
-        for kind, rows in (("job", jobs), ("artifact", artifacts)):
-            for row in skipped_of(rows):
-                unreadable[row.exp_id].append(f"{kind} {row.id}")
-        jobs_by_exp: dict[int, list[JobView]] = defaultdict(list)
-        for job in jobs:
-            jobs_by_exp[job.exp_id].append(job)
-        artifact_by_exp = {a.exp_id: a for a in artifacts}
-        stats.exps, stats.jobs = len(exps), len(jobs)
+        exps, jobs_by_exp, artifact_by_exp, unreadable = read
+        stats.exps = len(exps)
+        stats.jobs = sum(len(jobs) for jobs in jobs_by_exp.values())
         # The experiments' own transitions, applied together after every experiment's job and
         # artifact updates (one UpdateExpStatuses call per 1,000 when the client has it).
         exp_updates: list[tuple[ExpView, list[JobView], Update]] = []
@@ -414,6 +403,54 @@ class ExpController:
                           ",".join(str(e.id) for e, _j, _u in exp_updates[:20]),
                           type(exc).__name__, exc)
         return stats
+
+    def _read(self, stats: TickStats) -> tuple[
+            list[ExpView], dict[int, list[JobView]], dict[int, ArtifactView],
+            dict[int, list[str]]] | None:
+        """Read the non-terminal experiments with all their jobs and their artifacts.
+
+        With `list_exp_states` (the gRPC client) one call per page returns each experiment
+        with its jobs and artifact, read together; otherwise `list_exps`, then `list_jobs` and
+        `list_artifacts` of the non-terminal experiments. Experiments the API could not send
+        are counted in `stats.skipped` and logged here.
+
+        Returns:
+            None when no experiment is open; else `(experiments, jobs by exp id, artifact by
+            exp id, unreadable)`, where `unreadable` names, per exp id, the rows of it the
+            list calls could not read (such an experiment is not decided).
+
+        Raises:
+            FalconError: a list call failed (the tick ends; the next one reads again).
+        """
+        list_states = getattr(self.api, "list_exp_states", None)
+        if list_states is not None:
+            states = list_states(EXP_NON_TERMINAL)
+            exps = [state.exp for state in states]
+        else:
+            states = None
+            exps = self.api.list_exps(ListFilter(statuses=EXP_NON_TERMINAL, extra=PAGE))
+        for row in skipped_of(states if states is not None else exps):
+            stats.skipped += 1
+            log.error("exp %s: skipped this tick: the API could not send it (the API server's "
+                      "log says why)", row.id, extra={"exp_id": row.id})
+        if not exps:
+            return None
+        unreadable: dict[int, list[str]] = defaultdict(list)
+        if states is not None:
+            jobs_by_exp = {state.exp.id: list(state.jobs) for state in states}
+            artifact_by_exp = {state.exp.id: state.artifact for state in states
+                               if state.artifact is not None}
+            return exps, jobs_by_exp, artifact_by_exp, unreadable
+        jobs = self.api.list_jobs(ListFilter(exp_statuses=EXP_NON_TERMINAL, extra=PAGE))
+        artifacts = self.api.list_artifacts(ListFilter(exp_statuses=EXP_NON_TERMINAL,
+                                                       extra=PAGE))
+        for kind, rows in (("job", jobs), ("artifact", artifacts)):
+            for row in skipped_of(rows):
+                unreadable[row.exp_id].append(f"{kind} {row.id}")
+        jobs_by_exp: dict[int, list[JobView]] = defaultdict(list)
+        for job in jobs:
+            jobs_by_exp[job.exp_id].append(job)
+        return exps, jobs_by_exp, {a.exp_id: a for a in artifacts}, unreadable
 
     def _apply_exp_batch(self, batch, items: list[tuple[ExpView, list[JobView], Update]],
                          stats: TickStats) -> None:

@@ -18,7 +18,6 @@ this module adds only what that client leaves to its caller:
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import threading
 import time
@@ -26,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import orjson
 import tenacity
 import urllib3
 from kubernetes import client, config, watch
@@ -266,7 +266,7 @@ class Raw:
     thousands (the models validate and convert every field; the JSON is already there).
 
     Args:
-        data: one object of an API answer, as `json.loads` made it.
+        data: one object of an API answer, decoded from JSON.
     """
 
     __slots__ = ("_data",)
@@ -310,7 +310,8 @@ def list_all_raw(caller: KubeCaller, fn: Callable[..., Any], *args: Any, page_si
 
     Like `KubeCaller.list_all` (pages by `limit`/`continue`, a 410 Gone restarts from the
     first page at most `conn.retries` times), but the answer is read with
-    `_preload_content=False` and `json.loads`: no client model object is built per item.
+    `_preload_content=False` and decoded by orjson (several times faster than `json` on a
+    page of thousands of objects): no client model object is built per item.
 
     Args:
         caller: the `KubeCaller` that sends each page (timeout, retries, QPS).
@@ -334,7 +335,7 @@ def list_all_raw(caller: KubeCaller, fn: Callable[..., Any], *args: Any, page_si
                 resp = caller.call(fn, *args, limit=page_size, _continue=token,
                                    _preload_content=False, **kwargs)
                 try:
-                    page = json.loads(resp.data)
+                    page = orjson.loads(resp.data)
                 finally:
                     resp.release_conn()
                 items.extend(page.get("items") or [])

@@ -15,8 +15,10 @@ from django.db import connections, router
 from django.db.models import QuerySet
 
 # Id lists are padded up to one of these sizes (repeating the last id, which changes no `IN`
-# result), so a handful of compiled statements serve every page size up to the largest.
-BUCKETS = (1, 2, 4, 8, 16, 32, 51, 64, 128, 256, 501)
+# result), so a handful of compiled statements serve every page size up to the largest (5,000
+# experiments: a ListExpStates page, where compiling `IN` of 5,000 ids took longer than
+# running it).
+BUCKETS = (1, 2, 4, 8, 16, 32, 51, 64, 128, 256, 501, 1001, 2001, 5001)
 
 
 def bucket(count: int) -> int | None:
@@ -89,3 +91,45 @@ class IdsQuery:
             return ()
         fields = [select[0] for select in compiler.select[:compiler.col_count]]
         return sql, names, compiler.get_converters(fields), compiler
+
+
+def insert_rows(model: type, fields: Sequence[str], rows: Sequence[Sequence[Any]], *,
+                using: str) -> None:
+    """INSERT `rows` into `model`'s table with one prepared statement (`executemany`).
+
+    What `QuerySet.bulk_create` writes, for append-only rows whose ids nobody reads back (the
+    transition history): Django's bulk insert compiles every value of every row into the SQL
+    (`SQLInsertCompiler.field_as_sql`), which cost most of a 1,000-item status batch. Here the
+    statement is written once and each value is converted by its field for the connection
+    (`Field.get_db_prep_save`, as the compiler does); mysqlclient sends an `executemany` of an
+    INSERT as multi-row INSERTs, sqlite3 runs the prepared statement per row. No signal is
+    sent and no default is applied: every column without a database default must be named.
+
+    Args:
+        model: the model whose table receives the rows.
+        fields: the names of the fields given, in the order of each row's values.
+        rows: one sequence of values per row, in `fields` order.
+        using: the database alias (the caller's transaction).
+    """
+    if not rows:
+        return
+    connection = connections[using]
+    qn = connection.ops.quote_name
+    meta = model._meta
+    model_fields = [meta.get_field(name) for name in fields]
+    sql = (f"INSERT INTO {qn(meta.db_table)} ({', '.join(qn(f.column) for f in model_fields)}) "
+           f"VALUES ({', '.join(['%s'] * len(model_fields))})")
+    # A column's value often repeats from row to row (the time, the actor, the status
+    # entered): it is converted once per run of equal values.
+    last: list[tuple[Any, Any] | None] = [None] * len(model_fields)
+    params = []
+    for row in rows:
+        converted = []
+        for i, (field, value) in enumerate(zip(model_fields, row)):
+            seen = last[i]
+            if seen is None or type(seen[0]) is not type(value) or seen[0] != value:
+                seen = last[i] = (value, field.get_db_prep_save(value, connection))
+            converted.append(seen[1])
+        params.append(converted)
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, params)

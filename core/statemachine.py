@@ -39,6 +39,7 @@ from django.utils import timezone
 
 from core.context import current_actor
 from core.errors import Conflict, InvalidTransition, NotFound, TransitionRace
+from core.prepared import insert_rows
 from core.text import truncate
 
 log = logging.getLogger("falcon.transitions")
@@ -76,9 +77,15 @@ def experiment_column(model: type[models.Model]) -> str:
     return "experiment_id"
 
 
+# The columns of a TransitionEvent row, in the order `record_transitions` gives them.
+EVENT_FIELDS = ("entity_type", "entity_id", "experiment_id", "from_status", "to_status",
+                "reason", "message", "actor", "at")
+
+
 def record_transitions(machine: "StateMachine", changes: list[tuple[Any, Any, str, str, str]],
                        *, target: str, at: datetime, using: str) -> None:
-    """Write one `TransitionEvent` per changed row, in one INSERT (the caller's transaction).
+    """Write one `TransitionEvent` per changed row with one prepared INSERT
+    (`core.prepared.insert_rows`), in the caller's transaction.
 
     Args:
         machine: the entity's table (its `name`, lower-cased, is the event's entity type).
@@ -94,12 +101,10 @@ def record_transitions(machine: "StateMachine", changes: list[tuple[Any, Any, st
         return
     actor = current_actor()
     entity = machine.name.lower()
-    TransitionEvent.objects.using(using).bulk_create([
-        TransitionEvent(entity_type=entity, entity_id=str(pk), experiment_id=exp_id,
-                        from_status=source, to_status=target, reason=reason or "",
-                        message=message or "", actor=actor, at=at)
+    insert_rows(TransitionEvent, EVENT_FIELDS, [
+        (entity, str(pk), exp_id, source, target, reason or "", message or "", actor, at)
         for pk, exp_id, source, reason, message in changes
-    ])
+    ], using=using)
     # Logged once the change is committed, with the ids of what changed (core.logs).
     lines = [(f"{machine.name} {pk}: {source} -> {target}"
               + (f" ({reason})" if reason else "") + f" by {actor}",

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from django.db import transaction
 from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
 
 from accounts.models import User
@@ -193,3 +195,69 @@ def exp_diff(*, exp_ids: Sequence[int], include_equal: bool = False) -> dict[str
         raise NotFound(f"Experiment(s) {', '.join(map(str, missing))} do not exist.")
     return diff_experiments([rows[i] for i in ids], now=timezone.now(),
                             include_equal=include_equal)
+
+
+# What the exp controller decides from (ListExpStates): no config, task specs, labels or
+# timestamps, which a tick never reads and which cost most of a list's time to load and encode.
+STATE_EXP_FIELDS = ("id", "name", "status", "reason", "message", "cluster_name", "exp_type",
+                    "artifact_path")
+STATE_JOB_FIELDS = ("id", "experiment_id", "role", "status", "reason", "message")
+STATE_ARTIFACT_FIELDS = ("id", "experiment_id", "path", "artifact_type", "status", "reason",
+                         "message")
+
+
+@dataclass(frozen=True)
+class ExpStates:
+    """One page of `exp_states`.
+
+    Attributes:
+        exps: experiment rows (`STATE_EXP_FIELDS` dicts), by ascending id, each with `jobs`
+            (every job of the experiment, `STATE_JOB_FIELDS` dicts by ascending id) and
+            `artifact` (a `STATE_ARTIFACT_FIELDS` dict, or None when it has none).
+        more: another page follows the last row.
+    """
+
+    exps: list[dict[str, Any]]
+    more: bool
+
+
+def exp_states(*, statuses: Sequence[str], after: int | None, size: int) -> ExpStates:
+    """ListExpStates: a page of experiments with all their jobs and their artifact.
+
+    Three queries in one transaction: the experiments (`WHERE status IN (...) AND id > after
+    ORDER BY id LIMIT size + 1`: the status index, then a sort of the matching rows), then
+    their jobs and their artifacts by `experiment_id IN (the page's ids)` on the foreign-key
+    indexes, compiled once per bucket of id counts (`core.prepared.IdsQuery`). The jobs and
+    the artifact are those of the experiments read, whatever changed in between. Rows are
+    `.values()` dicts of the columns named above: no model instance is built.
+
+    Args:
+        statuses: keep experiments in these statuses (validated names); empty keeps all.
+        after: the last id of the previous page, None for the first page.
+        size: experiments per page (>= 1).
+    """
+    with transaction.atomic():
+        qs = Experiment.objects.order_by("id")
+        if statuses:
+            qs = qs.filter(status__in=list(statuses))
+        if after is not None:
+            qs = qs.filter(pk__gt=after)
+        rows = list(qs.values(*STATE_EXP_FIELDS)[: size + 1])
+        more = len(rows) > size
+        rows = rows[:size]
+        by_id = {}
+        for row in rows:
+            row["jobs"], row["artifact"] = [], None
+            by_id[row["id"]] = row
+        ids = list(by_id)
+        for job in _state_jobs(ids):
+            by_id[job["experiment_id"]]["jobs"].append(job)
+        for artifact in _state_artifacts(ids):
+            by_id[artifact["experiment_id"]]["artifact"] = artifact
+    return ExpStates(rows, more)
+
+
+_state_jobs = IdsQuery(lambda ids: Job.objects.filter(experiment_id__in=ids)
+                       .order_by("experiment_id", "id").values(*STATE_JOB_FIELDS))
+_state_artifacts = IdsQuery(lambda ids: Artifact.objects.filter(experiment_id__in=ids)
+                            .order_by("experiment_id").values(*STATE_ARTIFACT_FIELDS))

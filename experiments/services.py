@@ -470,9 +470,10 @@ def exp_update_statuses(changes: list[ExpStatusChange]) -> list[ExpStatusOutcome
     if len(changes) > MAX_STATUS_BATCH:
         raise ValidationFailed({"items": [f"at most {MAX_STATUS_BATCH} items per call; got "
                                           f"{len(changes)}: send them in several calls"]})
+    known = set(ExpStatus)
     for change in changes:
         for field, value in (("status", change.status), ("expected", change.expected)):
-            if value is not None and value not in set(ExpStatus):
+            if value is not None and value not in known:
                 raise ValidationFailed({f"items.{field}": [
                     f"{value!r} is not one of {', '.join(ExpStatus)}"]})
     machine = Experiment.machine
@@ -509,11 +510,14 @@ def exp_update_statuses(changes: list[ExpStatusChange]) -> list[ExpStatusOutcome
             # An experiment named twice is written at once, so its items apply in order.
             alone = counts[change.exp_id] > 1
             if current in guard:
-                values = {**machine.updates_for(change.status, now), **detail}
                 if alone:
-                    Experiment.objects.filter(pk=change.exp_id).update(**values)
+                    Experiment.objects.filter(pk=change.exp_id).update(
+                        **machine.updates_for(change.status, now), **detail)
                 else:
-                    moves.setdefault(tuple(sorted(values.items())), []).append(change.exp_id)
+                    # Keyed by what the values are made of: the values themselves hold
+                    # expressions (Coalesce for started_at), whose hash is costly.
+                    moves.setdefault((change.status, tuple(sorted(detail.items()))),
+                                     []).append(change.exp_id)
                 reason, message = detail_of[change.exp_id]
                 reason, message = detail.get("reason", reason), detail.get("message", message)
                 detail_of[change.exp_id] = (reason, message)
@@ -537,8 +541,9 @@ def exp_update_statuses(changes: list[ExpStatusChange]) -> list[ExpStatusOutcome
             else:
                 outcomes.append(ExpStatusOutcome(change.exp_id, False, _refusal(
                     machine, change, current, sources), status=current))
-        for values, pks in moves.items():
-            Experiment.objects.filter(pk__in=pks).update(**dict(values))
+        for (target, detail_items), pks in moves.items():
+            Experiment.objects.filter(pk__in=pks).update(**machine.updates_for(target, now),
+                                                         **dict(detail_items))
         for values, pks in refreshes.items():
             Experiment.objects.filter(pk__in=pks).update(updated_at=now, **dict(values))
         for target, changed in events.items():

@@ -134,9 +134,25 @@ def test_keyset_page_token_moves_past_skipped_rows():
     assert [m.id for m in rest.items] == [exps[3].pk] and not rest.next_page_token
 
 
+class ThreeLists:
+    """The gRPC client without ListExpStates: the exp controller reads with ListExps,
+    ListJobs and ListArtifacts, which carry priorities and task specs."""
+
+    list_exp_states = None
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_exp_controller_tick_skips_bad_rows_and_decides_the_others(falcon_api, caplog, variant):
+    """With the three list calls (a client without ListExpStates) the rows that cannot be
+    sent are skipped and their experiments are not decided."""
     caplog.handler.addFilter(ContextFilter())
+    api = ThreeLists(falcon_api)
     running = make_exp(name="running")
     bad_exp = make_exp(name="bad-exp")
     bad_job_exp = make_exp(name="bad-job")
@@ -148,7 +164,7 @@ def test_exp_controller_tick_skips_bad_rows_and_decides_the_others(falcon_api, c
     plant(Experiment, bad_exp.pk, variant)
     plant(Job, job_of(bad_job_exp).pk, variant)
 
-    stats = ExpController(falcon_api, has_files=lambda url: False).tick()
+    stats = ExpController(api, has_files=lambda url: False).tick()
 
     status = dict(Experiment.objects.values_list("name", "status"))
     assert status == {"running": "Running", "failed": "Failed",
@@ -165,7 +181,26 @@ def test_exp_controller_tick_skips_bad_rows_and_decides_the_others(falcon_api, c
                and r.name == "falcon.controllers.exp"}
     assert skipped == {bad_exp.pk, bad_job_exp.pk}
     # And it keeps going, tick after tick.
-    assert ExpController(falcon_api, has_files=lambda url: False).tick().skipped == 2
+    assert ExpController(api, has_files=lambda url: False).tick().skipped == 2
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_exp_controller_decides_rows_whose_unused_columns_cannot_be_sent(falcon_api, variant):
+    """ListExpStates carries only what a decision needs (no priority, no task spec): the
+    experiments the three lists had to skip are decided from all their jobs."""
+    bad_exp = make_exp(name="bad-exp")
+    bad_job_exp = make_exp(name="bad-job")
+    job_update_status(job_id=job_of(bad_exp).pk, status="Running")
+    job_update_status(job_id=job_of(bad_job_exp).pk, status="Failed", reason="Boom",
+                      message="x")
+    plant(Experiment, bad_exp.pk, variant)
+    plant(Job, job_of(bad_job_exp).pk, variant)
+
+    stats = ExpController(falcon_api, has_files=lambda url: False).tick()
+
+    assert dict(Experiment.objects.values_list("name", "status")) == {
+        "bad-exp": "Running", "bad-job": "Failed"}
+    assert stats.skipped == 0 and stats.failed == 0
 
 
 def test_exp_controller_skips_an_experiment_whose_handling_raises(falcon_api, caplog):

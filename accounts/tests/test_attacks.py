@@ -250,7 +250,7 @@ def _all_rpcs() -> list[str]:
     return names
 
 
-READS = {"GetExp", "ListExps", "GetJob", "ListJobs", "GetArtifact", "ListArtifacts",
+READS = {"GetExp", "ListExps", "ListExpStates", "GetJob", "ListJobs", "GetArtifact", "ListArtifacts",
          "GetAnalysisRecord", "ListAnalysisRecords"}
 ANALYSIS = {"ListExpsAwaitingAnalysis", "CreateAnalysisRecord", "GetAnalysisRecord",
             "ListAnalysisRecords", "UpdateAnalysisRecord", "DeleteAnalysisRecord",

@@ -44,6 +44,9 @@ from typing import Any
 
 import urllib3
 from kubernetes import client
+# The API classes load lazily on first use, which takes a second on a busy machine: they load
+# with this module (the resource manager's start-up), not inside its first tick.
+from kubernetes.client import BatchV1Api, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
 from controllers.contract import JobView
@@ -190,7 +193,7 @@ class KubernetesClusterConfig:
     service_account: str = ""
     image_pull_secrets: tuple[str, ...] = ()
     node_selector: Mapping[str, str] = field(default_factory=dict)
-    list_page_size: int = 500
+    list_page_size: int = 5000
     devices: DeviceTable = field(default_factory=DeviceTable)
     watch: bool = True
     watch_timeout: float = 60.0
@@ -664,12 +667,14 @@ class KubernetesBackend(ClusterBackend):
         return self._api
 
     @property
-    def batch(self) -> client.BatchV1Api:
-        return client.BatchV1Api(self.api)
+    def batch(self) -> BatchV1Api:
+        """The batch/v1 API (Jobs) on `api`."""
+        return BatchV1Api(self.api)
 
     @property
-    def core(self) -> client.CoreV1Api:
-        return client.CoreV1Api(self.api)
+    def core(self) -> CoreV1Api:
+        """The core/v1 API (Pods, Services, logs) on `api`."""
+        return CoreV1Api(self.api)
 
     def _fail(self, what: str, exc: BaseException) -> BackendError:
         """Return the error to raise for a failed call: permanent for a final 4xx.

@@ -33,8 +33,10 @@ Kubernetes API conventions:
   (`allowWatchBookmarks`), ends after `timeoutSeconds`, and answers an ERROR event 410 Expired
   when N is older than the last `compact()`; `drop_watches()` ends every open stream, as an API
   server restart does;
-- `inject` makes matching requests answer an error status (410, 500, ...) or stall longer than
-  the client's timeout; `requests` records every request (method, resource, name, query).
+- `inject` makes matching requests (of one client, by its bearer token, if asked) answer an
+  error status (410, 500, ...), stall longer than the client's timeout, or wait until the test
+  releases them and only then take effect (a POST that lands after its client gave up);
+  `requests` records every request (method, resource, name, query, token).
 """
 from __future__ import annotations
 
@@ -142,6 +144,11 @@ class Fault:
     times: int = 1
     name: str | None = None
     action: Any = None  # called (under the store lock) before the request is handled
+    token: str | None = None  # only requests sent with this bearer token (one client)
+    # The request waits until this is set (or `hold_timeout` passed), then is handled as
+    # usual: a request in flight that lands late, after its client gave up.
+    hold: threading.Event | None = None
+    hold_timeout: float = 60.0
 
 
 @dataclass
@@ -153,6 +160,10 @@ class Request:
     query: dict[str, str] = field(default_factory=dict)
     token: str = ""  # the bearer token that sent it (which client)
     holders: dict[str, str] = field(default_factory=dict)  # Lease name -> holder, when sent
+
+
+class _Encoded(bytes):
+    """An answer body already encoded as JSON (a LIST page, encoded under the store lock)."""
 
 
 class _Store(dict):
@@ -246,12 +257,21 @@ class FakeKube:
 
     def inject(self, method: str | None, resource: str | None, *, status: int | None = None,
                reason: str = "", delay: float = 0.0, times: int = 1,
-               name: str | None = None, action=None) -> None:
+               name: str | None = None, action=None, token: str | None = None,
+               hold: threading.Event | None = None, hold_timeout: float = 60.0) -> None:
         """Make the next `times` matching requests fail with `status`, stall `delay` s, or
-        run `action()` first (e.g. another writer changing the object: a lost race)."""
+        run `action()` first (e.g. another writer changing the object: a lost race).
+
+        Args:
+            token: match only the requests of the client with this bearer token
+                (`kubeconfig(token=...)`), e.g. one of two replicas.
+            hold: hold each matching request until the event is set (at most
+                `hold_timeout` s), then handle it as usual: it lands after its client has
+                timed out, as a POST in flight during a network partition does.
+        """
         with self.lock:
             self.faults.append(Fault(method, resource, status, reason, delay, times, name,
-                                     action))
+                                     action, token, hold, hold_timeout))
 
     def bump(self, resource: str, ns: str, name: str) -> None:
         """Advance an object's resourceVersion, as a write by another client would."""
@@ -593,8 +613,8 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format, *args):  # keep test output clean
         pass
 
-    def _send(self, code: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
+    def _send(self, code: int, body: dict[str, Any] | bytes) -> None:
+        data = body if isinstance(body, _Encoded) else json.dumps(body).encode()
         try:
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
@@ -663,7 +683,7 @@ class _Handler(BaseHTTPRequestHandler):
             kube.requests.append(Request(method, res, ns, name, query, token, holders))
             fault = next((f for f in kube.faults if f.times > 0
                           and f.method in (None, method) and f.resource in (None, res)
-                          and f.name in (None, name)), None)
+                          and f.name in (None, name) and f.token in (None, token)), None)
             if fault is not None:
                 fault.times -= 1
         if fault is not None:
@@ -672,6 +692,8 @@ class _Handler(BaseHTTPRequestHandler):
                     fault.action()
             if fault.delay:
                 time.sleep(fault.delay)
+            if fault.hold is not None:
+                fault.hold.wait(fault.hold_timeout)
             if fault.status:
                 return self._send(fault.status, status_body(
                     fault.status, fault.reason or "InternalError",
@@ -906,8 +928,10 @@ class _Handler(BaseHTTPRequestHandler):
             items = items[:limit]
             meta["continue"] = _encode_token(list_rv, items[-1]["metadata"]["name"])
         _group, api_version, kind = KINDS[res]
-        return 200, {"kind": f"{kind}List", "apiVersion": api_version, "metadata": meta,
-                     "items": copy.deepcopy(items)}
+        # Encoded here, under the store lock, instead of deep-copied for `_send`: a page of
+        # thousands of objects cost the fake seconds to copy (benchmarks list 20,000).
+        return 200, _Encoded(json.dumps({"kind": f"{kind}List", "apiVersion": api_version,
+                                         "metadata": meta, "items": items}).encode())
 
 
 # -- pytest fixtures: import them into a test module to use them --------------------------------

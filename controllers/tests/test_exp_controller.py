@@ -441,8 +441,13 @@ class CountingInterceptor(grpc.UnaryUnaryClientInterceptor):
         return continuation(client_call_details, request)
 
 
-@pytest.mark.parametrize("count", [5, 50])
-def test_one_tick_makes_three_list_calls_whatever_the_number_of_exps(grpc_server, count):
+@pytest.mark.parametrize("count,page,reads", [(5, None, 1), (50, None, 1), (5, 2, 3)])
+def test_one_tick_makes_one_read_call_per_page_whatever_the_number_of_jobs(
+        grpc_server, monkeypatch, count, page, reads):
+    """ListExpStates returns each experiment with all its jobs and its artifact: one call per
+    page of experiments (5,000 by default), and one UpdateExpStatuses per 1,000 changes."""
+    if page is not None:
+        monkeypatch.setattr("controllers.grpc_client.STATES_PAGE_SIZE", page)
     user = UserFactory()
     exps = [make_exp(creator=user, name=f"e{i}", roles=("main", "worker")) for i in range(count)]
     for exp in exps[::2]:
@@ -457,8 +462,8 @@ def test_one_tick_makes_three_list_calls_whatever_the_number_of_exps(grpc_server
         channel.close()
 
     assert stats.exps == count and stats.jobs == 2 * count
-    reads = {m: n for m, n in counter.calls.items() if not m.startswith("Update")}
-    assert reads == {"ListExps": 1, "ListJobs": 1, "ListArtifacts": 1}
+    assert {m: n for m, n in counter.calls.items() if not m.startswith("Update")} == {
+        "ListExpStates": reads}
     # Every experiment's status/summary write goes in one batch call, whatever their number.
     assert counter.calls["UpdateExpStatuses"] == 1 and "UpdateExpStatus" not in counter.calls
     assert fresh(exps[0]).status == "Running" and fresh(exps[1]).message == "2 Pending"

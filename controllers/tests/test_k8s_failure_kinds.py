@@ -283,6 +283,111 @@ def test_a_job_created_after_its_experiment_was_aborted_is_removed(rm, fake_kube
     assert job.cluster_job_name in removed and "falcon-999-gone-main" in removed
 
 
+def test_a_create_held_while_its_leader_lost_the_lease_lands_after_the_abort_and_is_removed(
+        fake_kube, k8s_clusters, falcon_api, tmp_path):
+    """The race of CB-20 injected, not only its outcome: the leader's Lease renewals fail and
+    its Job POST is held by the API server; its call times out well inside the renew
+    deadline, a second replica takes the Lease over, the experiment is aborted, and only then
+    does the old POST land. The new leader's next tick removes the Job and its Pod, and the
+    old leader writes nothing to the cluster once the new one leads (CB-16, CB-18, CB-20).
+
+    The durations are a fifth of the defaults (Lease 3 s, renew deadline 2 s; each call
+    0.5 s, one retry), with the defaults' proportions."""
+    import threading
+    from dataclasses import replace
+
+    from kubernetes import client as k8s
+
+    from controllers.contract import ListFilter
+    from controllers.kubeclient import KubeCaller, api_client
+    from controllers.leader import ElectionConfig, Fenced, LeadershipLost, LeaseElector
+    from controllers.management.commands.runcontroller import API_WRITES, BACKEND_WRITES
+
+    election = {"lease_duration": 3.0, "renew_deadline": 2.0, "retry_period": 0.25}
+    limits = {"connect_timeout": 0.5, "request_timeout": 0.5, "call_deadline": 0.5,
+              "retries": 1, "backoff_initial": 0.05, "backoff_max": 0.1}
+    backends = []
+
+    def replica(who: str):
+        conn = KubeConnection(kubeconfig=str(fake_kube.kubeconfig(tmp_path / f"kc-{who}",
+                                                                  token=who)), **limits)
+        elector = LeaseElector(k8s.CoordinationV1Api(api_client(conn)),
+                               ElectionConfig(lease_name="falcon-resources-k8s-a",
+                                              namespace=NS, identity=who, **election),
+                               caller=KubeCaller(replace(conn, retries=0)))
+        backend = KubernetesBackend("k8s-a", KubernetesClusterConfig(namespace=NS,
+                                                                     connection=conn))
+        backends.append(backend)
+        manager = ResourceManager(Fenced(falcon_api, elector.fence, API_WRITES),
+                                  {"k8s-a": Fenced(backend, elector.fence, BACKEND_WRITES)},
+                                  orphan_grace=0)
+        return elector, manager
+
+    old_elector, old = replica("old-leader")
+    new_elector, new = replica("new-leader")
+    release = threading.Event()
+    try:
+        assert old_elector.try_acquire_or_renew() and old_elector.is_leader()
+        assert not new_elector.try_acquire_or_renew()  # held: it starts counting
+        exp = make_exp(name="race", cluster_name="k8s-a", image=IMAGE)
+        job = Job.objects.get(experiment=exp)
+        # From now on the old leader's Lease calls fail and its Job POSTs are held.
+        fake_kube.inject("POST", "jobs", token="old-leader", hold=release, times=100)
+        fake_kube.inject(None, "leases", token="old-leader", status=503, times=1000)
+
+        started = time.monotonic()
+        stats = old.tick()
+        took = time.monotonic() - started
+        assert fake_kube.count("POST", "jobs") >= 1 and fake_kube.list("jobs", NS) == []
+        assert stats.failed == 1 and "create" in " ".join(stats.errors), stats.errors
+        # Every attempt timed out: one call ends within its call deadline plus one request
+        # timeout (1 s here), so the tick gave up its POST inside the renew deadline, while it
+        # still held the Lease, before another replica could act.
+        assert limits["call_deadline"] + limits["request_timeout"] < election["renew_deadline"]
+        assert took < election["renew_deadline"], took
+        assert fresh(job).status == "Pending"
+
+        deadline = time.monotonic() + election["lease_duration"] + 3.0
+        while not new_elector.try_acquire_or_renew():
+            assert not old_elector.try_acquire_or_renew()  # its renewals keep failing
+            assert time.monotonic() < deadline, "the second replica never took over"
+            time.sleep(election["retry_period"])
+        taken_over = len(fake_kube.requests)
+        assert not old_elector.is_leader()
+        with pytest.raises(LeadershipLost):
+            old_elector.fence()
+
+        # The user aborts; the new leader finds no Job (the POST is still held) and ends it.
+        exp_abort(exp_id=exp.pk, actor=exp.creator)
+        new.tick()
+        ExpController(falcon_api, has_files=lambda url: True).tick()
+        assert fresh(job).status == "Aborted" and fresh(exp).status == "Aborted"
+        with pytest.raises(LeadershipLost):
+            old.tick()  # the old leader's next write (its sweep) is fenced
+
+        # The held POST lands now, after the abort; the Job controller starts its Pod.
+        (view,) = falcon_api.list_jobs(ListFilter(ids=(job.pk,)))
+        name = backends[1].cluster_job_name(view)
+        release.set()
+        until = time.monotonic() + 5.0
+        while fake_kube.get("jobs", NS, name) is None:
+            assert time.monotonic() < until, "the held POST never landed"
+            time.sleep(0.05)
+        fake_kube.spawn_pods(NS, name, status={"phase": "Running"})
+        assert len(fake_kube.list("pods", NS)) == 1
+
+        new.tick()  # one tick of the new leader
+        assert fake_kube.list("jobs", NS) == [] and fake_kube.list("pods", NS) == []
+        writes = [(r.method, r.resource, r.name) for r in fake_kube.requests[taken_over:]
+                  if r.token == "old-leader" and r.resource != "leases"
+                  and r.method in ("POST", "PUT", "PATCH", "DELETE")]
+        assert writes == [], writes
+    finally:
+        release.set()
+        for backend in backends:
+            backend.close()
+
+
 def falcon_job_views(mgr, job: Job):
     """The `JobView` of `job` as the resource manager reads it (any status)."""
     from controllers.contract import ListFilter

@@ -69,17 +69,24 @@ def decode_page_token(token: str) -> int | None:
         "unchanged, or none for the first page."]})
 
 
-def page_size_of(requested: int) -> int:
-    """Return the page size to use for a request's `page_size` (0 means the default).
+def page_size_of(requested: int, *, default: int = DEFAULT_PAGE_SIZE,
+                 maximum: int = MAX_PAGE_SIZE) -> int:
+    """Return the page size to use for a request's `page_size` (0 means `default`).
+
+    Args:
+        requested: the request's `page_size`.
+        default: the size of a request that names none (rows).
+        maximum: the largest size a request may name (rows): `MAX_PAGE_SIZE` for the List
+            RPCs, more for a lean list such as ListExpStates.
 
     Raises:
-        ValidationFailed: `requested` is negative or over `MAX_PAGE_SIZE` (field `page_size`).
+        ValidationFailed: `requested` is negative or over `maximum` (field `page_size`).
     """
     if requested == 0:
-        return DEFAULT_PAGE_SIZE
-    if requested < 0 or requested > MAX_PAGE_SIZE:
+        return default
+    if requested < 0 or requested > maximum:
         raise ValidationFailed({"page_size": [
-            f"must be between 1 and {MAX_PAGE_SIZE} (0 for {DEFAULT_PAGE_SIZE}); got {requested}."
+            f"must be between 1 and {maximum} (0 for {default}); got {requested}."
         ]})
     return requested
 
@@ -122,7 +129,7 @@ def keyset_page(queryset: QuerySet, *, page_size: int, page_token: str,
     if after is not None:
         qs = qs.filter(pk__gt=after)
     rows = list(qs[: size + 1])
-    return _fill(rows, size, to_message=to_message, byte_budget=byte_budget, rpc=rpc,
+    return fill_page(rows, size, to_message=to_message, byte_budget=byte_budget, rpc=rpc,
                  token_of=lambda row: encode_page_token(row.pk))
 
 
@@ -154,13 +161,33 @@ def ordered_keyset_page(queryset: QuerySet, *, ordering: tuple[str, ...], page_s
                 "response unchanged, or none for the first page."]})
         qs = qs.filter(keyset.after(keys, position.values))
     rows = list(qs[: size + 1])
-    return _fill(rows, size, to_message=to_message, byte_budget=byte_budget, rpc=rpc,
+    return fill_page(rows, size, to_message=to_message, byte_budget=byte_budget, rpc=rpc,
                  token_of=lambda row: keyset.encode(keys, keyset.values_of(row, keys)))
 
 
-def _fill(rows: list[Any], size: int, *, to_message: Callable[[Any], Any], byte_budget: int,
-          rpc: str, token_of: Callable[[Any], str]) -> Page:
-    """Map up to `size` of `rows` (one more tells whether a page follows) into a `Page`."""
+def fill_page(rows: list[Any], size: int, *, to_message: Callable[[Any], Any],
+              token_of: Callable[[Any], str], byte_budget: int = PAGE_BYTE_BUDGET,
+              rpc: str = "", id_of: Callable[[Any], Any] = lambda row: row.pk,
+              kind_of: Callable[[Any], str] = lambda row: type(row).__name__,
+              more: bool | None = None) -> Page:
+    """Map up to `size` of `rows` (one more tells whether a page follows) into a `Page`.
+
+    The page-filling rules of `keyset_page` for rows read some other way (ListExpStates reads
+    `.values()` dicts): a row `to_message` cannot map, or whose message passes
+    `MAX_ITEM_BYTES`, is skipped and logged; the page ends early, after at least one row, once
+    its messages would pass `byte_budget` bytes.
+
+    Args:
+        rows: the rows read, in page order, at most `size + 1`.
+        size: the page size.
+        to_message: maps one row to its protobuf message.
+        token_of: the next page token after a row.
+        byte_budget: see above, in bytes.
+        rpc: the list's name for the log.
+        id_of: a row's id, for the log (default its `pk`).
+        kind_of: what a row is, for the log (default its class name).
+        more: whether rows follow `rows` (None: `rows` holds one more than `size` then).
+    """
     items: list[Any] = []
     skipped: list[Any] = []
     used = 0
@@ -176,20 +203,22 @@ def _fill(rows: list[Any], size: int, *, to_message: Callable[[Any], Any], byte_
             skipped.append(row)
             last = row
             log.error("%s: skipped %s %s, which cannot be encoded: %s: %s (%d row(s) skipped "
-                      "in this page so far)", rpc or "list", type(row).__name__, row.pk,
+                      "in this page so far)", rpc or "list", kind_of(row), id_of(row),
                       type(exc).__name__, exc, len(skipped))
             continue
         used += message_bytes
         if items and used > byte_budget:
-            return _page(items, token_of(last), skipped, rpc)
+            return _page(items, token_of(last), skipped, rpc, id_of)
         items.append(message)
         last = row
-    more = len(rows) > size
-    return _page(items, token_of(last) if more else "", skipped, rpc)
+    if more is None:
+        more = len(rows) > size
+    return _page(items, token_of(last) if more else "", skipped, rpc, id_of)
 
 
-def _page(items: list[Any], token: str, skipped: list[Any], rpc: str) -> Page:
+def _page(items: list[Any], token: str, skipped: list[Any], rpc: str,
+          id_of: Callable[[Any], Any]) -> Page:
     if skipped:
         log.error("%s: page sent with %d row(s) and %d skipped row(s) (ids %s)", rpc or "list",
-                  len(items), len(skipped), ", ".join(str(row.pk) for row in skipped))
+                  len(items), len(skipped), ", ".join(str(id_of(row)) for row in skipped))
     return Page(items, token, skipped)

@@ -9,12 +9,18 @@ from __future__ import annotations
 from accounts.grpc_auth import creator_for, current_principal
 from falcon_proto.falcon.v1 import common_pb2, experiment_pb2, experiment_pb2_grpc
 from core.grpc.from_proto import json_value, list_filters, optional, require_choice, require_id
-from core.grpc.paging import keyset_page
+from core.grpc.paging import (
+    decode_page_token, encode_page_token, fill_page, keyset_page, page_size_of,
+)
 
 from .. import selectors, services
 from ..filters import ExperimentFilter
 from core.statuses import ExpStatus
-from .to_proto import exp_to_item
+from .to_proto import exp_state_to_item, exp_to_item
+
+# ListExpStates' page sizes, in experiments: its rows are small (no config, specs or labels).
+STATES_PAGE_SIZE = 1000
+STATES_MAX_PAGE_SIZE = 5000
 
 
 def _detail(exp_id: int) -> experiment_pb2.ExpItem:
@@ -66,14 +72,15 @@ class ExperimentServicer(experiment_pb2_grpc.ExperimentServiceServicer):
         """UpdateExpStatuses -> `services.exp_update_statuses`: one guarded transition per item,
         one result per item (a refused item never fails the call)."""
         changes = []
+        statuses = list(ExpStatus)
         for item in request.items:
             expected = optional(item, "expected")
             changes.append(services.ExpStatusChange(
                 exp_id=require_id(item.id),
-                status=require_choice(item.status, "status", list(ExpStatus)),
+                status=require_choice(item.status, "status", statuses),
                 reason=optional(item, "reason"), message=optional(item, "message"),
                 expected=None if expected is None else require_choice(expected, "expected",
-                                                                      list(ExpStatus))))
+                                                                      statuses)))
         outcomes = services.exp_update_statuses(changes)
         return experiment_pb2.UpdateExpStatusesResp(results=[
             experiment_pb2.UpdateExpStatusResult(
@@ -105,6 +112,30 @@ class ExperimentServicer(experiment_pb2_grpc.ExperimentServiceServicer):
         return experiment_pb2.ListExpsResp(
             exps=page.items, next_page_token=page.next_page_token,
             skipped=[common_pb2.SkippedRow(id=exp.pk, exp_id=exp.pk) for exp in page.skipped])
+
+    def ListExpStates(self, request, context):
+        """ListExpStates -> `selectors.exp_states`: a page of experiments with all their jobs
+        and their artifact (the exp controller's read of a tick, in one call per page).
+
+        A row that cannot be encoded is skipped and reported in `skipped` (`fill_page`).
+
+        Raises:
+            ValidationFailed: an unknown status, or a bad `page_size` / `page_token`.
+        """
+        known = list(ExpStatus)
+        statuses = [require_choice(s, "statuses", known) for s in request.statuses]
+        size = page_size_of(request.page_size, default=STATES_PAGE_SIZE,
+                            maximum=STATES_MAX_PAGE_SIZE)
+        states = selectors.exp_states(statuses=statuses,
+                                      after=decode_page_token(request.page_token), size=size)
+        page = fill_page(states.exps, size, to_message=exp_state_to_item,
+                         token_of=lambda row: encode_page_token(row["id"]), rpc="ListExpStates",
+                         id_of=lambda row: row["id"], kind_of=lambda row: "Experiment",
+                         more=states.more)
+        return experiment_pb2.ListExpStatesResp(
+            exps=page.items, next_page_token=page.next_page_token,
+            skipped=[common_pb2.SkippedRow(id=row["id"], exp_id=row["id"])
+                     for row in page.skipped])
 
     def DeleteExp(self, request, context):
         """DeleteExp -> `services.exp_delete` (terminal experiments only; creator or staff)."""

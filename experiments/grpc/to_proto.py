@@ -47,3 +47,27 @@ def exp_to_item(exp: Experiment, *, detail: bool = True,
         item.config = exp.config
         item.jobs.extend(job_to_item(job, with_experiment=False) for job in exp.jobs.all())
     return item
+
+
+def exp_state_to_item(row: dict) -> experiment_pb2.ExpState:
+    """Return the `ExpState` of one `selectors.exp_states` row (its jobs and artifact in it).
+
+    Args:
+        row: a `selectors.STATE_EXP_FIELDS` dict with `jobs` (`STATE_JOB_FIELDS` dicts) and
+            `artifact` (a `STATE_ARTIFACT_FIELDS` dict or None).
+
+    Raises:
+        TypeError, ValueError: a value its field cannot hold (the list skips the row).
+    """
+    artifact = row["artifact"]
+    return experiment_pb2.ExpState(
+        id=row["id"], name=row["name"], status=row["status"], reason=row["reason"],
+        message=row["message"], cluster_name=row["cluster_name"], exp_type=row["exp_type"],
+        artifact_path=row["artifact_path"],
+        jobs=[experiment_pb2.ExpStateJob(id=j["id"], role=j["role"], status=j["status"],
+                                         reason=j["reason"], message=j["message"])
+              for j in row["jobs"]],
+        artifact=None if artifact is None else experiment_pb2.ExpStateArtifact(
+            id=artifact["id"], path=artifact["path"], artifact_type=artifact["artifact_type"],
+            status=artifact["status"], reason=artifact["reason"],
+            message=artifact["message"]))

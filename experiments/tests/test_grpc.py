@@ -345,6 +345,96 @@ def test_list_exps_page_is_one_query(django_assert_num_queries):
     assert all(item.creator_email and item.artifact.id for item in resp.exps)
 
 
+# -- ListExpStates -----------------------------------------------------------------------------
+
+def _states(stubs, **fields) -> tuple[list, list]:
+    """Every page of ListExpStates: the experiments and the skipped rows' ids."""
+    exps, skipped, token = [], [], ""
+    while True:
+        resp = stubs.exps.ListExpStates(experiment_pb2.ListExpStatesReq(page_token=token,
+                                                                        **fields),
+                                        metadata=stubs.md, timeout=10)
+        exps.extend(resp.exps)
+        skipped.extend(row.id for row in resp.skipped)
+        token = resp.next_page_token
+        if not token:
+            return exps, skipped
+
+
+def test_list_exp_states_returns_each_experiment_with_all_its_jobs_and_its_artifact(stubs):
+    running = make_exp(name="s-running", roles=("main", "worker"))
+    for job in Job.objects.filter(experiment=running):
+        job_update_status(job_id=job.pk, status=JobStatus.RUNNING)
+    job_update_status(job_id=Job.objects.get(experiment=running, role="worker").pk,
+                      status=JobStatus.SUCCEEDED, reason="Completed", message="done")
+    exp_update_status(exp_id=running.pk, status=ExpStatus.RUNNING, message="2 Running")
+    finished = make_exp(name="s-failed")
+    exp_update_status(exp_id=finished.pk, status=ExpStatus.FAILED, reason="Boom")
+    created = make_exp(name="s-created")
+    created.artifact.delete()
+
+    exps, skipped = _states(stubs, statuses=["Created", "Running", "Aborting"], page_size=1)
+    assert skipped == [] and [e.id for e in exps] == [running.pk, created.pk]
+    first = exps[0]
+    assert (first.name, first.status, first.message, first.cluster_name, first.exp_type,
+            first.artifact_path) == ("s-running", "Running", "2 Running", "local", "profiling",
+                                     running.artifact_path)
+    jobs = list(Job.objects.filter(experiment=running).order_by("pk"))
+    assert [(j.id, j.role, j.status) for j in first.jobs] == [
+        (jobs[0].pk, "main", "Running"), (jobs[1].pk, "worker", "Succeeded")]
+    assert (first.jobs[1].reason, first.jobs[1].message) == ("Completed", "done")
+    assert (first.artifact.id, first.artifact.path, first.artifact.status) == (
+        running.artifact.pk, running.artifact_path, "Created")
+    assert not exps[1].HasField("artifact") and len(exps[1].jobs) == 1
+    # No status filter: every experiment.
+    assert [e.id for e in _states(stubs)[0]] == [running.pk, finished.pk, created.pk]
+
+
+def test_list_exp_states_page_is_three_selects_in_one_transaction():
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    for i in range(4):
+        make_exp(name=f"t{i}", roles=("a", "b"))
+    with CaptureQueriesContext(connection) as queries:
+        resp = ExperimentServicer().ListExpStates(
+            experiment_pb2.ListExpStatesReq(statuses=["Created"], page_size=3), None)
+    assert len(resp.exps) == 3 and resp.next_page_token
+    assert all(len(e.jobs) == 2 and e.artifact.id for e in resp.exps)
+    selects = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SELECT")]
+    assert len(selects) == 3, selects
+
+
+def test_list_exp_states_refuses_bad_arguments(stubs):
+    for request, field in [
+        (experiment_pb2.ListExpStatesReq(statuses=["Pending"]), "statuses"),
+        (experiment_pb2.ListExpStatesReq(page_size=5001), "page_size"),
+        (experiment_pb2.ListExpStatesReq(page_size=-1), "page_size"),
+        (experiment_pb2.ListExpStatesReq(page_token="not-a-token"), "page_token"),
+    ]:
+        err = rpc_error(stubs.exps.ListExpStates, request, metadata=stubs.md)
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, field
+        assert field in json.loads(trailers(err)[ERROR_FIELDS_KEY]), field
+
+
+def test_list_exp_states_skips_a_row_it_cannot_encode_and_goes_on(stubs, monkeypatch, caplog):
+    from experiments.grpc import experiment_servicer
+
+    exps = [make_exp(name=f"u{i}") for i in range(3)]
+    real = experiment_servicer.exp_state_to_item
+
+    def broken(row):
+        if row["id"] == exps[1].pk:
+            raise ValueError("a value its field cannot hold")
+        return real(row)
+
+    monkeypatch.setattr(experiment_servicer, "exp_state_to_item", broken)
+    found, skipped = _states(stubs, page_size=2)
+    assert [e.id for e in found] == [exps[0].pk, exps[2].pk] and skipped == [exps[1].pk]
+    assert f"ListExpStates: skipped Experiment {exps[1].pk}, which cannot be encoded" \
+        in caplog.text
+
+
 # -- authentication --------------------------------------------------------------------------
 
 def test_every_rpc_needs_a_token(stubs):
@@ -400,7 +490,7 @@ def test_reflection_lists_and_describes_the_services(grpc_channel):
     service = pool.FindServiceByName("falcon.v1.ExperimentService")
     assert [m.name for m in service.methods] == [
         "CreateExp", "UpdateExpStatus", "AbortExp", "GetExp", "ListExps", "DeleteExp",
-        "UpdateExpStatuses"]
+        "UpdateExpStatuses", "ListExpStates"]
     assert pool.FindServiceByName("falcon.v1.JobService").methods_by_name[
         "ListJobs"].input_type.full_name == "falcon.v1.CommonListReq"
 

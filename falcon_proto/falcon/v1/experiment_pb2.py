@@ -28,7 +28,7 @@ from . import artifact_pb2 as falcon_dot_v1_dot_artifact__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x66\x61lcon/v1/experiment.proto\x12\tfalcon.v1\x1a\x16\x66\x61lcon/v1/common.proto\x1a\x13\x66\x61lcon/v1/job.proto\x1a\x18\x66\x61lcon/v1/artifact.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"D\n\x14UpdateExpStatusesReq\x12,\n\x05items\x18\x01 \x03(\x0b\x32\x1d.falcon.v1.UpdateExpStatusReq\"o\n\x15UpdateExpStatusResult\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0f\n\x07\x63hanged\x18\x02 \x01(\x08\x12\x12\n\nerror_code\x18\x03 \x01(\t\x12\x15\n\rerror_message\x18\x04 \x01(\t\x12\x0e\n\x06status\x18\x05 \x01(\t\"J\n\x15UpdateExpStatusesResp\x12\x31\n\x07results\x18\x01 \x03(\x0b\x32 .falcon.v1.UpdateExpStatusResult\"\xd6\x02\n\x0c\x43reateExpReq\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0c\x63luster_name\x18\x02 \x01(\t\x12\x10\n\x08\x65xp_type\x18\x03 \x01(\t\x12\x1e\n\x16role_to_task_spec_json\x18\x04 \x01(\t\x12\x0e\n\x06\x63onfig\x18\x05 \x01(\t\x12\x15\n\x08priority\x18\x06 \x01(\x05H\x00\x88\x01\x01\x12\x15\n\rcreator_email\x18\x07 \x01(\t\x12\x33\n\x06labels\x18\x08 \x03(\x0b\x32#.falcon.v1.CreateExpReq.LabelsEntry\x12\x18\n\x0b\x63loned_from\x18\t \x01(\x03H\x01\x88\x01\x01\x12\x17\n\x0fidempotency_key\x18\n \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x0b\n\t_priorityB\x0e\n\x0c_cloned_from\"\x96\x01\n\x12UpdateExpStatusReq\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x13\n\x06reason\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\x14\n\x07message\x18\x04 \x01(\tH\x01\x88\x01\x01\x12\x15\n\x08\x65xpected\x18\x05 \x01(\tH\x02\x88\x01\x01\x42\t\n\x07_reasonB\n\n\x08_messageB\x0b\n\t_expected\"\x19\n\x0b\x41\x62ortExpReq\x12\n\n\x02id\x18\x01 \x01(\x03\"\x17\n\tGetExpReq\x12\n\n\x02id\x18\x01 \x01(\x03\"\x1a\n\x0c\x44\x65leteExpReq\x12\n\n\x02id\x18\x01 \x01(\x03\"\xf8\x05\n\x07\x45xpItem\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x12\n\ncreator_id\x18\x03 \x01(\t\x12\x15\n\rcreator_email\x18\x04 \x01(\t\x12\x14\n\x0c\x63luster_name\x18\x05 \x01(\t\x12\x10\n\x08\x65xp_type\x18\x06 \x01(\t\x12\x1e\n\x16role_to_task_spec_json\x18\x07 \x01(\t\x12\x0e\n\x06\x63onfig\x18\x08 \x01(\t\x12\x15\n\rartifact_path\x18\t \x01(\t\x12\x10\n\x08priority\x18\n \x01(\x05\x12\x0e\n\x06status\x18\x0b \x01(\t\x12\x0e\n\x06reason\x18\x0c \x01(\t\x12\x0f\n\x07message\x18\r \x01(\t\x12.\n\ncreated_at\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstarted_at\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x11 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x61\x62orting_at\x18\x12 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\naborted_at\x18\x13 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12 \n\x04jobs\x18\x14 \x03(\x0b\x32\x12.falcon.v1.JobItem\x12)\n\x08\x61rtifact\x18\x15 \x01(\x0b\x32\x17.falcon.v1.ArtifactItem\x12.\n\x06labels\x18\x16 \x03(\x0b\x32\x1e.falcon.v1.ExpItem.LabelsEntry\x12\x18\n\x0b\x63loned_from\x18\x17 \x01(\x03H\x00\x88\x01\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x0e\n\x0c_cloned_from\"M\n\rExpCommonResp\x12\x1f\n\x03\x65xp\x18\x01 \x01(\x0b\x32\x12.falcon.v1.ExpItem\x12\x0f\n\x07\x63hanged\x18\x02 \x01(\x08\x12\n\n\x02id\x18\x03 \x01(\x03\"q\n\x0cListExpsResp\x12 \n\x04\x65xps\x18\x01 \x03(\x0b\x32\x12.falcon.v1.ExpItem\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12&\n\x07skipped\x18\x03 \x03(\x0b\x32\x15.falcon.v1.SkippedRow2\xe8\x03\n\x11\x45xperimentService\x12>\n\tCreateExp\x12\x17.falcon.v1.CreateExpReq\x1a\x18.falcon.v1.ExpCommonResp\x12J\n\x0fUpdateExpStatus\x12\x1d.falcon.v1.UpdateExpStatusReq\x1a\x18.falcon.v1.ExpCommonResp\x12<\n\x08\x41\x62ortExp\x12\x16.falcon.v1.AbortExpReq\x1a\x18.falcon.v1.ExpCommonResp\x12\x32\n\x06GetExp\x12\x14.falcon.v1.GetExpReq\x1a\x12.falcon.v1.ExpItem\x12=\n\x08ListExps\x12\x18.falcon.v1.CommonListReq\x1a\x17.falcon.v1.ListExpsResp\x12>\n\tDeleteExp\x12\x17.falcon.v1.DeleteExpReq\x1a\x18.falcon.v1.ExpCommonResp\x12V\n\x11UpdateExpStatuses\x12\x1f.falcon.v1.UpdateExpStatusesReq\x1a .falcon.v1.UpdateExpStatusesRespb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x66\x61lcon/v1/experiment.proto\x12\tfalcon.v1\x1a\x16\x66\x61lcon/v1/common.proto\x1a\x13\x66\x61lcon/v1/job.proto\x1a\x18\x66\x61lcon/v1/artifact.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"K\n\x10ListExpStatesReq\x12\x10\n\x08statuses\x18\x01 \x03(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"X\n\x0b\x45xpStateJob\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x0e\n\x06status\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\"t\n\x10\x45xpStateArtifact\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x15\n\rartifact_type\x18\x03 \x01(\t\x12\x0e\n\x06status\x18\x04 \x01(\t\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x0f\n\x07message\x18\x06 \x01(\t\"\xe9\x01\n\x08\x45xpState\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0e\n\x06status\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\x12\x14\n\x0c\x63luster_name\x18\x06 \x01(\t\x12\x10\n\x08\x65xp_type\x18\x07 \x01(\t\x12\x15\n\rartifact_path\x18\x08 \x01(\t\x12$\n\x04jobs\x18\t \x03(\x0b\x32\x16.falcon.v1.ExpStateJob\x12-\n\x08\x61rtifact\x18\n \x01(\x0b\x32\x1b.falcon.v1.ExpStateArtifact\"w\n\x11ListExpStatesResp\x12!\n\x04\x65xps\x18\x01 \x03(\x0b\x32\x13.falcon.v1.ExpState\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12&\n\x07skipped\x18\x03 \x03(\x0b\x32\x15.falcon.v1.SkippedRow\"D\n\x14UpdateExpStatusesReq\x12,\n\x05items\x18\x01 \x03(\x0b\x32\x1d.falcon.v1.UpdateExpStatusReq\"o\n\x15UpdateExpStatusResult\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0f\n\x07\x63hanged\x18\x02 \x01(\x08\x12\x12\n\nerror_code\x18\x03 \x01(\t\x12\x15\n\rerror_message\x18\x04 \x01(\t\x12\x0e\n\x06status\x18\x05 \x01(\t\"J\n\x15UpdateExpStatusesResp\x12\x31\n\x07results\x18\x01 \x03(\x0b\x32 .falcon.v1.UpdateExpStatusResult\"\xd6\x02\n\x0c\x43reateExpReq\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0c\x63luster_name\x18\x02 \x01(\t\x12\x10\n\x08\x65xp_type\x18\x03 \x01(\t\x12\x1e\n\x16role_to_task_spec_json\x18\x04 \x01(\t\x12\x0e\n\x06\x63onfig\x18\x05 \x01(\t\x12\x15\n\x08priority\x18\x06 \x01(\x05H\x00\x88\x01\x01\x12\x15\n\rcreator_email\x18\x07 \x01(\t\x12\x33\n\x06labels\x18\x08 \x03(\x0b\x32#.falcon.v1.CreateExpReq.LabelsEntry\x12\x18\n\x0b\x63loned_from\x18\t \x01(\x03H\x01\x88\x01\x01\x12\x17\n\x0fidempotency_key\x18\n \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x0b\n\t_priorityB\x0e\n\x0c_cloned_from\"\x96\x01\n\x12UpdateExpStatusReq\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x13\n\x06reason\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\x14\n\x07message\x18\x04 \x01(\tH\x01\x88\x01\x01\x12\x15\n\x08\x65xpected\x18\x05 \x01(\tH\x02\x88\x01\x01\x42\t\n\x07_reasonB\n\n\x08_messageB\x0b\n\t_expected\"\x19\n\x0b\x41\x62ortExpReq\x12\n\n\x02id\x18\x01 \x01(\x03\"\x17\n\tGetExpReq\x12\n\n\x02id\x18\x01 \x01(\x03\"\x1a\n\x0c\x44\x65leteExpReq\x12\n\n\x02id\x18\x01 \x01(\x03\"\xf8\x05\n\x07\x45xpItem\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x12\n\ncreator_id\x18\x03 \x01(\t\x12\x15\n\rcreator_email\x18\x04 \x01(\t\x12\x14\n\x0c\x63luster_name\x18\x05 \x01(\t\x12\x10\n\x08\x65xp_type\x18\x06 \x01(\t\x12\x1e\n\x16role_to_task_spec_json\x18\x07 \x01(\t\x12\x0e\n\x06\x63onfig\x18\x08 \x01(\t\x12\x15\n\rartifact_path\x18\t \x01(\t\x12\x10\n\x08priority\x18\n \x01(\x05\x12\x0e\n\x06status\x18\x0b \x01(\t\x12\x0e\n\x06reason\x18\x0c \x01(\t\x12\x0f\n\x07message\x18\r \x01(\t\x12.\n\ncreated_at\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstarted_at\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x11 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x61\x62orting_at\x18\x12 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\naborted_at\x18\x13 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12 \n\x04jobs\x18\x14 \x03(\x0b\x32\x12.falcon.v1.JobItem\x12)\n\x08\x61rtifact\x18\x15 \x01(\x0b\x32\x17.falcon.v1.ArtifactItem\x12.\n\x06labels\x18\x16 \x03(\x0b\x32\x1e.falcon.v1.ExpItem.LabelsEntry\x12\x18\n\x0b\x63loned_from\x18\x17 \x01(\x03H\x00\x88\x01\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x0e\n\x0c_cloned_from\"M\n\rExpCommonResp\x12\x1f\n\x03\x65xp\x18\x01 \x01(\x0b\x32\x12.falcon.v1.ExpItem\x12\x0f\n\x07\x63hanged\x18\x02 \x01(\x08\x12\n\n\x02id\x18\x03 \x01(\x03\"q\n\x0cListExpsResp\x12 \n\x04\x65xps\x18\x01 \x03(\x0b\x32\x12.falcon.v1.ExpItem\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12&\n\x07skipped\x18\x03 \x03(\x0b\x32\x15.falcon.v1.SkippedRow2\xb4\x04\n\x11\x45xperimentService\x12>\n\tCreateExp\x12\x17.falcon.v1.CreateExpReq\x1a\x18.falcon.v1.ExpCommonResp\x12J\n\x0fUpdateExpStatus\x12\x1d.falcon.v1.UpdateExpStatusReq\x1a\x18.falcon.v1.ExpCommonResp\x12<\n\x08\x41\x62ortExp\x12\x16.falcon.v1.AbortExpReq\x1a\x18.falcon.v1.ExpCommonResp\x12\x32\n\x06GetExp\x12\x14.falcon.v1.GetExpReq\x1a\x12.falcon.v1.ExpItem\x12=\n\x08ListExps\x12\x18.falcon.v1.CommonListReq\x1a\x17.falcon.v1.ListExpsResp\x12>\n\tDeleteExp\x12\x17.falcon.v1.DeleteExpReq\x1a\x18.falcon.v1.ExpCommonResp\x12V\n\x11UpdateExpStatuses\x12\x1f.falcon.v1.UpdateExpStatusesReq\x1a .falcon.v1.UpdateExpStatusesResp\x12J\n\rListExpStates\x12\x1b.falcon.v1.ListExpStatesReq\x1a\x1c.falcon.v1.ListExpStatesRespb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,32 +39,42 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CREATEEXPREQ_LABELSENTRY']._serialized_options = b'8\001'
   _globals['_EXPITEM_LABELSENTRY']._loaded_options = None
   _globals['_EXPITEM_LABELSENTRY']._serialized_options = b'8\001'
-  _globals['_UPDATEEXPSTATUSESREQ']._serialized_start=145
-  _globals['_UPDATEEXPSTATUSESREQ']._serialized_end=213
-  _globals['_UPDATEEXPSTATUSRESULT']._serialized_start=215
-  _globals['_UPDATEEXPSTATUSRESULT']._serialized_end=326
-  _globals['_UPDATEEXPSTATUSESRESP']._serialized_start=328
-  _globals['_UPDATEEXPSTATUSESRESP']._serialized_end=402
-  _globals['_CREATEEXPREQ']._serialized_start=405
-  _globals['_CREATEEXPREQ']._serialized_end=747
-  _globals['_CREATEEXPREQ_LABELSENTRY']._serialized_start=673
-  _globals['_CREATEEXPREQ_LABELSENTRY']._serialized_end=718
-  _globals['_UPDATEEXPSTATUSREQ']._serialized_start=750
-  _globals['_UPDATEEXPSTATUSREQ']._serialized_end=900
-  _globals['_ABORTEXPREQ']._serialized_start=902
-  _globals['_ABORTEXPREQ']._serialized_end=927
-  _globals['_GETEXPREQ']._serialized_start=929
-  _globals['_GETEXPREQ']._serialized_end=952
-  _globals['_DELETEEXPREQ']._serialized_start=954
-  _globals['_DELETEEXPREQ']._serialized_end=980
-  _globals['_EXPITEM']._serialized_start=983
-  _globals['_EXPITEM']._serialized_end=1743
-  _globals['_EXPITEM_LABELSENTRY']._serialized_start=673
-  _globals['_EXPITEM_LABELSENTRY']._serialized_end=718
-  _globals['_EXPCOMMONRESP']._serialized_start=1745
-  _globals['_EXPCOMMONRESP']._serialized_end=1822
-  _globals['_LISTEXPSRESP']._serialized_start=1824
-  _globals['_LISTEXPSRESP']._serialized_end=1937
-  _globals['_EXPERIMENTSERVICE']._serialized_start=1940
-  _globals['_EXPERIMENTSERVICE']._serialized_end=2428
+  _globals['_LISTEXPSTATESREQ']._serialized_start=145
+  _globals['_LISTEXPSTATESREQ']._serialized_end=220
+  _globals['_EXPSTATEJOB']._serialized_start=222
+  _globals['_EXPSTATEJOB']._serialized_end=310
+  _globals['_EXPSTATEARTIFACT']._serialized_start=312
+  _globals['_EXPSTATEARTIFACT']._serialized_end=428
+  _globals['_EXPSTATE']._serialized_start=431
+  _globals['_EXPSTATE']._serialized_end=664
+  _globals['_LISTEXPSTATESRESP']._serialized_start=666
+  _globals['_LISTEXPSTATESRESP']._serialized_end=785
+  _globals['_UPDATEEXPSTATUSESREQ']._serialized_start=787
+  _globals['_UPDATEEXPSTATUSESREQ']._serialized_end=855
+  _globals['_UPDATEEXPSTATUSRESULT']._serialized_start=857
+  _globals['_UPDATEEXPSTATUSRESULT']._serialized_end=968
+  _globals['_UPDATEEXPSTATUSESRESP']._serialized_start=970
+  _globals['_UPDATEEXPSTATUSESRESP']._serialized_end=1044
+  _globals['_CREATEEXPREQ']._serialized_start=1047
+  _globals['_CREATEEXPREQ']._serialized_end=1389
+  _globals['_CREATEEXPREQ_LABELSENTRY']._serialized_start=1315
+  _globals['_CREATEEXPREQ_LABELSENTRY']._serialized_end=1360
+  _globals['_UPDATEEXPSTATUSREQ']._serialized_start=1392
+  _globals['_UPDATEEXPSTATUSREQ']._serialized_end=1542
+  _globals['_ABORTEXPREQ']._serialized_start=1544
+  _globals['_ABORTEXPREQ']._serialized_end=1569
+  _globals['_GETEXPREQ']._serialized_start=1571
+  _globals['_GETEXPREQ']._serialized_end=1594
+  _globals['_DELETEEXPREQ']._serialized_start=1596
+  _globals['_DELETEEXPREQ']._serialized_end=1622
+  _globals['_EXPITEM']._serialized_start=1625
+  _globals['_EXPITEM']._serialized_end=2385
+  _globals['_EXPITEM_LABELSENTRY']._serialized_start=1315
+  _globals['_EXPITEM_LABELSENTRY']._serialized_end=1360
+  _globals['_EXPCOMMONRESP']._serialized_start=2387
+  _globals['_EXPCOMMONRESP']._serialized_end=2464
+  _globals['_LISTEXPSRESP']._serialized_start=2466
+  _globals['_LISTEXPSRESP']._serialized_end=2579
+  _globals['_EXPERIMENTSERVICE']._serialized_start=2582
+  _globals['_EXPERIMENTSERVICE']._serialized_end=3146
 # @@protoc_insertion_point(module_scope)

@@ -12,6 +12,80 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ListExpStatesReq(_message.Message):
+    __slots__ = ("statuses", "page_size", "page_token")
+    STATUSES_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    statuses: _containers.RepeatedScalarFieldContainer[str]
+    page_size: int
+    page_token: str
+    def __init__(self, statuses: _Optional[_Iterable[str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ExpStateJob(_message.Message):
+    __slots__ = ("id", "role", "status", "reason", "message")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    role: str
+    status: str
+    reason: str
+    message: str
+    def __init__(self, id: _Optional[int] = ..., role: _Optional[str] = ..., status: _Optional[str] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class ExpStateArtifact(_message.Message):
+    __slots__ = ("id", "path", "artifact_type", "status", "reason", "message")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    path: str
+    artifact_type: str
+    status: str
+    reason: str
+    message: str
+    def __init__(self, id: _Optional[int] = ..., path: _Optional[str] = ..., artifact_type: _Optional[str] = ..., status: _Optional[str] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class ExpState(_message.Message):
+    __slots__ = ("id", "name", "status", "reason", "message", "cluster_name", "exp_type", "artifact_path", "jobs", "artifact")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    EXP_TYPE_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_PATH_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    name: str
+    status: str
+    reason: str
+    message: str
+    cluster_name: str
+    exp_type: str
+    artifact_path: str
+    jobs: _containers.RepeatedCompositeFieldContainer[ExpStateJob]
+    artifact: ExpStateArtifact
+    def __init__(self, id: _Optional[int] = ..., name: _Optional[str] = ..., status: _Optional[str] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., cluster_name: _Optional[str] = ..., exp_type: _Optional[str] = ..., artifact_path: _Optional[str] = ..., jobs: _Optional[_Iterable[_Union[ExpStateJob, _Mapping]]] = ..., artifact: _Optional[_Union[ExpStateArtifact, _Mapping]] = ...) -> None: ...
+
+class ListExpStatesResp(_message.Message):
+    __slots__ = ("exps", "next_page_token", "skipped")
+    EXPS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    exps: _containers.RepeatedCompositeFieldContainer[ExpState]
+    next_page_token: str
+    skipped: _containers.RepeatedCompositeFieldContainer[_common_pb2.SkippedRow]
+    def __init__(self, exps: _Optional[_Iterable[_Union[ExpState, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., skipped: _Optional[_Iterable[_Union[_common_pb2.SkippedRow, _Mapping]]] = ...) -> None: ...
+
 class UpdateExpStatusesReq(_message.Message):
     __slots__ = ("items",)
     ITEMS_FIELD_NUMBER: _ClassVar[int]

@@ -72,6 +72,11 @@ class ExperimentServiceStub:
                 request_serializer=falcon_dot_v1_dot_experiment__pb2.UpdateExpStatusesReq.SerializeToString,
                 response_deserializer=falcon_dot_v1_dot_experiment__pb2.UpdateExpStatusesResp.FromString,
                 _registered_method=True)
+        self.ListExpStates = channel.unary_unary(
+                '/falcon.v1.ExperimentService/ListExpStates',
+                request_serializer=falcon_dot_v1_dot_experiment__pb2.ListExpStatesReq.SerializeToString,
+                response_deserializer=falcon_dot_v1_dot_experiment__pb2.ListExpStatesResp.FromString,
+                _registered_method=True)
 
 
 class ExperimentServiceServicer:
@@ -133,6 +138,15 @@ class ExperimentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListExpStates(self, request, context):
+        """The exp controller's read of one tick: experiments in the given statuses by ascending id,
+        each with ALL of its jobs and its artifact, only the fields a decision needs, in pages of
+        up to 5000 experiments (docs/decisions.md#dec-exp-states).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ExperimentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -170,6 +184,11 @@ def add_ExperimentServiceServicer_to_server(servicer, server):
                     servicer.UpdateExpStatuses,
                     request_deserializer=falcon_dot_v1_dot_experiment__pb2.UpdateExpStatusesReq.FromString,
                     response_serializer=falcon_dot_v1_dot_experiment__pb2.UpdateExpStatusesResp.SerializeToString,
+            ),
+            'ListExpStates': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListExpStates,
+                    request_deserializer=falcon_dot_v1_dot_experiment__pb2.ListExpStatesReq.FromString,
+                    response_serializer=falcon_dot_v1_dot_experiment__pb2.ListExpStatesResp.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -363,6 +382,33 @@ class ExperimentService:
             '/falcon.v1.ExperimentService/UpdateExpStatuses',
             falcon_dot_v1_dot_experiment__pb2.UpdateExpStatusesReq.SerializeToString,
             falcon_dot_v1_dot_experiment__pb2.UpdateExpStatusesResp.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListExpStates(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/falcon.v1.ExperimentService/ListExpStates',
+            falcon_dot_v1_dot_experiment__pb2.ListExpStatesReq.SerializeToString,
+            falcon_dot_v1_dot_experiment__pb2.ListExpStatesResp.FromString,
             options,
             channel_credentials,
             insecure,
