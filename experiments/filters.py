@@ -13,7 +13,7 @@ from operator import or_
 
 import django_filters
 from django import forms
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 from django.db.models.lookups import Exact
 from drf_spectacular.utils import extend_schema_field
 
@@ -76,8 +76,8 @@ class LabelSelectorFilter(MultiValueFilter):
     - held by few experiments (some selector matches at most `FEW_LABELLED` rows): `id IN
       (SELECT experiment_id ... WHERE <selectors> GROUP BY experiment_id HAVING COUNT(*) =
       <keys>)`: those few ids are read from the index on (key, value, experiment) and sorted;
-    - held by many (every selector matches more): a correlated `EXISTS` (one selector) or
-      count (several) per experiment, checked while the database walks the list order's
+    - held by many (every selector matches more): a correlated count of the experiment's
+      matching rows (a scalar subquery), checked while the database walks the list order's
       index, stopping at the end of the page: a common label (a sixth of 100,000
       experiments, 80 ms as `IN` on SQLite) costs about 2 ms, and its matches are never
       sorted.
@@ -115,10 +115,10 @@ class LabelSelectorFilter(MultiValueFilter):
             if len(wanted) > 1:
                 ids = ids.annotate(hits=Count("id")).filter(hits=len(wanted))
             return qs.filter(pk__in=ids.values("experiment_id"))
-        mine = rows.filter(experiment_id=OuterRef("pk"))
-        if len(wanted) == 1:
-            return qs.filter(Exists(mine))
-        hits = mine.order_by().values("experiment_id").annotate(hits=Count("id")).values("hits")
+        # A scalar subquery, not EXISTS: MariaDB turns an EXISTS into a semi-join (its
+        # exists_to_in) and then sorts every match, which is what this way avoids.
+        hits = (rows.filter(experiment_id=OuterRef("pk")).order_by().values("experiment_id")
+                .annotate(hits=Count("id")).values("hits"))
         return qs.filter(Exact(Subquery(hits), len(wanted)))
 
 
