@@ -20,6 +20,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from . import keyset
 from .errors import FalconError, ValidationFailed
+from .filters import MultiValueFilter
 from .parsers import RequestTooLarge, too_large_message
 
 
@@ -102,8 +103,6 @@ class FilterSetBackend(DjangoFilterBackend):
                 for name in unknown})
         # A parameter that takes one value, given twice, would be read as its last value and
         # the other dropped without a word: refuse it instead.
-        from .filters import MultiValueFilter
-
         multi = {name for name, f in filterset_class.base_filters.items()
                  if isinstance(f, MultiValueFilter)}
         twice = sorted(name for name in request.query_params
