@@ -49,7 +49,8 @@ def process_alive(pid: int) -> bool:
         return False
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
+        # The entry can vanish between open and read: Linux then fails the read with ESRCH.
         return False
     return stat[stat.rfind(")") + 2] not in "ZX"
 
