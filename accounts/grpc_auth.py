@@ -140,6 +140,7 @@ CONTROLLER_ONLY_METHODS = frozenset({
     "/falcon.v1.ExperimentService/UpdateExpStatuses",
     "/falcon.v1.JobService/CreateJob",
     "/falcon.v1.JobService/UpdateJobStatus",
+    "/falcon.v1.JobService/UpdateJobStatuses",
     "/falcon.v1.JobService/DeleteJob",
     "/falcon.v1.ArtifactService/CreateArtifact",
     "/falcon.v1.ArtifactService/UpdateArtifactStatus",
@@ -184,6 +185,7 @@ ROLE_METHODS: dict[str, frozenset[str]] = {
     }),
     "resource-manager": frozenset({
         "/falcon.v1.JobService/UpdateJobStatus",
+        "/falcon.v1.JobService/UpdateJobStatuses",
     }),
     "analyzer": frozenset({
         "/falcon.v1.AnalysisRecordService/ListExpsAwaitingAnalysis",

@@ -16,9 +16,12 @@ tick), each ticked twice (the first tick fills the caches, the next is every lat
 The fake API server runs in a process of its own (`--fake-in-process` puts it back in this
 one): a real API server is another machine, and in this process the fake's own work (sorting,
 copying and encoding 20,000 objects per LIST page) competed with the resource manager for the
-interpreter and was counted in its tick. The API server side of Falcon is an in-memory
-`FalconAPI` (the gRPC API is measured elsewhere), so the figures are the cluster side of a
-tick: wall time, CPU time of this process, Kubernetes API requests, API-server writes.
+interpreter and was counted in its tick. By default the API server side of Falcon is an
+in-memory `FalconAPI`, so the figures are the cluster side of a tick: wall time, CPU time of
+this process, Kubernetes API requests, API-server writes and write calls (UpdateJobStatuses,
+1,000 items each). With `--grpc` it is the real gRPC API server, in this process, on a fresh
+SQLite database (or `DATABASE_URL`) holding the same jobs: the tick then includes the API
+server's reads and guarded writes (its CPU is counted with this process's).
 This is a measurement, not a test: timings depend on the machine, so no test asserts them.
 """
 from __future__ import annotations
@@ -35,6 +38,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "falcon_site.settings")
+if "--grpc" in sys.argv[1:]:
+    # Before Django is set up: the API server gets a database of its own, never the dev one.
+    _TMP = Path(tempfile.mkdtemp(prefix="falcon-bench-"))
+    os.environ.setdefault("DATABASE_URL", f"sqlite:///{_TMP / 'bench.sqlite3'}")
+    os.environ["FALCON_VAR_DIR"] = str(_TMP)
+    os.environ["FALCON_LOG_LEVEL"] = "ERROR"
 
 import django  # noqa: E402
 
@@ -54,11 +63,23 @@ CLUSTER = "k8s-bench"
 
 
 class MemoryAPI:
-    """The two FalconAPI calls the resource manager makes, in memory."""
+    """The FalconAPI calls the resource manager makes, in memory."""
 
     def __init__(self, jobs: list[JobView]):
         self.jobs = {j.id: j for j in jobs}
         self.writes = 0
+        self.write_calls = 0
+
+    def update_job_statuses(self, updates):
+        from controllers.contract import ItemResult
+
+        self.write_calls += 1
+        results = []
+        for u in updates:
+            self.update_job_status(job_id=u.job_id, status=u.status, reason=u.reason,
+                                   message=u.message, cluster_job_name=u.cluster_job_name)
+            results.append(ItemResult(id=u.job_id, changed=True))
+        return results
 
     def list_jobs(self, flt: ListFilter) -> list[JobView]:
         return [j for j in self.jobs.values() if j.status in flt.statuses]
@@ -71,6 +92,72 @@ class MemoryAPI:
                                     message=message or job.message,
                                     cluster_job_name=cluster_job_name or job.cluster_job_name)
         return self.jobs[job_id]
+
+
+class GrpcAPI:
+    """The real gRPC API server (in this process) over a database holding `views`' jobs.
+
+    Attributes:
+        writes: job write items sent; write_calls: UpdateJobStatus(es) calls;
+        calls: every RPC by method name.
+    """
+
+    def __init__(self, views: list[JobView]):
+        import collections
+
+        import grpc
+        from django.conf import settings
+        from django.core.management import call_command
+
+        from accounts.models import User
+        from controllers.grpc_client import GrpcFalconAPI
+        from experiments.models import Experiment
+        from falcon_site.grpc.server import build_server
+        from falcon_site.grpc.testing import channel_to
+        from jobs.models import Job
+
+        call_command("migrate", verbosity=0)
+        Experiment.objects.all().delete()
+        user, _ = User.objects.get_or_create(user_id="bench", defaults={"email": "b@example.com"})
+        spec = views[0].task_spec
+        Experiment.objects.bulk_create(
+            Experiment(id=v.exp_id, name=v.exp_name, creator=user, cluster_name=CLUSTER,
+                       exp_type=v.exp_type, role_to_task_spec={v.role: spec},
+                       status=ExpStatus.RUNNING, artifact_path=v.artifact_path)
+            for v in views)
+        Job.objects.bulk_create(
+            Job(id=v.id, experiment_id=v.exp_id, cluster_name=CLUSTER, exp_type=v.exp_type,
+                role=v.role, task_spec=spec, status=v.status, reason=v.reason,
+                message=v.message, cluster_job_name=v.cluster_job_name) for v in views)
+        self.calls: collections.Counter = collections.Counter()
+        calls = self.calls
+
+        class Count(grpc.UnaryUnaryClientInterceptor):
+            def intercept_unary_unary(self, continuation, details, request):
+                calls[details.method.rsplit("/", 1)[-1]] += 1
+                return continuation(details, request)
+
+        self.server = build_server("127.0.0.1:0", max_workers=4)
+        self.server.start()
+        self.client = GrpcFalconAPI("unused", settings.FALCON_INTERNAL_TOKEN, timeout=120,
+                                    channel=grpc.intercept_channel(channel_to(self.server),
+                                                                   Count()))
+        self.writes = 0
+
+    @property
+    def write_calls(self) -> int:
+        return self.calls["UpdateJobStatuses"] + self.calls["UpdateJobStatus"]
+
+    def list_jobs(self, flt):
+        return self.client.list_jobs(flt)
+
+    def update_job_statuses(self, updates):
+        self.writes += len(updates)
+        return self.client.update_job_statuses(updates)
+
+    def close(self) -> None:
+        self.client.close()
+        self.server.stop(grace=0)
 
 
 def populate(fake: FakeKube, backend: KubernetesBackend, n: int, *, pending: bool):
@@ -171,7 +258,8 @@ def _kubeconfig(url: str, path: Path) -> Path:
     return path
 
 
-def measure(n: int, *, pending: bool, watch: bool, fake_in_process: bool = False) -> dict:
+def measure(n: int, *, pending: bool, watch: bool, fake_in_process: bool = False,
+            grpc_api: bool = False) -> dict:
     """Tick twice over `n` jobs; return the figures of both ticks.
 
     The first tick fills the caches (with `watch`: one paged LIST of Jobs and one of Pods,
@@ -179,20 +267,21 @@ def measure(n: int, *, pending: bool, watch: bool, fake_in_process: bool = False
     tick every interval runs from then on.
     """
     fake = FakeProcess(n, pending=pending, in_process=fake_in_process)
-    backend = None
+    backend = api = None
     try:
         with tempfile.TemporaryDirectory() as tmp:
             conn = KubeConnection(kubeconfig=str(_kubeconfig(fake.url, Path(tmp) / "kc")),
                                   request_timeout=30, call_deadline=30)
             backend = KubernetesBackend(CLUSTER, KubernetesClusterConfig(
                 namespace=NS, connection=conn, watch=watch))
-            api = MemoryAPI(fake.views)
+            api = GrpcAPI(fake.views) if grpc_api else MemoryAPI(fake.views)
             manager = ResourceManager(api, {CLUSTER: backend})
             out = {"jobs": n, "tick": "pending" if pending else "steady",
                    "mode": "watch" if watch else "list"}
             for label in ("first", "next"):
                 fake.ask("reset_requests")
                 calls_before, writes_before = backend.caller.calls, api.writes
+                write_calls_before = api.write_calls
                 started, cpu = time.perf_counter(), time.process_time()
                 stats = manager.tick()
                 wall, cpu = time.perf_counter() - started, time.process_time() - cpu
@@ -202,9 +291,12 @@ def measure(n: int, *, pending: bool, watch: bool, fake_in_process: bool = False
                               "calls": backend.caller.calls - calls_before,
                               "job_lists": fake.ask("count", "GET", "jobs"),
                               "pod_lists": fake.ask("count", "GET", "pods"),
-                              "api_writes": api.writes - writes_before}
+                              "api_writes": api.writes - writes_before,
+                              "write_calls": api.write_calls - write_calls_before}
             return out
     finally:
+        if isinstance(api, GrpcAPI):
+            api.close()
         if backend is not None:
             backend.close()
         fake.close()
@@ -220,24 +312,29 @@ def main() -> None:
     parser.add_argument("--fake-in-process", action="store_true",
                         help="run the fake API server in this process (as before: its work "
                         "is then counted in the tick)")
+    parser.add_argument("--grpc", action="store_true",
+                        help="the real gRPC API server (in this process, a fresh SQLite or "
+                        "DATABASE_URL) instead of the in-memory one")
     args = parser.parse_args()
     print("first = the tick that fills the caches (and records pending reasons); next = every "
           "tick after it.\nk8s calls = requests this client sent in the tick (WATCH requests "
-          "opened included); cpu = CPU seconds of this process in the tick.")
+          "opened included); cpu = CPU seconds of this process in the tick; API writes = job "
+          "updates sent in both ticks, write calls = the calls that carried them.")
     print(f"{'jobs':>6} {'tick':>8} {'mode':>6} {'first s':>8} {'cpu':>5} {'calls':>6} "
           f"{'next s':>7} {'cpu':>5} {'calls':>6} {'Job GETs':>9} {'Pod GETs':>9} "
-          f"{'API writes':>11}")
+          f"{'API writes':>11} {'write calls':>12}")
     for n in args.jobs:
         for pending in (False, True):
             for mode in args.modes:
                 r = measure(n, pending=pending, watch=mode == "watch",
-                            fake_in_process=args.fake_in_process)
+                            fake_in_process=args.fake_in_process, grpc_api=args.grpc)
                 first, nxt = r["first"], r["next"]
                 print(f"{r['jobs']:>6} {r['tick']:>8} {r['mode']:>6} {first['wall_s']:>8.2f} "
                       f"{first['cpu_s']:>5.2f} {first['calls']:>6} {nxt['wall_s']:>7.2f} "
                       f"{nxt['cpu_s']:>5.2f} {nxt['calls']:>6} "
                       f"{nxt['job_lists']:>9} {nxt['pod_lists']:>9} "
-                      f"{first['api_writes'] + nxt['api_writes']:>11}", flush=True)
+                      f"{first['api_writes'] + nxt['api_writes']:>11} "
+                      f"{first['write_calls'] + nxt['write_calls']:>12}", flush=True)
 
 
 if __name__ == "__main__":

@@ -118,6 +118,17 @@ class ExpStatusUpdate:
 
 
 @dataclass(frozen=True)
+class JobStatusUpdate:
+    """One job transition of a batch (`FalconAPI.update_job_statuses`); None keeps a field."""
+
+    job_id: int
+    status: str
+    reason: str | None = None
+    message: str | None = None
+    cluster_job_name: str | None = None
+
+
+@dataclass(frozen=True)
 class ItemResult:
     """The result of one item of a batch write.
 
@@ -182,6 +193,12 @@ class FalconAPI(Protocol):
     def update_job_status(self, *, job_id: int, status: str, reason: str | None = None,
                           message: str | None = None,
                           cluster_job_name: str | None = None) -> JobView: ...
+
+    def update_job_statuses(self, updates: list[JobStatusUpdate]) -> list[ItemResult]:
+        """UpdateJobStatuses: one guarded transition per item, one result per item, in as
+        few calls as the batch limit allows (optional: a client without it is called once per
+        job with `update_job_status`)."""
+        ...
 
     def update_artifact_status(self, *, artifact_id: int, status: str, reason: str | None = None,
                                message: str | None = None) -> ArtifactView: ...

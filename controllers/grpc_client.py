@@ -36,6 +36,7 @@ from .contract import (
     ExpStatusUpdate,
     ExpView,
     ItemResult,
+    JobStatusUpdate,
     JobView,
     ListFilter,
     Listing,
@@ -46,7 +47,8 @@ V = TypeVar("V")
 
 log = logging.getLogger("falcon.controllers.grpc")
 
-# Items per UpdateExpStatuses call: the server's limit (experiments.services.MAX_STATUS_BATCH).
+# Items per UpdateExpStatuses and UpdateJobStatuses call: the server's limit
+# (core.statemachine.MAX_STATUS_BATCH).
 BATCH_SIZE = 1000
 # Experiments per ListExpStates page: the server's largest (experiment_servicer).
 STATES_PAGE_SIZE = 5000
@@ -311,12 +313,7 @@ class GrpcFalconAPI(GrpcClient):
                 experiment_pb2.UpdateExpStatusReq(id=u.exp_id, status=u.status, reason=u.reason,
                                                   message=u.message) for u in chunk])
             response = self.call(self.exps.UpdateExpStatuses, request)
-            for item in response.results:
-                error = None
-                if item.error_code:
-                    cls = error_class_for_code(item.error_code) or FalconError
-                    error = cls(item.error_message)
-                results.append(ItemResult(id=item.id, changed=item.changed, error=error))
+            results.extend(_item_results(response.results))
         return results
 
     def update_job_status(self, *, job_id: int, status: str, reason: str | None = None,
@@ -331,6 +328,27 @@ class GrpcFalconAPI(GrpcClient):
                                              message=message, cluster_job_name=cluster_job_name)
         return job_view(self.call(self.jobs.UpdateJobStatus, request).job)
 
+    def update_job_statuses(self, updates: list[JobStatusUpdate]) -> list[ItemResult]:
+        """UpdateJobStatuses, `BATCH_SIZE` items per call; one `ItemResult` per update, in order.
+
+        A refused item carries the `FalconError` its code names (NotFound, InvalidTransition,
+        TransitionRace); the call itself raises only when the whole call failed.
+
+        Raises:
+            FalconError: the call failed (ApiUnavailable, ValidationFailed, ...).
+        """
+        results: list[ItemResult] = []
+        for start in range(0, len(updates), BATCH_SIZE):
+            chunk = updates[start:start + BATCH_SIZE]
+            request = job_pb2.UpdateJobStatusesReq(items=[
+                job_pb2.UpdateJobStatusReq(id=u.job_id, status=u.status, reason=u.reason,
+                                           message=u.message,
+                                           cluster_job_name=u.cluster_job_name)
+                for u in chunk])
+            response = self.call(self.jobs.UpdateJobStatuses, request)
+            results.extend(_item_results(response.results))
+        return results
+
     def update_artifact_status(self, *, artifact_id: int, status: str, reason: str | None = None,
                                message: str | None = None) -> ArtifactView:
         """UpdateArtifactStatus; None leaves reason/message unchanged.
@@ -341,6 +359,19 @@ class GrpcFalconAPI(GrpcClient):
         request = artifact_pb2.UpdateArtifactStatusReq(id=artifact_id, status=status,
                                                        reason=reason, message=message)
         return artifact_view(self.call(self.artifacts.UpdateArtifactStatus, request).artifact)
+
+
+def _item_results(items) -> list[ItemResult]:
+    """The `ItemResult`s of a batch reply's results (UpdateExpStatusResult,
+    UpdateJobStatusResult), each refusal rebuilt as the `FalconError` its code names."""
+    results = []
+    for item in items:
+        error = None
+        if item.error_code:
+            cls = error_class_for_code(item.error_code) or FalconError
+            error = cls(item.error_message)
+        results.append(ItemResult(id=item.id, changed=item.changed, error=error))
+    return results
 
 
 def from_settings(timeout: float = 10.0) -> GrpcFalconAPI:

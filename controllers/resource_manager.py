@@ -7,14 +7,25 @@ read, and then:
   of this controller created: CB-3); its cluster job name is recorded. A cluster job
   that exists while no name is recorded is submitted again before its name is recorded, so
   whatever the interrupted `submit` did not finish (a Kubernetes headless Service) is made;
-- the cluster state is mapped back with UpdateJobStatus: Running only when every replica runs,
+- the cluster state is mapped back: Running only when every replica runs,
   Succeeded when all succeeded, Failed when any failed (exit code and stderr tail in the
   message), a cluster job that vanished -> Failed with a reason that says so (CB-12);
 - an Aborting job's cluster job is deleted (with its processes or pods), and the job is set
   Aborted once nothing of it is left (CB-13; a job already gone counts as done, CB-14).
+The tick's writes to the API server are sent together once a cluster's jobs are handled, in
+UpdateJobStatuses calls of 1,000 items (one guarded transition and one result per item; a
+client without the batch call gets one UpdateJobStatus each), before that cluster is swept: a
+tick at 10,000 changed jobs makes 10 calls, not 10,000. Every cluster action a write depends
+on is done before it (a job is Aborted once its cluster job is gone), and the one that must
+follow its write does (the delete of a timed-out cluster job, below); every action is
+idempotent, so a manager killed between its actions and its writes loses nothing the next tick
+does not redo.
+
 An optional pending timeout fails a job that cannot start (CB-7) at once with reason
-`PendingTimeout`: its cluster job is deleted in the same tick when that is quick, and otherwise
-the cleanup goes on in the background (the sweep below) until nothing of it is left; a
+`PendingTimeout`: once that is recorded its cluster job is deleted in the same tick, and when
+that is slow the cleanup goes on in the background (the sweep below) until nothing of it is
+left; recorded first, so a manager that dies before the delete never leaves a job whose
+cluster job is gone while its record waits (the next tick would call it missing); a
 suspended cluster job (held by a queue) is waiting, not stuck, and is never timed out. The
 timeout covers a job whose cluster job cannot even be created (a 403 from a quota or RBAC that
 never clears, a foreign Job squatting on its name): the message then carries the last refusal.
@@ -43,13 +54,14 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from core.errors import FalconError
 from core.logs import log_context
 from core.statuses import JOB_OPEN, JOB_TERMINAL, JobStatus
 
-from .contract import FalconAPI, JobView, ListFilter, skipped_of
+from .contract import FalconAPI, JobStatusUpdate, JobView, ListFilter, skipped_of
 from .cluster_backends.k8s_logs import keep_logs
 from .cluster_backends.base import (
     BackendError,
@@ -66,6 +78,20 @@ log = logging.getLogger("falcon.controllers.resources")
 JOB_NON_TERMINAL = tuple(s for s in JobStatus if s in JOB_OPEN)
 # The reason of a job whose cluster job was deleted on abort: the status, as a word.
 REASON_ABORTED = JobStatus.ABORTED.value
+# Items per update_job_statuses call: the server's limit (docs/limits.md). The manager sends
+# each batch as its own call, so the Lease fences every 1,000 writes (controllers.leader.Fenced).
+WRITE_BATCH = 1000
+
+
+@dataclass
+class _Write:
+    """A write of this tick, sent with the others once the cluster's jobs are handled.
+
+    `then` is the cluster work that must follow the write (run only once it is recorded)."""
+
+    job: JobView
+    update: JobStatusUpdate
+    then: Callable[[], None] | None = None
 
 
 @dataclass
@@ -122,6 +148,8 @@ class ResourceManager:
         self._ended: set[int] = set()
         # Cluster objects the sweep saw terminating, by cluster: logged once gone.
         self._cleaning: dict[str, set[str]] = defaultdict(set)
+        # This cluster's writes not yet sent (`_flush`).
+        self._writes: list[_Write] = []
 
     def reset(self) -> None:
         """Forget the clocks of a past leadership term (a new term starts them again)."""
@@ -146,6 +174,7 @@ class ResourceManager:
         self._last_refusal = {k: v for k, v in self._last_refusal.items() if k in pending}
         self._degraded_since = {k: v for k, v in self._degraded_since.items() if k in running}
         self._ended = set()
+        self._writes = []
         by_cluster: dict[str, list[JobView]] = defaultdict(list)
         for job in jobs:
             by_cluster[job.cluster_name].append(job)
@@ -155,7 +184,10 @@ class ResourceManager:
             cluster_jobs = by_cluster.get(cluster, [])
             try:
                 if cluster_jobs:
-                    self._reconcile_cluster(backend, cluster_jobs, stats)
+                    try:
+                        self._reconcile_cluster(backend, cluster_jobs, stats)
+                    finally:  # what was done before a cluster outage is recorded too
+                        self._flush(stats)
                 self._sweep(cluster, backend, cluster_jobs, unreadable, stats)
             except Exception as exc:  # one unreachable cluster must not stop the others
                 stats.failed += 1
@@ -259,16 +291,68 @@ class ResourceManager:
 
     def _update(self, job: JobView, stats: ResourceTickStats, status: str, *,
                 reason: str | None = None, message: str | None = None,
-                cluster_job_name: str | None = None) -> None:
+                cluster_job_name: str | None = None,
+                then: Callable[[], None] | None = None) -> None:
+        """Queue a write of `job` for `_flush` (none when nothing would change).
+
+        Args:
+            job: the job as the tick read it.
+            stats: this tick's counters (counted when the write is recorded).
+            status: the target status (the job's own to refresh its reason and message).
+            reason, message, cluster_job_name: set with it; None keeps the recorded one.
+            then: cluster work to run once the write is recorded (skipped if it is refused).
+        """
         if (status == job.status and (reason is None or reason == job.reason)
                 and (message is None or message == job.message)
                 and (cluster_job_name is None or cluster_job_name == job.cluster_job_name)):
             return  # nothing new: no write
-        self.api.update_job_status(job_id=job.id, status=status, reason=reason, message=message,
-                                   cluster_job_name=cluster_job_name)
+        self._writes.append(_Write(job, JobStatusUpdate(
+            job_id=job.id, status=status, reason=reason, message=message,
+            cluster_job_name=cluster_job_name), then))
+
+    def _flush(self, stats: ResourceTickStats) -> None:
+        """Send the queued writes: `update_job_statuses` per `WRITE_BATCH` items, or one
+        `update_job_status` each with a client without it; then the work that follows each.
+
+        A refused item (a lost race: the job moved meanwhile) is logged with the job's ids and
+        counted as failed, as a single call's refusal is; the next tick reads the job again.
+
+        Raises:
+            FalconError: a whole batch call failed (the API server unreachable); the writes
+                not yet recorded are dropped and the next tick decides them again.
+        """
+        writes, self._writes = self._writes, []
+        batch = getattr(self.api, "update_job_statuses", None)
+        if batch is None:
+            for write in writes:
+                self._guard(write.job, stats, self._write_one, write, stats)
+            return
+        for start in range(0, len(writes), WRITE_BATCH):
+            chunk = writes[start:start + WRITE_BATCH]
+            results = batch([w.update for w in chunk])
+            for write, result in zip(chunk, results, strict=True):
+                if result.error is None:
+                    self._guard(write.job, stats, self._recorded, write, stats)
+                    continue
+                job = write.job
+                stats.failed += 1
+                stats.errors.append(str(result.error))
+                with log_context(exp_id=job.exp_id, job_id=job.id):
+                    log.warning("exp %s (id %s, job %s, role %s): %s", job.exp_name, job.exp_id,
+                                job.id, job.role, result.error)
+
+    def _write_one(self, write: _Write, stats: ResourceTickStats) -> None:
+        u = write.update
+        self.api.update_job_status(job_id=u.job_id, status=u.status, reason=u.reason,
+                                   message=u.message, cluster_job_name=u.cluster_job_name)
+        self._recorded(write, stats)
+
+    def _recorded(self, write: _Write, stats: ResourceTickStats) -> None:
         stats.updated += 1
-        if status in JOB_TERMINAL:
-            self._ended.add(job.id)  # recorded: its cluster job may be released this tick
+        if write.update.status in JOB_TERMINAL:
+            self._ended.add(write.job.id)  # recorded: its cluster job may be released this tick
+        if write.then is not None:
+            write.then()
 
     def _abort(self, backend: ClusterBackend, job: JobView, stats: ResourceTickStats) -> None:
         keep_logs(backend, job)  # before the Pods go (k8s_logs)
@@ -411,28 +495,34 @@ class ResourceManager:
             self._pending_since.pop(job.id, None)
         elif self._pending_too_long(job):
             # Failed at once: a Pod held Terminating by a finalizer, or a slow delete, must
-            # not keep the job (and its experiment) waiting. The delete starts here; a cluster
-            # job left behind is an orphan of a terminal job, which the sweep deletes and
-            # tracks until nothing of it is left, so it cannot start later for a job Falcon
-            # calls Failed.
-            try:
-                gone = backend.delete(job)
-            except BackendError as exc:
-                gone = False
-                log.warning("job %s: deleting timed-out cluster job %s failed (the sweep "
-                            "retries): %s", job.id, name, exc)
-            if gone:
-                stats.deleted += 1
-            cleanup = "deleted" if gone else "being deleted"
+            # not keep the job (and its experiment) waiting. The delete starts once the
+            # failure is recorded; a cluster job left behind is an orphan of a terminal job,
+            # which the sweep deletes and tracks until nothing of it is left, so it cannot
+            # start later for a job Falcon calls Failed.
             self._update(job, stats, JobStatus.FAILED, reason="PendingTimeout",
                          message=f"still pending after {self.pending_timeout:g} s, cluster "
-                         f"job {name} {cleanup}: {state.message}",
-                         cluster_job_name=cluster_job_name)
+                         f"job {name} being deleted: {state.message}",
+                         cluster_job_name=cluster_job_name,
+                         then=lambda: self._delete_timed_out(backend, job, name, stats))
             return
         # The cluster job is Pending: the Falcon job keeps its status (Pending, or Running
         # while a replica restarts) with the cluster's reason and message.
         self._update(job, stats, job.status, reason=state.reason, message=state.message,
                      cluster_job_name=cluster_job_name)
+
+    def _delete_timed_out(self, backend: ClusterBackend, job: JobView, name: str,
+                          stats: ResourceTickStats) -> None:
+        """Delete the cluster job of a job whose pending timeout is recorded; a failure is
+        logged and left to the sweep (it deletes cluster jobs of terminal jobs)."""
+        try:
+            gone = backend.delete(job)
+        except BackendError as exc:
+            log.warning("job %s: deleting timed-out cluster job %s failed (the sweep "
+                        "retries): %s", job.id, name, exc)
+            return
+        if gone:
+            stats.deleted += 1
+            log.info("job %s: timed-out cluster job %s deleted", job.id, name)
 
     def _submit(self, backend: ClusterBackend, job: JobView,
                 stats: ResourceTickStats) -> SubmitResult | None:

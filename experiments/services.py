@@ -37,7 +37,12 @@ from core.errors import (
     TransitionRace,
     ValidationFailed,
 )
-from core.statemachine import bounded_text, record_transitions
+from core.statemachine import (
+    MAX_STATUS_BATCH,
+    StatusChange,
+    apply_transitions,
+    validate_status_batch,
+)
 from core.statuses import EXP_ACTIVE, EXP_TERMINAL, ExpStatus, JobStatus
 from jobs.models import Job
 from jobs.specs import (
@@ -414,8 +419,6 @@ def exp_update_status(*, exp_id: int, status: str, reason: str | None = None,
                                     expected=expected)
 
 
-# The most items one UpdateExpStatuses call may carry (docs/limits.md).
-MAX_STATUS_BATCH = 1000
 
 
 @dataclass(frozen=True)
@@ -451,12 +454,11 @@ class ExpStatusOutcome:
 def exp_update_statuses(changes: list[ExpStatusChange]) -> list[ExpStatusOutcome]:
     """UpdateExpStatuses: apply many guarded Experiment transitions; one result per item.
 
-    Each item is the guarded transition `exp_update_status` applies (the same table, the same
-    `expected` check, the same cut of reason and message), decided on the row locked for it;
-    the items share one transaction and one locking read (rows locked by primary key, in
-    ascending order, as every single transition locks them), so a tick's 10,000 changes cost a
-    few statements per row instead of a call each. A refused item is reported in its result
-    and never fails the others. Two items of the same experiment apply in order.
+    Each item is the guarded transition `exp_update_status` applies, in one transaction for
+    all (`core.statemachine.apply_transitions`: one locking read, rows moved with the same
+    values in one UPDATE), so a tick's 10,000 changes cost a few statements per row instead of
+    a call each. A refused item is reported in its result and never fails the others. Two
+    items of the same experiment apply in order.
 
     Args:
         changes: at most `MAX_STATUS_BATCH` items.
@@ -467,103 +469,11 @@ def exp_update_statuses(changes: list[ExpStatusChange]) -> list[ExpStatusOutcome
     Raises:
         ValidationFailed: more than `MAX_STATUS_BATCH` items, or an unknown status.
     """
-    if len(changes) > MAX_STATUS_BATCH:
-        raise ValidationFailed({"items": [f"at most {MAX_STATUS_BATCH} items per call; got "
-                                          f"{len(changes)}: send them in several calls"]})
-    known = set(ExpStatus)
-    for change in changes:
-        for field, value in (("status", change.status), ("expected", change.expected)):
-            if value is not None and value not in known:
-                raise ValidationFailed({f"items.{field}": [
-                    f"{value!r} is not one of {', '.join(ExpStatus)}"]})
-    machine = Experiment.machine
-    now = timezone.now()
-    outcomes: list[ExpStatusOutcome] = []
-    counts: dict[int, int] = {}
-    for change in changes:
-        counts[change.exp_id] = counts.get(change.exp_id, 0) + 1
-    # Rows moved (or refreshed) with the same values go in one UPDATE ... WHERE pk IN (...):
-    # a tick's summaries repeat ("2 Running"), so 10,000 items make a few statements.
-    moves: dict[tuple, list[int]] = {}
-    refreshes: dict[tuple, list[int]] = {}
-    with transaction.atomic():
-        ids = sorted(counts)
-        locked = (Experiment.objects.select_for_update().filter(pk__in=ids).order_by("pk")
-                  .values_list("pk", "status", "reason", "message"))
-        status_of = {pk: status for pk, status, _reason, _message in locked}
-        detail_of = {pk: (reason, message) for pk, _status, reason, message in locked}
-        # The transition history of the applied items, by the status entered (one INSERT each).
-        events: dict[str, list[tuple]] = {}
-        for change in changes:
-            current = status_of.get(change.exp_id)
-            if current is None:
-                outcomes.append(ExpStatusOutcome(change.exp_id, False, NotFound(
-                    f"{machine.name} {change.exp_id} does not exist.")))
-                continue
-            detail: dict[str, Any] = {}
-            if change.reason is not None:
-                detail["reason"] = bounded_text(Experiment, "reason", change.reason)
-            if change.message is not None:
-                detail["message"] = bounded_text(Experiment, "message", change.message)
-            sources = machine.sources(change.status)
-            guard = sources if change.expected is None else sources & {change.expected}
-            # An experiment named twice is written at once, so its items apply in order.
-            alone = counts[change.exp_id] > 1
-            if current in guard:
-                if alone:
-                    Experiment.objects.filter(pk=change.exp_id).update(
-                        **machine.updates_for(change.status, now), **detail)
-                else:
-                    # Keyed by what the values are made of: the values themselves hold
-                    # expressions (Coalesce for started_at), whose hash is costly.
-                    moves.setdefault((change.status, tuple(sorted(detail.items()))),
-                                     []).append(change.exp_id)
-                reason, message = detail_of[change.exp_id]
-                reason, message = detail.get("reason", reason), detail.get("message", message)
-                detail_of[change.exp_id] = (reason, message)
-                event = (change.exp_id, change.exp_id, current, reason, message)
-                if alone:  # recorded at once, so one experiment's events keep their order
-                    record_transitions(machine, [event], target=change.status, at=now,
-                                       using=Experiment.objects.db)
-                else:
-                    events.setdefault(change.status, []).append(event)
-                status_of[change.exp_id] = change.status
-                outcomes.append(ExpStatusOutcome(change.exp_id, True, status=change.status))
-            elif current == change.status:
-                if change.status not in machine.terminal and detail:
-                    if alone:
-                        Experiment.objects.filter(pk=change.exp_id).update(updated_at=now,
-                                                                           **detail)
-                    else:
-                        refreshes.setdefault(tuple(sorted(detail.items())), []).append(
-                            change.exp_id)
-                outcomes.append(ExpStatusOutcome(change.exp_id, False, status=current))
-            else:
-                outcomes.append(ExpStatusOutcome(change.exp_id, False, _refusal(
-                    machine, change, current, sources), status=current))
-        for (target, detail_items), pks in moves.items():
-            Experiment.objects.filter(pk__in=pks).update(**machine.updates_for(target, now),
-                                                         **dict(detail_items))
-        for values, pks in refreshes.items():
-            Experiment.objects.filter(pk__in=pks).update(updated_at=now, **dict(values))
-        for target, changed in events.items():
-            record_transitions(machine, changed, target=target, at=now,
-                               using=Experiment.objects.db)
-    return outcomes
-
-
-def _refusal(machine, change: ExpStatusChange, current: str,
-             sources: frozenset[str]) -> FalconError:
-    """The error a single transition raises for a row in `current` (`apply_transition`)."""
-    if change.expected is not None and current != change.expected:
-        return TransitionRace(f"{machine.name} {change.exp_id} is {current}, not "
-                              f"{change.expected}: another writer moved it first.")
-    why = (" (it is in a terminal state)." if current in machine.terminal
-           else f"; {change.status} is reachable only from {', '.join(sorted(sources))}."
-           if sources else f"; {change.status} is only the initial state: no transition "
-           "leads to it.")
-    return InvalidTransition(f"{machine.name} {change.exp_id} is {current} and cannot move to "
-                             f"{change.status}{why}")
+    validate_status_batch(ExpStatus, [(c.status, c.expected) for c in changes])
+    outcomes = apply_transitions(Experiment.machine, Experiment, [
+        StatusChange(c.exp_id, c.status, reason=c.reason, message=c.message, expected=c.expected)
+        for c in changes])
+    return [ExpStatusOutcome(o.pk, o.changed, o.error, o.status) for o in outcomes]
 
 
 def _validate_new_job(*, exp_id: int, role: Any, task_spec: Any) -> dict[str, Any]:

@@ -259,7 +259,7 @@ ANALYSIS = {"ListExpsAwaitingAnalysis", "CreateAnalysisRecord", "GetAnalysisReco
 EXPECTED = {
     "exp-controller": READS | {"UpdateExpStatus", "UpdateExpStatuses", "UpdateJobStatus",
                                "UpdateArtifactStatus"},
-    "resource-manager": READS | {"UpdateJobStatus"},
+    "resource-manager": READS | {"UpdateJobStatus", "UpdateJobStatuses"},
     "analyzer": READS | ANALYSIS,
     "maintenance": READS | {"CreateJob", "DeleteJob", "CreateArtifact", "DeleteArtifact"},
     "read-only": READS,

@@ -48,6 +48,28 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
             cluster_job_name=optional(request, "cluster_job_name"))
         return job_pb2.JobCommonResp(job=_summary(job.pk), changed=changed, id=job.pk)
 
+    def UpdateJobStatuses(self, request, context):
+        """UpdateJobStatuses -> `services.job_update_statuses`: one guarded transition per item,
+        one result per item (a refused item never fails the call)."""
+        statuses = list(JobStatus)
+        changes = []
+        for item in request.items:
+            expected = optional(item, "expected")
+            changes.append(services.JobStatusChange(
+                job_id=require_id(item.id),
+                status=require_choice(item.status, "status", statuses),
+                reason=optional(item, "reason"), message=optional(item, "message"),
+                expected=None if expected is None else require_choice(expected, "expected",
+                                                                      statuses),
+                cluster_job_name=optional(item, "cluster_job_name")))
+        outcomes = services.job_update_statuses(changes)
+        return job_pb2.UpdateJobStatusesResp(results=[
+            job_pb2.UpdateJobStatusResult(
+                id=o.pk, changed=o.changed, status=o.status,
+                error_code=o.error.code if o.error else "",
+                error_message=o.error.message if o.error else "")
+            for o in outcomes])
+
     def GetJob(self, request, context):
         """GetJob -> `selectors.job_get`."""
         return _item(require_id(request.id))

@@ -20,8 +20,9 @@ from django.core.management.base import BaseCommand, CommandError
 
 from core.commands import LoggedOutputMixin
 
+# Every write method of `controllers.contract.FalconAPI`: each call is fenced by the Lease.
 API_WRITES = ("update_exp_status", "update_exp_statuses", "update_job_status",
-              "update_artifact_status")
+              "update_job_statuses", "update_artifact_status")
 BACKEND_WRITES = ("submit", "delete", "sweep")
 ANALYSIS_WRITES = ("create_record", "update_record", "delete_record")
 ANALYSIS_BACKEND_WRITES = ("start", "stop")

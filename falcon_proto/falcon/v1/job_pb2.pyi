@@ -36,6 +36,32 @@ class UpdateJobStatusReq(_message.Message):
     cluster_job_name: str
     def __init__(self, id: _Optional[int] = ..., status: _Optional[str] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., expected: _Optional[str] = ..., cluster_job_name: _Optional[str] = ...) -> None: ...
 
+class UpdateJobStatusesReq(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[UpdateJobStatusReq]
+    def __init__(self, items: _Optional[_Iterable[_Union[UpdateJobStatusReq, _Mapping]]] = ...) -> None: ...
+
+class UpdateJobStatusResult(_message.Message):
+    __slots__ = ("id", "changed", "error_code", "error_message", "status")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    changed: bool
+    error_code: str
+    error_message: str
+    status: str
+    def __init__(self, id: _Optional[int] = ..., changed: _Optional[bool] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., status: _Optional[str] = ...) -> None: ...
+
+class UpdateJobStatusesResp(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[UpdateJobStatusResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[UpdateJobStatusResult, _Mapping]]] = ...) -> None: ...
+
 class GetJobReq(_message.Message):
     __slots__ = ("id",)
     ID_FIELD_NUMBER: _ClassVar[int]

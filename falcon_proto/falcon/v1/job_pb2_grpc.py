@@ -46,6 +46,11 @@ class JobServiceStub:
                 request_serializer=falcon_dot_v1_dot_job__pb2.UpdateJobStatusReq.SerializeToString,
                 response_deserializer=falcon_dot_v1_dot_job__pb2.JobCommonResp.FromString,
                 _registered_method=True)
+        self.UpdateJobStatuses = channel.unary_unary(
+                '/falcon.v1.JobService/UpdateJobStatuses',
+                request_serializer=falcon_dot_v1_dot_job__pb2.UpdateJobStatusesReq.SerializeToString,
+                response_deserializer=falcon_dot_v1_dot_job__pb2.UpdateJobStatusesResp.FromString,
+                _registered_method=True)
         self.GetJob = channel.unary_unary(
                 '/falcon.v1.JobService/GetJob',
                 request_serializer=falcon_dot_v1_dot_job__pb2.GetJobReq.SerializeToString,
@@ -76,6 +81,14 @@ class JobServiceServicer:
 
     def UpdateJobStatus(self, request, context):
         """Apply a guarded transition of the Job state machine (resource manager).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateJobStatuses(self, request, context):
+        """Many guarded Job transitions in one transaction, one result per item in order; a refused
+        item never fails the others (the resource manager's writes of one tick). At most 1000 items.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -114,6 +127,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.UpdateJobStatus,
                     request_deserializer=falcon_dot_v1_dot_job__pb2.UpdateJobStatusReq.FromString,
                     response_serializer=falcon_dot_v1_dot_job__pb2.JobCommonResp.SerializeToString,
+            ),
+            'UpdateJobStatuses': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateJobStatuses,
+                    request_deserializer=falcon_dot_v1_dot_job__pb2.UpdateJobStatusesReq.FromString,
+                    response_serializer=falcon_dot_v1_dot_job__pb2.UpdateJobStatusesResp.SerializeToString,
             ),
             'GetJob': grpc.unary_unary_rpc_method_handler(
                     servicer.GetJob,
@@ -186,6 +204,33 @@ class JobService:
             '/falcon.v1.JobService/UpdateJobStatus',
             falcon_dot_v1_dot_job__pb2.UpdateJobStatusReq.SerializeToString,
             falcon_dot_v1_dot_job__pb2.JobCommonResp.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateJobStatuses(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/falcon.v1.JobService/UpdateJobStatuses',
+            falcon_dot_v1_dot_job__pb2.UpdateJobStatusesReq.SerializeToString,
+            falcon_dot_v1_dot_job__pb2.UpdateJobStatusesResp.FromString,
             options,
             channel_credentials,
             insecure,

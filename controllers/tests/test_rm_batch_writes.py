@@ -1,0 +1,146 @@
+"""The resource manager sends a tick's writes in UpdateJobStatuses batches.
+
+Driven as production runs it: the real `ResourceManager`, the real gRPC client and in-process
+API server, the Kubernetes backend on the loopback fake API server through the real
+`kubernetes` client.
+"""
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+
+import grpc
+import pytest
+
+from controllers.cluster_backends.loading import load_backends
+from controllers.contract import FalconAPI
+from controllers.grpc_client import GrpcFalconAPI
+from controllers.management.commands.runcontroller import API_WRITES
+from controllers.resource_manager import ResourceManager
+from core.grpc.errors import ApiUnavailable
+from experiments.services import exp_abort
+from experiments.tests.factories import make_exp
+from falcon_site.grpc.testing import (  # noqa: F401  (fixtures)
+    INTERNAL_TOKEN,
+    channel_to,
+    falcon_api,
+    grpc_server,
+)
+from jobs.models import Job
+
+from controllers.tests.fake_k8s import fake_kube, kubeconfig  # noqa: F401  (fixtures)
+from controllers.tests.test_exp_controller import CountingInterceptor
+from controllers.tests.test_k8s_cases import IMAGE, NS, k8s_clusters  # noqa: F401
+from controllers.tests.test_k8s_failure_kinds import UNSCHEDULABLE, fresh
+from controllers.tests.test_k8s_cases import real_pod_status
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def counted_api(grpc_server):
+    """A `GrpcFalconAPI` whose RPCs are counted by method name (`.counter.calls`)."""
+    counter = CountingInterceptor()
+    channel = grpc.intercept_channel(channel_to(grpc_server), counter)
+    api = GrpcFalconAPI(f"127.0.0.1:{grpc_server.port}", INTERNAL_TOKEN, channel=channel)
+    api.counter = counter
+    yield api
+    channel.close()
+
+
+@pytest.fixture
+def backends(k8s_clusters):
+    built = load_backends(["k8s-a"])
+    yield built
+    for backend in built.values():
+        backend.close()
+
+
+def test_a_tick_writes_its_jobs_in_one_call_per_batch(counted_api, backends, monkeypatch):
+    """Five new jobs are submitted and recorded with batches of two: three UpdateJobStatuses
+    calls, no UpdateJobStatus, each job with its cluster job name."""
+    monkeypatch.setattr("controllers.resource_manager.WRITE_BATCH", 2)
+    exps = [make_exp(name=f"b{i}", cluster_name="k8s-a", image=IMAGE) for i in range(5)]
+    stats = ResourceManager(counted_api, backends, orphan_grace=0).tick()
+    calls = counted_api.counter.calls
+    assert calls["UpdateJobStatuses"] == 3 and "UpdateJobStatus" not in calls, calls
+    assert stats.submitted == 5 and stats.updated == 5 and stats.failed == 0
+    for exp in exps:
+        job = Job.objects.get(experiment=exp)
+        assert (job.status, job.reason) == ("Pending", "Submitted") and job.cluster_job_name
+
+
+def test_a_refused_item_is_logged_with_its_ids_and_the_others_are_recorded(
+        falcon_api, backends, caplog):
+    """A job aborted between the tick's read and its write: its item is refused (a lost
+    race), logged with its ids, and the other jobs' writes of the same batch apply."""
+    raced = make_exp(name="raced", cluster_name="k8s-a", image=IMAGE)
+    other = make_exp(name="other", cluster_name="k8s-a", image=IMAGE)
+
+    class AbortFirst:
+        """The gRPC client, with the experiment aborted just before the batch is sent."""
+
+        def __getattr__(self, name):
+            return getattr(falcon_api, name)
+
+        def update_job_statuses(self, updates):
+            exp_abort(exp_id=raced.pk, actor=raced.creator)
+            return falcon_api.update_job_statuses(updates)
+
+    with caplog.at_level(logging.WARNING, logger="falcon.controllers.resources"):
+        stats = ResourceManager(AbortFirst(), backends, orphan_grace=0).tick()
+    assert stats.failed == 1 and stats.updated == 1
+    assert Job.objects.get(experiment=other).cluster_job_name
+    raced_job = Job.objects.get(experiment=raced)
+    assert raced_job.status == "Aborting" and not raced_job.cluster_job_name
+    (line,) = [r for r in caplog.records if "Aborting" in r.getMessage()]
+    assert (line.exp_id, line.job_id) == (raced.pk, raced_job.pk)
+    # The next tick reads it again: its cluster job is deleted and it ends Aborted.
+    ResourceManager(falcon_api, backends, orphan_grace=0).tick()
+    assert fresh(raced_job).status == "Aborted"
+
+
+def test_a_timed_out_cluster_job_is_deleted_only_once_the_timeout_is_recorded(
+        falcon_api, backends, fake_kube):
+    """When the write of a pending timeout does not reach the API server, the cluster job is
+    kept: a later tick records PendingTimeout and deletes it, never ClusterJobMissing."""
+    exp = make_exp(name="slow", cluster_name="k8s-a", image=IMAGE)
+    manager = ResourceManager(falcon_api, backends, pending_timeout=0.2, orphan_grace=0)
+    manager.tick()
+    job = Job.objects.get(experiment=exp)
+    fake_kube.put_pod(NS, job.cluster_job_name, 0, real_pod_status(
+        {"phase": "Pending", "conditions": [UNSCHEDULABLE]}))
+    fake_kube.set_job_status(NS, job.cluster_job_name, {"active": 1, "ready": 0})
+    manager.tick()
+    time.sleep(0.3)
+
+    class Down:
+        """The API server unreachable for writes."""
+
+        def __getattr__(self, name):
+            return getattr(falcon_api, name)
+
+        def update_job_statuses(self, updates):
+            raise ApiUnavailable("the API server is down")
+
+    manager.api = Down()
+    stats = manager.tick()
+    assert stats.failed == 1 and fresh(job).status == "Pending"
+    assert fake_kube.get("jobs", NS, job.cluster_job_name) is not None  # not deleted
+
+    manager.api = falcon_api
+    manager.tick()
+    job = fresh(job)
+    assert (job.status, job.reason) == ("Failed", "PendingTimeout"), job.message
+    manager.tick()
+    assert fake_kube.list("jobs", NS) == []
+    assert fresh(job).reason == "PendingTimeout"
+
+
+def test_every_write_of_the_api_client_is_fenced_by_the_lease():
+    """A write method missing from API_WRITES would let a replica that lost its Lease write."""
+    methods = {name for name, _ in inspect.getmembers(FalconAPI, inspect.isfunction)
+               if not name.startswith("_")}
+    reads = {name for name in methods if name.startswith(("list_", "get_"))}
+    assert methods - reads == set(API_WRITES)
