@@ -161,6 +161,7 @@ READ_METHODS = frozenset({
     "/falcon.v1.ExperimentService/ListExpStates",
     "/falcon.v1.JobService/GetJob",
     "/falcon.v1.JobService/ListJobs",
+    "/falcon.v1.JobService/ListJobStates",
     "/falcon.v1.ArtifactService/GetArtifact",
     "/falcon.v1.ArtifactService/ListArtifacts",
     "/falcon.v1.AnalysisRecordService/GetAnalysisRecord",

@@ -127,7 +127,8 @@ class GrpcAPI:
             for v in views)
         Job.objects.bulk_create(
             Job(id=v.id, experiment_id=v.exp_id, cluster_name=CLUSTER, exp_type=v.exp_type,
-                role=v.role, task_spec=spec, status=v.status, reason=v.reason,
+                role=v.role, task_spec=spec, artifact_path=v.artifact_path,
+                status=v.status, reason=v.reason,
                 message=v.message, cluster_job_name=v.cluster_job_name) for v in views)
         self.calls: collections.Counter = collections.Counter()
         calls = self.calls
@@ -148,8 +149,8 @@ class GrpcAPI:
     def write_calls(self) -> int:
         return self.calls["UpdateJobStatuses"] + self.calls["UpdateJobStatus"]
 
-    def list_jobs(self, flt):
-        return self.client.list_jobs(flt)
+    def list_job_states(self, flt):
+        return self.client.list_job_states(flt)
 
     def update_job_statuses(self, updates):
         self.writes += len(updates)

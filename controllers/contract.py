@@ -173,6 +173,13 @@ class FalconAPI(Protocol):
 
     def list_jobs(self, flt: ListFilter) -> list[JobView]: ...
 
+    def list_job_states(self, flt: ListFilter) -> list[JobView]:
+        """ListJobStates, every page: the jobs in `flt.statuses` of `flt.cluster_names` with
+        only what the resource manager reads (no timestamps or priority; `config` only for
+        jobs whose cluster job name is not recorded yet). Optional: a client without it is
+        read with `list_jobs`."""
+        ...
+
     def list_artifacts(self, flt: ListFilter) -> list[ArtifactView]: ...
 
     def list_exp_states(self, statuses: tuple[str, ...]) -> list[ExpState]:

@@ -17,10 +17,12 @@ import functools
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 import grpc
+import orjson
 
 from core.grpc.channel import CHANNEL_OPTIONS, auth_metadata
 from core.errors import FalconError
@@ -50,7 +52,8 @@ log = logging.getLogger("falcon.controllers.grpc")
 # Items per UpdateExpStatuses and UpdateJobStatuses call: the server's limit
 # (core.statemachine.MAX_STATUS_BATCH).
 BATCH_SIZE = 1000
-# Experiments per ListExpStates page: the server's largest (experiment_servicer).
+# Experiments per ListExpStates page, jobs per ListJobStates page: the servers' largest
+# (experiment_servicer, job_servicer).
 STATES_PAGE_SIZE = 5000
 # ListFilter.extra keys this transport understands.
 _EXTRA_KEYS = frozenset({"page_size"})
@@ -95,6 +98,22 @@ def job_view(item: job_pb2.JobItem) -> JobView:
                  created_at=_dt(item, "created_at"), updated_at=_dt(item, "updated_at"),
                  started_at=_dt(item, "started_at"), finished_at=_dt(item, "finished_at"),
                  aborting_at=_dt(item, "aborting_at"), aborted_at=_dt(item, "aborted_at"))
+
+
+def job_state_view(item: job_pb2.JobState) -> JobView:
+    """Return the `JobView` of a `falcon.v1.JobState`: no timestamps or priority, and `config`
+    empty for a job whose cluster job name is recorded (see ListJobStates).
+
+    Raises:
+        orjson.JSONDecodeError: `task_spec_json` is not strict JSON (the list skips the job).
+    """
+    return JobView(id=item.id, exp_id=item.exp_id, exp_name=item.exp_name,
+                   exp_status=item.exp_status, role=item.role, cluster_name=item.cluster_name,
+                   exp_type=item.exp_type,
+                   task_spec=orjson.loads(item.task_spec_json) if item.task_spec_json else {},
+                   artifact_path=item.artifact_path, config=item.exp_config,
+                   status=item.status, reason=item.reason, message=item.message,
+                   cluster_job_name=item.cluster_job_name)
 
 
 def artifact_view(item: artifact_pb2.ArtifactItem) -> ArtifactView:
@@ -226,15 +245,18 @@ class GrpcFalconAPI(GrpcClient):
         except grpc.RpcError as exc:
             raise error_from_rpc_error(exc) from None
 
-    def _list_all(self, method: Callable, flt: ListFilter, items: str,
-                  to_view: Callable[[Any], V], exp_id_of: Callable[[Any], int]) -> Listing:
+    def _list_all(self, method: Callable, flt: ListFilter | None, items: str,
+                  to_view: Callable[[Any], V], exp_id_of: Callable[[Any], int],
+                  request: Any = None) -> Listing:
         """Every page of a list call, as a `Listing` of views.
 
-        Rows the server skipped (its `skipped` field) and items this client cannot turn into a
-        view (a task spec that is not JSON) are left out and named in `Listing.skipped`; the
-        latter are logged here with the reason.
+        The request is `list_request(flt)` (a CommonListReq), or `request` (another list
+        request with `page_token`). Rows the server skipped (its `skipped` field) and items
+        this client cannot turn into a view (a task spec that is not JSON) are left out and
+        named in `Listing.skipped`; the latter are logged here with the reason.
         """
-        request = list_request(flt)
+        if request is None:
+            request = list_request(flt)
         out: list[V] = []
         skipped: list[SkippedRow] = []
         while True:
@@ -261,6 +283,24 @@ class GrpcFalconAPI(GrpcClient):
         """ListJobs, every page (each job carries its experiment's name, status, config)."""
         return self._list_all(self.jobs.ListJobs, flt, "jobs", job_view,
                               lambda item: item.exp_id)
+
+    def list_job_states(self, flt: ListFilter) -> list[JobView]:
+        """ListJobStates, every page (`STATES_PAGE_SIZE` jobs each): the jobs in
+        `flt.statuses` of `flt.cluster_names`, as the resource manager reads them (no
+        timestamps; the experiment's config only for jobs whose cluster job name is not
+        recorded yet), as a `Listing`.
+
+        Raises:
+            ValueError: `flt` filters on anything but statuses and cluster names.
+            ValidationFailed: an unknown status; FalconError: the call failed.
+        """
+        if replace(flt, statuses=(), cluster_names=()) != ListFilter():
+            raise ValueError("ListJobStates filters only on statuses and cluster_names")
+        request = job_pb2.ListJobStatesReq(statuses=flt.statuses,
+                                           cluster_names=flt.cluster_names,
+                                           page_size=STATES_PAGE_SIZE)
+        return self._list_all(self.jobs.ListJobStates, None, "jobs", job_state_view,
+                              lambda item: item.exp_id, request=request)
 
     def list_artifacts(self, flt: ListFilter) -> list[ArtifactView]:
         """ListArtifacts, every page."""

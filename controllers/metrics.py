@@ -86,8 +86,8 @@ def _known(gauge: Gauge) -> dict:
 class ObservedAPI:
     """The controller's API client, counting the jobs and analyses its lists return by status.
 
-    Every attribute is the client's own; `list_jobs`, `list_records` and `list_running` pass
-    their result through unchanged after counting it.
+    Every attribute is the client's own; `list_jobs`, `list_job_states`, `list_records` and
+    `list_running` pass their result through unchanged after counting it.
     """
 
     def __init__(self, api: Any, name: str):
@@ -95,7 +95,7 @@ class ObservedAPI:
 
     def __getattr__(self, attr: str) -> Any:
         value = getattr(self._api, attr)
-        if attr == "list_jobs":
+        if attr in ("list_jobs", "list_job_states"):
             return lambda *a, **k: _count_by_status(JOBS, self._name, value(*a, **k))
         if attr in ("list_records", "list_running"):
             return lambda *a, **k: _count_by_status(ANALYSES, self._name, value(*a, **k))

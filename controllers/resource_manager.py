@@ -1,7 +1,8 @@
 """The resource manager: the ResourceManager controller (docs/cluster-behaviours.md).
 
 Each tick lists the jobs of the clusters it serves that need cluster work (Pending, Running,
-Aborting) in one paged call, asks each cluster's backend for all of their states in one batched
+Aborting) in one paged call (ListJobStates: only the fields a tick reads, an experiment's
+config only for the jobs still to submit; 5,000 jobs a page), asks each cluster's backend for all of their states in one batched
 read, and then:
 - a Pending job with no cluster job yet is submitted (create, or adopt one that a previous run
   of this controller created: CB-3); its cluster job name is recorded. A cluster job
@@ -160,8 +161,10 @@ class ResourceManager:
     def tick(self) -> ResourceTickStats:
         """Reconcile every Pending, Running and Aborting job of the served clusters."""
         stats = ResourceTickStats()
-        jobs = self.api.list_jobs(ListFilter(statuses=JOB_NON_TERMINAL,
-                                             cluster_names=tuple(self.backends)))
+        # ListJobStates when the client has it: only the fields a tick reads, and each
+        # experiment's config only for the jobs still to submit.
+        read = getattr(self.api, "list_job_states", None) or self.api.list_jobs
+        jobs = read(ListFilter(statuses=JOB_NON_TERMINAL, cluster_names=tuple(self.backends)))
         stats.jobs = len(jobs)
         for row in skipped_of(jobs):
             stats.skipped += 1

@@ -250,7 +250,8 @@ def _all_rpcs() -> list[str]:
     return names
 
 
-READS = {"GetExp", "ListExps", "ListExpStates", "GetJob", "ListJobs", "GetArtifact", "ListArtifacts",
+READS = {"GetExp", "ListExps", "ListExpStates", "GetJob", "ListJobs", "ListJobStates",
+         "GetArtifact", "ListArtifacts",
          "GetAnalysisRecord", "ListAnalysisRecords"}
 ANALYSIS = {"ListExpsAwaitingAnalysis", "CreateAnalysisRecord", "GetAnalysisRecord",
             "ListAnalysisRecords", "UpdateAnalysisRecord", "DeleteAnalysisRecord",

@@ -649,9 +649,12 @@ class KubernetesBackend(ClusterBackend):
         self._api = api
         self._job_cache: Informer | None = None
         self._pod_cache: Informer | None = None
-        # (Job name, resourceVersion, Falcon job id, image) -> the state it mapped to, for Jobs
-        # that needed no Pods (see `observe`).
-        self._states: dict[tuple[str, str, int, str], ClusterJobState] = {}
+        # The state each Job of the last tick mapped to (see `observe`), keyed by (Job name,
+        # resourceVersion, Falcon job id, image), plus the sorted (name, resourceVersion) of
+        # its Pods for a Job whose Pods were read.
+        self._states: dict[tuple, ClusterJobState] = {}
+        # The Jobs (by the same key) whose Pods the last tick read, with their pod count.
+        self._needs_pods: dict[tuple[str, str, int, str], int] = {}
 
     # -- clients -----------------------------------------------------------------------------
 
@@ -1069,6 +1072,11 @@ class KubernetesBackend(ClusterBackend):
         Items are decoded JSON read through `Raw`, never client models. A Job found by name
         but labelled for another Falcon job counts as missing for this one.
 
+        `job_state` is pure, so a Job whose object and Pods did not change since the last
+        tick (the same resourceVersions, the same Pods) keeps the state mapped then: a tick
+        maps only what changed, and 10,000 Jobs pending for minutes cost a lookup each. An
+        object without a resourceVersion is always mapped again.
+
         Raises:
             BackendError: a LIST failed after its retries; no partial answer is given.
         """
@@ -1084,31 +1092,43 @@ class KubernetesBackend(ClusterBackend):
         found: dict[int, tuple[str, Raw | None, int]] = {}
         need_pods: set[str] = set()
         states: dict[int, ClusterJobState] = {}
-        memo: dict[tuple[str, str, int, str], ClusterJobState] = {}
+        memo: dict[tuple, ClusterJobState] = {}
+        needs: dict[tuple[str, str, int, str], int] = {}
         for job in jobs:
             name = self.name_of(job)
             raw = by_name.get(name)
             image = job.task_spec.get("image", "")
-            if raw is not None:
+            key = None
+            if raw is not None and raw["metadata"].get("resourceVersion"):
                 # A Job whose object did not change since the last tick, and that needed no
                 # Pods then, maps to the same state: a steady tick reads 10,000 of them.
-                key = (name, raw["metadata"].get("resourceVersion") or "", job.id, image)
+                key = (name, raw["metadata"]["resourceVersion"], job.id, image)
                 known = self._states.get(key)
                 if known is not None:
                     states[job.id] = memo[key] = known
+                    continue
+                total = self._needs_pods.get(key)
+                if total is not None:  # unchanged, and it needed its Pods: only they may differ
+                    found[job.id] = (name, Raw(raw), total, key)
+                    need_pods.add(name)
+                    needs[key] = total
                     continue
             k8s_job = Raw(raw) if raw is not None else None
             if k8s_job is not None and _int_label(k8s_job.metadata.labels,
                                                   LABEL_JOB_ID) != job.id:
                 k8s_job = None
             total = (k8s_job.spec.completions or 1) if k8s_job is not None else 0
-            found[job.id] = (name, k8s_job, total)
+            found[job.id] = (name, k8s_job, total, key if k8s_job is not None else None)
             if (k8s_job is not None and not _condition(k8s_job, CONDITION_COMPLETE)
                     and not all_ready(k8s_job, total)):
                 need_pods.add(name)  # Pending, failed or losing replicas: the Pods say why
+                if key is not None:
+                    needs[key] = total
             elif raw is not None and k8s_job is not None:
-                states[job.id] = memo[key] = job_state(name, k8s_job, [], pods_total=total,
-                                                       image=image)
+                states[job.id] = state = job_state(name, k8s_job, [], pods_total=total,
+                                                   image=image)
+                if key is not None:
+                    memo[key] = state
         if pod_cache is not None and need_pods:
             pods_by_job: dict[str, list[Raw]] = defaultdict(list)
             for pod in pod_cache.items().values():
@@ -1120,11 +1140,23 @@ class KubernetesBackend(ClusterBackend):
         for job in jobs:
             if job.id in states:
                 continue
-            name, k8s_job, total = found[job.id]
-            states[job.id] = job_state(name, k8s_job, pods_by_job.get(name, []),
-                                       pods_total=total, image=job.task_spec.get("image", ""))
-        # Only the states this tick could reuse next tick (no Pods read) are kept.
-        self._states = memo
+            name, k8s_job, total, key = found[job.id]
+            pods = pods_by_job.get(name, [])
+            if key is not None:
+                # The Job's key with its Pods' names and resourceVersions: unchanged, the same
+                # state (a Pod added, removed or changed is a new key).
+                versions = tuple(sorted(((p.raw.get("metadata") or {}).get("name") or "",
+                                         (p.raw.get("metadata") or {}).get("resourceVersion")
+                                         or "") for p in pods))
+                key = None if any(not rv for _n, rv in versions) else (*key, versions)
+            known = self._states.get(key) if key is not None else None
+            state = known or job_state(name, k8s_job, pods, pods_total=total,
+                                       image=job.task_spec.get("image", ""))
+            states[job.id] = state
+            if key is not None:
+                memo[key] = state
+        # Only the states of this tick's Jobs are kept: the next tick may reuse them.
+        self._states, self._needs_pods = memo, needs
         return states
 
     # -- writing --------------------------------------------------------------------------------

@@ -144,3 +144,33 @@ def test_every_write_of_the_api_client_is_fenced_by_the_lease():
                if not name.startswith("_")}
     reads = {name for name in methods if name.startswith(("list_", "get_"))}
     assert methods - reads == set(API_WRITES)
+
+
+def test_an_unchanged_job_is_not_mapped_again_and_a_changed_pod_is_seen(
+        falcon_api, backends, fake_kube, monkeypatch):
+    """A pending Job's state is kept while neither it nor its Pods change (the same
+    resourceVersions); a change to a Pod alone is mapped again on the next tick."""
+    import controllers.cluster_backends.kubernetes as kubernetes
+
+    exp = make_exp(name="memo", cluster_name="k8s-a", image=IMAGE)
+    manager = ResourceManager(falcon_api, backends, orphan_grace=0)
+    manager.tick()
+    job = Job.objects.get(experiment=exp)
+    pod = fake_kube.put_pod(NS, job.cluster_job_name, 0, real_pod_status(
+        {"phase": "Pending", "conditions": [UNSCHEDULABLE]}))
+    fake_kube.set_job_status(NS, job.cluster_job_name, {"active": 1, "ready": 0})
+    manager.tick()
+    assert "Insufficient google.com/tpu" in fresh(job).message
+
+    mapped = []
+    real = kubernetes.job_state
+    monkeypatch.setattr(kubernetes, "job_state",
+                        lambda name, *a, **k: mapped.append(name) or real(name, *a, **k))
+    manager.tick()
+    assert mapped == []  # nothing changed: the last state is reused
+    fake_kube.set_pod_status(NS, pod, real_pod_status({"phase": "Pending", "containerStatuses": [{
+        "name": "main", "image": IMAGE, "imageID": "", "ready": False, "restartCount": 0,
+        "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling"}}}]}))
+    manager.tick()
+    assert mapped == [job.cluster_job_name]
+    assert "ImagePullBackOff" in fresh(job).message

@@ -10,12 +10,24 @@ from __future__ import annotations
 
 from jobs import selectors, services
 from jobs.filters import JobFilter
-from jobs.grpc.to_proto import job_to_item
+from jobs.grpc.to_proto import job_state_to_item, job_to_item
 from core.grpc.from_proto import json_value, list_filters, optional, require_choice, require_id
-from core.grpc.paging import keyset_page
+from core.grpc.paging import (
+    decode_page_token,
+    encode_page_token,
+    fill_page,
+    keyset_page,
+    page_size_of,
+)
 from core.statuses import JobStatus
 from experiments.services import job_create
 from falcon_proto.falcon.v1 import common_pb2, job_pb2, job_pb2_grpc
+
+
+# ListJobStates pages: 1,000 jobs by default, at most 5,000 (a page of 5,000 jobs without
+# configs is about 2 MiB; the byte budget of `fill_page` ends a page early beyond 8 MiB).
+STATES_PAGE_SIZE = 1000
+STATES_MAX_PAGE_SIZE = 5000
 
 
 def _item(job_id: int) -> job_pb2.JobItem:
@@ -87,6 +99,31 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
             jobs=page.items, next_page_token=page.next_page_token,
             skipped=[common_pb2.SkippedRow(id=job.pk, exp_id=job.experiment_id)
                      for job in page.skipped])
+
+    def ListJobStates(self, request, context):
+        """ListJobStates -> `selectors.job_states`: a page of jobs with only the fields the
+        resource manager reads (the experiment's config only for jobs not yet submitted).
+
+        A row that cannot be encoded is skipped and reported in `skipped` (`fill_page`).
+
+        Raises:
+            ValidationFailed: an unknown status, or a bad `page_size` / `page_token`.
+        """
+        known = list(JobStatus)
+        statuses = [require_choice(s, "statuses", known) for s in request.statuses]
+        size = page_size_of(request.page_size, default=STATES_PAGE_SIZE,
+                            maximum=STATES_MAX_PAGE_SIZE)
+        rows, more = selectors.job_states(statuses=statuses,
+                                          cluster_names=list(request.cluster_names),
+                                          after=decode_page_token(request.page_token),
+                                          size=size)
+        page = fill_page(rows, size, to_message=job_state_to_item,
+                         token_of=lambda row: encode_page_token(row["id"]), rpc="ListJobStates",
+                         id_of=lambda row: row["id"], kind_of=lambda row: "Job", more=more)
+        return job_pb2.ListJobStatesResp(
+            jobs=page.items, next_page_token=page.next_page_token,
+            skipped=[common_pb2.SkippedRow(id=row["id"], exp_id=row["experiment_id"])
+                     for row in page.skipped])
 
     def DeleteJob(self, request, context):
         """DeleteJob -> `services.job_delete` (terminal jobs only)."""

@@ -1,4 +1,4 @@
-"""Job rows -> `falcon.v1.JobItem`.
+"""Job rows -> `falcon.v1.JobItem`, and `jobs.selectors.job_states` rows -> `JobState`.
 
 `task_spec_json` is strict JSON (RFC 8259): a stored spec holding a number JSON cannot carry
 (an overflowing `1e400` reads back as infinity) raises `ValueError` here instead of sending
@@ -44,3 +44,18 @@ def job_to_item(job: Job, *, with_experiment: bool = True,
         if specs:
             item.exp_config = exp.config
     return item
+
+
+def job_state_to_item(row: dict) -> job_pb2.JobState:
+    """Return the `JobState` of one `jobs.selectors.job_states` row.
+
+    Raises:
+        TypeError, ValueError: a value its field cannot hold (the list skips the row).
+    """
+    return job_pb2.JobState(
+        id=row["id"], exp_id=row["experiment_id"], exp_name=row["exp_name"],
+        exp_status=row["exp_status"], exp_type=row["exp_type"], role=row["role"],
+        cluster_name=row["cluster_name"], status=row["status"], reason=row["reason"],
+        message=row["message"], cluster_job_name=row["cluster_job_name"],
+        artifact_path=row["artifact_path"], task_spec_json=row["task_spec_text"],
+        exp_config=row["exp_config"] or "")

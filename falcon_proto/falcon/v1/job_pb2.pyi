@@ -10,6 +10,60 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ListJobStatesReq(_message.Message):
+    __slots__ = ("statuses", "cluster_names", "page_size", "page_token")
+    STATUSES_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_NAMES_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    statuses: _containers.RepeatedScalarFieldContainer[str]
+    cluster_names: _containers.RepeatedScalarFieldContainer[str]
+    page_size: int
+    page_token: str
+    def __init__(self, statuses: _Optional[_Iterable[str]] = ..., cluster_names: _Optional[_Iterable[str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class JobState(_message.Message):
+    __slots__ = ("id", "exp_id", "exp_name", "exp_status", "exp_type", "role", "cluster_name", "status", "reason", "message", "cluster_job_name", "artifact_path", "task_spec_json", "exp_config")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    EXP_ID_FIELD_NUMBER: _ClassVar[int]
+    EXP_NAME_FIELD_NUMBER: _ClassVar[int]
+    EXP_STATUS_FIELD_NUMBER: _ClassVar[int]
+    EXP_TYPE_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_JOB_NAME_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_PATH_FIELD_NUMBER: _ClassVar[int]
+    TASK_SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
+    EXP_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    exp_id: int
+    exp_name: str
+    exp_status: str
+    exp_type: str
+    role: str
+    cluster_name: str
+    status: str
+    reason: str
+    message: str
+    cluster_job_name: str
+    artifact_path: str
+    task_spec_json: str
+    exp_config: str
+    def __init__(self, id: _Optional[int] = ..., exp_id: _Optional[int] = ..., exp_name: _Optional[str] = ..., exp_status: _Optional[str] = ..., exp_type: _Optional[str] = ..., role: _Optional[str] = ..., cluster_name: _Optional[str] = ..., status: _Optional[str] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., cluster_job_name: _Optional[str] = ..., artifact_path: _Optional[str] = ..., task_spec_json: _Optional[str] = ..., exp_config: _Optional[str] = ...) -> None: ...
+
+class ListJobStatesResp(_message.Message):
+    __slots__ = ("jobs", "next_page_token", "skipped")
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[JobState]
+    next_page_token: str
+    skipped: _containers.RepeatedCompositeFieldContainer[_common_pb2.SkippedRow]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[JobState, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., skipped: _Optional[_Iterable[_Union[_common_pb2.SkippedRow, _Mapping]]] = ...) -> None: ...
+
 class CreateJobReq(_message.Message):
     __slots__ = ("exp_id", "role", "task_spec_json")
     EXP_ID_FIELD_NUMBER: _ClassVar[int]

@@ -66,6 +66,11 @@ class JobServiceStub:
                 request_serializer=falcon_dot_v1_dot_job__pb2.DeleteJobReq.SerializeToString,
                 response_deserializer=falcon_dot_v1_dot_job__pb2.JobCommonResp.FromString,
                 _registered_method=True)
+        self.ListJobStates = channel.unary_unary(
+                '/falcon.v1.JobService/ListJobStates',
+                request_serializer=falcon_dot_v1_dot_job__pb2.ListJobStatesReq.SerializeToString,
+                response_deserializer=falcon_dot_v1_dot_job__pb2.ListJobStatesResp.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -115,6 +120,15 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListJobStates(self, request, context):
+        """The resource manager's read of one tick: jobs in the given statuses and clusters by
+        ascending id, only the fields it decides and submits from, in pages of up to 5000
+        (docs/decisions.md#dec-job-states).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -147,6 +161,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.DeleteJob,
                     request_deserializer=falcon_dot_v1_dot_job__pb2.DeleteJobReq.FromString,
                     response_serializer=falcon_dot_v1_dot_job__pb2.JobCommonResp.SerializeToString,
+            ),
+            'ListJobStates': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListJobStates,
+                    request_deserializer=falcon_dot_v1_dot_job__pb2.ListJobStatesReq.FromString,
+                    response_serializer=falcon_dot_v1_dot_job__pb2.ListJobStatesResp.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -312,6 +331,33 @@ class JobService:
             '/falcon.v1.JobService/DeleteJob',
             falcon_dot_v1_dot_job__pb2.DeleteJobReq.SerializeToString,
             falcon_dot_v1_dot_job__pb2.JobCommonResp.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListJobStates(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/falcon.v1.JobService/ListJobStates',
+            falcon_dot_v1_dot_job__pb2.ListJobStatesReq.SerializeToString,
+            falcon_dot_v1_dot_job__pb2.ListJobStatesResp.FromString,
             options,
             channel_credentials,
             insecure,
