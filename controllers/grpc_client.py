@@ -16,7 +16,7 @@ import dataclasses
 import functools
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, TypeVar
@@ -27,6 +27,7 @@ import orjson
 from core.grpc.channel import CHANNEL_OPTIONS, auth_metadata
 from core.errors import FalconError
 from core.grpc.errors import error_class_for_code, error_from_rpc_error
+from core.text import truncate
 from falcon_proto.falcon.v1 import (
     artifact_pb2, artifact_pb2_grpc, common_pb2, experiment_pb2, experiment_pb2_grpc, job_pb2,
     job_pb2_grpc,
@@ -55,6 +56,15 @@ BATCH_SIZE = 1000
 # Experiments per ListExpStates page, jobs per ListJobStates page: the servers' largest
 # (experiment_servicer, job_servicer).
 STATES_PAGE_SIZE = 5000
+# The server's bounds of the text a transition carries (core.statemachine.bounded_text: a
+# column's 255 characters for reason and cluster_job_name, MAX_STATUS_MESSAGE_BYTES for a
+# message), applied before sending, so that no write is refused for its size (a 20 MiB message
+# passes gRPC's 16 MiB limit, and 1,000 messages of 64 KiB would too). The server cuts the
+# same way, so what is stored is what it would store; a test checks the numbers match.
+TEXT_MAX_CHARS = 255
+MESSAGE_MAX_BYTES = 64 * 1024
+# A batch call ends before its items pass this many encoded bytes (the limit is 16 MiB).
+BATCH_BYTES = 8 * 1024 * 1024
 # ListFilter.extra keys this transport understands.
 _EXTRA_KEYS = frozenset({"page_size"})
 
@@ -328,17 +338,20 @@ class GrpcFalconAPI(GrpcClient):
 
     def update_exp_status(self, *, exp_id: int, status: str, reason: str | None = None,
                           message: str | None = None) -> ExpView:
-        """UpdateExpStatus; None leaves reason/message unchanged.
+        """UpdateExpStatus; None leaves reason/message unchanged; text is bounded first, as the
+        server bounds it (`_sendable`).
 
         Raises:
             NotFound, InvalidTransition, ValidationFailed, ApiCallFailed: as the server says.
         """
-        request = experiment_pb2.UpdateExpStatusReq(id=exp_id, status=status, reason=reason,
-                                                    message=message)
+        request = experiment_pb2.UpdateExpStatusReq(id=exp_id, status=status,
+                                                    reason=_reason(reason),
+                                                    message=_message(message))
         return exp_view(self.call(self.exps.UpdateExpStatus, request).exp)
 
     def update_exp_statuses(self, updates: list[ExpStatusUpdate]) -> list[ItemResult]:
-        """UpdateExpStatuses, `BATCH_SIZE` items per call; one `ItemResult` per update, in order.
+        """UpdateExpStatuses, at most `BATCH_SIZE` items and `BATCH_BYTES` per call; one
+        `ItemResult` per update, in order. Text is bounded first (`_sendable`).
 
         A refused item carries the `FalconError` its code names (NotFound, InvalidTransition,
         TransitionRace, ...); the call itself raises only when the whole call failed.
@@ -347,11 +360,12 @@ class GrpcFalconAPI(GrpcClient):
             FalconError: the call failed (ApiUnavailable, ValidationFailed, ...).
         """
         results: list[ItemResult] = []
-        for start in range(0, len(updates), BATCH_SIZE):
-            chunk = updates[start:start + BATCH_SIZE]
-            request = experiment_pb2.UpdateExpStatusesReq(items=[
-                experiment_pb2.UpdateExpStatusReq(id=u.exp_id, status=u.status, reason=u.reason,
-                                                  message=u.message) for u in chunk])
+        items = [experiment_pb2.UpdateExpStatusReq(id=u.exp_id, status=u.status,
+                                                   reason=_reason(u.reason),
+                                                   message=_message(u.message))
+                 for u in updates]
+        for chunk in _batches(items):
+            request = experiment_pb2.UpdateExpStatusesReq(items=chunk)
             response = self.call(self.exps.UpdateExpStatuses, request)
             results.extend(_item_results(response.results))
         return results
@@ -359,17 +373,20 @@ class GrpcFalconAPI(GrpcClient):
     def update_job_status(self, *, job_id: int, status: str, reason: str | None = None,
                           message: str | None = None,
                           cluster_job_name: str | None = None) -> JobView:
-        """UpdateJobStatus; None leaves reason/message/cluster_job_name unchanged.
+        """UpdateJobStatus; None leaves reason/message/cluster_job_name unchanged; text is
+        bounded first, as the server bounds it (`_sendable`).
 
         Raises:
             NotFound, InvalidTransition, ValidationFailed, ApiCallFailed: as the server says.
         """
-        request = job_pb2.UpdateJobStatusReq(id=job_id, status=status, reason=reason,
-                                             message=message, cluster_job_name=cluster_job_name)
+        request = job_pb2.UpdateJobStatusReq(id=job_id, status=status, reason=_reason(reason),
+                                             message=_message(message),
+                                             cluster_job_name=_reason(cluster_job_name))
         return job_view(self.call(self.jobs.UpdateJobStatus, request).job)
 
     def update_job_statuses(self, updates: list[JobStatusUpdate]) -> list[ItemResult]:
-        """UpdateJobStatuses, `BATCH_SIZE` items per call; one `ItemResult` per update, in order.
+        """UpdateJobStatuses, at most `BATCH_SIZE` items and `BATCH_BYTES` per call; one
+        `ItemResult` per update, in order. Text is bounded first (`_sendable`).
 
         A refused item carries the `FalconError` its code names (NotFound, InvalidTransition,
         TransitionRace); the call itself raises only when the whole call failed.
@@ -378,27 +395,67 @@ class GrpcFalconAPI(GrpcClient):
             FalconError: the call failed (ApiUnavailable, ValidationFailed, ...).
         """
         results: list[ItemResult] = []
-        for start in range(0, len(updates), BATCH_SIZE):
-            chunk = updates[start:start + BATCH_SIZE]
-            request = job_pb2.UpdateJobStatusesReq(items=[
-                job_pb2.UpdateJobStatusReq(id=u.job_id, status=u.status, reason=u.reason,
-                                           message=u.message,
-                                           cluster_job_name=u.cluster_job_name)
-                for u in chunk])
+        items = [job_pb2.UpdateJobStatusReq(id=u.job_id, status=u.status,
+                                            reason=_reason(u.reason),
+                                            message=_message(u.message),
+                                            cluster_job_name=_reason(u.cluster_job_name))
+                 for u in updates]
+        for chunk in _batches(items):
+            request = job_pb2.UpdateJobStatusesReq(items=chunk)
             response = self.call(self.jobs.UpdateJobStatuses, request)
             results.extend(_item_results(response.results))
         return results
 
     def update_artifact_status(self, *, artifact_id: int, status: str, reason: str | None = None,
                                message: str | None = None) -> ArtifactView:
-        """UpdateArtifactStatus; None leaves reason/message unchanged.
+        """UpdateArtifactStatus; None leaves reason/message unchanged; text is bounded first,
+        as the server bounds it (`_sendable`).
 
         Raises:
             NotFound, InvalidTransition, ValidationFailed, ApiCallFailed: as the server says.
         """
         request = artifact_pb2.UpdateArtifactStatusReq(id=artifact_id, status=status,
-                                                       reason=reason, message=message)
+                                                       reason=_reason(reason),
+                                                       message=_message(message))
         return artifact_view(self.call(self.artifacts.UpdateArtifactStatus, request).artifact)
+
+
+def _sendable(text: str | None, *, max_chars: int | None = None,
+              max_bytes: int | None = None) -> str | None:
+    """`text` as the server would store it, and as protobuf can encode it: cut with the
+    marker (`core.text.truncate`), lone surrogates (not UTF-8: protobuf refuses them, and the
+    whole request with them) replaced by '?'. None stays None (the field is left unchanged)."""
+    if text is None:
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return truncate(text, max_chars=max_chars, max_bytes=max_bytes)
+
+
+def _reason(text: str | None) -> str | None:
+    return _sendable(text, max_chars=TEXT_MAX_CHARS)
+
+
+def _message(text: str | None) -> str | None:
+    return _sendable(text, max_bytes=MESSAGE_MAX_BYTES)
+
+
+def _batches(items: list[Any]) -> Iterator[list[Any]]:
+    """Split a batch call's request items into calls of at most `BATCH_SIZE` items and
+    `BATCH_BYTES` encoded bytes (an item's own bytes plus its tag and length)."""
+    chunk: list[Any] = []
+    size = 0
+    for item in items:
+        item_bytes = item.ByteSize() + 8
+        if chunk and (len(chunk) >= BATCH_SIZE or size + item_bytes > BATCH_BYTES):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(item)
+        size += item_bytes
+    if chunk:
+        yield chunk
 
 
 def _item_results(items) -> list[ItemResult]:

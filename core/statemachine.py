@@ -295,6 +295,17 @@ def apply_transition_many(
 MAX_STATUS_BATCH = 1000
 
 
+def check_batch_size(count: int) -> None:
+    """Refuse a batch status call of more than `MAX_STATUS_BATCH` items, before any is read.
+
+    Raises:
+        ValidationFailed: keyed `items`, naming the limit.
+    """
+    if count > MAX_STATUS_BATCH:
+        raise ValidationFailed({"items": [f"at most {MAX_STATUS_BATCH} items per call; got "
+                                          f"{count}: send them in several calls"]})
+
+
 def validate_status_batch(statuses: type[StrEnum],
                           items: list[tuple[str, str | None]]) -> None:
     """Check a batch status call's items before any is applied.
@@ -308,9 +319,7 @@ def validate_status_batch(statuses: type[StrEnum],
             expected status that is not one of `statuses` (keyed `items.status`,
             `items.expected`).
     """
-    if len(items) > MAX_STATUS_BATCH:
-        raise ValidationFailed({"items": [f"at most {MAX_STATUS_BATCH} items per call; got "
-                                          f"{len(items)}: send them in several calls"]})
+    check_batch_size(len(items))
     known = set(statuses)
     for status, expected in items:
         for name, value in (("status", status), ("expected", expected)):

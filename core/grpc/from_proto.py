@@ -5,7 +5,7 @@ malformed input becomes a `ValidationFailed` naming the request field.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -94,6 +94,23 @@ def require_choice(value: str, field: str, choices: Iterable[str]) -> str:
     if value not in choices:
         raise ValidationFailed({field: [f"{value!r} is not one of {', '.join(choices)}."]})
     return value
+
+
+def parse_items(items: Iterable[Any], parse: Callable[[Any], Any]) -> list[Any]:
+    """Return `[parse(item) for item in items]` for a batch request's repeated `items`.
+
+    Raises:
+        ValidationFailed: `parse` refused an item; its fields are keyed `items[<index>].<field>`
+            (`items[3].status`), so the caller knows which item to fix.
+    """
+    out = []
+    for index, item in enumerate(items):
+        try:
+            out.append(parse(item))
+        except ValidationFailed as exc:
+            raise ValidationFailed({f"items[{index}].{field}": messages
+                                    for field, messages in exc.errors.items()}) from None
+    return out
 
 
 def json_value(text: str, field: str) -> Any:

@@ -11,7 +11,14 @@ from __future__ import annotations
 from jobs import selectors, services
 from jobs.filters import JobFilter
 from jobs.grpc.to_proto import job_state_to_item, job_to_item
-from core.grpc.from_proto import json_value, list_filters, optional, require_choice, require_id
+from core.grpc.from_proto import (
+    json_value,
+    list_filters,
+    optional,
+    parse_items,
+    require_choice,
+    require_id,
+)
 from core.grpc.paging import (
     decode_page_token,
     encode_page_token,
@@ -19,6 +26,7 @@ from core.grpc.paging import (
     keyset_page,
     page_size_of,
 )
+from core.statemachine import check_batch_size
 from core.statuses import JobStatus
 from experiments.services import job_create
 from falcon_proto.falcon.v1 import common_pb2, job_pb2, job_pb2_grpc
@@ -63,18 +71,20 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
     def UpdateJobStatuses(self, request, context):
         """UpdateJobStatuses -> `services.job_update_statuses`: one guarded transition per item,
         one result per item (a refused item never fails the call)."""
+        check_batch_size(len(request.items))  # before reading any: a huge request costs little
         statuses = list(JobStatus)
-        changes = []
-        for item in request.items:
+
+        def parse(item) -> services.JobStatusChange:
             expected = optional(item, "expected")
-            changes.append(services.JobStatusChange(
+            return services.JobStatusChange(
                 job_id=require_id(item.id),
                 status=require_choice(item.status, "status", statuses),
                 reason=optional(item, "reason"), message=optional(item, "message"),
                 expected=None if expected is None else require_choice(expected, "expected",
                                                                       statuses),
-                cluster_job_name=optional(item, "cluster_job_name")))
-        outcomes = services.job_update_statuses(changes)
+                cluster_job_name=optional(item, "cluster_job_name"))
+
+        outcomes = services.job_update_statuses(parse_items(request.items, parse))
         return job_pb2.UpdateJobStatusesResp(results=[
             job_pb2.UpdateJobStatusResult(
                 id=o.pk, changed=o.changed, status=o.status,

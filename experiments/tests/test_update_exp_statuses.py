@@ -90,3 +90,26 @@ def test_every_applied_item_is_in_the_transition_history_in_order():
         ("Running", "Failed", "JobFailed", "job 1 failed")]
     assert [(e.from_status, e.to_status, e.message) for e in exp_events(exp_id=b.pk)] == [
         ("Created", "Running", "2 Running")]
+
+
+def test_a_malformed_item_is_named_by_its_index_and_the_count_comes_first(stubs):
+    request = experiment_pb2.UpdateExpStatusesReq(items=[
+        experiment_pb2.UpdateExpStatusReq(id=1, status="Running"),
+        experiment_pb2.UpdateExpStatusReq(id=2, status="Sleeping")])
+    with pytest.raises(grpc.RpcError) as info:
+        stubs.exps.UpdateExpStatuses(request, timeout=10, metadata=stubs.md)
+    assert "items[1].status" in info.value.details()
+    request = experiment_pb2.UpdateExpStatusesReq(
+        items=[experiment_pb2.UpdateExpStatusReq(id=0, status="")] * (MAX_STATUS_BATCH + 1))
+    with pytest.raises(grpc.RpcError) as info:
+        stubs.exps.UpdateExpStatuses(request, timeout=10, metadata=stubs.md)
+    assert f"at most {MAX_STATUS_BATCH} items" in info.value.details()
+
+
+def test_a_batch_of_long_messages_is_sent_in_calls_that_fit(falcon_api):
+    user = UserFactory()
+    exps = [make_exp(creator=user, name=f"m{i}") for i in range(300)]
+    results = falcon_api.update_exp_statuses(
+        [ExpStatusUpdate(e.pk, "Running", message="y" * 60_000) for e in exps])
+    assert [r.error for r in results] == [None] * 300
+    assert Experiment.objects.filter(status="Running").count() == 300

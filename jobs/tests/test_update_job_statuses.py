@@ -114,3 +114,76 @@ def test_over_grpc_the_client_chunks_and_rebuilds_each_error(falcon_api, monkeyp
         (jobs[0].pk, True, type(None)), (jobs[1].pk, False, InvalidTransition),
         (jobs[2].pk, True, type(None))]
     assert Job.objects.get(pk=jobs[2].pk).cluster_job_name == f"c{jobs[2].pk}"
+
+
+# -- what a batch carries: its size in bytes, text protobuf cannot encode, which item is bad --
+
+def test_the_client_bounds_text_as_the_server_does():
+    """The client cuts text before sending with the server's own numbers, so a write is never
+    refused for its size and what is stored is what the server would store."""
+    import controllers.grpc_client as grpc_client
+    from core.statemachine import MAX_STATUS_MESSAGE_BYTES
+
+    assert grpc_client.MESSAGE_MAX_BYTES == MAX_STATUS_MESSAGE_BYTES
+    for column in ("reason", "cluster_job_name"):
+        assert grpc_client.TEXT_MAX_CHARS == Job._meta.get_field(column).max_length
+
+
+def test_a_batch_of_long_messages_is_sent_in_calls_that_fit(falcon_api):
+    """300 messages of 60 KB (failed Pods' output tails) pass gRPC's 16 MiB in one request:
+    the client splits by bytes as well as by items, and every write is recorded."""
+    user = UserFactory()
+    jobs = jobs_of(*(make_exp(creator=user, name=f"l{i}") for i in range(300)))
+    results = falcon_api.update_job_statuses(
+        [JobStatusUpdate(j.pk, "Failed", reason="BackoffLimitExceeded",
+                         message=f"{j.pk}:" + "x" * 60_000) for j in jobs])
+    assert [r.error for r in results] == [None] * 300
+    assert Job.objects.filter(status="Failed").count() == 300
+
+
+def test_a_message_beyond_grpc_limits_is_cut_as_the_server_cuts_it(falcon_api):
+    (job,) = jobs_of(make_exp(name="huge"))
+    message = "é" * (10 * 1024 * 1024)  # 20 MiB of UTF-8
+    falcon_api.update_job_status(job_id=job.pk, status="Running", message=message)
+    [result] = falcon_api.update_job_statuses([JobStatusUpdate(job.pk, "Running",
+                                                               message=message + "!")])
+    assert result.error is None
+    from core.statemachine import MAX_STATUS_MESSAGE_BYTES
+
+    stored = Job.objects.get(pk=job.pk).message
+    assert len(stored.encode()) <= MAX_STATUS_MESSAGE_BYTES and "[truncated" in stored
+
+
+def test_text_protobuf_cannot_encode_is_replaced_not_a_failed_batch(falcon_api):
+    """A lone surrogate (not UTF-8) would make protobuf refuse the whole request."""
+    user = UserFactory()
+    a, b = jobs_of(*(make_exp(creator=user, name=n) for n in ("s1", "s2")))
+    results = falcon_api.update_job_statuses([
+        JobStatusUpdate(a.pk, "Running", message="bad \udc80 byte"),
+        JobStatusUpdate(b.pk, "Running", message="fine")])
+    assert [r.error for r in results] == [None, None]
+    assert Job.objects.get(pk=a.pk).message == "bad ? byte"
+
+
+@pytest.mark.parametrize("item,field", [
+    (job_pb2.UpdateJobStatusReq(id=0, status="Running"), "items[1].id"),
+    (job_pb2.UpdateJobStatusReq(id=5, status="Sleeping"), "items[1].status"),
+    (job_pb2.UpdateJobStatusReq(id=5, status="Running", expected="x"), "items[1].expected"),
+])
+def test_a_malformed_item_is_named_by_its_index(stubs, item, field):
+    request = job_pb2.UpdateJobStatusesReq(items=[
+        job_pb2.UpdateJobStatusReq(id=1, status="Running"), item])
+    with pytest.raises(grpc.RpcError) as info:
+        stubs.jobs.UpdateJobStatuses(request, timeout=10, metadata=stubs.md)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert field in info.value.details()
+
+
+def test_too_many_items_are_refused_before_any_is_read(stubs):
+    """Even malformed, 1,001 items are refused for their number: the count comes first."""
+    request = job_pb2.UpdateJobStatusesReq(
+        items=[job_pb2.UpdateJobStatusReq(id=0, status="")] * (MAX_STATUS_BATCH + 1))
+    with pytest.raises(grpc.RpcError) as info:
+        stubs.jobs.UpdateJobStatuses(request, timeout=10, metadata=stubs.md)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert f"at most {MAX_STATUS_BATCH} items" in info.value.details()
