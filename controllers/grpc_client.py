@@ -283,6 +283,20 @@ class GrpcFalconAPI(GrpcClient):
                 return Listing(out, skipped)
             request.page_token = response.next_page_token
 
+    def _send_batches(self, method: Callable, request_class: type, items: list[Any]
+                      ) -> list[ItemResult]:
+        """Send a batch status call's request items in calls that fit (`_batches`); return
+        one `ItemResult` per item, in order.
+
+        Raises:
+            FalconError: a call failed; the results of the calls before it are lost with it.
+        """
+        results: list[ItemResult] = []
+        for chunk in _batches(items):
+            response = self.call(method, request_class(items=chunk))
+            results.extend(_item_results(response.results))
+        return results
+
     # -- FalconAPI -------------------------------------------------------------------------
 
     def list_exps(self, flt: ListFilter) -> list[ExpView]:
@@ -359,16 +373,12 @@ class GrpcFalconAPI(GrpcClient):
         Raises:
             FalconError: the call failed (ApiUnavailable, ValidationFailed, ...).
         """
-        results: list[ItemResult] = []
-        items = [experiment_pb2.UpdateExpStatusReq(id=u.exp_id, status=u.status,
-                                                   reason=_reason(u.reason),
-                                                   message=_message(u.message))
-                 for u in updates]
-        for chunk in _batches(items):
-            request = experiment_pb2.UpdateExpStatusesReq(items=chunk)
-            response = self.call(self.exps.UpdateExpStatuses, request)
-            results.extend(_item_results(response.results))
-        return results
+        return self._send_batches(
+            self.exps.UpdateExpStatuses, experiment_pb2.UpdateExpStatusesReq,
+            [experiment_pb2.UpdateExpStatusReq(id=u.exp_id, status=u.status,
+                                               reason=_reason(u.reason),
+                                               message=_message(u.message))
+             for u in updates])
 
     def update_job_status(self, *, job_id: int, status: str, reason: str | None = None,
                           message: str | None = None,
@@ -394,17 +404,12 @@ class GrpcFalconAPI(GrpcClient):
         Raises:
             FalconError: the call failed (ApiUnavailable, ValidationFailed, ...).
         """
-        results: list[ItemResult] = []
-        items = [job_pb2.UpdateJobStatusReq(id=u.job_id, status=u.status,
-                                            reason=_reason(u.reason),
-                                            message=_message(u.message),
-                                            cluster_job_name=_reason(u.cluster_job_name))
-                 for u in updates]
-        for chunk in _batches(items):
-            request = job_pb2.UpdateJobStatusesReq(items=chunk)
-            response = self.call(self.jobs.UpdateJobStatuses, request)
-            results.extend(_item_results(response.results))
-        return results
+        return self._send_batches(
+            self.jobs.UpdateJobStatuses, job_pb2.UpdateJobStatusesReq,
+            [job_pb2.UpdateJobStatusReq(id=u.job_id, status=u.status, reason=_reason(u.reason),
+                                        message=_message(u.message),
+                                        cluster_job_name=_reason(u.cluster_job_name))
+             for u in updates])
 
     def update_artifact_status(self, *, artifact_id: int, status: str, reason: str | None = None,
                                message: str | None = None) -> ArtifactView:

@@ -30,16 +30,14 @@ from core.cluster_settings import cluster_problems
 from core.db import retry_on_lock_conflict
 from core.errors import (
     Conflict,
-    FalconError,
-    InvalidTransition,
     NotFound,
     PermissionDenied,
-    TransitionRace,
     ValidationFailed,
 )
 from core.statemachine import (
     MAX_STATUS_BATCH,
     StatusChange,
+    StatusOutcome,
     apply_transitions,
     validate_status_batch,
 )
@@ -432,26 +430,8 @@ class ExpStatusChange:
     expected: str | None = None
 
 
-@dataclass(frozen=True)
-class ExpStatusOutcome:
-    """The result of one item of `exp_update_statuses`.
-
-    Attributes:
-        exp_id: the item's experiment.
-        changed: the transition was applied.
-        error: the `FalconError` refusing the item (NotFound, InvalidTransition,
-            TransitionRace), None when the item succeeded (changed or already there).
-        status: the experiment's status after the item ("" when it does not exist).
-    """
-
-    exp_id: int
-    changed: bool
-    error: FalconError | None = None
-    status: str = ""
-
-
 @retry_on_lock_conflict
-def exp_update_statuses(changes: list[ExpStatusChange]) -> list[ExpStatusOutcome]:
+def exp_update_statuses(changes: list[ExpStatusChange]) -> list[StatusOutcome]:
     """UpdateExpStatuses: apply many guarded Experiment transitions; one result per item.
 
     Each item is the guarded transition `exp_update_status` applies, in one transaction for
@@ -464,16 +444,15 @@ def exp_update_statuses(changes: list[ExpStatusChange]) -> list[ExpStatusOutcome
         changes: at most `MAX_STATUS_BATCH` items.
 
     Returns:
-        One `ExpStatusOutcome` per item, in order.
+        One `core.statemachine.StatusOutcome` per item, in order (`pk` is the experiment id).
 
     Raises:
         ValidationFailed: more than `MAX_STATUS_BATCH` items, or an unknown status.
     """
     validate_status_batch(ExpStatus, [(c.status, c.expected) for c in changes])
-    outcomes = apply_transitions(Experiment.machine, Experiment, [
+    return apply_transitions(Experiment.machine, Experiment, [
         StatusChange(c.exp_id, c.status, reason=c.reason, message=c.message, expected=c.expected)
         for c in changes])
-    return [ExpStatusOutcome(o.pk, o.changed, o.error, o.status) for o in outcomes]
 
 
 def _validate_new_job(*, exp_id: int, role: Any, task_spec: Any) -> dict[str, Any]:

@@ -94,7 +94,7 @@ class ExperimentServicer(experiment_pb2_grpc.ExperimentServiceServicer):
         outcomes = services.exp_update_statuses(parse_items(request.items, parse))
         return experiment_pb2.UpdateExpStatusesResp(results=[
             experiment_pb2.UpdateExpStatusResult(
-                id=o.exp_id, changed=o.changed, status=o.status,
+                id=o.pk, changed=o.changed, status=o.status,
                 error_code=o.error.code if o.error else "",
                 error_message=o.error.message if o.error else "")
             for o in outcomes])

@@ -37,7 +37,7 @@ def test_each_item_is_a_guarded_transition_with_its_own_result():
         ExpStatusChange(999999, "Running"),
         ExpStatusChange(a.pk, "Running", message="again"),      # already there: refreshed
     ])
-    assert [(o.exp_id, o.changed, type(o.error)) for o in out] == [
+    assert [(o.pk, o.changed, type(o.error)) for o in out] == [
         (a.pk, True, type(None)), (b.pk, False, InvalidTransition),
         (c.pk, False, TransitionRace), (999999, False, NotFound), (a.pk, False, type(None))]
     a, b, c = (Experiment.objects.get(pk=e.pk) for e in (a, b, c))
