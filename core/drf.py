@@ -12,8 +12,9 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse
 from django.views.defaults import page_not_found, server_error
 from django_filters.rest_framework import DjangoFilterBackend
-from rest_framework.exceptions import APIException, ValidationError
+from rest_framework.exceptions import APIException, NotAcceptable, ValidationError
 from rest_framework.filters import OrderingFilter
+from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.pagination import CursorPagination
 from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -127,6 +128,25 @@ def accepted_query_params(view, filter_names) -> list[str]:
     return sorted(names)
 
 
+class StrictContentNegotiation(DefaultContentNegotiation):
+    """DRF's negotiation, with an unknown `?format=` answered 406 naming the formats there are.
+
+    DRF answers it 404 "Not found.", which reads as if the resource did not exist.
+    """
+
+    def filter_renderers(self, renderers, format):
+        """Return the renderers of `format`.
+
+        Raises:
+            NotAcceptable: no renderer has it (HTTP 406), listing the formats of this view.
+        """
+        kept = [renderer for renderer in renderers if renderer.format == format]
+        if not kept:
+            raise NotAcceptable(f"format must be one of {', '.join(r.format for r in renderers)}"
+                                f"; got {format[:40]!r}.")
+        return kept
+
+
 class StrictOrderingFilter(OrderingFilter):
     """DRF's `?ordering=` that refuses unknown fields with a 400 instead of ignoring them."""
 
@@ -135,7 +155,9 @@ class StrictOrderingFilter(OrderingFilter):
         if raw:
             valid = {name for name, _label in
                      self.get_valid_fields(queryset, view, {"request": request})}
-            unknown = [f for f in (p.strip() for p in raw.split(",")) if f.lstrip("-") not in valid]
+            # One '-' at most: DRF drops "--id" silently and orders by the default instead.
+            unknown = [f for f in (p.strip() for p in raw.split(","))
+                       if (f[1:] if f.startswith("-") else f) not in valid]
             if unknown:
                 raise ValidationError({self.ordering_param: [
                     f"cannot order by {', '.join(unknown)}; use one of {', '.join(sorted(valid))}"

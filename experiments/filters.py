@@ -122,9 +122,11 @@ class LabelSelectorFilter(MultiValueFilter):
         return qs.filter(Exact(Subquery(hits), len(wanted)))
 
 
+# The longest `search`: the name column's size (names are at most 128 characters).
+SEARCH_MAX_CHARS = 255
 SEARCH_HELP = ("Only the experiments whose name starts with this text, case-insensitive "
                "(`llama` matches `llama-7b` and `Llama-bench`, not `my-llama`); served by an "
-               "index on the name.")
+               f"index on the name. At most {SEARCH_MAX_CHARS} characters.")
 
 
 class ExperimentFilter(FalconFilterSet):
@@ -150,7 +152,9 @@ class ExperimentFilter(FalconFilterSet):
     creator = django_filters.CharFilter(method="filter_creator",
                                         help_text="Only the experiments of this creator (email "
                                                   "or user id).")
-    search = PrefixSearchFilter(fields=("name",), help_text=SEARCH_HELP)
+    # No name is longer than its column: a longer prefix is a mistake, told as such.
+    search = PrefixSearchFilter(fields=("name",), help_text=SEARCH_HELP,
+                                max_length=SEARCH_MAX_CHARS)
     label = LabelSelectorFilter(help_text=LABEL_HELP)
 
     class Meta:

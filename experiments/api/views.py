@@ -19,7 +19,7 @@ from core.errors import ValidationFailed
 from core.filters import MAX_ID, MAX_NAME_CHARS
 
 from .. import selectors, services
-from ..filters import SEARCH_HELP, ExperimentFilter
+from ..filters import SEARCH_HELP, SEARCH_MAX_CHARS, ExperimentFilter
 from ..diff import MAX_EXPERIMENTS
 from ..filters import LABEL_HELP
 from ..labels import SELECTOR_LIST_PATTERN
@@ -74,7 +74,8 @@ LIST_EXPS_PARAMETERS = [
                                  "2024-05-01T12:00:00Z); empty for no bound."),
     OpenApiParameter("creator", {"type": "string", "pattern": NO_NUL},
                      description="Only the experiments of this creator (email or user id)."),
-    OpenApiParameter("search", {"type": "string", "pattern": NO_NUL},
+    OpenApiParameter("search", {"type": "string", "pattern": NO_NUL,
+                                "maxLength": SEARCH_MAX_CHARS},
                      description=SEARCH_HELP),
     _list_param("label", {"type": "string", "pattern": SELECTOR_LIST_PATTERN}, LABEL_HELP),
     OpenApiParameter("cursor", OpenApiTypes.STR,

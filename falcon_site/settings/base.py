@@ -210,6 +210,8 @@ REST_FRAMEWORK = {
     # JSON only, bounded in size and depth, no duplicate keys or lone surrogates (core.jsoninput).
     "DEFAULT_PARSER_CLASSES": ["core.parsers.StrictJSONParser"],
     "EXCEPTION_HANDLER": "core.drf.exception_handler",
+    # An unknown ?format= is a 406 naming the formats, not DRF's 404.
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "core.drf.StrictContentNegotiation",
     # JSON by orjson (the same JSON as DRF's renderer, several times faster on list pages);
     # the browsable API for browsers.
     "DEFAULT_RENDERER_CLASSES": [
