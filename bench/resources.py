@@ -49,7 +49,7 @@ import django  # noqa: E402
 
 django.setup()
 
-from controllers.contract import JobView, ListFilter  # noqa: E402
+from controllers.contract import ItemResult, JobView, ListFilter  # noqa: E402
 from controllers.cluster_backends.kubernetes import (  # noqa: E402
     POD_PENDING, KubernetesBackend, KubernetesClusterConfig,
 )
@@ -71,8 +71,6 @@ class MemoryAPI:
         self.write_calls = 0
 
     def update_job_statuses(self, updates):
-        from controllers.contract import ItemResult
-
         self.write_calls += 1
         results = []
         for u in updates:

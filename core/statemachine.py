@@ -306,26 +306,32 @@ def check_batch_size(count: int) -> None:
                                           f"{count}: send them in several calls"]})
 
 
-def validate_status_batch(statuses: type[StrEnum],
-                          items: list[tuple[str, str | None]]) -> None:
+def validate_status_batch(statuses: type[StrEnum], changes: list[StatusChange], *,
+                          extra_columns: frozenset[str] = frozenset()) -> None:
     """Check a batch status call's items before any is applied.
 
     Args:
         statuses: the entity's status enum (`JobStatus`).
-        items: `(status, expected)` of each item; `expected` may be None.
+        changes: the items.
+        extra_columns: the columns an item's `extra` may set (`{"cluster_job_name"}` for a
+            job); none by default.
 
     Raises:
-        ValidationFailed: more than `MAX_STATUS_BATCH` items (keyed `items`), or a status or
+        ValidationFailed: more than `MAX_STATUS_BATCH` items (keyed `items`), a status or
             expected status that is not one of `statuses` (keyed `items.status`,
-            `items.expected`).
+            `items.expected`), or an `extra` column not allowed (keyed `items.extra`).
     """
-    check_batch_size(len(items))
+    check_batch_size(len(changes))
     known = set(statuses)
-    for status, expected in items:
-        for name, value in (("status", status), ("expected", expected)):
+    for change in changes:
+        for name, value in (("status", change.status), ("expected", change.expected)):
             if value is not None and value not in known:
                 raise ValidationFailed({f"items.{name}": [
                     f"{value!r} is not one of {', '.join(statuses)}"]})
+        if bad := {column for column, _value in change.extra} - extra_columns:
+            raise ValidationFailed({"items.extra": [
+                f"cannot set {', '.join(sorted(bad))} with a status; allowed: "
+                f"{', '.join(sorted(extra_columns)) or 'none'}"]})
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ import re
 import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -419,19 +418,8 @@ def exp_update_status(*, exp_id: int, status: str, reason: str | None = None,
 
 
 
-@dataclass(frozen=True)
-class ExpStatusChange:
-    """One item of `exp_update_statuses`: the arguments of `exp_update_status`."""
-
-    exp_id: int
-    status: str
-    reason: str | None = None
-    message: str | None = None
-    expected: str | None = None
-
-
 @retry_on_lock_conflict
-def exp_update_statuses(changes: list[ExpStatusChange]) -> list[StatusOutcome]:
+def exp_update_statuses(changes: list[StatusChange]) -> list[StatusOutcome]:
     """UpdateExpStatuses: apply many guarded Experiment transitions; one result per item.
 
     Each item is the guarded transition `exp_update_status` applies, in one transaction for
@@ -441,7 +429,8 @@ def exp_update_statuses(changes: list[ExpStatusChange]) -> list[StatusOutcome]:
     items of the same experiment apply in order.
 
     Args:
-        changes: at most `MAX_STATUS_BATCH` items.
+        changes: at most `MAX_STATUS_BATCH` items (`core.statemachine.StatusChange`, `pk` the
+            experiment id; no `extra`).
 
     Returns:
         One `core.statemachine.StatusOutcome` per item, in order (`pk` is the experiment id).
@@ -449,10 +438,8 @@ def exp_update_statuses(changes: list[ExpStatusChange]) -> list[StatusOutcome]:
     Raises:
         ValidationFailed: more than `MAX_STATUS_BATCH` items, or an unknown status.
     """
-    validate_status_batch(ExpStatus, [(c.status, c.expected) for c in changes])
-    return apply_transitions(Experiment.machine, Experiment, [
-        StatusChange(c.exp_id, c.status, reason=c.reason, message=c.message, expected=c.expected)
-        for c in changes])
+    validate_status_batch(ExpStatus, changes)
+    return apply_transitions(Experiment.machine, Experiment, changes)
 
 
 def _validate_new_job(*, exp_id: int, role: Any, task_spec: Any) -> dict[str, Any]:

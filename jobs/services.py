@@ -2,8 +2,6 @@
 row to an experiment, so it lives with the experiment: `experiments.services.job_create`)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from core.db import retry_on_lock_conflict
 from core.statemachine import (
     StatusChange,
@@ -40,20 +38,8 @@ def job_update_status(*, job_id: int, status: str, reason: str | None = None,
                              extra=extra)
 
 
-@dataclass(frozen=True)
-class JobStatusChange:
-    """One item of `job_update_statuses`: the arguments of `job_update_status`."""
-
-    job_id: int
-    status: str
-    reason: str | None = None
-    message: str | None = None
-    expected: str | None = None
-    cluster_job_name: str | None = None
-
-
 @retry_on_lock_conflict
-def job_update_statuses(changes: list[JobStatusChange]) -> list[StatusOutcome]:
+def job_update_statuses(changes: list[StatusChange]) -> list[StatusOutcome]:
     """UpdateJobStatuses: apply many guarded Job transitions; one outcome per item.
 
     Each item is the transition `job_update_status` applies (the same table, `expected` check
@@ -65,7 +51,8 @@ def job_update_statuses(changes: list[JobStatusChange]) -> list[StatusOutcome]:
     others; two items of one job apply in order.
 
     Args:
-        changes: at most `MAX_STATUS_BATCH` items.
+        changes: at most `MAX_STATUS_BATCH` items (`core.statemachine.StatusChange`, `pk` the
+            job id; `extra` may set `cluster_job_name`).
 
     Returns:
         One `core.statemachine.StatusOutcome` per item, in order (`pk` is the job id).
@@ -73,12 +60,8 @@ def job_update_statuses(changes: list[JobStatusChange]) -> list[StatusOutcome]:
     Raises:
         ValidationFailed: more than `MAX_STATUS_BATCH` items, or an unknown status.
     """
-    validate_status_batch(JobStatus, [(c.status, c.expected) for c in changes])
-    return apply_transitions(Job.machine, Job, [
-        StatusChange(c.job_id, c.status, reason=c.reason, message=c.message, expected=c.expected,
-                     extra=(() if c.cluster_job_name is None
-                            else (("cluster_job_name", c.cluster_job_name),)))
-        for c in changes])
+    validate_status_batch(JobStatus, changes, extra_columns=frozenset({"cluster_job_name"}))
+    return apply_transitions(Job.machine, Job, changes)
 
 
 @retry_on_lock_conflict

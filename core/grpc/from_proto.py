@@ -5,7 +5,7 @@ malformed input becomes a `ValidationFailed` naming the request field.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +16,7 @@ from core.errors import ValidationFailed
 
 if TYPE_CHECKING:
     from core.filters import FalconFilterSet
+    from core.statemachine import StatusChange
 
 # CommonListReq field -> the filter it sets in the entity's FilterSet (`core.filters`): the one
 # place where the proto's names meet the names of the HTTP API and the admin.
@@ -111,6 +112,38 @@ def parse_items(items: Iterable[Any], parse: Callable[[Any], Any]) -> list[Any]:
             raise ValidationFailed({f"items[{index}].{field}": messages
                                     for field, messages in exc.errors.items()}) from None
     return out
+
+
+def status_changes(items: Sequence[Any], statuses: Iterable[str], *,
+                   extra_fields: tuple[str, ...] = ()) -> list[StatusChange]:
+    """The `core.statemachine.StatusChange`s of a batch status call's items
+    (UpdateExpStatuses, UpdateJobStatuses: repeated `Update<X>StatusReq`).
+
+    Args:
+        items: the request's `items`; their number is checked before any is read.
+        statuses: the entity's status names (`JobStatus`).
+        extra_fields: optional text fields of an item set with the transition
+            (`("cluster_job_name",)`).
+
+    Raises:
+        ValidationFailed: more than `MAX_STATUS_BATCH` items (keyed `items`), or a malformed
+            item (keyed `items[<index>].<field>`: a bad id, status or expected).
+    """
+    from core.statemachine import StatusChange, check_batch_size
+
+    check_batch_size(len(items))  # before reading any: a huge request costs little
+    known = list(statuses)
+
+    def parse(item: Any) -> StatusChange:
+        expected = optional(item, "expected")
+        return StatusChange(
+            require_id(item.id), require_choice(item.status, "status", known),
+            reason=optional(item, "reason"), message=optional(item, "message"),
+            expected=None if expected is None else require_choice(expected, "expected", known),
+            extra=tuple((name, value) for name in extra_fields
+                        if (value := optional(item, name)) is not None))
+
+    return parse_items(items, parse)
 
 
 def json_value(text: str, field: str) -> Any:

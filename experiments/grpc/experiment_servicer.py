@@ -12,9 +12,9 @@ from core.grpc.from_proto import (
     json_value,
     list_filters,
     optional,
-    parse_items,
     require_choice,
     require_id,
+    status_changes,
 )
 from core.grpc.paging import (
     decode_page_token, encode_page_token, fill_page, keyset_page, page_size_of,
@@ -22,7 +22,6 @@ from core.grpc.paging import (
 
 from .. import selectors, services
 from ..filters import ExperimentFilter
-from core.statemachine import check_batch_size
 from core.statuses import ExpStatus
 from .to_proto import exp_state_to_item, exp_to_item
 
@@ -79,19 +78,7 @@ class ExperimentServicer(experiment_pb2_grpc.ExperimentServiceServicer):
     def UpdateExpStatuses(self, request, context):
         """UpdateExpStatuses -> `services.exp_update_statuses`: one guarded transition per item,
         one result per item (a refused item never fails the call)."""
-        check_batch_size(len(request.items))  # before reading any: a huge request costs little
-        statuses = list(ExpStatus)
-
-        def parse(item) -> services.ExpStatusChange:
-            expected = optional(item, "expected")
-            return services.ExpStatusChange(
-                exp_id=require_id(item.id),
-                status=require_choice(item.status, "status", statuses),
-                reason=optional(item, "reason"), message=optional(item, "message"),
-                expected=None if expected is None else require_choice(expected, "expected",
-                                                                      statuses))
-
-        outcomes = services.exp_update_statuses(parse_items(request.items, parse))
+        outcomes = services.exp_update_statuses(status_changes(request.items, ExpStatus))
         return experiment_pb2.UpdateExpStatusesResp(results=[
             experiment_pb2.UpdateExpStatusResult(
                 id=o.pk, changed=o.changed, status=o.status,

@@ -15,9 +15,9 @@ from core.grpc.from_proto import (
     json_value,
     list_filters,
     optional,
-    parse_items,
     require_choice,
     require_id,
+    status_changes,
 )
 from core.grpc.paging import (
     decode_page_token,
@@ -26,7 +26,6 @@ from core.grpc.paging import (
     keyset_page,
     page_size_of,
 )
-from core.statemachine import check_batch_size
 from core.statuses import JobStatus
 from experiments.services import job_create
 from falcon_proto.falcon.v1 import common_pb2, job_pb2, job_pb2_grpc
@@ -71,20 +70,8 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
     def UpdateJobStatuses(self, request, context):
         """UpdateJobStatuses -> `services.job_update_statuses`: one guarded transition per item,
         one result per item (a refused item never fails the call)."""
-        check_batch_size(len(request.items))  # before reading any: a huge request costs little
-        statuses = list(JobStatus)
-
-        def parse(item) -> services.JobStatusChange:
-            expected = optional(item, "expected")
-            return services.JobStatusChange(
-                job_id=require_id(item.id),
-                status=require_choice(item.status, "status", statuses),
-                reason=optional(item, "reason"), message=optional(item, "message"),
-                expected=None if expected is None else require_choice(expected, "expected",
-                                                                      statuses),
-                cluster_job_name=optional(item, "cluster_job_name"))
-
-        outcomes = services.job_update_statuses(parse_items(request.items, parse))
+        outcomes = services.job_update_statuses(status_changes(
+            request.items, JobStatus, extra_fields=("cluster_job_name",)))
         return job_pb2.UpdateJobStatusesResp(results=[
             job_pb2.UpdateJobStatusResult(
                 id=o.pk, changed=o.changed, status=o.status,

@@ -7,10 +7,10 @@ import pytest
 from accounts.tests.factories import UserFactory
 from controllers.contract import ExpStatusUpdate
 from core.errors import InvalidTransition, NotFound, TransitionRace, ValidationFailed
+from core.statemachine import StatusChange
 from experiments.models import Experiment
 from experiments.services import (
     MAX_STATUS_BATCH,
-    ExpStatusChange,
     exp_abort,
     exp_update_statuses,
 )
@@ -31,11 +31,11 @@ def test_each_item_is_a_guarded_transition_with_its_own_result():
     a, b, c = (make_exp(creator=user, name=n) for n in ("a", "b", "c"))
     exp_abort(exp_id=b.pk, actor=user)
     out = exp_update_statuses([
-        ExpStatusChange(a.pk, "Running", message="1 Running"),
-        ExpStatusChange(b.pk, "Running"),                       # Aborting: refused
-        ExpStatusChange(c.pk, "Running", expected="Running"),   # read Running, is Created
-        ExpStatusChange(999999, "Running"),
-        ExpStatusChange(a.pk, "Running", message="again"),      # already there: refreshed
+        StatusChange(a.pk, "Running", message="1 Running"),
+        StatusChange(b.pk, "Running"),                       # Aborting: refused
+        StatusChange(c.pk, "Running", expected="Running"),   # read Running, is Created
+        StatusChange(999999, "Running"),
+        StatusChange(a.pk, "Running", message="again"),      # already there: refreshed
     ])
     assert [(o.pk, o.changed, type(o.error)) for o in out] == [
         (a.pk, True, type(None)), (b.pk, False, InvalidTransition),
@@ -48,7 +48,7 @@ def test_each_item_is_a_guarded_transition_with_its_own_result():
 
 def test_too_many_items_are_refused_naming_the_limit():
     with pytest.raises(ValidationFailed, match=str(MAX_STATUS_BATCH)):
-        exp_update_statuses([ExpStatusChange(1, "Running")] * (MAX_STATUS_BATCH + 1))
+        exp_update_statuses([StatusChange(1, "Running")] * (MAX_STATUS_BATCH + 1))
 
 
 def test_over_grpc_the_client_chunks_and_rebuilds_each_error(falcon_api, monkeypatch):
@@ -79,10 +79,10 @@ def test_every_applied_item_is_in_the_transition_history_in_order():
     user = UserFactory()
     a, b = (make_exp(creator=user, name=n) for n in ("a", "b"))
     exp_update_statuses([
-        ExpStatusChange(a.pk, "Running", message="1 Running"),
-        ExpStatusChange(b.pk, "Running", message="2 Running"),
-        ExpStatusChange(a.pk, "Failed", reason="JobFailed", message="job 1 failed"),
-        ExpStatusChange(b.pk, "Aborted"),  # refused (Running -> Aborted is not allowed)
+        StatusChange(a.pk, "Running", message="1 Running"),
+        StatusChange(b.pk, "Running", message="2 Running"),
+        StatusChange(a.pk, "Failed", reason="JobFailed", message="job 1 failed"),
+        StatusChange(b.pk, "Aborted"),  # refused (Running -> Aborted is not allowed)
     ])
     assert [(e.from_status, e.to_status, e.reason, e.message)
             for e in exp_events(exp_id=a.pk)] == [

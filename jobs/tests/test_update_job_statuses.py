@@ -19,7 +19,8 @@ from falcon_site.grpc.testing import (  # noqa: F401  (fixtures)
     stubs,
 )
 from jobs.models import Job
-from jobs.services import JobStatusChange, job_update_statuses
+from core.statemachine import StatusChange
+from jobs.services import job_update_statuses
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -33,12 +34,12 @@ def test_each_item_is_a_guarded_transition_with_its_own_result():
     a, b, c = jobs_of(*(make_exp(creator=user, name=n) for n in ("a", "b", "c")))
     exp_abort(exp_id=b.experiment_id, actor=user)  # b is Aborting
     out = job_update_statuses([
-        JobStatusChange(a.pk, "Running", reason="Started", message="1/1 pods ready",
-                        cluster_job_name="falcon-a"),
-        JobStatusChange(b.pk, "Running"),                      # Aborting: refused
-        JobStatusChange(c.pk, "Running", expected="Running"),  # read Running, is Pending
-        JobStatusChange(999999, "Running"),
-        JobStatusChange(c.pk, "Pending", message="ImagePullBackOff"),  # refreshed in place
+        StatusChange(a.pk, "Running", reason="Started", message="1/1 pods ready",
+                     extra=(("cluster_job_name", "falcon-a"),)),
+        StatusChange(b.pk, "Running"),                      # Aborting: refused
+        StatusChange(c.pk, "Running", expected="Running"),  # read Running, is Pending
+        StatusChange(999999, "Running"),
+        StatusChange(c.pk, "Pending", message="ImagePullBackOff"),  # refreshed in place
     ])
     assert [(o.pk, o.changed, type(o.error), o.status) for o in out] == [
         (a.pk, True, type(None), "Running"), (b.pk, False, InvalidTransition, "Aborting"),
@@ -56,10 +57,10 @@ def test_items_with_the_same_values_share_an_update_and_each_is_in_the_history()
     user = UserFactory()
     exps = [make_exp(creator=user, name=f"e{i}") for i in range(3)]
     jobs = jobs_of(*exps)
-    job_update_statuses([JobStatusChange(j.pk, "Running", reason="Started", message="running")
+    job_update_statuses([StatusChange(j.pk, "Running", reason="Started", message="running")
                          for j in jobs]
-                        + [JobStatusChange(jobs[0].pk, "Failed", reason="BackoffLimitExceeded",
-                                           message="exit code 3")])
+                        + [StatusChange(jobs[0].pk, "Failed", reason="BackoffLimitExceeded",
+                                        message="exit code 3")])
     assert [(e.entity_type, e.from_status, e.to_status, e.reason)
             for e in exp_events(exp_id=exps[0].pk) if e.entity_type == "job"] == [
         ("job", "Pending", "Running", "Started"),
@@ -72,8 +73,8 @@ def test_items_with_the_same_values_share_an_update_and_each_is_in_the_history()
 
 def test_text_is_cut_to_its_column_as_a_single_transition_cuts_it():
     (job,) = jobs_of(make_exp(name="long"))
-    job_update_statuses([JobStatusChange(job.pk, "Running", reason="R" * 400,
-                                         cluster_job_name="n" * 400)])
+    job_update_statuses([StatusChange(job.pk, "Running", reason="R" * 400,
+                                      extra=(("cluster_job_name", "n" * 400),))])
     job = Job.objects.get(pk=job.pk)
     assert len(job.reason) == 255 and job.reason.endswith("]")
     assert len(job.cluster_job_name) <= Job._meta.get_field("cluster_job_name").max_length
@@ -82,11 +83,27 @@ def test_text_is_cut_to_its_column_as_a_single_transition_cuts_it():
 def test_too_many_items_or_an_unknown_status_are_refused_before_any_applies():
     (job,) = jobs_of(make_exp(name="x"))
     with pytest.raises(ValidationFailed, match=str(MAX_STATUS_BATCH)):
-        job_update_statuses([JobStatusChange(job.pk, "Running")] * (MAX_STATUS_BATCH + 1))
+        job_update_statuses([StatusChange(job.pk, "Running")] * (MAX_STATUS_BATCH + 1))
     with pytest.raises(ValidationFailed) as info:
-        job_update_statuses([JobStatusChange(job.pk, "Running"),
-                             JobStatusChange(job.pk, "Sleeping")])
+        job_update_statuses([StatusChange(job.pk, "Running"),
+                             StatusChange(job.pk, "Sleeping")])
     assert "items.status" in info.value.errors
+    assert Job.objects.get(pk=job.pk).status == "Pending"
+
+
+def test_an_item_may_set_only_the_cluster_job_name_with_its_status():
+    """`extra` is for the columns a transition records with it, never any column (a status
+    set by `extra` would skip the state machine)."""
+    from experiments.services import exp_update_statuses
+
+    exp = make_exp(name="extra")
+    (job,) = jobs_of(exp)
+    with pytest.raises(ValidationFailed) as info:
+        job_update_statuses([StatusChange(job.pk, "Running", extra=(("status", "Succeeded"),))])
+    assert "items.extra" in info.value.errors
+    with pytest.raises(ValidationFailed):
+        exp_update_statuses([StatusChange(exp.pk, "Running",
+                                          extra=(("cluster_job_name", "x"),))])
     assert Job.objects.get(pk=job.pk).status == "Pending"
 
 
