@@ -16,7 +16,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -87,6 +89,24 @@ def _requests(port: int) -> dict[str, str]:
     return ids
 
 
+def _served(command: list[str], env: dict[str, str], port: int, log: Path,
+            client: Callable[[int], Any]) -> Any:
+    """Prepare the database, serve `command` (which listens on `port`), run `client(port)`
+    against it, stop the server, and return what `client` returned (its output is in `log`)."""
+    subprocess.run([sys.executable, str(ROOT / "manage.py"), "prepare"], cwd=ROOT, env=env,
+                   check=True, capture_output=True)
+    proc = _serve(command, env, port, log)
+    try:
+        return client(port)
+    finally:
+        _stop(proc)
+
+
+def _gunicorn(port: int) -> list[str]:
+    return [str(Path(sys.executable).parent / "gunicorn"), "falcon_site.wsgi", "--bind",
+            f"127.0.0.1:{port}", "--workers", "1", "--access-logfile", "-"]
+
+
 def _records(log: Path) -> list[dict]:
     text = log.read_text()
     assert SECRET not in text, "a query string reached the log"
@@ -110,15 +130,8 @@ def _access(records: list[dict], logger: str, request_id: str) -> dict:
 def test_runserver_writes_only_json_lines_with_access_fields(tmp_path):
     port = free_port()
     log = tmp_path / "runserver.log"
-    env = _env(tmp_path)
-    manage = [sys.executable, str(ROOT / "manage.py")]
-    subprocess.run([*manage, "prepare"], cwd=ROOT, env=env, check=True, capture_output=True)
-    proc = _serve([*manage, "runserver", "--noreload", "--insecure", f"127.0.0.1:{port}"], env,
-                  port, log)
-    try:
-        ids = _requests(port)
-    finally:
-        _stop(proc)
+    ids = _served([sys.executable, str(ROOT / "manage.py"), "runserver", "--noreload",
+                   "--insecure", f"127.0.0.1:{port}"], _env(tmp_path), port, log, _requests)
     records = _records(log)
 
     exps = _access(records, "django.server", ids["exps"])
@@ -144,16 +157,7 @@ def test_runserver_writes_only_json_lines_with_access_fields(tmp_path):
 def test_gunicorn_writes_only_json_lines_with_access_fields(tmp_path):
     port = free_port()
     log = tmp_path / "gunicorn.log"
-    env = _env(tmp_path)
-    subprocess.run([sys.executable, str(ROOT / "manage.py"), "prepare"], cwd=ROOT, env=env,
-                   check=True, capture_output=True)
-    gunicorn = str(Path(sys.executable).parent / "gunicorn")
-    proc = _serve([gunicorn, "falcon_site.wsgi", "--bind", f"127.0.0.1:{port}", "--workers",
-                   "1", "--access-logfile", "-"], env, port, log)
-    try:
-        ids = _requests(port)
-    finally:
-        _stop(proc)
+    ids = _served(_gunicorn(port), _env(tmp_path), port, log, _requests)
     records = _records(log)
 
     exps = _access(records, "gunicorn.access", ids["exps"])
@@ -173,16 +177,9 @@ def test_gunicorn_text_lines_mask_a_token_in_a_query_string(tmp_path):
     included), and a credential in it is still masked."""
     port = free_port()
     log = tmp_path / "gunicorn.log"
-    env = dict(_env(tmp_path), FALCON_LOG_FORMAT="text")
-    subprocess.run([sys.executable, str(ROOT / "manage.py"), "prepare"], cwd=ROOT, env=env,
-                   check=True, capture_output=True)
-    gunicorn = str(Path(sys.executable).parent / "gunicorn")
-    proc = _serve([gunicorn, "falcon_site.wsgi", "--bind", f"127.0.0.1:{port}", "--workers",
-                   "1", "--access-logfile", "-"], env, port, log)
-    try:
-        assert _get(f"http://127.0.0.1:{port}/healthz?token={SECRET}")[0] == 200
-    finally:
-        _stop(proc)
+    status = _served(_gunicorn(port), dict(_env(tmp_path), FALCON_LOG_FORMAT="text"), port,
+                     log, lambda port: _get(f"http://127.0.0.1:{port}/healthz?token={SECRET}")[0])
+    assert status == 200
     text = log.read_text()
     assert SECRET not in text
     assert '"GET /healthz?token=[redacted] HTTP/1.1" 200' in text
