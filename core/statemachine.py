@@ -231,20 +231,7 @@ def apply_transition(
                 queryset.filter(pk=pk).update(updated_at=now, **detail, **(extra or {}))
                 row.refresh_from_db()
             return row, False
-    if expected is not None and row.status != expected:
-        raise TransitionRace(
-            f"{machine.name} {pk} is {row.status}, not {expected}: another writer moved it first."
-        )
-    raise InvalidTransition(
-        f"{machine.name} {pk} is {row.status} and cannot move to {target}"
-        + (
-            " (it is in a terminal state)."
-            if row.status in machine.terminal
-            else f"; {target} is reachable only from {', '.join(sorted(sources))}."
-            if sources
-            else f"; {target} is only the initial state: no transition leads to it."
-        )
-    )
+    raise refusal(machine, StatusChange(pk, target, expected=expected), row.status, sources)
 
 
 def apply_transition_many(
@@ -435,12 +422,12 @@ def apply_transitions(machine: StateMachine, model: type[models.Model],
             sources = machine.sources(change.status)
             guard = sources if change.expected is None else sources & {change.expected}
             # A row named twice is written at once, so its items apply in order.
-            alone = counts[change.pk] > 1
+            repeated = counts[change.pk] > 1
             # Keyed by what the values are made of: the values themselves hold expressions
             # (Coalesce for started_at), whose hash is costly.
             key = tuple(sorted(detail.items()))
             if current in guard:
-                if alone:
+                if repeated:
                     manager.filter(pk=change.pk).update(**machine.updates_for(change.status, now),
                                                         **detail)
                 else:
@@ -449,7 +436,7 @@ def apply_transitions(machine: StateMachine, model: type[models.Model],
                 reason, message = detail.get("reason", reason), detail.get("message", message)
                 detail_of[change.pk] = (reason, message)
                 event = (change.pk, exp_of[change.pk], current, reason, message)
-                if alone:  # recorded at once, so one row's events keep their order
+                if repeated:  # recorded at once, so one row's events keep their order
                     record_transitions(machine, [event], target=change.status, at=now,
                                        using=manager.db)
                 else:
@@ -458,7 +445,7 @@ def apply_transitions(machine: StateMachine, model: type[models.Model],
                 outcomes.append(StatusOutcome(change.pk, True, status=change.status))
             elif current == change.status:
                 if change.status not in machine.terminal and detail:
-                    if alone:
+                    if repeated:
                         manager.filter(pk=change.pk).update(updated_at=now, **detail)
                     else:
                         refreshes.setdefault(key, []).append(change.pk)
