@@ -18,7 +18,7 @@ import re
 from collections.abc import Sequence
 
 from django.db import NotSupportedError, models
-from django.db.models import F, Func
+from django.db.models import Aggregate, F, Func, OuterRef, Subquery
 
 _KEY = re.compile(r"^[a-z_][a-z0-9_]*$")
 
@@ -135,3 +135,59 @@ def json_row(model: type[models.Model],
         else:
             expressions[item] = column
     return JsonObject(expressions)
+
+
+class _JsonArrayAgg(Aggregate):
+    """MariaDB's `JSON_ARRAYAGG(value ORDER BY key)` (MariaDB 10.5 and later)."""
+
+    function = "JSON_ARRAYAGG"
+    output_field = models.TextField()
+
+    def as_mysql(self, compiler, connection, **extra):
+        value, order = self.source_expressions[:2]
+        value_sql, value_params = compiler.compile(value)
+        order_sql, order_params = compiler.compile(order)
+        return f"JSON_ARRAYAGG({value_sql} ORDER BY {order_sql})", [*value_params, *order_params]
+
+    def as_sql(self, compiler, connection, **extra):
+        raise NotSupportedError("_JsonArrayAgg is MariaDB's; SQLite aggregates a sorted subquery")
+
+
+class RelatedJsonArray(Func):
+    """The JSON array of a related model's rows (`json_row`), ordered: `[]` when it has none.
+
+    For the outer row's experiment, say, its jobs: `RelatedJsonArray(Job, "experiment_id",
+    ["id", "role"], order="role")` is `[{"id": .., "role": ..}, ...]` sorted by role, as one
+    JSON value inside the outer `JsonObject` (one query for a page and its related rows).
+    SQLite aggregates a sorted correlated subquery (`json_group_array` keeps the order its rows
+    come in; SQLite before 3.44 has no ORDER BY inside an aggregate), MariaDB
+    `JSON_ARRAYAGG(... ORDER BY ...)` (MariaDB ignores the order of a derived table).
+
+    Args:
+        model: the related model.
+        fk: its field holding the outer row's primary key (`experiment_id`).
+        fields: what `json_row` takes, for each related row.
+        order: the field the array is sorted by (unique per outer row, `role`).
+    """
+
+    output_field = models.TextField()
+
+    def __init__(self, model: type[models.Model], fk: str,
+                 fields: Sequence[str | tuple[str, models.Expression]], order: str):
+        related = model.objects.filter(**{fk: OuterRef("pk")})
+        ordered = related.order_by(order).values(r=json_row(model, fields))
+        grouped = (related.order_by().values(fk)
+                   .annotate(a=_JsonArrayAgg(json_row(model, fields), F(order))).values("a"))
+        super().__init__(Subquery(ordered), Subquery(grouped))
+
+    def as_sqlite(self, compiler, connection, **extra):
+        sql, params = compiler.compile(self.source_expressions[0])
+        return f'(SELECT json_group_array(json("r")) FROM {sql})', params
+
+    def as_mysql(self, compiler, connection, **extra):
+        sql, params = compiler.compile(self.source_expressions[1])
+        return f"COALESCE({sql}, JSON_ARRAY())", params
+
+    def as_sql(self, compiler, connection, **extra):
+        raise NotSupportedError(
+            f"RelatedJsonArray supports SQLite and MariaDB, not {connection.vendor}")

@@ -12,7 +12,7 @@ from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
 from accounts.models import User
 from artifacts.models import Artifact
 from core.errors import NotFound
-from core.jsonrows import json_row
+from core.jsonrows import RelatedJsonArray, json_row
 from core.prepared import IdsQuery
 from jobs.models import Job
 
@@ -57,16 +57,15 @@ def exp_list_queryset() -> QuerySet:
 
 
 def exp_list_rows(ids: Sequence[int], *, job_fields: Sequence[str],
-                  artifact_fields: Sequence[str]) -> list[dict[str, Any]]:
-    """The list rows of the experiments `ids`, in that order: three queries for the page.
+                  artifact_fields: Sequence[str]) -> list[orjson.Fragment]:
+    """The list rows of the experiments `ids`, in that order: one query for the page.
 
-    The database renders each experiment, job and artifact as a JSON object
-    (`core.jsonrows.json_row`: date-times as ISO 8601 with `Z`, labels as an object), so a
-    page converts no value in Python; each query is compiled once per process and thread
-    (`core.prepared.IdsQuery`). Each row is a dict of `LIST_FIELDS` plus `jobs` (their
-    `job_fields`, by role) and, when the experiment has one, `artifact` (its
-    `artifact_fields`); jobs and artifact are `orjson.Fragment`s, embedded as they are by the
-    orjson renderer.
+    The database renders each experiment, with its jobs (sorted by role) and its artifact, as
+    one JSON object (`core.jsonrows`: date-times as ISO 8601 with `Z`, labels as an object), so
+    a page converts no value in Python; the query is compiled once per process and thread
+    (`core.prepared.IdsQuery`). Each row holds `LIST_FIELDS`, then `jobs` (their
+    `job_fields`) and, when the experiment has one, `artifact` (its `artifact_fields`), and is
+    an `orjson.Fragment`, embedded as it is by the orjson renderer.
 
     Args:
         ids: experiment ids, at most `core.prepared.BUCKETS[-1]` for one compiled query.
@@ -74,20 +73,15 @@ def exp_list_rows(ids: Sequence[int], *, job_fields: Sequence[str],
     """
     if not ids:
         return []
-    exps = {row["id"]: row["row"] for row in _exp_rows(ids)}
-    jobs: dict[int, list[orjson.Fragment]] = {}
-    for job in _related_rows(Job, tuple(job_fields))(ids):
-        jobs.setdefault(job["experiment_id"], []).append(orjson.Fragment(job["row"]))
-    artifacts = {artifact["experiment_id"]: orjson.Fragment(artifact["row"])
-                 for artifact in _related_rows(Artifact, tuple(artifact_fields))(ids)}
+    found = {row["id"]: row for row in _exp_rows(tuple(job_fields), tuple(artifact_fields))(ids)}
     rows = []
     for exp_id in ids:
-        row = orjson.loads(exps[exp_id])
-        row["jobs"] = jobs.get(exp_id, [])
-        artifact = artifacts.get(exp_id)
+        row = found[exp_id]
+        text, artifact = row["row"], row["artifact_row"]
         if artifact is not None:  # as DRF does: no artifact, no key
-            row["artifact"] = artifact
-        rows.append(row)
+            # A JSON object's text ends with its closing brace: the artifact goes in before it.
+            text = f'{text[:-1]}, "artifact": {artifact}}}'
+        rows.append(orjson.Fragment(text))
     return rows
 
 
@@ -95,20 +89,21 @@ def _creator_email() -> Subquery:
     return Subquery(User.objects.filter(pk=OuterRef("creator_id")).values("email")[:1])
 
 
-_exp_rows = IdsQuery(lambda ids: Experiment.objects.filter(pk__in=ids).values(
-    "id", row=json_row(Experiment, [name if name != "creator" else ("creator", _creator_email())
-                                    for name in LIST_FIELDS])))
-_related_queries: dict[tuple[type, tuple[str, ...]], IdsQuery] = {}
+_row_queries: dict[tuple[tuple[str, ...], tuple[str, ...]], IdsQuery] = {}
 
 
-def _related_rows(model: type, fields: tuple[str, ...]) -> IdsQuery:
-    """The query of the JSON rows of the jobs (by role) or the artifact of a page's experiments."""
-    query = _related_queries.get((model, fields))
+def _exp_rows(job_fields: tuple[str, ...], artifact_fields: tuple[str, ...]) -> IdsQuery:
+    """The query of a page's rows: each experiment's JSON with its jobs, and its artifact's."""
+    query = _row_queries.get((job_fields, artifact_fields))
     if query is None:
-        ordering = ("experiment_id", "role") if model is Job else ("experiment_id",)
-        query = _related_queries.setdefault((model, fields), IdsQuery(
-            lambda ids: model.objects.filter(experiment_id__in=ids).order_by(*ordering)
-            .values("experiment_id", row=json_row(model, fields))))
+        fields = [name if name != "creator" else ("creator", _creator_email())
+                  for name in LIST_FIELDS]
+        fields.append(("jobs", RelatedJsonArray(Job, "experiment_id", job_fields, "role")))
+        artifact = Subquery(Artifact.objects.filter(experiment_id=OuterRef("pk"))
+                            .values(r=json_row(Artifact, artifact_fields))[:1])
+        query = _row_queries.setdefault((job_fields, artifact_fields), IdsQuery(
+            lambda ids: Experiment.objects.filter(pk__in=ids).values(
+                "id", row=json_row(Experiment, fields), artifact_row=artifact)))
     return query
 
 

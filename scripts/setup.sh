@@ -7,8 +7,9 @@ cd "$(dirname "$0")/.."
 # mysqlclient builds from source: it needs the MySQL/MariaDB client headers and pkg-config.
 # chromium: the admin's browser test drives Debian's Chromium with Playwright (no browser
 # download: Playwright is told to launch /usr/bin/chromium).
+# wrk: bench/api.py's load generator (C, a fraction of the CPU a Python client takes).
 missing=()
-for pkg in default-libmysqlclient-dev pkg-config chromium; do
+for pkg in default-libmysqlclient-dev pkg-config chromium wrk; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -120,11 +120,11 @@ class ExpListCreateView(generics.ListAPIView):
         return selectors.exp_list_queryset()
 
     def list(self, request, *args, **kwargs):
-        """ListExps: one page of summary rows, in 4 queries whatever its size.
+        """ListExps: one page of summary rows, in 2 queries whatever its size.
 
-        The page's ids and list keys (through the filter's index), then its experiments, jobs
-        and artifacts as JSON rows the database renders, one query each, embedded in the
-        response as they are (`selectors.exp_list_rows`); no serializer runs per row.
+        The page's ids and list keys (through the filter's index), then its experiments with
+        their jobs and artifacts as JSON rows the database renders, embedded in the response
+        as they are (`selectors.exp_list_rows`); no serializer runs per row.
         """
         page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
         rows = selectors.exp_list_rows([exp["id"] for exp in page],

@@ -101,12 +101,11 @@ def test_json_object_keys_must_be_identifiers():
 
 
 @pytest.mark.django_db
-def test_the_page_queries_bind_only_ids(auth_api, user, django_assert_max_num_queries):
-    """The three row queries are compiled once and bind the page's ids alone (no JSON keys
-    as parameters), so `core.prepared.IdsQuery` can reuse them."""
+def test_the_page_query_binds_only_ids(auth_api, user, django_assert_max_num_queries):
+    """The row query (experiments with their jobs and artifacts) is compiled once and binds
+    the page's ids alone (no JSON keys as parameters), so `core.prepared.IdsQuery` can reuse
+    it."""
     from experiments import selectors
 
     make_exp(creator=user)
-    assert selectors._exp_rows._compile(connection.alias, 4)
-    for model, fields in ((Job, ("id", "role")), (Artifact, ("id", "path"))):
-        assert selectors._related_rows(model, fields)._compile(connection.alias, 4)
+    assert selectors._exp_rows(("id", "role"), ("id", "path"))._compile(connection.alias, 4)
