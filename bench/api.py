@@ -13,17 +13,22 @@ What it does, in order:
    100,000), one job and one artifact each, with bulk inserts: 6 users, 6 statuses spread
    evenly, 4 clusters, 5 types, names `<family>-<size>-<n>`, labels `team=<family>` (and
    `baseline=true` on every 100th) and creation times one year back;
-3. starts the API under gunicorn as the Dockerfile does (`falcon_site.wsgi`, here 4 workers) on
-   127.0.0.1 and a free port, with `FALCON_DB_CONN_MAX_AGE` as configured (the production
-   default unless `--conn-max-age` is given);
-4. for each measured operation, runs `--clients` concurrent clients (one asyncio loop, aiohttp,
-   a kept-alive connection per client where the server keeps it) for `--seconds` seconds
-   against 127.0.0.1 only, and prints requests per second, the 50th/95th/99th percentile
-   latency in milliseconds, and the CPU per request of the server (its master and workers)
-   and of the client itself (it shares the machine's CPUs with the server). The list operations are: no filter,
-   each filter (`status`, `creator`, `cluster_name`, `exp_type`, a rare label `baseline=true` on
-   1 % of the rows and a common one `team=llama` on a sixth), page 1 and page 21 (the cursor
-   of page 21 is found by following `next` links first), and `search`; then create.
+3. starts the API under gunicorn as the Dockerfile does (`falcon_site.wsgi`, sync workers, here
+   one per CPU: `--workers`) on 127.0.0.1 and a free port, with `FALCON_DB_CONN_MAX_AGE` as
+   configured (the production default unless `--conn-max-age` is given);
+4. for each measured operation, after a `--warmup` window of the same load, runs `--clients`
+   concurrent clients in a closed loop for `--seconds` seconds against 127.0.0.1 only, with
+   wrk (`--driver wrk`, the default when it is installed: scripts/setup.sh installs Debian's
+   `wrk`; a few hundredths of a millisecond of CPU per request) or in this process (`--driver
+   aiohttp`: one asyncio loop, about 1.5 ms of CPU per request, taken from the CPUs the server
+   shares), and prints requests per second, the 50th/95th/99th percentile latency in
+   milliseconds, and the CPU per request of the server (its master and workers) and of the
+   load generator. The list operations are: no filter, each filter (`status`, `creator`,
+   `cluster_name`, `exp_type`, a rare label `baseline=true` on 1 % of the rows and a common
+   one `team=llama` on a sixth), page 1 and page 21 (the cursor of page 21 is found by
+   following `next` links first), and `search`; then create, then `/healthz`: no database,
+   no authentication, the floor of what any request costs through gunicorn and Django's
+   middleware (not counted in the targets).
 
 Authentication is the local mode's: a token of the local issuer for a seeded user.
 
@@ -31,6 +36,10 @@ Authentication is the local mode's: a token of the local issuer for a seeded use
 `--n` experiments yet (migrations are applied every run), for trying a change again quickly.
 The last lines say which operations meet the targets (p95 under 50 ms; with
 `--mlflow-list-rps`, list throughput at least ten times MLflow's).
+
+`--hold` measures nothing: it seeds, starts the server, prints `FALCON_URL=...` and
+`FALCON_AUTH_HEADER=...` and keeps it up until SIGINT or SIGTERM, for another load generator
+(a side-by-side run against the MLflow tracking server reads those two variables).
 
 This is a measurement, not a test: timings depend on the machine, so no test asserts them.
 """
@@ -429,6 +438,22 @@ def measure(args, url: str, headers: dict[str, str], method: str, template: dict
             "client_cpu": (time.process_time() - cpu0) * 1000 / count}
 
 
+def hold(base: str, headers: dict[str, str], server: subprocess.Popen) -> None:
+    """Print the server's URL and auth header, then wait for SIGINT or SIGTERM (or its exit).
+
+    The two lines are `FALCON_URL=...` and `FALCON_AUTH_HEADER=Authorization: Bearer ...`, as
+    a side-by-side harness reads them; the caller's `finally` stops the server and drops the
+    database.
+    """
+    stop = []
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.append(1))
+    print(f"FALCON_URL={base}", flush=True)
+    print(f"FALCON_AUTH_HEADER=Authorization: {headers['Authorization']}", flush=True)
+    while not stop and server.poll() is None:
+        time.sleep(0.2)
+
+
 def main() -> None:
     """Parse the arguments, set up the database and the server, measure, clean up."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -455,6 +480,13 @@ def main() -> None:
                         help="seconds of the same load before each measured operation")
     parser.add_argument("--reuse", metavar="DIR", default=None,
                         help="keep the SQLite database in DIR and seed it only once per --n")
+    parser.add_argument("--hold", action="store_true",
+                        help="seed and start the server, print its URL and an Authorization "
+                             "header, and keep it up until SIGINT or SIGTERM instead of "
+                             "measuring (for another load generator, e.g. a side-by-side run "
+                             "against MLflow); the database is dropped at the end as usual")
+    parser.add_argument("--port", type=int, default=0,
+                        help="the server's port on 127.0.0.1 (default: a free one)")
     parser.add_argument("--mlflow-list-rps", type=float, default=None,
                         help="MLflow SearchRuns req/s on the same database and machine (from "
                              "the side-by-side run), to print the 10x target's verdict")
@@ -501,7 +533,7 @@ def main() -> None:
         token = local_issuer().issue(emails["alice"], ttl_seconds=3600).token
         headers = {"Authorization": f"Bearer {token}"}
 
-        port = free_port()
+        port = args.port or free_port()
         base = f"http://127.0.0.1:{port}"
         command = [GUNICORN, "falcon_site.wsgi", "--bind", f"127.0.0.1:{port}", "--workers",
                    str(args.workers), "--timeout", "60"]
@@ -514,6 +546,9 @@ def main() -> None:
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True)
         wait_ready(base, server)
+        if args.hold:
+            hold(base, headers, server)
+            return
 
         ops: list[tuple[str, str | None]] = []
         for label, query in LISTS:

@@ -175,8 +175,8 @@ class StrictCursorPagination(CursorPagination):
     a 404 or 500. The response shape (`next`, `previous`, `results`) and the query parameters
     are DRF's.
 
-    `keys_only = True` makes a page of `.values()` rows holding only `id` and the ordering's
-    keys, for a view that reads the rows' contents by id afterwards.
+    `keys_only = True` makes a page of `{"id": ...}` rows, read with the ordering's keys alone
+    (`core.keyset.page_rows`), for a view that reads the rows' contents by id afterwards.
     """
 
     keys_only = False
@@ -217,7 +217,10 @@ class StrictCursorPagination(CursorPagination):
         qs = queryset.order_by(*keyset.order_by(self.keys, reverse=reverse))
         if position is not None:
             qs = qs.filter(keyset.after(self.keys, position.values, reverse=reverse))
-        rows = list(qs[: self.page_size + 1])
+        if self.keys_only:
+            rows = keyset.page_rows(qs, self.page_size, self.keys)
+        else:
+            rows = list(qs[: self.page_size + 1])
         more = len(rows) > self.page_size
         self.page = rows[: self.page_size]
         if reverse:

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured
-from django.db import models
+from django.core.exceptions import EmptyResultSet, ImproperlyConfigured
+from django.db import connections, models
 from django.db.models import Q
 
 from .errors import ValidationFailed
@@ -201,3 +201,49 @@ def _from_json(field: models.Field, value: Any) -> tuple[str | None, Any]:
             return "contains a lone surrogate", None
         return None, value
     return "a key of a type cursors do not carry", None
+
+
+def page_rows(queryset, page_size: int, keys: list[Key]) -> list[dict[str, Any]]:
+    """Return the first `page_size + 1` rows of a `.values()` queryset as `{"id": ...}` dicts.
+
+    What `list(queryset[:page_size + 1])` gives (the row after the page tells whether another
+    page follows), less the work of the rows nobody reads: the SQL is run on the connection's
+    cursor and only the page's first and last rows get every key converted by Django's
+    converters (a date-time parsed, on SQLite) and kept, as the cursors of the `previous` and
+    `next` links are made of them (walking backwards, the page is these rows reversed: the
+    same two); the others keep only their id (an integer as the driver reads it). On a page
+    of 50 that is about half the page query's CPU.
+
+    Args:
+        queryset: `.values()` of `id` and each key's field, ordered and filtered.
+        page_size: the rows of a page.
+        keys: the ordering's keys (`keys_for`), `id` last.
+
+    Raises:
+        ValueError: the queryset does not read every key (a caller's bug).
+    """
+    if any(key.name not in queryset.query.values_select for key in keys):
+        raise ValueError(f"the page query reads {list(queryset.query.values_select)}, not "
+                         f"every key of {[key.term for key in keys]}")
+    sliced = queryset[:page_size + 1]
+    compiler = sliced.query.get_compiler(using=sliced.db)
+    try:
+        sql, params = compiler.as_sql()
+    except EmptyResultSet:  # a filter no row can match (`qs.none()`)
+        return []
+    names = list(sliced.query.values_select)
+    with connections[sliced.db].cursor() as cursor:
+        cursor.execute(sql, params)
+        raw = cursor.fetchall()
+    if not raw:
+        return []
+    fields = [select[0] for select in compiler.select[:compiler.col_count]]
+    converters = compiler.get_converters(fields)
+    id_at = names.index("id")
+    rows: list[dict[str, Any]] = [{"id": row[id_at]} for row in raw]
+    for index in {0, min(len(raw), page_size) - 1}:
+        values = raw[index]
+        if converters:
+            values = next(iter(compiler.apply_converters([values], converters)))
+        rows[index] = dict(zip(names, values))
+    return rows

@@ -151,3 +151,26 @@ def test_a_cursor_of_another_ordering_is_refused_not_misread(auth_api, alice):
     cursor = parse_qs(urlsplit(first["next"]).query)["cursor"][0]
     res = auth_api.get("/api/v1/exps", {"cursor": cursor, "ordering": "priority"})
     assert res.status_code == 400 and "another ordering" in res.json()["cursor"][0]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("count,page_size", [(0, 5), (1, 5), (5, 5), (6, 5), (9, 1), (9, 50)])
+def test_page_rows_reads_the_ids_and_converts_the_page_edges(alice, count, page_size):
+    """`core.keyset.page_rows` returns the rows `list(qs[:page_size + 1])` does, by id, and the
+    page's first and last rows with every key as the ORM converts it (the cursors' values)."""
+    from core import keyset
+
+    for i in range(count):
+        make_exp(creator=alice, name=f"edge{i}")
+    keys = keyset.keys_for(Experiment, ["-created_at"])
+    qs = Experiment.objects.values("id", "created_at").order_by("-created_at", "-id")
+    expected = list(qs[:page_size + 1])
+    rows = keyset.page_rows(qs, page_size, keys)
+    assert [row["id"] for row in rows] == [row["id"] for row in expected]
+    if expected:
+        last = min(len(expected), page_size) - 1
+        assert rows[0] == expected[0] and rows[last] == expected[last]
+        assert isinstance(rows[last]["created_at"], datetime)
+    assert keyset.page_rows(qs.none(), page_size, keys) == []
+    with pytest.raises(ValueError, match="not every key"):
+        keyset.page_rows(Experiment.objects.values("id"), page_size, keys)
