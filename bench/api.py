@@ -33,7 +33,8 @@ What it does, in order:
 Authentication is the local mode's: a token of the local issuer for a seeded user.
 
 `--reuse DIR` (SQLite only) keeps the database in DIR and seeds it only when it does not hold
-`--n` experiments yet (migrations are applied every run), for trying a change again quickly.
+`--n` experiments yet (migrations are applied every run), for trying a change again quickly;
+the experiments earlier runs created are deleted first, so every run lists the seeded rows.
 The last lines say which operations meet the targets (p95 under 50 ms; with
 `--mlflow-list-rps`, list throughput at least ten times MLflow's).
 
@@ -186,6 +187,22 @@ def seed(n: int) -> dict[str, str]:
                 ExpLabel(experiment_id=pk, key=key, value=value)
                 for (pk, *_rest), exp in zip(ids, exps) for key, value in exp.labels.items()])
     return emails
+
+
+def drop_later_rows(max_id: int) -> int:
+    """Delete the experiments after the seeded ones (made by earlier runs' creates); return how many.
+
+    A reused database then holds what `seed` wrote: rows created by an earlier run are the
+    newest, unlabelled and all Created, and a list walking the newest rows first (a label
+    filter, `status`) would measure them instead of the seeded mix.
+    """
+    from experiments.models import Experiment
+
+    later = Experiment.objects.filter(pk__gt=max_id)
+    count = later.count()
+    if count:
+        later.delete()  # jobs, artifacts and labels go with them (foreign keys, CASCADE)
+    return count
 
 
 def drive(url: str, headers: dict[str, str], seconds: float, clients: int,
@@ -516,15 +533,21 @@ def main() -> None:
         os.environ.update(env)
         sys.path.insert(0, str(ROOT))
         t0 = time.monotonic()
-        if args.reuse and marker.exists() and json.loads(marker.read_text()) == {"n": args.n}:
+        seeded = json.loads(marker.read_text()) if args.reuse and marker.exists() else {}
+        if seeded.get("n") == args.n:
             import django
             django.setup()
             emails = {u: f"{u}@example.com" for u in USERS}
-            print(f"# SQLite: {args.n} experiments seeded before, in {tmp}", flush=True)
+            dropped = drop_later_rows(seeded.get("max_id", args.n))
+            print(f"# SQLite: {args.n} experiments seeded before, in {tmp}"
+                  + (f" ({dropped} created by earlier runs deleted)" if dropped else ""),
+                  flush=True)
         else:
             emails = seed(args.n)
             if args.reuse:
-                marker.write_text(json.dumps({"n": args.n}))
+                from experiments.models import Experiment
+                max_id = Experiment.objects.order_by("-id").values_list("id", flat=True)[0]
+                marker.write_text(json.dumps({"n": args.n, "max_id": max_id}))
             print(f"# {'MariaDB' if args.mariadb else 'SQLite'}: {args.n} experiments inserted "
                   f"in {time.monotonic() - t0:.1f} s", flush=True)
         from django.db import connection

@@ -57,6 +57,36 @@ def test_an_sqlite_file_is_written_ahead_without_an_fsync_per_commit(tmp_path):
     assert out.stdout.split() == ["wal", "1"]  # 1 is NORMAL
 
 
+def _sqlite_pragma(tmp_path, pragma: str, mmap_bytes: str | None) -> subprocess.CompletedProcess:
+    """Read `PRAGMA <pragma>` in a fresh process on an SQLite file, FALCON_SQLITE_MMAP_BYTES
+    set to `mmap_bytes` (None: unset)."""
+    code = ("import django; django.setup(); from django.db import connection; "
+            f"print(connection.cursor().execute('PRAGMA {pragma}').fetchone()[0])")
+    env = {key: value for key, value in os.environ.items() if key != "FALCON_SQLITE_MMAP_BYTES"}
+    if mmap_bytes is not None:
+        env["FALCON_SQLITE_MMAP_BYTES"] = mmap_bytes
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, text=True, capture_output=True,
+                          env={**env, "DJANGO_SETTINGS_MODULE": "falcon_site.settings",
+                               "PYTHONPATH": str(ROOT), "FALCON_VAR_DIR": str(tmp_path),
+                               "DATABASE_URL": f"sqlite:///{tmp_path / 'falcon.sqlite3'}"})
+
+
+@pytest.mark.parametrize("mmap_bytes,expected", [(None, str(256 * 1024 * 1024)),
+                                                 ("1048576", "1048576"), ("0", "0")])
+def test_an_sqlite_file_is_read_through_a_memory_map_of_the_configured_size(
+        tmp_path, mmap_bytes, expected):
+    """256 MiB by default (pages come from the OS cache, shared by every process); the
+    variable sets another size, 0 none."""
+    assert _sqlite_pragma(tmp_path, "mmap_size", mmap_bytes).stdout.split() == [expected]
+
+
+@pytest.mark.parametrize("mmap_bytes", ["256MB", "-1", "", "1e9"])
+def test_a_memory_map_size_that_is_not_a_byte_count_stops_the_settings(tmp_path, mmap_bytes):
+    bad = _sqlite_pragma(tmp_path, "mmap_size", mmap_bytes)
+    assert bad.returncode != 0
+    assert "FALCON_SQLITE_MMAP_BYTES must be a size in bytes" in bad.stderr
+
+
 @mariadb_only
 @pytest.mark.django_db(transaction=True)
 def test_a_connection_dropped_by_the_server_does_not_fail_the_next_request():
