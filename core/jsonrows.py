@@ -137,20 +137,28 @@ def json_row(model: type[models.Model],
     return JsonObject(expressions)
 
 
-class _JsonArrayAgg(Aggregate):
-    """MariaDB's `JSON_ARRAYAGG(value ORDER BY key)` (MariaDB 10.5 and later)."""
+class _JsonTextArray(Aggregate):
+    """MySQL's and MariaDB's `CONCAT('[', GROUP_CONCAT(value ORDER BY key SEPARATOR ','), ']')`.
 
-    function = "JSON_ARRAYAGG"
+    The text of a JSON array of JSON values, in `key` order. `GROUP_CONCAT ... ORDER BY` is
+    in MySQL and MariaDB alike, where `JSON_ARRAYAGG(... ORDER BY ...)` is MariaDB's only
+    (MySQL 8 has no ORDER BY inside it). The text is at most `group_concat_max_len` bytes
+    long, which the settings raise for every connection (`init_command`: MySQL's default is
+    1,024 bytes, three or four jobs): beyond it the server would cut the array short.
+    """
+
+    function = "GROUP_CONCAT"
     output_field = models.TextField()
 
     def as_mysql(self, compiler, connection, **extra):
         value, order = self.source_expressions[:2]
         value_sql, value_params = compiler.compile(value)
         order_sql, order_params = compiler.compile(order)
-        return f"JSON_ARRAYAGG({value_sql} ORDER BY {order_sql})", [*value_params, *order_params]
+        return (f"CONCAT('[', GROUP_CONCAT({value_sql} ORDER BY {order_sql} SEPARATOR ','), ']')",
+                [*value_params, *order_params])
 
     def as_sql(self, compiler, connection, **extra):
-        raise NotSupportedError("_JsonArrayAgg is MariaDB's; SQLite aggregates a sorted subquery")
+        raise NotSupportedError("_JsonTextArray is MySQL's; SQLite aggregates a sorted subquery")
 
 
 class RelatedJsonArray(Func):
@@ -160,8 +168,9 @@ class RelatedJsonArray(Func):
     ["id", "role"], order="role")` is `[{"id": .., "role": ..}, ...]` sorted by role, as one
     JSON value inside the outer `JsonObject` (one query for a page and its related rows).
     SQLite aggregates a sorted correlated subquery (`json_group_array` keeps the order its rows
-    come in; SQLite before 3.44 has no ORDER BY inside an aggregate), MariaDB
-    `JSON_ARRAYAGG(... ORDER BY ...)` (MariaDB ignores the order of a derived table).
+    come in; SQLite before 3.44 has no ORDER BY inside an aggregate); MySQL and MariaDB
+    concatenate the rows' JSON in order (`_JsonTextArray`) and read the text back as JSON
+    (`JSON_EXTRACT(..., '$')`), as neither keeps the order of a derived table.
 
     Args:
         model: the related model.
@@ -177,7 +186,7 @@ class RelatedJsonArray(Func):
         related = model.objects.filter(**{fk: OuterRef("pk")})
         ordered = related.order_by(order).values(r=json_row(model, fields))
         grouped = (related.order_by().values(fk)
-                   .annotate(a=_JsonArrayAgg(json_row(model, fields), F(order))).values("a"))
+                   .annotate(a=_JsonTextArray(json_row(model, fields), F(order))).values("a"))
         super().__init__(Subquery(ordered), Subquery(grouped))
 
     def as_sqlite(self, compiler, connection, **extra):
@@ -186,8 +195,8 @@ class RelatedJsonArray(Func):
 
     def as_mysql(self, compiler, connection, **extra):
         sql, params = compiler.compile(self.source_expressions[1])
-        return f"COALESCE({sql}, JSON_ARRAY())", params
+        return f"JSON_EXTRACT(COALESCE({sql}, '[]'), '$')", params
 
     def as_sql(self, compiler, connection, **extra):
         raise NotSupportedError(
-            f"RelatedJsonArray supports SQLite and MariaDB, not {connection.vendor}")
+            f"RelatedJsonArray supports SQLite and MySQL/MariaDB, not {connection.vendor}")

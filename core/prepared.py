@@ -1,8 +1,9 @@
-"""Queries compiled to SQL once and run many times with other ids (a list page's related rows).
+"""Queries compiled to SQL once and run many times with other ids (a list page's rows).
 
 Django compiles a queryset to SQL each time it is evaluated. For `experiment_id__in=[50 ids]`
 compiling costs several times what running the query costs on an index: on a list page read
-with three such queries, compiling was about a fifth of the request's CPU. `IdsQuery` compiles
+with three such queries (experiments, jobs, artifacts; one query since), compiling was about a
+fifth of the request's CPU. `IdsQuery` compiles
 the query once per bucket of id counts and reuses the SQL and Django's column converters.
 """
 from __future__ import annotations

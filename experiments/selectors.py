@@ -60,6 +60,8 @@ def exp_list_rows(ids: Sequence[int], *, job_fields: Sequence[str],
                   artifact_fields: Sequence[str]) -> list[orjson.Fragment]:
     """The list rows of the experiments `ids`, in that order: one query for the page.
 
+    An id whose experiment was deleted after the page's ids were read has no row.
+
     The database renders each experiment, with its jobs (sorted by role) and its artifact, as
     one JSON object (`core.jsonrows`: date-times as ISO 8601 with `Z`, labels as an object), so
     a page converts no value in Python; the query is compiled once per process and thread
@@ -76,7 +78,9 @@ def exp_list_rows(ids: Sequence[int], *, job_fields: Sequence[str],
     found = {row["id"]: row for row in _exp_rows(tuple(job_fields), tuple(artifact_fields))(ids)}
     rows = []
     for exp_id in ids:
-        row = found[exp_id]
+        row = found.get(exp_id)
+        if row is None:  # deleted since the page's ids were read: gone from the page too
+            continue
         text, artifact = row["row"], row["artifact_row"]
         if artifact is not None:  # as DRF does: no artifact, no key
             # A JSON object's text ends with its closing brace: the artifact goes in before it.

@@ -109,3 +109,42 @@ def test_the_page_query_binds_only_ids(auth_api, user, django_assert_max_num_que
 
     make_exp(creator=user)
     assert selectors._exp_rows(("id", "role"), ("id", "path"))._compile(connection.alias, 4)
+
+
+@pytest.mark.django_db
+def test_the_largest_experiment_lists_every_job_whole(auth_api, user):
+    """64 roles (`MAX_ROLES`) with long values: the jobs array is one aggregate of their JSON
+    (GROUP_CONCAT on MySQL and MariaDB, which cuts at `group_concat_max_len`), and no job is
+    cut off."""
+    from jobs.specs import MAX_ROLES
+
+    roles = [f"role-{i:02d}-" + "r" * 40 for i in range(MAX_ROLES)]
+    exp = make_exp(creator=user, name="many-roles", roles=tuple(reversed(roles)))
+    Job.objects.filter(experiment=exp).update(cluster_job_name="j" * 200, reason="R" * 200)
+    row = auth_api.get("/api/v1/exps").json()["results"][0]
+    assert len(orjson.dumps(row["jobs"])) > 16 * 1024  # far above MySQL's default of 1,024
+    assert [job["role"] for job in row["jobs"]] == sorted(roles)
+    assert row == _expected(exp.pk)
+
+
+@pytest.mark.django_db
+def test_an_experiment_deleted_between_the_two_page_queries_is_left_out(user):
+    from experiments import selectors
+    from experiments.api.serializers import ARTIFACT_SUMMARY_FIELDS, JOB_SUMMARY_FIELDS
+
+    kept, gone = make_exp(creator=user, name="kept"), make_exp(creator=user, name="gone")
+    ids = [gone.pk, kept.pk]
+    gone.delete()
+    rows = selectors.exp_list_rows(ids, job_fields=JOB_SUMMARY_FIELDS,
+                                   artifact_fields=ARTIFACT_SUMMARY_FIELDS)
+    assert [orjson.loads(orjson.dumps(row))["id"] for row in rows] == [kept.pk]
+
+
+@pytest.mark.skipif(connection.vendor != "mysql", reason="a MySQL/MariaDB session variable")
+@pytest.mark.django_db
+def test_every_mysql_connection_raises_group_concat_max_len():
+    from django.conf import settings
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT @@SESSION.group_concat_max_len")
+        assert cursor.fetchone()[0] == settings.GROUP_CONCAT_MAX_BYTES == 4 * 1024 * 1024

@@ -151,6 +151,8 @@ TEMPLATES = [
 # --- database -------------------------------------------------------------------------------
 # The test database's name is set by the test suite (the root conftest.py), not here.
 _CONN_MAX_AGE = int(os.environ.get("FALCON_DB_CONN_MAX_AGE", "60"))
+# MySQL/MariaDB's session group_concat_max_len, in bytes (below).
+GROUP_CONCAT_MAX_BYTES = 4 * 1024 * 1024
 DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'falcon.sqlite3'}"),
@@ -162,9 +164,14 @@ DATABASES = {
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
     # utf8mb4 for names and configs in any language; strict mode so MySQL refuses a value that
-    # does not fit instead of truncating it.
+    # does not fit instead of truncating it. A list row's jobs are one GROUP_CONCAT
+    # (core.jsonrows.RelatedJsonArray), cut short by the server beyond group_concat_max_len
+    # (MySQL's default is 1,024 bytes): 4 MiB holds the 64 roles of the largest experiment
+    # many times over.
     DATABASES["default"].setdefault("OPTIONS", {}).update(
-        {"charset": "utf8mb4", "init_command": "SET sql_mode='STRICT_TRANS_TABLES'"}
+        {"charset": "utf8mb4",
+         "init_command": f"SET sql_mode='STRICT_TRANS_TABLES', "
+                         f"group_concat_max_len={GROUP_CONCAT_MAX_BYTES}"}
     )
 elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Several processes (HTTP, gRPC) share one SQLite file in the local mode: wait for the
@@ -173,8 +180,9 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # to the log without an fsync (the log is synced at checkpoints): a crash of a process
     # loses nothing, a power cut at most the last commits, never the file's integrity
     # (docs/decisions.md#dec-database). The file is read through a memory map of up to
-    # FALCON_SQLITE_MMAP_BYTES (256 MiB): pages come from the operating system's cache, shared
-    # by every process, instead of a read() per page into each connection's 2 MiB page cache,
+    # FALCON_SQLITE_MMAP_BYTES (256 MiB; SQLite caps it at its SQLITE_MAX_MMAP_SIZE, about
+    # 2 GiB): pages are read in place from the operating system's cache, shared by every
+    # process, instead of copied by a read() into each connection's private 2 MiB page cache,
     # which a list over 100,000 experiments overflowed (its page query 4.6 ms, 1.6 ms mapped).
     _MMAP_RAW = os.environ.get("FALCON_SQLITE_MMAP_BYTES", str(256 * 1024 * 1024)).strip()
     if not (_MMAP_RAW.isascii() and _MMAP_RAW.isdigit()):
