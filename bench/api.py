@@ -32,15 +32,17 @@ What it does, in order:
 
 Authentication is the local mode's: a token of the local issuer for a seeded user.
 
-`--reuse DIR` (SQLite only) keeps the database in DIR and seeds it only when it does not hold
-`--n` experiments yet (migrations are applied every run), for trying a change again quickly;
-the experiments earlier runs created are deleted first, so every run lists the seeded rows.
+`--reuse DIR` (SQLite only) keeps the database in DIR and seeds it the first time (migrations
+are applied every run), for trying a change again quickly; the experiments earlier runs
+created are deleted first, so every run lists the seeded rows. A DIR seeded with another
+`--n` is refused (give its `--n`, or another DIR).
 The last lines say which operations meet the targets (p95 under 50 ms; with
 `--mlflow-list-rps`, list throughput at least ten times MLflow's).
 
 `--hold` measures nothing: it seeds, starts the server, prints `FALCON_URL=...` and
 `FALCON_AUTH_HEADER=...` and keeps it up until SIGINT or SIGTERM, for another load generator
-(a side-by-side run against the MLflow tracking server reads those two variables).
+(a side-by-side run against the MLflow tracking server reads those two variables); the token
+is valid for an hour.
 
 This is a measurement, not a test: timings depend on the machine, so no test asserts them.
 """
@@ -74,6 +76,16 @@ FAMILIES = ["llama", "mistral", "resnet", "vit", "bert", "whisper"]
 SIZES = ["7b", "13b", "70b", "base", "large"]
 USERS = ["alice", "bob", "carol", "dave", "erin", "frank"]
 CONFIG = "\n".join(f"param_{i}: {i * 37 % 1000}" for i in range(80))  # about 1 KiB
+
+
+def port_is_free(port: int) -> bool:
+    """Return whether nothing listens on 127.0.0.1:`port` now (a bind succeeds)."""
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def free_port() -> int:
@@ -304,12 +316,16 @@ def drive_wrk(url: str, headers: dict[str, str], seconds: float, clients: int,
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         out = subprocess.run(
-            ["wrk", "-t", "2", "-c", str(clients), "-d", f"{max(1, round(seconds))}s",
-             "--timeout", "60s", "-s", str(script), url, "--", *args],
+            ["wrk", "-t", str(min(2, clients)), "-c", str(clients), "-d",
+             f"{max(1, round(seconds))}s", "--timeout", "60s", "-s", str(script), url, "--",
+             *args],
             env={**os.environ, "BENCH_METHOD": method, "BENCH_BODY": body or ""},
             capture_output=True, text=True, check=True).stdout
     except subprocess.CalledProcessError as exc:
-        raise SystemExit(f"wrk failed: {shlex.join(exc.cmd)}\n{exc.stderr}") from None
+        # The arguments after `--` are the headers, the token among them: not printed.
+        shown = shlex.join(exc.cmd[:exc.cmd.index("--")])
+        raise SystemExit(f"wrk failed ({exc.returncode}): {shown} -- <headers>\n"
+                         f"{exc.stderr.strip()}") from None
     finally:
         shutil.rmtree(script.parent, ignore_errors=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -364,12 +380,18 @@ def page_url(base: str, headers: dict[str, str], query: str, page: int) -> str |
     return url
 
 
-def wait_ready(base: str, proc: subprocess.Popen, timeout: float = 60) -> None:
-    """Wait until the server answers /readyz (or fail when it exits or takes too long)."""
+def wait_ready(base: str, proc: subprocess.Popen, log: Path, timeout: float = 60) -> None:
+    """Wait until the server answers /readyz (or fail when it exits or takes too long).
+
+    Raises:
+        SystemExit: gunicorn exited first (the end of its `log` is shown), or was not ready
+            within `timeout` seconds.
+    """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit("gunicorn exited before it was ready")
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+            raise SystemExit(f"gunicorn exited before it was ready:\n{tail}")
         try:
             if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
                 return
@@ -480,8 +502,8 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=8.0, help="per operation")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2,
-                        help="gunicorn workers (default: one per CPU, as the Dockerfile's "
-                             "WEB_CONCURRENCY)")
+                        help="gunicorn sync workers (default: one per CPU; the workers are "
+                             "CPU-bound, and more of them than CPUs only take turns)")
     parser.add_argument("--driver", choices=("wrk", "aiohttp"),
                         default="wrk" if shutil.which("wrk") else "aiohttp",
                         help="load generator: wrk (default when installed; scripts/setup.sh "
@@ -534,7 +556,11 @@ def main() -> None:
         sys.path.insert(0, str(ROOT))
         t0 = time.monotonic()
         seeded = json.loads(marker.read_text()) if args.reuse and marker.exists() else {}
-        if seeded.get("n") == args.n:
+        if seeded and seeded.get("n") != args.n:
+            raise SystemExit(f"--reuse {tmp}: it holds {seeded.get('n')} seeded experiments, "
+                             f"not --n {args.n}; give --n {seeded.get('n')}, or another folder "
+                             "(or delete this one) to seed anew")
+        if seeded:
             import django
             django.setup()
             emails = {u: f"{u}@example.com" for u in USERS}
@@ -557,6 +583,9 @@ def main() -> None:
         headers = {"Authorization": f"Bearer {token}"}
 
         port = args.port or free_port()
+        if args.port and not port_is_free(port):
+            raise SystemExit(f"--port {port}: something already listens on 127.0.0.1:{port}; "
+                             "stop it or choose another port (or leave --port out)")
         base = f"http://127.0.0.1:{port}"
         command = [GUNICORN, "falcon_site.wsgi", "--bind", f"127.0.0.1:{port}", "--workers",
                    str(args.workers), "--timeout", "60"]
@@ -564,22 +593,24 @@ def main() -> None:
             command += ["--worker-class", "gthread", "--threads", str(args.threads)]
         if args.keep_alive is not None:
             command += ["--keep-alive", str(args.keep_alive)]
-        server = subprocess.Popen(
-            command,
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True)
-        wait_ready(base, server)
+        server_log = tmp / "gunicorn.log"
+        with open(server_log, "w") as log_file:
+            server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log_file,
+                                      stderr=subprocess.STDOUT, start_new_session=True)
+        wait_ready(base, server, server_log)
         if args.hold:
             hold(base, headers, server)
             return
 
-        ops: list[tuple[str, str | None]] = []
-        for label, query in LISTS:
-            ops.append((f"{label} p1", page_url(base, headers, query, 1)))
-            ops.append((f"{label} p21", page_url(base, headers, query, 21)))
-        ops.append(("search p1", page_url(base, headers, "search=whisper-70b", 1)))
-        ops.append((FLOOR, f"{base}/healthz"))
+        # (label, query, page) of each list, then create and the floor; a page's URL is found
+        # only for the operations that run (page 21 follows 20 `next` links).
+        pages = [(f"{label} p{page}", query, page) for label, query in LISTS for page in (1, 21)]
+        pages.append(("search p1", "search=whisper-70b", 1))
+        ops: list[tuple[str, str | None]] = [
+            (label, page_url(base, headers, query, page)) for label, query, page in pages
+            if not only or label in only]
         ops.append(("create", None))
+        ops.append((FLOOR, f"{base}/healthz"))
 
         print(f"# {args.clients} clients, {args.seconds:g} s each, gunicorn {args.workers} "
               f"workers x {args.threads} thread(s), load by {args.driver}, "
