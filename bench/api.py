@@ -535,6 +535,10 @@ def main() -> None:
     if unknown := sorted(only - set(OPERATIONS)):
         parser.error(f"--only: no operation {', '.join(map(repr, unknown))}; the operations "
                      f"are {', '.join(map(repr, OPERATIONS))}")
+    if args.port and not port_is_free(args.port):
+        parser.error(f"--port {args.port}: something already listens on "
+                     f"127.0.0.1:{args.port}; stop it or choose another port (or leave --port "
+                     "out)")
     if args.reuse and args.mariadb:
         parser.error("--reuse keeps an SQLite file; it does not go with --mariadb")
     tmp = Path(args.reuse).resolve() if args.reuse else Path(
@@ -583,9 +587,6 @@ def main() -> None:
         headers = {"Authorization": f"Bearer {token}"}
 
         port = args.port or free_port()
-        if args.port and not port_is_free(port):
-            raise SystemExit(f"--port {port}: something already listens on 127.0.0.1:{port}; "
-                             "stop it or choose another port (or leave --port out)")
         base = f"http://127.0.0.1:{port}"
         command = [GUNICORN, "falcon_site.wsgi", "--bind", f"127.0.0.1:{port}", "--workers",
                    str(args.workers), "--timeout", "60"]
