@@ -23,7 +23,16 @@ from django.db.models import Aggregate, F, Func, OuterRef, Subquery
 _KEY = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 
-class IsoUTC(Func):
+class _SQLiteAndMySQLOnly:
+    """Refuse to compile on a database other than SQLite and MySQL/MariaDB (their `as_sqlite`
+    and `as_mysql` do the work), naming the expression and the vendor."""
+
+    def as_sql(self, compiler, connection, **extra):
+        raise NotSupportedError(f"{type(self).__name__} supports SQLite and MySQL/MariaDB, "
+                                f"not {connection.vendor}")
+
+
+class IsoUTC(_SQLiteAndMySQLOnly, Func):
     """A date-time column as ISO 8601 text in UTC: `2026-12-01T18:52:44.516012Z` (or NULL).
 
     Django keeps date-times in UTC (USE_TZ): SQLite as `YYYY-MM-DD HH:MM:SS[.ffffff]` text,
@@ -44,11 +53,8 @@ class IsoUTC(Func):
                 f"DATE_FORMAT({sql}, '%%Y-%%m-%%dT%%H:%%i:%%s.%%fZ'))",
                 [*params, *params, *params])
 
-    def as_sql(self, compiler, connection, **extra):
-        raise NotSupportedError(f"IsoUTC supports SQLite and MariaDB, not {connection.vendor}")
 
-
-class JsonValue(Func):
+class JsonValue(_SQLiteAndMySQLOnly, Func):
     """A JSON column as a JSON value inside a JSON object (not as a string holding JSON)."""
 
     arity = 1
@@ -62,11 +68,8 @@ class JsonValue(Func):
         sql, params = compiler.compile(self.source_expressions[0])
         return f"JSON_EXTRACT({sql}, '$')", params
 
-    def as_sql(self, compiler, connection, **extra):
-        raise NotSupportedError(f"JsonValue supports SQLite and MariaDB, not {connection.vendor}")
 
-
-class JsonObject(Func):
+class JsonObject(_SQLiteAndMySQLOnly, Func):
     """`JSON_OBJECT('key', value, ...)` with the keys written into the SQL, not as parameters.
 
     Django's own `JSONObject` passes each key as a query parameter; keeping the keys in the
@@ -102,9 +105,6 @@ class JsonObject(Func):
 
     def as_mysql(self, compiler, connection, **extra):
         return self._render(compiler)
-
-    def as_sql(self, compiler, connection, **extra):
-        raise NotSupportedError(f"JsonObject supports SQLite and MariaDB, not {connection.vendor}")
 
 
 def json_row(model: type[models.Model],
@@ -161,7 +161,7 @@ class _JsonTextArray(Aggregate):
         raise NotSupportedError("_JsonTextArray is MySQL's; SQLite aggregates a sorted subquery")
 
 
-class RelatedJsonArray(Func):
+class RelatedJsonArray(_SQLiteAndMySQLOnly, Func):
     """The JSON array of a related model's rows (`json_row`), ordered: `[]` when it has none.
 
     For the outer row's experiment, say, its jobs: `RelatedJsonArray(Job, "experiment_id",
@@ -184,9 +184,10 @@ class RelatedJsonArray(Func):
     def __init__(self, model: type[models.Model], fk: str,
                  fields: Sequence[str | tuple[str, models.Expression]], order: str):
         related = model.objects.filter(**{fk: OuterRef("pk")})
-        ordered = related.order_by(order).values(r=json_row(model, fields))
-        grouped = (related.order_by().values(fk)
-                   .annotate(a=_JsonTextArray(json_row(model, fields), F(order))).values("a"))
+        row = json_row(model, fields)
+        ordered = related.order_by(order).values(r=row)
+        grouped = related.order_by().values(fk).annotate(a=_JsonTextArray(row, F(order)))
+        grouped = grouped.values("a")
         super().__init__(Subquery(ordered), Subquery(grouped))
 
     def as_sqlite(self, compiler, connection, **extra):
@@ -196,7 +197,3 @@ class RelatedJsonArray(Func):
     def as_mysql(self, compiler, connection, **extra):
         sql, params = compiler.compile(self.source_expressions[1])
         return f"JSON_EXTRACT(COALESCE({sql}, '[]'), '$')", params
-
-    def as_sql(self, compiler, connection, **extra):
-        raise NotSupportedError(
-            f"RelatedJsonArray supports SQLite and MySQL/MariaDB, not {connection.vendor}")

@@ -1,6 +1,7 @@
 """Experiment queries that read: GetExp, ListExps (filtered by `experiments.filters`)."""
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -93,22 +94,17 @@ def _creator_email() -> Subquery:
     return Subquery(User.objects.filter(pk=OuterRef("creator_id")).values("email")[:1])
 
 
-_row_queries: dict[tuple[tuple[str, ...], tuple[str, ...]], IdsQuery] = {}
-
-
+@functools.cache
 def _exp_rows(job_fields: tuple[str, ...], artifact_fields: tuple[str, ...]) -> IdsQuery:
-    """The query of a page's rows: each experiment's JSON with its jobs, and its artifact's."""
-    query = _row_queries.get((job_fields, artifact_fields))
-    if query is None:
-        fields = [name if name != "creator" else ("creator", _creator_email())
-                  for name in LIST_FIELDS]
-        fields.append(("jobs", RelatedJsonArray(Job, "experiment_id", job_fields, "role")))
-        artifact = Subquery(Artifact.objects.filter(experiment_id=OuterRef("pk"))
-                            .values(r=json_row(Artifact, artifact_fields))[:1])
-        query = _row_queries.setdefault((job_fields, artifact_fields), IdsQuery(
-            lambda ids: Experiment.objects.filter(pk__in=ids).values(
-                "id", row=json_row(Experiment, fields), artifact_row=artifact)))
-    return query
+    """The query of a page's rows: each experiment's JSON with its jobs, and its artifact's
+    (one per pair of field lists, for the process)."""
+    fields = [name if name != "creator" else ("creator", _creator_email())
+              for name in LIST_FIELDS]
+    fields.append(("jobs", RelatedJsonArray(Job, "experiment_id", job_fields, "role")))
+    artifact = Subquery(Artifact.objects.filter(experiment_id=OuterRef("pk"))
+                        .values(r=json_row(Artifact, artifact_fields))[:1])
+    return IdsQuery(lambda ids: Experiment.objects.filter(pk__in=ids).values(
+        "id", row=json_row(Experiment, fields), artifact_row=artifact))
 
 
 def exp_get_summary(*, exp_id: int) -> Experiment:
