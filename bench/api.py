@@ -218,14 +218,14 @@ def drop_later_rows(max_id: int) -> int:
 
 
 def drive(url: str, headers: dict[str, str], seconds: float, clients: int,
-          method: str = "GET", body_for=None) -> tuple[list[float], int, float]:
-    """Run `clients` concurrent clients for `seconds`; return (latencies in s, errors, wall s).
+          method: str = "GET", body: str | None = None) -> tuple[dict[str, float], float]:
+    """Run `clients` concurrent clients for `seconds`; return (their figures, CPU seconds).
 
     Each client sends its next request when the previous answer has been read (a closed loop,
     as a CLI or a dashboard does). All of them run in one asyncio loop on one aiohttp session
-    with a connection per client, kept alive when the server allows it: the load generator
-    must take little of the CPUs the server shares with it (about 0.3 to 1 ms per request
-    here, against 1.4 to 4.5 ms for one thread per client with a synchronous client).
+    with a connection per client, kept alive when the server allows it (1.5 to 2 ms of this
+    process's CPU per request, against 1.4 to 4.5 ms for one thread per client with a
+    synchronous client). The figures and `body` are `drive_wrk`'s; the CPU is this process's.
     """
     import asyncio
 
@@ -245,7 +245,9 @@ def drive(url: str, headers: dict[str, str], seconds: float, clients: int,
                 count = 0
                 while time.monotonic() < deadline:
                     t0 = time.perf_counter()
-                    kwargs = {"json": body_for(index, count)} if method != "GET" else {}
+                    kwargs = {} if body is None else {
+                        "data": body.replace("{n}", f"{index}-{count}"),
+                        "headers": {"Content-Type": "application/json"}}
                     async with session.request(method, url, **kwargs) as res:
                         await res.read()
                         status = res.status
@@ -257,7 +259,11 @@ def drive(url: str, headers: dict[str, str], seconds: float, clients: int,
             await asyncio.gather(*(client(i) for i in range(clients)))
             return latencies, errors, time.monotonic() - started
 
-    return asyncio.run(run())
+    cpu0 = time.process_time()
+    latencies, errors, wall = asyncio.run(run())
+    figures = {"requests": len(latencies), "seconds": wall, "errors": errors,
+               **{f"p{q}": percentile(latencies, q) for q in (50, 95, 99)}}
+    return figures, time.process_time() - cpu0
 
 
 # wrk's script (its Lua API: `init`, `request`, `done`): the headers and method of every
@@ -439,42 +445,25 @@ def print_targets(results: list[tuple[str, float, float]], args) -> None:
 
 def measure(args, url: str, headers: dict[str, str], method: str, template: dict | None,
             server_sid: int) -> dict[str, float]:
-    """Warm up, then load `url` for `args.seconds`; return its figures.
+    """Warm up, then load `url` for `args.seconds` with `args.driver`; return its figures.
 
     The figures: `rps`, `p50`/`p95`/`p99` (ms), `errors`, and the CPU milliseconds per request
     of the server (`server_cpu`, its session's processes) and of the load generator
     (`client_cpu`). `template` is the JSON body of a POST, its `{n}` replaced by a number unique
     to the run (the names of created experiments differ).
     """
+    load = drive_wrk if args.driver == "wrk" else drive
     body = json.dumps(template) if template is not None else None
-    if args.driver == "wrk":
-        if args.warmup > 0:  # every worker has compiled its queries and filled its caches
-            drive_wrk(url, headers, args.warmup, args.clients, method,
-                      body and body.replace("{n}", "warmup-{n}"))
-        server0 = session_cpu_seconds(server_sid)
-        got, client_cpu = drive_wrk(url, headers, args.seconds, args.clients, method, body)
-        count = max(got["requests"], 1)
-        return {"rps": got["requests"] / got["seconds"], "p50": got["p50"], "p95": got["p95"],
-                "p99": got["p99"], "errors": got["errors"],
-                "server_cpu": (session_cpu_seconds(server_sid) - server0) * 1000 / count,
-                "client_cpu": client_cpu * 1000 / count}
-
-    def body_for(prefix: str):
-        if body is None:
-            return None
-        return lambda index, count: json.loads(body.replace("{n}", f"{prefix}{index}-{count}"))
-
-    if args.warmup > 0:
-        drive(url, headers, args.warmup, args.clients, method=method,
-              body_for=body_for("warmup-"))
-    cpu0, server0 = time.process_time(), session_cpu_seconds(server_sid)
-    lat, errors, wall = drive(url, headers, args.seconds, args.clients, method=method,
-                              body_for=body_for(""))
-    count = max(len(lat), 1)
-    return {"rps": len(lat) / wall, "p50": percentile(lat, 50), "p95": percentile(lat, 95),
-            "p99": percentile(lat, 99), "errors": errors,
+    if args.warmup > 0:  # every worker has compiled its queries and filled its caches
+        load(url, headers, args.warmup, args.clients, method,
+             body and body.replace("{n}", "warmup-{n}"))
+    server0 = session_cpu_seconds(server_sid)
+    got, client_cpu = load(url, headers, args.seconds, args.clients, method, body)
+    count = max(got["requests"], 1)
+    return {"rps": got["requests"] / got["seconds"], "p50": got["p50"], "p95": got["p95"],
+            "p99": got["p99"], "errors": got["errors"],
             "server_cpu": (session_cpu_seconds(server_sid) - server0) * 1000 / count,
-            "client_cpu": (time.process_time() - cpu0) * 1000 / count}
+            "client_cpu": client_cpu * 1000 / count}
 
 
 def hold(base: str, headers: dict[str, str], server: subprocess.Popen) -> None:
@@ -518,7 +507,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=1.0,
                         help="seconds of the same load before each measured operation")
     parser.add_argument("--reuse", metavar="DIR", default=None,
-                        help="keep the SQLite database in DIR and seed it only once per --n")
+                        help="keep the SQLite database in DIR and seed it once (a DIR seeded "
+                             "with another --n is refused)")
     parser.add_argument("--hold", action="store_true",
                         help="seed and start the server, print its URL and an Authorization "
                              "header, and keep it up until SIGINT or SIGTERM instead of "
