@@ -225,7 +225,9 @@ def page_rows(queryset, page_size: int, keys: list[Key]) -> list[dict[str, Any]]
     Raises:
         ValueError: the queryset does not read every key (a caller's bug).
     """
-    names = list(queryset.query.values_select)
+    # The columns' names as `.values()` gives them (Django 5.2 keeps them in `selected`,
+    # annotations included; `core.prepared.IdsQuery` reads them the same way).
+    names = list(getattr(queryset.query, "selected", None) or queryset.query.values_select)
     if any(key.name not in names for key in keys):
         raise ValueError(f"the page query reads {names}, not every key of "
                          f"{[key.term for key in keys]}")

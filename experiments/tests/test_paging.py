@@ -172,5 +172,12 @@ def test_page_rows_reads_the_ids_and_converts_the_page_edges(alice, count, page_
         assert rows[0] == expected[0] and rows[last] == expected[last]
         assert isinstance(rows[last]["created_at"], datetime)
     assert keyset.page_rows(qs.none(), page_size, keys) == []
+    # An annotation among the columns keeps every name on its own column.
+    from django.db.models.functions import Lower
+
+    annotated = (Experiment.objects.annotate(lname=Lower("name"))
+                 .values("lname", "id", "created_at").order_by("-created_at", "-id"))
+    if expected:
+        assert keyset.page_rows(annotated, page_size, keys)[0] == list(annotated[:1])[0]
     with pytest.raises(ValueError, match="not every key"):
         keyset.page_rows(Experiment.objects.values("id"), page_size, keys)
