@@ -19,7 +19,7 @@ What it does, in order:
 4. for each measured operation, after a `--warmup` window of the same load, runs `--clients`
    concurrent clients in a closed loop for `--seconds` seconds against 127.0.0.1 only, with
    wrk (`--driver wrk`, the default when it is installed: scripts/setup.sh installs Debian's
-   `wrk`; a few hundredths of a millisecond of CPU per request) or in this process (`--driver
+   `wrk`; about 0.3 to 0.5 ms of CPU per request) or in this process (`--driver
    aiohttp`: one asyncio loop, about 1.5 ms of CPU per request, taken from the CPUs the server
    shares), and prints requests per second, the 50th/95th/99th percentile latency in
    milliseconds, and the CPU per request of the server (its master and workers) and of the
@@ -78,14 +78,18 @@ USERS = ["alice", "bob", "carol", "dave", "erin", "frank"]
 CONFIG = "\n".join(f"param_{i}: {i * 37 % 1000}" for i in range(80))  # about 1 KiB
 
 
-def port_is_free(port: int) -> bool:
-    """Return whether nothing listens on 127.0.0.1:`port` now (a bind succeeds)."""
+def port_problem(port: int) -> str | None:
+    """Say why the server cannot listen on 127.0.0.1:`port` now, or None when it can."""
+    if not 1 <= port <= 65535:
+        return "a TCP port is 1 to 65535"
     with socket.socket() as sock:
         try:
             sock.bind(("127.0.0.1", port))
+        except PermissionError:
+            return "this user may not listen on it (ports under 1024 need root)"
         except OSError:
-            return False
-    return True
+            return f"something already listens on 127.0.0.1:{port}; stop it or choose another"
+    return None
 
 
 def free_port() -> int:
@@ -305,8 +309,8 @@ def drive_wrk(url: str, headers: dict[str, str], seconds: float, clients: int,
     """Run wrk with `clients` connections for `seconds`; return (its figures, its CPU seconds).
 
     wrk (a C load generator, Debian's `wrk`) keeps each connection in a closed loop, as
-    `drive` does, and takes a few hundredths of a millisecond of CPU per request where an
-    asyncio client takes 1 to 2 ms: on a machine whose CPUs the server shares with the load,
+    `drive` does, and takes about 0.3 to 0.5 ms of CPU per request where an asyncio client
+    takes 1.5 to 2 ms: on a machine whose CPUs the server shares with the load,
     the figures are then the server's. The figures are `requests`, `seconds` (wall), `errors`
     (status 400 and over, and socket errors) and `p50`, `p95`, `p99` in milliseconds. `body`
     is sent with every request, `{n}` replaced by a number unique to the run.
@@ -322,8 +326,7 @@ def drive_wrk(url: str, headers: dict[str, str], seconds: float, clients: int,
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         out = subprocess.run(
-            ["wrk", "-t", str(min(2, clients)), "-c", str(clients), "-d",
-             f"{max(1, round(seconds))}s", "--timeout", "60s", "-s", str(script), url, "--",
+            ["wrk", "-t", str(min(2, clients)), "-c", str(clients), "-d", f"{int(seconds)}s", "--timeout", "60s", "-s", str(script), url, "--",
              *args],
             env={**os.environ, "BENCH_METHOD": method, "BENCH_BODY": body or ""},
             capture_output=True, text=True, check=True).stdout
@@ -331,7 +334,7 @@ def drive_wrk(url: str, headers: dict[str, str], seconds: float, clients: int,
         # The arguments after `--` are the headers, the token among them: not printed.
         shown = shlex.join(exc.cmd[:exc.cmd.index("--")])
         raise SystemExit(f"wrk failed ({exc.returncode}): {shown} -- <headers>\n"
-                         f"{exc.stderr.strip()}") from None
+                         f"{(exc.stderr or exc.stdout).strip()}") from None
     finally:
         shutil.rmtree(script.parent, ignore_errors=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -396,15 +399,19 @@ def wait_ready(base: str, proc: subprocess.Popen, log: Path, timeout: float = 60
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
-            raise SystemExit(f"gunicorn exited before it was ready:\n{tail}")
+            raise SystemExit(f"gunicorn exited before it was ready:\n{_tail(log)}")
         try:
             if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         time.sleep(0.2)
-    raise SystemExit("gunicorn was not ready in time")
+    raise SystemExit(f"gunicorn was not ready in {timeout:g} s:\n{_tail(log)}")
+
+
+def _tail(log: Path, lines: int = 15) -> str:
+    """The last `lines` lines of a log file."""
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
 
 
 # The lists measured (label, query), each on page 1 and page 21, then a search and create.
@@ -424,16 +431,20 @@ P95_TARGET_MS = 50.0
 MLFLOW_FACTOR = 10.0
 
 
-def print_targets(results: list[tuple[str, float, float]], args) -> None:
+def print_targets(results: list[tuple[str, float, float, int]], args) -> None:
     """Print, per target, the operations that meet it and those that do not."""
     if not results:
         return
-    slow = [f"{label} ({p95:.0f} ms)" for label, _rps, p95 in results if p95 >= P95_TARGET_MS]
+    # No answer (p95 is NaN) or any failed request does not meet it either.
+    slow = [f"{label} ({p95:.0f} ms{f', {errors} errors' if errors else ''})"
+            for label, _rps, p95, errors in results
+            if not p95 < P95_TARGET_MS or errors]
     print(f"# target p95 < {P95_TARGET_MS:.0f} ms at {args.clients} clients: "
           + (f"met by all {len(results)} operations" if not slow
              else f"NOT met by {len(slow)} of {len(results)}: {', '.join(slow)}"), flush=True)
     if args.mlflow_list_rps:
-        lists = [(label, rps) for label, rps, _p95 in results if label not in ("create", FLOOR)]
+        lists = [(label, rps) for label, rps, _p95, _errors in results
+                 if label not in ("create", FLOOR)]
         if lists:
             worst_label, worst = min(lists, key=lambda item: item[1])
             ratio = worst / args.mlflow_list_rps
@@ -525,10 +536,18 @@ def main() -> None:
     if unknown := sorted(only - set(OPERATIONS)):
         parser.error(f"--only: no operation {', '.join(map(repr, unknown))}; the operations "
                      f"are {', '.join(map(repr, OPERATIONS))}")
-    if args.port and not port_is_free(args.port):
-        parser.error(f"--port {args.port}: something already listens on "
-                     f"127.0.0.1:{args.port}; stop it or choose another port (or leave --port "
-                     "out)")
+    if args.port and (problem := port_problem(args.port)):
+        parser.error(f"--port {args.port}: {problem} (or leave --port out for a free one)")
+    for name, value, minimum in (("--clients", args.clients, 1), ("--workers", args.workers, 1),
+                                 ("--seconds", args.seconds, 1), ("--warmup", args.warmup, 0)):
+        if value < minimum:
+            parser.error(f"{name} must be at least {minimum}; got {value:g}")
+    if args.driver == "wrk" and not all(float(v).is_integer() for v in (args.seconds,
+                                                                        args.warmup)):
+        parser.error("--seconds and --warmup are whole seconds with wrk (its -d); got "
+                     f"{args.seconds:g} and {args.warmup:g}")
+    # A SIGTERM ends the run as Ctrl-C does: the `finally` below stops gunicorn and cleans up.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.reuse and args.mariadb:
         parser.error("--reuse keeps an SQLite file; it does not go with --mariadb")
     tmp = Path(args.reuse).resolve() if args.reuse else Path(
@@ -608,7 +627,7 @@ def main() -> None:
               f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} before", flush=True)
         print(f"{'operation':<20} {'req/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
               f"{'errors':>6} {'server cpu ms/req':>17} {'client cpu ms/req':>17}", flush=True)
-        results: list[tuple[str, float, float]] = []
+        results: list[tuple[str, float, float, int]] = []
         for label, url in ops:
             if only and label not in only:
                 continue
@@ -625,7 +644,7 @@ def main() -> None:
                 target, method, template = url, "GET", None
             figures = measure(args, target, headers, method, template, server.pid)
             if label != FLOOR:
-                results.append((label, figures["rps"], figures["p95"]))
+                results.append((label, figures["rps"], figures["p95"], figures["errors"]))
             print(f"{label:<20} {figures['rps']:8.1f} {figures['p50']:8.1f} "
                   f"{figures['p95']:8.1f} {figures['p99']:8.1f} {figures['errors']:6d} "
                   f"{figures['server_cpu']:17.2f} {figures['client_cpu']:17.2f}", flush=True)
