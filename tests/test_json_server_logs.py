@@ -89,17 +89,34 @@ def _requests(port: int) -> dict[str, str]:
     return ids
 
 
+def _wait_for_log(log: Path, written: Callable[[str], bool], seconds: float = 60) -> None:
+    """Wait until the log's text satisfies `written`: a server writes a request's access line
+    after it has sent the answer, so the client can be done before the line is."""
+    deadline = time.monotonic() + seconds
+    while not written(log.read_text()):
+        assert time.monotonic() < deadline, f"the awaited lines were not written:\n{log.read_text()}"
+        time.sleep(0.05)
+
+
 def _served(command: list[str], env: dict[str, str], port: int, log: Path,
-            client: Callable[[int], Any]) -> Any:
+            client: Callable[[int], Any], written: Callable[[Any, str], bool]) -> Any:
     """Prepare the database, serve `command` (which listens on `port`), run `client(port)`
-    against it, stop the server, and return what `client` returned (its output is in `log`)."""
+    against it, wait until `written(answer, log text)` holds, stop the server, and return what
+    `client` returned (its output is in `log`)."""
     subprocess.run([sys.executable, str(ROOT / "manage.py"), "prepare"], cwd=ROOT, env=env,
                    check=True, capture_output=True)
     proc = _serve(command, env, port, log)
     try:
-        return client(port)
+        answer = client(port)
+        _wait_for_log(log, lambda text: written(answer, text))
+        return answer
     finally:
         _stop(proc)
+
+
+def _ids_logged(ids: dict[str, str], text: str) -> bool:
+    return all(f'"request_id": "{value}"' in text or f'"request_id":"{value}"' in text
+               for value in ids.values())
 
 
 def _gunicorn(port: int) -> list[str]:
@@ -131,7 +148,8 @@ def test_runserver_writes_only_json_lines_with_access_fields(tmp_path):
     port = free_port()
     log = tmp_path / "runserver.log"
     ids = _served([sys.executable, str(ROOT / "manage.py"), "runserver", "--noreload",
-                   "--insecure", f"127.0.0.1:{port}"], _env(tmp_path), port, log, _requests)
+                   "--insecure", f"127.0.0.1:{port}"], _env(tmp_path), port, log, _requests,
+                   lambda ids, text: _ids_logged(ids, text) and '"status": 400' in text)
     records = _records(log)
 
     exps = _access(records, "django.server", ids["exps"])
@@ -157,7 +175,7 @@ def test_runserver_writes_only_json_lines_with_access_fields(tmp_path):
 def test_gunicorn_writes_only_json_lines_with_access_fields(tmp_path):
     port = free_port()
     log = tmp_path / "gunicorn.log"
-    ids = _served(_gunicorn(port), _env(tmp_path), port, log, _requests)
+    ids = _served(_gunicorn(port), _env(tmp_path), port, log, _requests, _ids_logged)
     records = _records(log)
 
     exps = _access(records, "gunicorn.access", ids["exps"])
@@ -178,7 +196,8 @@ def test_gunicorn_text_lines_mask_a_token_in_a_query_string(tmp_path):
     port = free_port()
     log = tmp_path / "gunicorn.log"
     status = _served(_gunicorn(port), dict(_env(tmp_path), FALCON_LOG_FORMAT="text"), port,
-                     log, lambda port: _get(f"http://127.0.0.1:{port}/healthz?token={SECRET}")[0])
+                     log, lambda port: _get(f"http://127.0.0.1:{port}/healthz?token={SECRET}")[0],
+                     lambda status, text: '"GET /healthz?token=' in text)
     assert status == 200
     text = log.read_text()
     assert SECRET not in text
