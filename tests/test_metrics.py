@@ -51,7 +51,9 @@ def free_port() -> int:
 
 
 def get(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=10) as res:
+    # A deadline, not a wait: with --max-requests a request may wait for a new worker to import
+    # Django, which on a loaded machine took more than 10 s.
+    with urllib.request.urlopen(url, timeout=60) as res:
         return res.read().decode()
 
 
