@@ -103,3 +103,25 @@ def local_bind_problem(addr: str, *, mode: str, opt_in: bool) -> tuple[str | Non
             f"token for any email, staff included. Listen on 127.0.0.1 or [::1], use "
             f"FALCON_AUTH_MODE=cloudflare, or set {LOCAL_OPT_IN}=1 if this network is "
             f"trusted."), None
+
+
+def metrics_host(configured: str, port: int, *, mode: str, opt_in: bool) -> tuple[str, str | None]:
+    """Return the host a `/metrics` listener binds (`FALCON_METRICS_ADDR`) and a warning.
+
+    Unset: loopback in the local mode, all addresses in the others. The metrics listener is a
+    listener of the local mode like the APIs, so the same rule applies (`local_bind_problem`).
+
+    Args:
+        configured: the value of FALCON_METRICS_ADDR, a host without a port ("" when unset).
+        port: the metrics port (FALCON_METRICS_PORT or --metrics-port).
+
+    Raises:
+        ValueError: the local mode refuses the address; the message names FALCON_METRICS_ADDR.
+    """
+    host = configured.strip() or ("127.0.0.1" if mode == "local" else "0.0.0.0")
+    bare = host.strip("[]")
+    refusal, warning = local_bind_problem(f"[{bare}]:{port}" if ":" in bare else f"{bare}:{port}",
+                                          mode=mode, opt_in=opt_in)
+    if refusal:
+        raise ValueError(f"FALCON_METRICS_ADDR={host}: {refusal}")
+    return bare, warning

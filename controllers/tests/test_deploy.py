@@ -226,8 +226,29 @@ def test_docker_compose_runs_mysql_the_api_and_the_controllers_on_the_local_back
         assert "FALCON_CLUSTERS_FILE" not in env  # the embedded default: the local backend
     for name in ("exp-controller", "resource-manager"):
         assert "--no-leader-election" in services[name]["command"]
-    assert services["api-http"]["ports"] == ["8000:8000"]
+    assert services["api-http"]["ports"] == ["127.0.0.1:8000:8000"]
     assert services["migrate"]["depends_on"]["mysql"]["condition"] == "service_healthy"
+
+
+def test_docker_compose_publishes_every_port_on_loopback_only():
+    """Its local mode gives a token for any email and runs user code as the server: nobody but
+    the machine's own user may reach it (ports short `IP:HOST:CONTAINER` or long syntax)."""
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    published = 0
+    for name, svc in compose["services"].items():
+        for port in svc.get("ports", []):
+            published += 1
+            if isinstance(port, dict):
+                assert port.get("host_ip") == "127.0.0.1", (name, port)
+            else:
+                assert str(port).startswith("127.0.0.1:") and str(port).count(":") == 2, \
+                    (name, port)
+    assert published
+    env = compose["x-falcon"]["environment"]
+    # Local mode with the opt-ins is acceptable only for one person's machine, said in place.
+    assert env.get("FALCON_AUTH_MODE", "local") == "local"
+    assert env["FALCON_UNSAFE_RUN_USER_CODE_AS_SERVER"] == "1"
+    assert "UNSAFE beyond one person" in (ROOT / "docker-compose.yml").read_text()
 
 
 def test_deployed_processes_run_in_the_cloudflare_mode_with_an_audience():

@@ -13,6 +13,7 @@ each kind runs and there is no Kubernetes API to hold a Lease.
 from __future__ import annotations
 
 import hashlib
+import sys
 import threading
 
 from django.conf import settings
@@ -94,6 +95,9 @@ def build_analyzer(options, fence=None):
 
 REGISTRY = {"exp": build_exp_controller, "resources": build_resource_manager,
             "analyzer": build_analyzer}
+# What user code each controller runs, for `core.user_code` (the exp controller runs none).
+RUNS_USER_CODE = {"resources": {"tasks": True, "analyses": False},
+                  "analyzer": {"tasks": False, "analyses": True}}
 
 
 def default_lease_name(prefix: str, controller: str, clusters: list[str] | None) -> str:
@@ -183,6 +187,16 @@ class Command(LoggedOutputMixin, BaseCommand):
         from controllers.runner import install_stop_handlers, run_loop
 
         name = options["name"]
+        if name in RUNS_USER_CODE:
+            from django.core.exceptions import ImproperlyConfigured
+
+            from core.user_code import require_isolated_user_code
+
+            # Before the Lease, the listener or any run: a refused setup starts nothing.
+            try:
+                require_isolated_user_code(**RUNS_USER_CODE[name], warn=self.stderr.write)
+            except ImproperlyConfigured as exc:
+                raise CommandError(f"controller {name}: {exc}") from None
         from core.grpc.channel import set_client_name
 
         set_client_name(name)  # the history names this controller as the actor
@@ -270,7 +284,16 @@ def _start_metrics(controller, elector, port: int | None) -> None:
     port = port if port is not None else int(os.environ.get("FALCON_METRICS_PORT") or 0)
     if not port:
         return
-    metrics.instrument(controller, is_leader=elector.is_leader if elector else None)
+    from core.ports import metrics_host
+
     # The local mode listens on loopback only, like the APIs.
-    default = "127.0.0.1" if settings.FALCON_AUTH_MODE == "local" else "0.0.0.0"
-    metrics.serve(port, os.environ.get("FALCON_METRICS_ADDR") or default)
+    try:
+        host, warning = metrics_host(os.environ.get("FALCON_METRICS_ADDR", ""), port,
+                                     mode=settings.FALCON_AUTH_MODE,
+                                     opt_in=settings.FALCON_LOCAL_ALLOW_NONLOOPBACK)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    if warning:
+        sys.stderr.write(warning + "\n")
+    metrics.instrument(controller, is_leader=elector.is_leader if elector else None)
+    metrics.serve(port, host)

@@ -42,10 +42,18 @@ class Command(LoggedOutputMixin, BaseCommand):
             CommandError: the address cannot be bound (for example another server listens on
                 it: the port is bound exclusively) or `--workers` is below 1.
         """
+        from django.core.exceptions import ImproperlyConfigured
+
+        from core.ports import local_bind_problem
+        from core.user_code import require_isolated_user_code
         from falcon_site.grpc.server import AddressUnavailable, build_server
 
         addr = addr or settings.FALCON_GRPC_ADDR
-        from core.ports import local_bind_problem
+        # CreateExp here queues tasks: refuse before listening if they would run as the server.
+        try:
+            require_isolated_user_code(tasks=True, analyses=False, warn=self.stderr.write)
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from None
 
         refusal, warning = local_bind_problem(addr, mode=settings.FALCON_AUTH_MODE,
                                               opt_in=settings.FALCON_LOCAL_ALLOW_NONLOOPBACK)
@@ -93,8 +101,12 @@ class Command(LoggedOutputMixin, BaseCommand):
 def _serve_metrics() -> None:
     """Serve the gRPC server's Prometheus metrics (`core.metrics`) on `FALCON_METRICS_PORT`.
 
-    Unset or 0: off. Loopback in the local mode, else `FALCON_METRICS_ADDR` (default all
-    addresses), as the controllers do.
+    Unset or 0: off. `FALCON_METRICS_ADDR`, by default loopback in the local mode and all
+    addresses in the others, as the controllers do; in the local mode a non-loopback address
+    is refused like the API's own (`core.ports.metrics_host`).
+
+    Raises:
+        CommandError: the local mode's loopback rule refuses the address.
     """
     import os
 
@@ -103,7 +115,15 @@ def _serve_metrics() -> None:
         return
     from prometheus_client import start_http_server
 
-    default = "127.0.0.1" if settings.FALCON_AUTH_MODE == "local" else "0.0.0.0"
-    addr = os.environ.get("FALCON_METRICS_ADDR") or default
+    from core.ports import metrics_host
+
+    try:
+        addr, warning = metrics_host(os.environ.get("FALCON_METRICS_ADDR", ""), port,
+                                     mode=settings.FALCON_AUTH_MODE,
+                                     opt_in=settings.FALCON_LOCAL_ALLOW_NONLOOPBACK)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    if warning:
+        log.warning("%s", warning)
     start_http_server(port, addr=addr)
     log.info("metrics on http://%s:%s/metrics", addr, port)

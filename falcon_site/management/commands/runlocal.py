@@ -153,7 +153,16 @@ class Command(LoggedOutputMixin, BaseCommand):
 
     def handle(self, *args, **options):
         http, grpc = options["http"], options["grpc"]
-        self._check_addresses(http, grpc)
+        from django.core.exceptions import ImproperlyConfigured
+
+        from core.user_code import require_isolated_user_code
+
+        # Its children would refuse one by one; refusing here starts nothing at all.
+        try:
+            require_isolated_user_code(tasks=True, analyses=True, warn=self.stderr.write)
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from None
+        self._check_addresses(http, grpc, options["analyzer"])
         prepare_local_state()
         self.check()
         call_command("migrate", interactive=False, verbosity=0)
@@ -245,8 +254,9 @@ class Command(LoggedOutputMixin, BaseCommand):
             pass
 
     @staticmethod
-    def _check_addresses(http: str, grpc: str) -> None:
-        """Refuse to start when either address cannot be listened on (another runlocal?).
+    def _check_addresses(http: str, grpc: str, analyzer: str) -> None:
+        """Refuse to start when the HTTP or gRPC address cannot be listened on (another
+        runlocal?), or when any of the three is beyond loopback without the opt-in.
 
         Raises:
             CommandError: naming the taken port, its option and what to do.
@@ -261,8 +271,7 @@ class Command(LoggedOutputMixin, BaseCommand):
         if http_port == grpc_port:
             raise CommandError(f"--http {http} and --grpc {grpc} use the same port {http_port}; "
                                "give them different ports.")
-        for label, option, addr, port in (("HTTP", "--http", http, http_port),
-                                          ("gRPC", "--grpc", grpc, grpc_port)):
+        for option, addr in (("--http", http), ("--grpc", grpc), ("--analyzer", analyzer)):
             refusal, warning = local_bind_problem(
                 addr, mode=settings.FALCON_AUTH_MODE,
                 opt_in=settings.FALCON_LOCAL_ALLOW_NONLOOPBACK)
@@ -273,6 +282,8 @@ class Command(LoggedOutputMixin, BaseCommand):
                     logging.getLogger("falcon.commands.runlocal").warning("%s", warning)
                 else:
                     sys.stderr.write(warning + "\n")
+        for label, option, addr, port in (("HTTP", "--http", http, http_port),
+                                          ("gRPC", "--grpc", grpc, grpc_port)):
             problem = bind_problem(addr)
             if problem:
                 raise CommandError(

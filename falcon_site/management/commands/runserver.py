@@ -82,6 +82,40 @@ class AccessLogServer(WSGIServer):
 
 
 class Command(LoggedOutputMixin, StaticRunserver):
-    """staticfiles' runserver (`--insecure`, `--nostatic`) with structured access lines."""
+    """staticfiles' runserver (`--insecure`, `--nostatic`) with structured access lines, and
+    the local mode's start-up refusals."""
 
     server_cls = AccessLogServer
+
+    def run(self, **options) -> None:
+        """Refuse, in this process and before the autoreloader starts, what the local mode
+        forbids: a non-loopback address without FALCON_LOCAL_ALLOW_NONLOOPBACK (as `rungrpc`,
+        `runlocal` and gunicorn do), and user code run as the server (`core.user_code`).
+
+        Checked here rather than left to the served application: under the autoreloader a
+        failure in the serving thread leaves the process waiting for file changes, with no
+        exit status for a supervisor to see.
+
+        Raises:
+            CommandError: either refusal; the process exits non-zero.
+        """
+        from django.conf import settings
+        from django.core.exceptions import ImproperlyConfigured
+        from django.core.management.base import CommandError
+
+        from core.ports import local_bind_problem
+        from core.user_code import require_isolated_user_code
+
+        addr = f"[{self.addr}]:{self.port}" if self._raw_ipv6 or ":" in self.addr \
+            else f"{self.addr}:{self.port}"
+        refusal, warning = local_bind_problem(addr, mode=settings.FALCON_AUTH_MODE,
+                                              opt_in=settings.FALCON_LOCAL_ALLOW_NONLOOPBACK)
+        if refusal:
+            raise CommandError(refusal)
+        if warning:
+            self.stderr.write(warning)
+        try:
+            require_isolated_user_code(tasks=True, analyses=False, warn=self.stderr.write)
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from None
+        super().run(**options)
