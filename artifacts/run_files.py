@@ -100,10 +100,19 @@ def copy_replica_log(folder: Path, manifest: dict[str, Any], index: int) -> bool
     if not artifact_path or not replica_ended(folder, manifest, index):
         return False
     source = replica_log(folder, index)
-    if not source.exists():
+    if not source.exists() and not source.is_symlink():
         source.touch()  # a replica that never wrote a byte still has a (empty) log
     url = job_log_url(artifact_path, manifest["role"], index)
-    store_for(url).put_file(source, url)
+    try:
+        store_for(url).put_file(source, url)  # opened without following a link
+    except FileNotFoundError:
+        # The task replaced its log by a link (to /etc/passwd, to the database) or a FIFO:
+        # what it points to is never copied; the replica's stored log is empty.
+        empty = folder / f".replica-{index}.empty"
+        empty.unlink(missing_ok=True)
+        empty.touch()
+        store_for(url).put_file(empty, url)
+        empty.unlink(missing_ok=True)
     marker.write_text(url + "\n", encoding="utf-8")
     return True
 

@@ -18,6 +18,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from core import safefs
+
 DEFAULT_LIST_LIMIT = 1000
 # Client-side timeout for every GCS call, seconds (cluster-behaviours.md#cb-16: no call may block
 # forever).
@@ -89,6 +91,34 @@ class FilePage:
 
     files: list[StoredFile]
     next_after: str | None
+
+
+class OpenFile:
+    """A stored file opened for reading: its size when opened, and ranged reads of it.
+
+    The local store holds the descriptor it opened (no link followed), so every read of a
+    download reads that file even if the name is swapped meanwhile; GCS reads the object by
+    name. Close it (or use it as a context manager).
+    """
+
+    def __init__(self, size: int, read, close=lambda: None):
+        self.size = size
+        self._read, self._close = read, close
+
+    def read(self, offset: int, limit: int) -> bytes:
+        """Return up to `limit` bytes from byte `offset`."""
+        return self._read(offset, limit)
+
+    def close(self) -> None:
+        """Release the file; a second call does nothing (a descriptor is closed once)."""
+        close, self._close = self._close, (lambda: None)
+        close()
+
+    def __enter__(self) -> "OpenFile":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def artifact_logs_url(artifact_path: str) -> str:
@@ -196,12 +226,51 @@ class ArtifactStore(ABC):
             ValueError: `url` is not of this store's scheme, or `offset` < 0.
         """
 
+    def size_in(self, root_url: str, name: str) -> int | None:
+        """Return the size of the file `name` (relative, `/`-separated) below the folder
+        `root_url`, None when there is none; the local store follows no link on the way.
+
+        Raises:
+            core.safefs.UnsafeName: `name` is absolute or has a `..` (or empty) component.
+        """
+        safefs.name_parts(name)
+        return self.size_of(f"{root_url.rstrip('/')}/{name}")
+
+    def read_in(self, root_url: str, name: str, offset: int = 0,
+                limit: int | None = None) -> bytes:
+        """`read_range` of the file `name` below the folder `root_url` (see `size_in`).
+
+        Raises:
+            core.safefs.UnsafeName: as `size_in`.
+            FileNotFoundError: no regular file there (a link is none).
+        """
+        safefs.name_parts(name)
+        return self.read_range(f"{root_url.rstrip('/')}/{name}", offset, limit)
+
+    def open_in(self, root_url: str, name: str) -> OpenFile | None:
+        """Open the file `name` below the folder `root_url` for ranged reads; None when there
+        is none (see `size_in`).
+
+        Raises:
+            core.safefs.UnsafeName: as `size_in`.
+        """
+        size = self.size_in(root_url, name)
+        if size is None:
+            return None
+        url = f"{root_url.rstrip('/')}/{name}"
+        return OpenFile(size, lambda offset, limit: self.read_range(url, offset, limit))
+
     @abstractmethod
     def put_file(self, path: str | os.PathLike, url: str) -> None:
         """Store the local file `path` at `url`, replacing what was there as a whole.
 
         A reader never sees a half-written file: the local store writes a temporary file and
-        renames it, GCS replaces an object atomically.
+        renames it, GCS replaces an object atomically. `path` is opened without following a
+        link in its last component (a task's output named by a link to a secret is not
+        copied).
+
+        Raises:
+            FileNotFoundError: `path` is missing, a link, or not a regular file.
         """
 
     @abstractmethod
@@ -224,11 +293,25 @@ class ArtifactStore(ABC):
 
 def _inside(dest: str | os.PathLike, rel: str) -> Path:
     """Return `dest/rel`, refusing a relative path that leaves `dest` (ValueError)."""
+    try:
+        safefs.name_parts(rel)
+    except safefs.UnsafeName as exc:
+        raise ValueError(f"{rel!r} is outside the destination folder {dest}: {exc}") from None
     root = Path(dest).resolve()
     target = (root / rel).resolve()
     if root != target and root not in target.parents:
         raise ValueError(f"{rel!r} is outside the destination folder {root}")
     return target
+
+
+def _copy_from_fd(fd: int, dest: str | os.PathLike) -> None:
+    """Write the open file `fd` to the new file `dest` (refusing a link there)."""
+    import shutil
+
+    with os.fdopen(fd, "rb") as src, \
+            os.fdopen(os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                              | os.O_CLOEXEC, 0o666), "wb") as out:
+        shutil.copyfileobj(src, out, 1 << 20)
 
 
 def _check_offset(offset: int) -> None:
@@ -251,16 +334,14 @@ class LocalArtifactStore(ArtifactStore):
         return local_path(url)
 
     def _walk(self, url: str):
-        """Yield `(relative path, absolute path)` of regular files under `url`, sorted by name."""
-        root = local_path(url)
-        # os.walk is lazy, so has_files stops at the first file; symlinked directories are not
-        # followed, which keeps a link to `/` from making every path look full.
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames.sort()
-            for name in sorted(filenames):
-                full = Path(dirpath) / name
-                if full.is_file():
-                    yield full.relative_to(root).as_posix(), full
+        """Yield `(relative path, lstat result)` of the regular files under `url`.
+
+        `core.safefs.walk_files`: no link is followed and links, FIFOs, devices and sockets
+        are skipped, so listing, sizes, manifests and `has_files` never leave the folder (a
+        link to `/` neither makes a path look full nor lists the disk). Lazy: `has_files`
+        stops at the first file.
+        """
+        return safefs.walk_files(local_path(url))
 
     def has_files(self, url: str) -> bool:
         """Return True when a regular file exists anywhere below the directory of `url`."""
@@ -273,18 +354,14 @@ class LocalArtifactStore(ArtifactStore):
         _check_limit(limit)
         # os.walk sorts per directory ('a/b' after 'a.txt' by walk, before it by name): the
         # names are sorted whole, and only the page's files are stat'ed.
-        names = sorted((rel, full) for rel, full in self._walk(url)
+        names = sorted((rel, st) for rel, st in self._walk(url)
                        if after is None or rel > after)
         rows: list[StoredFile] = []
         more = False
-        for rel, full in names:
+        for rel, st in names:
             if len(rows) >= limit:
                 more = True
                 break
-            try:
-                st = full.stat()
-            except FileNotFoundError:
-                continue  # removed meanwhile
             rows.append(StoredFile(rel, st.st_size,
                                    datetime.fromtimestamp(st.st_mtime, tz=timezone.utc)))
         return FilePage(rows, rows[-1].name if more else None)
@@ -292,11 +369,8 @@ class LocalArtifactStore(ArtifactStore):
     def summarize(self, url: str) -> tuple[int, int]:
         """Return `(file count, total bytes)` below the directory of `url` in one walk."""
         count = total = 0
-        for _rel, full in self._walk(url):
-            try:
-                total += full.stat().st_size
-            except FileNotFoundError:
-                continue
+        for _rel, st in self._walk(url):
+            total += st.st_size
             count += 1
         return count, total
 
@@ -308,34 +382,74 @@ class LocalArtifactStore(ArtifactStore):
         """List regular files below the directory of `url` (see `ArtifactStore.list_files`)."""
         _check_limit(limit)
         out: list[tuple[str, int]] = []
-        for rel, full in self._walk(url):
-            try:
-                size = full.stat().st_size
-            except FileNotFoundError:
-                continue  # removed while we walked: it is not there any more
-            out.append((rel, size))
+        for rel, st in self._walk(url):
+            out.append((rel, st.st_size))
             if len(out) >= limit:
                 break
         return out
 
 
     def size_of(self, url: str) -> int | None:
-        """Return the size of the regular file at `url` in bytes, None when there is none."""
-        path = local_path(url)
+        """Return the size of the regular file at `url` in bytes, None when there is none (or
+        the last component is a link: `size_in` checks every component below a folder)."""
         try:
-            return path.stat().st_size if path.is_file() else None
-        except FileNotFoundError:
+            fd = safefs.open_regular(local_path(url))
+        except (FileNotFoundError, NotADirectoryError):
             return None
+        try:
+            return os.fstat(fd).st_size
+        finally:
+            os.close(fd)
 
     def read_range(self, url: str, offset: int = 0, limit: int | None = None) -> bytes:
-        """Read bytes of the file at `url` (see `ArtifactStore.read_range`)."""
+        """Read bytes of the file at `url` (see `ArtifactStore.read_range`); a link as its
+        last component is no file."""
         _check_offset(offset)
-        path = local_path(url)
-        if not path.is_file():
-            raise FileNotFoundError(f"no file at {url}")
-        with open(path, "rb") as fh:
-            fh.seek(offset)
-            return fh.read() if limit is None else fh.read(limit)
+        try:
+            fd = safefs.open_regular(local_path(url))
+        except (FileNotFoundError, NotADirectoryError):
+            raise FileNotFoundError(f"no file at {url}") from None
+        try:
+            return safefs.read_at(fd, offset, limit)
+        finally:
+            os.close(fd)
+
+    def size_in(self, root_url: str, name: str) -> int | None:
+        """Size of the regular file `name` below the folder `root_url`, opened component by
+        component with no link followed (`core.safefs.open_in`); None when there is none."""
+        try:
+            fd = safefs.open_in(local_path(root_url), name)
+        except FileNotFoundError:
+            return None
+        try:
+            return os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+
+    def open_in(self, root_url: str, name: str) -> OpenFile | None:
+        """Open the regular file `name` below `root_url` (`core.safefs.open_in`: no link
+        followed in any component); reads come from that descriptor."""
+        try:
+            fd = safefs.open_in(local_path(root_url), name)
+        except FileNotFoundError:
+            return None
+        return OpenFile(os.fstat(fd).st_size,
+                        lambda offset, limit: safefs.read_at(fd, offset, limit),
+                        lambda: os.close(fd))
+
+    def read_in(self, root_url: str, name: str, offset: int = 0,
+                limit: int | None = None) -> bytes:
+        """Read the regular file `name` below the folder `root_url` from the descriptor
+        `core.safefs.open_in` opened (no link followed in any component)."""
+        _check_offset(offset)
+        try:
+            fd = safefs.open_in(local_path(root_url), name)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"no file {name!r} under {root_url}") from None
+        try:
+            return safefs.read_at(fd, offset, limit)
+        finally:
+            os.close(fd)
 
     def put_file(self, path: str | os.PathLike, url: str) -> None:
         """Copy `path` to `url` through a temporary file and an atomic rename."""
@@ -344,10 +458,15 @@ class LocalArtifactStore(ArtifactStore):
 
         target = local_path(url)
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-        os.close(fd)
+        source = safefs.open_regular(path)
         try:
-            shutil.copyfile(path, tmp)
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+        except BaseException:
+            os.close(source)
+            raise
+        try:
+            with os.fdopen(source, "rb") as src, os.fdopen(fd, "wb") as out:
+                shutil.copyfileobj(src, out, 1 << 20)
             os.replace(tmp, target)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -358,22 +477,32 @@ class LocalArtifactStore(ArtifactStore):
         import shutil
 
         root = local_path(url)
-        if not root.is_dir():
+        if root.is_symlink() or not root.is_dir():
+            # A folder replaced by a link: remove the link, never what it points to.
+            if root.is_symlink():
+                root.unlink(missing_ok=True)
             return 0
         count = sum(1 for _ in self._walk(url))
+        # shutil.rmtree walks by descriptors (`_rmtree_safe_fd`) and unlinks a link it meets
+        # instead of descending: a link to a file or a folder outside goes, its target stays.
         shutil.rmtree(root, ignore_errors=True)
         return count
 
     def fetch_tree(self, url: str, dest: str | os.PathLike) -> int:
         """Copy the regular files below the directory of `url` into `dest` (see
         `ArtifactStore.fetch_tree`)."""
-        import shutil
-
+        root = local_path(url)
         count = 0
-        for rel, full in self._walk(url):
+        for rel, _st in self._walk(url):
             target = _inside(dest, rel)
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(full, target)
+            try:
+                # Read from a descriptor opened without following links: the name was a
+                # regular file when walked, and may be a link by now.
+                source = safefs.open_in(root, rel)
+            except FileNotFoundError:
+                continue
+            _copy_from_fd(source, target)
             count += 1
         return count
 
@@ -510,8 +639,11 @@ class GCSArtifactStore(ArtifactStore):
             return b""  # offset at or past the end
 
     def put_file(self, path: str | os.PathLike, url: str) -> None:
-        """Upload `path` as the object `url` (a GCS object is replaced as a whole)."""
-        self._blob(url).upload_from_filename(str(path), timeout=self.timeout)
+        """Upload `path` as the object `url` (a GCS object is replaced as a whole), read from
+        a descriptor opened without following a link."""
+        with os.fdopen(safefs.open_regular(path), "rb") as fh:
+            self._blob(url).upload_from_file(fh, size=os.fstat(fh.fileno()).st_size,
+                                             timeout=self.timeout)
 
     def delete_tree(self, url: str) -> int:
         """Delete every object under the prefix `url`; return how many were deleted."""

@@ -174,37 +174,58 @@ def _download(env, client, exp_id: int, files, dest: str) -> tuple[int, int, int
         CLIError(INVALID): a listed name would leave `dest`.
         CLIError(USAGE): a file cannot be written (the operating system's reason is named).
     """
+    import os
     from pathlib import Path
+
+    from core import safefs
 
     root = Path(dest).resolve()
     fetched = skipped = moved = 0
     for item in files:
         name, size = item["name"], int(item["size"])
-        target = (root / name).resolve()
-        if root not in target.parents:
-            raise CLIError(f"the server listed {name!r}, which is outside {root}; not fetched",
-                           ExitCode.INVALID)
-        have = target.stat().st_size if target.is_file() else 0
-        if target.is_file() and have == size:
-            skipped += 1
-            continue
         try:
-            if have > size:
-                target.unlink()
-                have = 0
-            target.parent.mkdir(parents=True, exist_ok=True)
-            headers = {"Range": f"bytes={have}-"} if have else None
-            with open(target, "ab") as fh:
-                start = fh.tell()
-                status = client.stream_to(f"{EXPS}/{exp_id}/artifacts/file", fh,
-                                          params={"name": name}, headers=headers)
-                moved += fh.tell() - start
-            if have and status != 206:  # the server sent the whole file: keep only that copy
-                target.write_bytes(target.read_bytes()[have:])
-        except OSError as exc:  # a full disk, a name the file system refuses, ...
+            safefs.name_parts(name)
+        except safefs.UnsafeName as exc:
+            raise CLIError(f"the server listed {name!r}, which is outside {root} ({exc}); not "
+                           "fetched", ExitCode.INVALID) from None
+        target = root / name
+        try:
+            # Every folder on the way and the file are opened below DIR without following a
+            # link: a link already in DIR (to ~/.bashrc, to /) is refused, never written
+            # through.
+            fd = safefs.open_for_append_in(root, name)
+        except FileNotFoundError:
+            raise CLIError(f"--download: {target} (or a folder on its way) is a symbolic link "
+                           "or not a regular file; links in DIR are never followed: remove it "
+                           f"or choose another DIR; {fetched} files fetched so far",
+                           ExitCode.USAGE) from None
+        except OSError as exc:
             raise CLIError(f"--download: cannot write {target}: {exc.strerror or exc}; "
                            f"{fetched} files fetched so far (run it again to resume)",
                            ExitCode.USAGE) from None
+        with os.fdopen(fd, "ab") as fh:
+            have = os.fstat(fd).st_size
+            if have == size:
+                skipped += 1
+                continue
+            try:
+                if have > size:
+                    fh.truncate(0)
+                    have = 0
+                headers = {"Range": f"bytes={have}-"} if have else None
+                status = client.stream_to(f"{EXPS}/{exp_id}/artifacts/file", fh,
+                                          params={"name": name}, headers=headers)
+                fh.flush()
+                end = os.fstat(fd).st_size
+                moved += end - have
+                if have and status != 206:  # the server sent the whole file: keep only that
+                    data = os.pread(fd, end - have, have)
+                    fh.truncate(0)
+                    fh.write(data)
+            except OSError as exc:  # a full disk, a name the file system refuses, ...
+                raise CLIError(f"--download: cannot write {target}: {exc.strerror or exc}; "
+                               f"{fetched} files fetched so far (run it again to resume)",
+                               ExitCode.USAGE) from None
         fetched += 1
     return fetched, skipped, moved
 

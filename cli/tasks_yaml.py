@@ -35,12 +35,13 @@ from yaml.constructor import ConstructorError
 from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from core.boundedyaml import MAX_DEPTH, BoundedComposerMixin, YamlLimitError
+
 from .errors import CLIError
 from .exit_codes import ExitCode
 
 TASK_EXAMPLE = "main: {command: 'python run.py', replica: 1}"
 INT_FIELDS = ("replica", "device_count")  # TaskSpec fields that are integers
-MAX_DEPTH = 32  # nesting levels; a tasks file needs 4 (roles, a task spec, envs, a value)
 
 NULL_TAG = "tag:yaml.org,2002:null"
 BOOL_TAG = "tag:yaml.org,2002:bool"
@@ -106,37 +107,33 @@ class _Problem(Exception):
         self.field, self.text = field, text
 
 
-class Yaml12Loader(yaml.SafeLoader):
+class Yaml12Loader(BoundedComposerMixin, yaml.SafeLoader):
     """A SafeLoader whose implicit types are the YAML 1.2 core schema's, without anchors.
 
-    An alias is composed into a placeholder node (tag `ALIAS_TAG`) instead of the node it names,
-    and an anchored node keeps its anchor in `.falcon_anchor`: nothing is ever shared, so nothing
-    can expand, and the tree walk refuses both where it meets them, naming the field. Scalar nodes
-    record in `.falcon_explicit` whether the file gave them a tag.
+    The rule of every read of a user's YAML (`core.boundedyaml`: depth, node count, no
+    sharing), with one difference in where a refusal is reported: an alias is composed into a
+    placeholder node (tag `ALIAS_TAG`) instead of the node it names, and an anchored node keeps
+    its anchor in `.falcon_anchor`: nothing is ever shared, so nothing can expand, and the tree
+    walk refuses both where it meets them, naming the field (a tasks file `MAX_DEPTH` levels
+    deep needs 4: roles, a task spec, envs, a value). Scalar nodes record in
+    `.falcon_explicit` whether the file gave them a tag.
     """
+
+    what = "the file"
 
     yaml_implicit_resolvers: dict = {}
     yaml_constructors = dict(yaml.SafeLoader.yaml_constructors)
 
-    def __init__(self, stream: str):
-        super().__init__(stream)
-        self._falcon_depth = 0
+    def shared_node(self, event: Any) -> Node | None:
+        if isinstance(event, AliasEvent):
+            self.get_event()
+            return ScalarNode(ALIAS_TAG, event.anchor, event.start_mark, event.end_mark)
+        return None  # composed; `.falcon_anchor` makes the walk refuse it
 
     def compose_node(self, parent: Node | None, index: Any) -> Node:
-        if self.check_event(AliasEvent):
-            event = self.get_event()
-            return ScalarNode(ALIAS_TAG, event.anchor, event.start_mark, event.end_mark)
         event = self.peek_event()
-        if self._falcon_depth >= MAX_DEPTH:
-            raise _Problem(event.start_mark, "", f"the file nests deeper than {MAX_DEPTH} "
-                           "levels; a tasks file needs 4 (role, task spec, envs, value): "
-                           "flatten it")
-        self._falcon_depth += 1
-        try:
-            node = super().compose_node(parent, index)
-        finally:
-            self._falcon_depth -= 1
-        node.falcon_anchor = event.anchor
+        node = super().compose_node(parent, index)
+        node.falcon_anchor = None if node.tag == ALIAS_TAG else event.anchor
         return node
 
     def compose_scalar_node(self, anchor: str | None) -> ScalarNode:
@@ -314,6 +311,9 @@ def parse_tasks(text: str, path: str, what: str = "tasks file") -> dict[str, dic
         field = f"{problem.field}: " if problem.field else ""
         raise CLIError(f"{what} {path}, line {mark.line + 1}, column {mark.column + 1}: "
                        f"{field}{problem.text}", ExitCode.USAGE) from None
+    except YamlLimitError as exc:
+        raise CLIError(f"{what} {path}, line {exc.line}, column {exc.column}: {exc.problem}",
+                       ExitCode.USAGE) from None
     except yaml.reader.ReaderError as exc:
         raise CLIError(f"{what} {path} is not valid YAML: character #x{exc.character:04x} at "
                        f"offset {exc.position} is not allowed in YAML ({exc.reason}); remove it",

@@ -21,6 +21,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from core.boundedyaml import MAX_DEPTH as MAX_CONFIG_DEPTH
+from core.boundedyaml import MAX_NODES as MAX_CONFIG_NODES
+
 MIN_EXPERIMENTS = 2
 MAX_EXPERIMENTS = 10
 # The experiment fields compared besides the config and the task specs, in the order shown.
@@ -124,19 +127,45 @@ def compare_trees(path: str, values: Sequence[Any], rows: list[dict[str, Any]], 
 def parse_config(text: str) -> tuple[bool, Any]:
     """Return `(True, tree)` when `text` is YAML holding a mapping or a list, else `(False, text)`.
 
-    An empty (or comment-only) config is `(True, {})`.
+    An empty (or comment-only) config is `(True, {})`. Read by `core.boundedyaml` (PyYAML's
+    safe schema under the one rule for users' YAML): text that is not YAML is `(False, text)`.
+
+    Raises:
+        core.boundedyaml.YamlLimitError: an anchor or alias, deeper than `MAX_CONFIG_DEPTH`,
+            more than `MAX_CONFIG_NODES` values.
     """
-    import yaml
+    from core.boundedyaml import YamlLimitError, load
 
     try:
-        tree = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except yaml.YAMLError:
+        tree = load(text)
+    except YamlLimitError as exc:
+        if exc.limit != "syntax":
+            raise  # an alias, too deep or too many values: refused, not compared as text
         return False, text
     if tree is None:
         return True, {}
     if isinstance(tree, (Mapping, list)):
         return True, _plain(tree)
     return False, text
+
+
+def _parse_config_of(exp: Mapping[str, Any]) -> tuple[bool, Any]:
+    """`parse_config` of one experiment's config; a config the bounded reader refuses (an
+    alias, too deep, too many values: `core.boundedyaml`) fails the whole diff, naming it.
+
+    Raises:
+        ValidationFailed: keyed `config`, naming the experiment, the limit and its number.
+    """
+    from core.boundedyaml import YamlLimitError
+    from core.errors import ValidationFailed
+
+    try:
+        return parse_config(exp.get("config") or "")
+    except YamlLimitError as exc:
+        raise ValidationFailed({"config": [
+            f"the config of experiment {exp['id']} cannot be compared: {exc}; the diff reads "
+            "configs without YAML anchors or aliases, at most "
+            f"{MAX_CONFIG_DEPTH} levels deep and {MAX_CONFIG_NODES:,} values"]}) from None
 
 
 def duration_seconds(exp: Mapping[str, Any], now: dt.datetime) -> float | None:
@@ -169,6 +198,8 @@ def diff_experiments(exps: Sequence[Mapping[str, Any]], *, now: dt.datetime,
 
     Raises:
         ValueError: fewer than 2 or more than `MAX_EXPERIMENTS` experiments.
+        core.errors.ValidationFailed: a config the bounded YAML reader refuses (field
+            `config`, naming the experiment and the limit).
     """
     if not MIN_EXPERIMENTS <= len(exps) <= MAX_EXPERIMENTS:
         raise ValueError(f"compare {MIN_EXPERIMENTS} to {MAX_EXPERIMENTS} experiments; got "
@@ -185,7 +216,7 @@ def diff_experiments(exps: Sequence[Mapping[str, Any]], *, now: dt.datetime,
     compare_trees("tasks", [exp.get("role_to_task_spec") or {} for exp in exps], rows,
                   include_equal=include_equal)
 
-    parsed = [parse_config(exp.get("config") or "") for exp in exps]
+    parsed = [_parse_config_of(exp) for exp in exps]
     text_diffs: list[dict[str, Any]] = []
     if all(ok for ok, _ in parsed):
         config_format = "yaml"

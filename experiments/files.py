@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import os
 import posixpath
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,8 @@ from typing import Any
 from artifacts.models import Artifact
 from artifacts.run_files import replica_log
 from artifacts.services import artifact_purge_files, local_state_dir, remove_local_run_folders
-from artifacts.store import FilePage, job_log_url, store_for
+from artifacts.store import FilePage, OpenFile, artifact_logs_url, store_for
+from core import safefs
 from core.errors import NotFound, ValidationFailed
 from core.statuses import JOB_TERMINAL
 
@@ -120,23 +122,32 @@ def exp_log_chunk(*, exp: Experiment, role: str | None = None, replica: int = 0,
     if tail is not None and tail < 0:
         raise ValidationFailed({"tail": [f"must be >= 0; got {tail}."]})
 
-    url = job_log_url(job.artifact_path or f"{exp.artifact_path}/{job.role}", job.role,
-                      replica)
-    store = store_for(url)
-    size = store.size_of(url)
+    # The copy is read below the logs folder (`<path>.logs`), component by component with no
+    # link followed: a task that plants a link there reads as no log.
+    job_path = (job.artifact_path or f"{exp.artifact_path}/{job.role}").rstrip("/")
+    exp_path = job_path[:-len(job.role) - 1] if job_path.endswith(f"/{job.role}") else job_path
+    logs_root, log_name = artifact_logs_url(exp_path), f"{job.role}/replica-{replica}.log"
+    store = store_for(logs_root)
+    size = store.size_in(logs_root, log_name)
     if size is None and replica >= count:
         # (A multi-host slice keeps one log per Pod, `replica * hosts + host`: those indexes
         # are served when stored, beyond the TaskSpec's replica count.)
         raise NotFound(f"replica: role {job.role!r} has {count} replica(s); valid values: 0 "
                        f"to {count - 1}; got {replica}.")
     if size is not None:
-        read = lambda start, n: store.read_range(url, start, n)  # noqa: E731
+        read = lambda start, n: store.read_in(logs_root, log_name, start, n)  # noqa: E731
         source, complete = "store", True
     else:
         state_dir = local_state_dir(job.cluster_name)
         path = (replica_log(state_dir / job.cluster_job_name, replica)
                 if state_dir is not None and job.cluster_job_name else None)
-        if path is None or not path.is_file():
+        try:
+            # The run folder's log, opened without following a link (a task may replace its
+            # log by one) and read from that descriptor.
+            log_fd = safefs.open_in(path.parent, path.name) if path is not None else None
+        except (FileNotFoundError, safefs.UnsafeName):
+            log_fd = None
+        if log_fd is None:
             where = ("it has not started yet" if job.status not in JOB_TERMINAL else
                      "none was kept")
             if state_dir is None and job.status not in JOB_TERMINAL:
@@ -144,15 +155,19 @@ def exp_log_chunk(*, exp: Experiment, role: str | None = None, replica: int = 0,
                          "replica ends; until then read it from the cluster (kubectl logs)")
             raise NotFound(f"No log for replica {replica} of role {job.role!r} of experiment "
                            f"{exp.pk}: {where}.")
-        size = path.stat().st_size
-
-        def read(start: int, n: int) -> bytes:
-            with open(path, "rb") as fh:
-                fh.seek(start)
-                return fh.read(n)
+        size = os.fstat(log_fd).st_size
+        read = lambda start, n: safefs.read_at(log_fd, start, n)  # noqa: E731
 
         source, complete = "run", job.status in JOB_TERMINAL
 
+    try:
+        return _chunk(job, replica, offset, limit, tail, size, read, source, complete)
+    finally:
+        if source == "run":
+            os.close(log_fd)
+
+
+def _chunk(job, replica, offset, limit, tail, size, read, source, complete) -> LogChunk:
     if tail is not None:
         window = min(size, MAX_LOG_CHUNK, max(tail, 1) * TAIL_WINDOW_PER_LINE)
         start = size - window
@@ -191,12 +206,17 @@ def exp_artifact_page(*, exp: Experiment, after: str | None, limit: int) -> tupl
                                                          limit=limit)
 
 
-def exp_artifact_file(*, exp: Experiment, name: str) -> tuple[str, int]:
-    """Return `(url, size in bytes)` of the file `name` under the experiment's artifact path.
+def exp_artifact_file(*, exp: Experiment, name: str) -> OpenFile:
+    """Open the file `name` under the experiment's artifact path; the caller closes it.
+
+    The local store opens every component of `name` below the artifact folder without
+    following a link and reads from that descriptor: a link (to `/etc/passwd`, to the
+    database, to `/`, in any component), a FIFO or a device is no file (404), as is a folder
+    swapped for a link after it was listed.
 
     Raises:
         ValidationFailed: `name` is empty, absolute or leaves the artifact path ('..').
-        NotFound: no artifact, or no such file.
+        NotFound: no artifact, or no such regular file.
     """
     norm = posixpath.normpath(name) if name else ""
     if not name or name.startswith("/") or norm.startswith("..") or norm in (".", "") \
@@ -205,11 +225,13 @@ def exp_artifact_file(*, exp: Experiment, name: str) -> tuple[str, int]:
                                          f"artifacts` lists it, e.g. main/trace.json; got "
                                          f"{name[:200]!r}."]})
     artifact = _artifact_of(exp)
-    url = f"{artifact.path.rstrip('/')}/{name}"
-    size = store_for(url).size_of(url)
-    if size is None:
+    try:
+        opened = store_for(artifact.path).open_in(artifact.path, name)
+    except safefs.UnsafeName as exc:
+        raise ValidationFailed({"name": [str(exc)]}) from None
+    if opened is None:
         raise NotFound(f"No file {name!r} under the artifact path of experiment {exp.pk}.")
-    return url, size
+    return opened
 
 
 def exp_cleanup_files(*, exp: Experiment, purge: bool) -> list[str]:

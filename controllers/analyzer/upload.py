@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import base64
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 GCS_DEADLINE_SECONDS = 120.0
 GCS_CALL_TIMEOUT_SECONDS = 60.0
@@ -87,6 +89,12 @@ class ObjectWriter:
         if self.generation is None:
             current = self.bucket.get_blob(self.name, timeout=self.timeout, retry=self._retry())
             self.generation = int(current.generation) if current is not None else 0
+        with _private_copy(path) as private:
+            return self._put(private)
+
+    def _put(self, path: str) -> int:
+        from google.api_core.exceptions import PreconditionFailed
+
         blob = self.bucket.blob(self.name)
         try:
             blob.upload_from_filename(str(path), if_generation_match=self.generation,
@@ -105,6 +113,23 @@ class ObjectWriter:
             f"gs://{self.bucket.name}/{self.name} changed under this writer (expected "
             f"generation {self.generation}, found {found} with other content); not "
             "overwritten")
+
+
+@contextmanager
+def _private_copy(path: str | os.PathLike) -> Iterator[str]:
+    """Copy `path`, opened without following a link in its last component, to a private
+    temporary file: the script of a run writes its results file and could swap it for a link
+    to a secret between a check and the upload's (and a retry's) own open by name."""
+    import shutil
+    import tempfile
+
+    from core.safefs import open_regular
+
+    with os.fdopen(open_regular(path), "rb") as src, \
+            tempfile.NamedTemporaryFile(prefix=".falcon-upload-") as tmp:
+        shutil.copyfileobj(src, tmp, 1 << 20)
+        tmp.flush()
+        yield tmp.name
 
 
 def writer_for(url: str, **kwargs) -> ObjectWriter:

@@ -56,6 +56,7 @@ from controllers.cluster_backends.base import (
     ignored_fields_note,
 )
 from controllers.cluster_backends.local_runner import write_atomic
+from core import safefs
 from core.logs import log_context
 from core.statuses import CONFIG_ENV
 
@@ -145,7 +146,9 @@ def _output_tail(folder: Path, index: int) -> str:
 def _stderr_tail(path: Path) -> str:
     """Return the last `STDERR_TAIL_LINES` lines within the last `STDERR_TAIL_BYTES` of a log."""
     try:
-        with open(path, "rb") as fh:
+        # Not following a link: the task may have replaced its log by a link to a secret,
+        # whose tail would become the job's status message.
+        with os.fdopen(safefs.open_regular(path), "rb") as fh:
             size = fh.seek(0, os.SEEK_END)
             fh.seek(max(0, size - STDERR_TAIL_BYTES))
             data = fh.read()
@@ -397,7 +400,9 @@ class LocalBackend(ClusterBackend):
         argv = [*self.runner, str(folder / f"replica-{index}.started"),
                 str(folder / f"replica-{index}.exit"), "--", "sh", "-c", command]
         # One file for both streams, opened for appending: writes of either land in order.
-        with open(replica_log(folder, index), "ab") as out:
+        with os.fdopen(os.open(replica_log(folder, index), os.O_WRONLY | os.O_APPEND
+                               | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666),
+                       "ab") as out:
             try:
                 proc = subprocess.Popen(
                     argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,

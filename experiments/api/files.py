@@ -154,6 +154,27 @@ class FileQuerySerializer(serializers.Serializer):
 _RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
 
 
+class _Chunks:
+    """The bytes `start` to `end` of an opened file, `STREAM_CHUNK` per read; Django calls
+    `close` when the response ends or the client goes away, which closes the file (a
+    descriptor, for the local store) even if no chunk was asked for."""
+
+    def __init__(self, opened, start: int, end: int):
+        self.opened, self.start, self.end = opened, start, end
+
+    def __iter__(self):
+        pos = self.start
+        while pos <= self.end:
+            data = self.opened.read(pos, min(STREAM_CHUNK, self.end - pos + 1))
+            if not data:
+                return
+            pos += len(data)
+            yield data
+
+    def close(self) -> None:
+        self.opened.close()
+
+
 class ExpArtifactFileView(APIView):
     """One artifact file's bytes; `Range: bytes=N-[M]` for a part (resume)."""
 
@@ -166,7 +187,16 @@ class ExpArtifactFileView(APIView):
                    416: OpenApiResponse(description="The range starts past the end.")})
     def get(self, request, exp_id: int):
         query = _validated(FileQuerySerializer, request)
-        url, size = exp_artifact_file(exp=selectors.exp_get(exp_id=exp_id), name=query["name"])
+        opened = exp_artifact_file(exp=selectors.exp_get(exp_id=exp_id), name=query["name"])
+        try:
+            return self._respond(request, opened)
+        except BaseException:
+            opened.close()
+            raise
+
+    @staticmethod
+    def _respond(request, opened):
+        size = opened.size
         start, end, status = 0, size - 1, 200
         header = request.headers.get("Range", "")
         if header:
@@ -181,23 +211,11 @@ class ExpArtifactFileView(APIView):
                 res = Response({"detail": f"range starts at {start}; the file has {size} bytes",
                                 "code": "range_not_satisfiable"}, status=416)
                 res["Content-Range"] = f"bytes */{size}"
+                opened.close()
                 return res
             status = 206
 
-        from artifacts.store import store_for
-
-        store = store_for(url)
-
-        def chunks():
-            pos = start
-            while pos <= end:
-                data = store.read_range(url, pos, min(STREAM_CHUNK, end - pos + 1))
-                if not data:
-                    return
-                pos += len(data)
-                yield data
-
-        res = StreamingHttpResponse(chunks(), status=status,
+        res = StreamingHttpResponse(_Chunks(opened, start, end), status=status,
                                     content_type="application/octet-stream")
         res["Content-Length"] = str(max(end - start + 1, 0))
         res["Accept-Ranges"] = "bytes"

@@ -39,6 +39,7 @@ from pathlib import Path
 
 from artifacts.store import store_for
 from controllers.cluster_backends.local import DEFAULT_PASSTHROUGH_ENV, _process_table, _read_stat
+from core import safefs
 from core.logs import log_context
 
 from ..runner import write_atomic
@@ -214,7 +215,10 @@ class LocalAnalysisBackend(AnalysisBackend):
             if url.startswith("file:"):
                 data = store_for(url + "output.log").read_range(url + "output.log")
             else:
-                data = (folder / "work" / "output.log").read_bytes()
+                # The run's script may have swapped the log for a link: not followed.
+                with os.fdopen(safefs.open_regular(folder / "work" / "output.log"),
+                               "rb") as fh:
+                    data = fh.read()
         except (OSError, ValueError, BackendError):
             return ""
         return log_tail(data)
