@@ -16,12 +16,21 @@ traceback) and, when `--access-logfile` is given, its access lines, with the fie
 `path` (no query string), `status`, `bytes`, `duration_ms` and `request_id` (the response's
 `X-Request-ID`, the id the application served the request under). Under `text` gunicorn's own
 formats are kept. In both, credentials are masked (`core.logs.ContextFilter`).
+
+A header line may hold the verifier's largest access token plus a margin (`core.tokens`):
+gunicorn's default, 8190 bytes, answered 431 to a legitimate 8 KiB token the verifier accepts.
+The request line keeps gunicorn's 4094 bytes: no token ever travels in a URL.
 """
 import logging
 import os
 import sys
 
 from gunicorn.glogging import Logger as GunicornLogger
+
+# gunicorn runs from the project's root (it adds the working directory to sys.path).
+from core.tokens import MAX_HEADER_FIELD_BYTES
+
+limit_request_field_size = MAX_HEADER_FIELD_BYTES
 
 
 class AccessFields(logging.Filter):

@@ -17,18 +17,18 @@ from core.errors import PermissionDenied
 from .models import User
 from .principals import ServiceIdentity
 from .services import NoIdentity, principal_from_claims
-from .verifier import InvalidToken, KeysUnavailable, default_verifier, token_from
+from .verifier import Credential, InvalidToken, KeysUnavailable, credential_from, default_verifier
 
 log = logging.getLogger(__name__)
 
 
-def token_from_request(request) -> str | None:
-    """Return the access token of a Django request, or None (order: `verifier.token_from`).
+def credential_from_request(request) -> Credential | None:
+    """Return the credential of a Django request, or None (order: `verifier.credential_from`).
 
     Args:
         request: a `django.http.HttpRequest` (DRF's wrapper passes `request._request`).
     """
-    return token_from(lambda name: request.headers.get(name), request.COOKIES.get)
+    return credential_from(lambda name: request.headers.get(name), request.COOKIES.get)
 
 
 class KeysUnavailableError(exceptions.APIException):
@@ -195,12 +195,13 @@ def enforce_cookie_csrf(request) -> None:
 class AccessJWTAuthentication(authentication.BaseAuthentication):
     """Authenticate with an RS256 access JWT; register the user or admit the service.
 
-    The token is taken from `Cf-Access-Jwt-Assertion`, `cf-access-token`, the `CF_Authorization`
-    cookie or `Authorization: Bearer`, in that order. No token: returns None (DRF then answers 401
-    unless another scheme succeeds). An unsafe request authenticated by the cookie alone must
-    pass `enforce_cookie_csrf` (403 otherwise). A bad token: 401 with the verifier's one-line
-    reason; a
-    service token operators have not allowed: 403. A person becomes `request.user` as an
+    The credential is the one `accounts.verifier.credential_from` picks: `Cf-Access-Jwt-Assertion`,
+    `cf-access-token`, `Authorization: Bearer`, then the `CF_Authorization` cookie. No token:
+    returns None (DRF then answers 401 unless another scheme succeeds). An unsafe request whose
+    credential is the cookie must pass `enforce_cookie_csrf` (403 otherwise), whatever other
+    headers it carries. A bad token: 401 with the verifier's one-line reason (a bad Bearer
+    beside a good cookie included: no fallback); a service token operators have not allowed:
+    403. A person becomes `request.user` as an
     `accounts.User` (registered on first sight); an allowed service token as an
     `accounts.principals.ServiceIdentity`. The token itself is never logged.
     """
@@ -208,13 +209,14 @@ class AccessJWTAuthentication(authentication.BaseAuthentication):
     def authenticate(self, request):
         """Return `(principal, claims)` or None; raises DRF's 401/403 exceptions."""
         django_request = request._request
-        token = token_from_request(django_request)
-        if token is None:
+        credential = credential_from_request(django_request)
+        if credential is None:
             return None
-        from_cookie = token_from(lambda name: django_request.headers.get(name)) is None
-        principal, claims = authenticate_token(token, cached_user=request.method in SAFE_METHODS)
-        if from_cookie and request.method not in SAFE_METHODS:
+        if credential.from_cookie and request.method not in SAFE_METHODS:
+            # Before the token is verified: a cross-site request learns nothing about it.
             enforce_cookie_csrf(django_request)
+        principal, claims = authenticate_token(credential.token,
+                                               cached_user=request.method in SAFE_METHODS)
         if isinstance(principal, ServiceIdentity) and request.method not in SAFE_METHODS:
             # Service tokens only read over HTTP; controllers write through gRPC by role
             # (decisions.md#auth-8).

@@ -8,6 +8,13 @@ never the token, to the CLI's loopback listener; the CLI then calls `grant_redee
 the `state` and the `verifier` and receives the token in the response body. A grant is
 redeemed at most once and only within `GRANT_TTL_SECONDS`; any redeem attempt, right or
 wrong, uses it up, so neither the id nor the verifier can be guessed over several tries.
+
+At rest the token is sealed (AES-256-GCM, RFC 5116) with a key derived from the grant id by
+HKDF-SHA256 (RFC 5869). The server keeps only the id's SHA-256, so the key exists only in the
+redeem request of the CLI that received the id: whoever reads the table (a backup, a replica,
+an SQL injection elsewhere) gets ciphertext, however late. The row is deleted when redeemed,
+and once expired by the sweep every grant made, confirmed or redeemed runs, and by
+`manage.py clear_cli_login_grants` (decisions.md#dec-sec-auth).
 """
 from __future__ import annotations
 
@@ -18,6 +25,9 @@ import hmac
 import re
 import secrets
 
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from django.utils import timezone
 
 from .models import CliLoginGrant
@@ -49,25 +59,69 @@ def _hash(grant_id: str) -> str:
     return hashlib.sha256(grant_id.encode("ascii")).hexdigest()
 
 
-def grant_create(*, state: str, challenge: str, token: str, user_id: str) -> str:
-    """Store a one-time grant of `token` for the CLI holding `challenge`'s verifier.
+NONCE_BYTES = 12  # AES-GCM's 96-bit nonce (NIST SP 800-38D 8.2)
+_HKDF_INFO = b"falcon cli-login grant token v1"
 
-    Expired grants nobody redeemed are deleted on the way.
+
+def _key(grant_id: str) -> bytes:
+    """The AES-256 key of a grant's token: HKDF-SHA256 of the grant id (256 random bits)."""
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
+                info=_HKDF_INFO).derive(grant_id.encode("ascii"))
+
+
+def _seal(grant_id: str, key_hash: str, token: str) -> bytes:
+    nonce = secrets.token_bytes(NONCE_BYTES)
+    # The row's key is the associated data: a sealed token moved to another row does not open.
+    return nonce + AESGCM(_key(grant_id)).encrypt(nonce, token.encode("utf-8"),
+                                                  key_hash.encode("ascii"))
+
+
+def _open(grant_id: str, key_hash: str, sealed: bytes) -> str:
+    nonce, body = sealed[:NONCE_BYTES], sealed[NONCE_BYTES:]
+    return AESGCM(_key(grant_id)).decrypt(nonce, body, key_hash.encode("ascii")).decode("utf-8")
+
+
+def grant_sweep(*, now: dt.datetime | None = None) -> int:
+    """Delete the grants whose time is over, redeemed or not; return how many.
+
+    Args:
+        now: the current time (tests pass their own clock); default `timezone.now()`.
+    """
+    return CliLoginGrant.objects.filter(expires_at__lte=now or timezone.now()).delete()[0]
+
+
+def grant_create(*, state: str, challenge: str, token: str, user_id: str,
+                 now: dt.datetime | None = None) -> str:
+    """Store a one-time grant of `token`, sealed, for the CLI holding `challenge`'s verifier.
+
+    Expired grants nobody redeemed are deleted on the way (`grant_sweep`).
+
+    Args:
+        now: the current time (tests pass their own clock); default `timezone.now()`.
 
     Returns:
-        The grant id (43 URL-safe characters) to send to the CLI's loopback listener.
+        The grant id (43 URL-safe characters) to send to the CLI's loopback listener: the only
+        key to the sealed token, never stored.
     """
-    now = timezone.now()
-    CliLoginGrant.objects.filter(expires_at__lte=now).delete()
+    now = now or timezone.now()
+    grant_sweep(now=now)
     grant_id = secrets.token_urlsafe(32)
-    CliLoginGrant.objects.create(grant_hash=_hash(grant_id), state=state, challenge=challenge,
-                                 token=token, user_id=user_id,
+    key_hash = _hash(grant_id)
+    CliLoginGrant.objects.create(grant_hash=key_hash, state=state, challenge=challenge,
+                                 sealed_token=_seal(grant_id, key_hash, token), user_id=user_id,
                                  expires_at=now + dt.timedelta(seconds=GRANT_TTL_SECONDS))
     return grant_id
 
 
-def grant_redeem(*, grant_id: str, state: str, verifier: str) -> str:
+def grant_redeem(*, grant_id: str, state: str, verifier: str,
+                 now: dt.datetime | None = None) -> str:
     """Hand over the token of grant `grant_id` once, to the holder of its verifier.
+
+    The row is deleted before anything is checked (the DELETE is the claim), and expired
+    grants with it (`grant_sweep`).
+
+    Args:
+        now: the current time (tests pass their own clock); default `timezone.now()`.
 
     Raises:
         GrantRefused: a malformed field, an unknown, used or expired grant, another `state`,
@@ -81,12 +135,15 @@ def grant_redeem(*, grant_id: str, state: str, verifier: str) -> str:
         raise GrantRefused("state must be 16-128 characters of letters, digits, '_' or '-'")
     if not GRANT.fullmatch(grant_id):
         raise GrantRefused("grant must be the id the login page sent to the CLI's listener")
+    now = now or timezone.now()
     key = _hash(grant_id)
     grant = CliLoginGrant.objects.filter(pk=key).first()
     # The DELETE is the claim: of two redeems racing for one grant only one deletes the row.
-    if grant is None or CliLoginGrant.objects.filter(pk=key).delete()[0] != 1:
+    claimed = grant is not None and CliLoginGrant.objects.filter(pk=key).delete()[0] == 1
+    grant_sweep(now=now)
+    if not claimed:
         raise GrantRefused("grant is unknown or already used; run `falcon auth login` again")
-    if grant.expires_at <= timezone.now():
+    if grant.expires_at <= now:
         raise GrantRefused(f"grant expired ({GRANT_TTL_SECONDS} s after the confirmation); "
                            "run `falcon auth login` again")
     if not hmac.compare_digest(grant.state.encode(), state.encode()):
@@ -95,4 +152,4 @@ def grant_redeem(*, grant_id: str, state: str, verifier: str) -> str:
     if not hmac.compare_digest(grant.challenge.encode(), s256(verifier).encode()):
         raise GrantRefused("verifier does not match the login's challenge (RFC 7636 S256); "
                            "run `falcon auth login` again")
-    return grant.token
+    return _open(grant_id, key, bytes(grant.sealed_token))

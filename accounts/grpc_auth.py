@@ -1,8 +1,10 @@
 """Who is calling the gRPC API: the internal token (local mode), a user or a service token.
 
 Every call except gRPC health and reflection carries a token (checked by
-`falcon_site.grpc.interceptors`), looked for in the metadata keys `cf-access-jwt-assertion`,
-`cf-access-token` and `authorization: Bearer <token>`, in that order (as on HTTP). It is either
+`falcon_site.grpc.interceptors`), looked for in the metadata keys
+`cf-access-jwt-assertion`, `cf-access-token` and `authorization: Bearer <token>`, in that
+order (`accounts.verifier.credential_from`, as on HTTP, where only the cookie comes after
+them). It is either
 
 - `settings.FALCON_INTERNAL_TOKEN`, the shared secret of the controllers (they
   reach data only through the API server), compared in constant time and accepted in the LOCAL
@@ -80,7 +82,7 @@ def _metadata_getter(metadata: Any):
 
 
 def bearer_token(metadata: Any) -> str | None:
-    """Return the call's access token, or None (keys and order: `accounts.verifier.token_from`).
+    """Return the call's access token, or None (order: `accounts.verifier.credential_from`).
 
     Args:
         metadata: the call's invocation metadata, a sequence of `(key, value)` pairs.
@@ -285,9 +287,10 @@ def creator_for(principal: Principal, creator_email: str):
     """
     creator_email = (creator_email or "").strip()
     if principal.user is not None:
-        if creator_email and creator_email.lower() != principal.user.email.lower():
-            from accounts.emails import shown_email
+        from accounts.emails import email_key, lookalike_problem, shown_email
 
+        if creator_email and (lookalike_problem(creator_email)
+                              or email_key(creator_email) != principal.user.email):
             raise PermissionDenied(f"{principal.user.email} cannot create experiments for "
                                    f"{shown_email(creator_email)}; leave creator_email empty.")
         return principal.user

@@ -51,7 +51,9 @@ def load_key(path: Path) -> rsa.RSAPrivateKey:
 
 def local_subject(email: str) -> str:
     """Return the stable `sub` the local issuer gives `email` (a UUID, as Cloudflare's are)."""
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"falcon-local:{email.lower()}"))
+    from .emails import email_key
+
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"falcon-local:{email_key(email)}"))
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Log staff into the Django admin from the Cloudflare Access identity of each request.
 
 Behind Access every request to the origin carries `Cf-Access-Jwt-Assertion` (Cloudflare
-"Validate JWTs"). On admin pages in the cloudflare mode this middleware makes the session follow
+"Validate JWTs"); the credential is picked as for the API (`accounts.verifier.credential_from`).
+On admin pages in the cloudflare mode this middleware makes the session follow
 that header, as Django's `RemoteUserMiddleware` does with `REMOTE_USER`:
 
 - a verified token of another identity than the session's -> log that user in (a session, so
@@ -57,7 +58,12 @@ class CloudflareAccessAdminMiddleware:
 
     @staticmethod
     def _sync_session(request) -> None:
-        token = (request.headers.get("Cf-Access-Jwt-Assertion") or "").strip()
+        from .authentication import credential_from_request
+
+        # The API's credential precedence (`accounts.verifier.credential_from`); a cookie is
+        # safe here because Django's `CsrfViewMiddleware` guards every admin form.
+        credential = credential_from_request(request)
+        token = credential.token if credential is not None else ""
         current = request.user
         if current.is_authenticated and request.session.get(auth.BACKEND_SESSION_KEY) != BACKEND:
             # A password session from the local mode: never valid behind Access.

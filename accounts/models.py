@@ -14,7 +14,7 @@ class UserManager(BaseUserManager):
     @classmethod
     def normalize_email(cls, email: str | None) -> str:
         """Return the stored form of `email` (`accounts.emails.normalize_email`: validated,
-        lower case).
+        look-alikes refused, in the `email_key` normal form).
 
         Raises:
             django.core.exceptions.ValidationError: not a valid address (field `email`).
@@ -29,8 +29,11 @@ class UserManager(BaseUserManager):
             raise ValidationError({"email": [str(exc)]}) from None
 
     def get_by_natural_key(self, username: str):
-        """Find a user by email in any case (the admin's and `createsuperuser`'s login)."""
-        return self.get(email=(username or "").strip().lower())
+        """Find a user by email in any case (the admin's and `createsuperuser`'s login), compared
+        in `accounts.emails.email_key`'s normal form."""
+        from .emails import email_key
+
+        return self.get(email=email_key((username or "").strip()))
 
     def create_user(self, email: str, user_id: str | None = None, password: str | None = None,
                     **extra):
@@ -85,14 +88,17 @@ class User(AbstractBaseUser, PermissionsMixin):
         return self.email
 
     def clean(self) -> None:
-        """Validate and lower-case the email (forms: the admin, `createsuperuser`)."""
+        """Validate and normalise the email (forms: the admin, `createsuperuser`)."""
         super().clean()
         self.email = User.objects.normalize_email(self.email)
 
     def save(self, *args, **kwargs) -> None:
-        """Store the email lower-cased, whichever code path saves the row."""
+        """Store the email in its normal form (`accounts.emails.email_key`), whichever code path
+        saves the row; the forms and services refuse look-alikes before (`normalize_email`)."""
         if self.email:
-            self.email = self.email.strip().lower()
+            from .emails import email_key
+
+            self.email = email_key(self.email.strip())
         super().save(*args, **kwargs)
 
 
@@ -136,10 +142,13 @@ class CliLoginGrant(models.Model):
     """One confirmed `falcon auth login`, waiting for the CLI to redeem it (decisions.md#auth-12).
 
     Made when the user confirms the CLI login page (a CSRF-protected POST), deleted when the CLI
-    redeems it or, unredeemed, by the next login after it expired. It binds the user's Access
-    token to the CLI's `state` and PKCE `challenge` (RFC 7636, S256): only the holder of the
-    `verifier` behind the challenge, who also learnt the one-time grant id from the loopback
-    redirect, receives the token. Only the SHA-256 of the grant id is stored.
+    redeems it, and once expired by the next grant made, confirmed or redeemed, or by
+    `manage.py clear_cli_login_grants`. It binds the user's Access token to the CLI's `state`
+    and PKCE `challenge` (RFC 7636, S256): only the holder of the `verifier` behind the
+    challenge, who also learnt the one-time grant id from the loopback redirect, receives the
+    token. Only the SHA-256 of the grant id is stored, and the token only sealed with a key
+    derived from the grant id (`accounts.cli_login`): a row read from the database, a backup
+    or a replica, expired or not, holds no usable token (decisions.md#dec-sec-auth).
     """
 
     grant_hash = models.CharField(primary_key=True, max_length=64,
@@ -147,7 +156,9 @@ class CliLoginGrant(models.Model):
                                             "listener.")
     state = models.CharField(max_length=128)
     challenge = models.CharField(max_length=43, help_text="BASE64URL(SHA256(verifier)).")
-    token = models.TextField(help_text="The user's Access token, handed over once.")
+    sealed_token = models.BinaryField(
+        help_text="The user's Access token, AES-256-GCM with a key derived from the grant id "
+                  "(never stored): nonce, then ciphertext and tag.")
     user_id = models.CharField(max_length=255)
     expires_at = models.DateTimeField(db_index=True)
 

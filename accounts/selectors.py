@@ -7,19 +7,28 @@ from .models import User
 
 
 def user_get_by_email(*, email: str) -> User:
-    """Return the active user with this email (case-insensitive).
+    """Return the active user with this email (in any ASCII case).
 
     Used where a trusted service acts for a user (gRPC CreateExp with `creator_email`): the
     user must exist, i.e. have logged in once (users are registered on their first request).
+    The address is compared in its stored normal form (`accounts.emails.normalize_email`), not
+    with the database's collation, which on MariaDB equates look-alikes (`\u212a` and `K`).
 
     Raises:
-        NotFound: no active user has this email.
+        NotFound: no active user has this email, or it is not a valid address (a look-alike
+            included).
     """
-    user = User.objects.filter(email__iexact=email.strip(), is_active=True).first() if email \
-        else None
+    from .emails import InvalidEmail, normalize_email, shown_email
+
+    try:
+        key = normalize_email(email)
+    except InvalidEmail:
+        key = None
+    user = User.objects.filter(email=key, is_active=True).first() if key else None
     if user is None:
-        raise NotFound(f"No active Falcon user has the email {email!r}; the user must log in "
-                       "once (falcon auth login) before anything is created for them.")
+        raise NotFound(f"No active Falcon user has the email {shown_email(email)}; the user "
+                       "must log in once (falcon auth login) before anything is created for "
+                       "them.")
     return user
 
 

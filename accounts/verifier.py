@@ -33,9 +33,11 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+# One number for every transport: gunicorn's and gRPC's limits are derived from it.
+from core.tokens import MAX_TOKEN_BYTES
+
 log = logging.getLogger(__name__)
 
-MAX_TOKEN_BYTES = 16 * 1024  # Cloudflare tokens are ~1 KB; refuse anything absurd before parsing
 KID = re.compile(r"^[A-Za-z0-9_.\-=]{1,128}$")
 ALGORITHMS = ["RS256"]
 
@@ -324,41 +326,72 @@ def default_verifier() -> TokenVerifier:
                          cache_seconds=getattr(settings, "FALCON_AUTH_TOKEN_CACHE_SECONDS", 0))
 
 
-# Where a request carries its token, in the order they are tried: the header Cloudflare Access sets
-# at the origin (recommended over the cookie, which is not guaranteed), the header a CLI sends to
-# the edge (`cloudflared access curl` uses it), the Access cookie, then the standard bearer header
-# (RFC 6750) used by direct callers and the local mode.
+# Where a request carries its token, in the one order every path follows (HTTP's DRF
+# authentication, the admin, gRPC; decisions.md#dec-sec-auth): the header Cloudflare Access sets at
+# the origin (recommended over the cookie, which is not guaranteed), the header a CLI sends to the
+# edge (`cloudflared access curl` uses it), the standard bearer header (RFC 6750) used by direct
+# callers and the local mode, and last the Access cookie, which a browser also sends with a
+# cross-site form. A header a client chose to send wins over the cookie its browser adds: a bad
+# `Authorization: Bearer` is refused (401), never a fallback to the cookie.
 TOKEN_HEADERS = ("cf-access-jwt-assertion", "cf-access-token")
 TOKEN_COOKIE = "CF_Authorization"
 
 
-def token_from(header: Callable[[str], str | None],
-               cookie: Callable[[str], str | None] = lambda name: None) -> str | None:
-    """Return the access token of a request or call, or None when it carries none.
+@dataclass(frozen=True)
+class Credential:
+    """The access token a request or call presents, and where it came from.
+
+    Attributes:
+        token: the token, stripped (possibly malformed: the verifier refuses it with a reason).
+        source: the header or metadata key (`cf-access-jwt-assertion`, `cf-access-token`,
+            `authorization`), or `cookie` for `CF_Authorization`.
+    """
+
+    token: str
+    source: str
+
+    @property
+    def from_cookie(self) -> bool:
+        """True when a browser cookie carries it: an unsafe request must then pass the CSRF
+        check (`accounts.authentication.enforce_cookie_csrf`)."""
+        return self.source == "cookie"
+
+
+def credential_from(header: Callable[[str], str | None],
+                    cookie: Callable[[str], str | None] = lambda name: None
+                    ) -> Credential | None:
+    """Return the credential a request or call presents, or None when it presents none.
+
+    The only place that decides which credential is used (order: the comment above
+    `TOKEN_HEADERS`). A present but malformed value is returned as it is, so the verifier
+    refuses it with a reason rather than the caller looking unauthenticated; an `Authorization`
+    header of another scheme (Basic, ...) is not an access token and is passed over.
 
     Args:
         header: returns a header's (or gRPC metadata key's) value by lower-case name, or None.
         cookie: returns a cookie's value by name, or None (gRPC has no cookies).
-
-    Returns:
-        The first non-empty of `Cf-Access-Jwt-Assertion`, `cf-access-token`, the
-        `CF_Authorization` cookie, `Authorization: Bearer <token>`, stripped. A present but
-        malformed value is returned as it is, so the verifier refuses it with a reason rather
-        than the caller looking unauthenticated.
     """
     for name in TOKEN_HEADERS:
         value = header(name)
         if isinstance(value, str) and value.strip():
-            return value.strip()
-    value = cookie(TOKEN_COOKIE)
-    if isinstance(value, str) and value.strip():
-        return value.strip()
+            return Credential(value.strip(), name)
     auth = header("authorization")
     if isinstance(auth, str):
         scheme, _, value = auth.strip().partition(" ")
-        if scheme.lower() == "bearer" and value.strip():
-            return value.strip()
+        if scheme.lower() == "bearer":
+            # `Bearer` with nothing after it is a credential too, and an empty one: refused.
+            return Credential(value.strip(), "authorization")
+    value = cookie(TOKEN_COOKIE)
+    if isinstance(value, str) and value.strip():
+        return Credential(value.strip(), "cookie")
     return None
+
+
+def token_from(header: Callable[[str], str | None],
+               cookie: Callable[[str], str | None] = lambda name: None) -> str | None:
+    """Return the token of `credential_from(header, cookie)`, or None when there is none."""
+    credential = credential_from(header, cookie)
+    return None if credential is None else credential.token
 
 
 @receiver(setting_changed)

@@ -38,7 +38,8 @@ from rest_framework import exceptions
 from core.numbers import BadNumber, parse_decimal
 
 from .authentication import authenticate_token
-from .cli_login import CHALLENGE, CODE, STATE, GrantRefused, grant_create, grant_redeem
+from .cli_login import (CHALLENGE, CODE, STATE, GrantRefused, grant_create, grant_redeem,
+                        grant_sweep)
 from .models import User
 
 logger = logging.getLogger(__name__)
@@ -154,6 +155,7 @@ def cli_login(request):
         port, state, challenge, code, user, token = _login_request(request, params)
     except _Refused as refused:
         return refused.response
+    grant_sweep()  # expired grants go whenever the login page is used, confirmed or not
     if request.method != "POST":
         body = format_html(PAGE, email=user.email, host=LOOPBACK, port=port, code=code,
                            action=request.path, csrf=get_token(request), state=state,

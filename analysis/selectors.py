@@ -15,8 +15,10 @@ from typing import Any
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
+from accounts.models import User
+from accounts.principals import ServiceIdentity, actor_label
 from artifacts.models import Artifact
-from core.errors import NotFound, ValidationFailed
+from core.errors import NotFound, PermissionDenied, ValidationFailed
 from core.statuses import AnalysisStatus, AnalysisType, ArtifactStatus, ExpStatus
 from experiments.models import Experiment
 
@@ -45,6 +47,49 @@ def analysis_get(*, analysis_id: str) -> AnalysisRecord:
     record = analysis_queryset().filter(pk=analysis_id).first()
     if record is None:
         raise NotFound(f"Analysis {analysis_id!r} does not exist.")
+    return record
+
+
+# The service role whose controller runs the scripts (accounts.grpc_auth.ROLE_METHODS).
+SCRIPT_READER_ROLE = "analyzer"
+
+
+def analysis_script_readable(*, record: AnalysisRecord, actor) -> bool:
+    """True when `actor` may read the body of `record`'s script.
+
+    A script is its author's code and may hold what the author did not mean to publish (paths,
+    hostnames, credentials pasted in by mistake), while every authenticated caller may read the
+    rest of a record. So the body goes only to its creator, to an active staff user, and to a
+    service holding the `analyzer` role, whose controller runs it (the local mode's internal
+    token holds every controller role). Read-only and other service tokens never get it.
+
+    Args:
+        record: the record (only `creator_id` is read).
+        actor: an `accounts.User` or an `accounts.principals.ServiceIdentity`.
+    """
+    if isinstance(actor, ServiceIdentity):
+        return SCRIPT_READER_ROLE in actor.roles
+    if not isinstance(actor, User) or not actor.is_active:
+        return False
+    return actor.is_staff or actor.pk == record.creator_id
+
+
+def analysis_get_with_script(*, analysis_id: str, actor) -> AnalysisRecord:
+    """GetAnalysisRecord with `with_script`: record `analysis_id`, if `actor` may read its script.
+
+    Refusing (rather than answering without the script) tells a caller who asked for the script
+    that it cannot have it, instead of an empty body it could take for an empty script.
+
+    Raises:
+        NotFound: no analysis has this id.
+        PermissionDenied: `actor` may not read the script (`analysis_script_readable`).
+    """
+    record = analysis_get(analysis_id=analysis_id)
+    if not analysis_script_readable(record=record, actor=actor):
+        raise PermissionDenied(
+            f"{actor_label(actor)} may not read the script of analysis {analysis_id} "
+            "(with_script): only its creator, a staff user or the analyzer may; ask again "
+            "without with_script for the rest of the record.")
     return record
 
 

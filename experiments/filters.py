@@ -168,7 +168,10 @@ class ExperimentFilter(FalconFilterSet):
         itself filters on `creator_id` alone, served by the index on (creator, created_at, id),
         instead of joining users (which let MariaDB start from the users table and sort).
         """
-        user_ids = list(User.objects.filter(Q(email=value) | Q(pk=value))
+        from accounts.emails import email_key
+
+        # The stored normal form, compared exactly: MariaDB's collation alone equates look-alikes.
+        user_ids = list(User.objects.filter(Q(email=email_key(value)) | Q(pk=value))
                         .values_list("pk", flat=True)[:2])
         if len(user_ids) == 1:
             return queryset.filter(creator_id=user_ids[0])

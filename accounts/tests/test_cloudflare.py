@@ -128,7 +128,7 @@ def test_token_is_read_from_the_cf_authorization_cookie(api, cloudflare):
     assert whoami(api).status_code == 200
 
 
-def test_header_order_cf_assertion_first_then_cf_access_token_then_cookie_then_bearer(
+def test_header_order_cf_assertion_first_then_cf_access_token_then_bearer_then_cookie(
         api, cloudflare):
     good, bad = cloudflare.sign(), "not-a-jwt"
     # The first place present decides: a good token there wins over garbage further down ...
@@ -138,9 +138,12 @@ def test_header_order_cf_assertion_first_then_cf_access_token_then_cookie_then_b
                    HTTP_AUTHORIZATION=f"Bearer {bad}").status_code == 200
     # ... and garbage there is refused even when a good token follows.
     assert whoami(api, bad, HTTP_AUTHORIZATION=f"Bearer {good}").status_code == 401
+    # A header the client chose wins over the cookie its browser adds (decisions.md#dec-sec-auth).
     api.cookies["CF_Authorization"] = bad
-    assert api.get(WHOAMI, HTTP_AUTHORIZATION=f"Bearer {good}").status_code == 401
+    assert api.get(WHOAMI, HTTP_AUTHORIZATION=f"Bearer {good}").status_code == 200
     assert api.get(WHOAMI, HTTP_CF_ACCESS_TOKEN=good).status_code == 200
+    api.cookies["CF_Authorization"] = good
+    assert api.get(WHOAMI, HTTP_AUTHORIZATION=f"Bearer {bad}").status_code == 401
 
 
 @pytest.mark.parametrize("aud", [[AUD], AUD, [OTHER_AUD, AUD]])

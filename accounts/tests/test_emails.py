@@ -82,3 +82,55 @@ def test_migration_refuses_to_merge_emails_that_differ_in_case():
     assert "u1" in str(exc.value) and "u2" in str(exc.value)
     assert set(User.objects.values_list("email", flat=True)) == {"Eve@Example.com",
                                                                 "eve@example.com"}
+
+
+# -- look-alikes (decisions.md#dec-sec-auth): refused, never folded into another address ---------
+
+LOOKALIKE_CHARS = "\u212a\u017f\uff4b\uff2b\u0131\u0130\ufb00\u217c\u00df\u03c2\u1e9e"
+
+
+@pytest.mark.parametrize("char", LOOKALIKE_CHARS)
+def test_a_character_that_folds_into_others_is_refused_naming_it(char):
+    with pytest.raises(InvalidEmail) as exc:
+        normalize_email(f"a{char}b@example.com")
+    assert char not in str(exc.value)
+    assert f"U+{ord(char):04X}" in str(exc.value) or "not a valid address" in str(exc.value)
+
+
+def test_a_decomposed_accent_is_refused_and_the_composed_domain_kept():
+    with pytest.raises(InvalidEmail, match="NFKC"):
+        normalize_email("bob@bu\u0308cher.example")
+    assert normalize_email("Bob@b\u00fccher.example") == "bob@b\u00fccher.example"
+
+
+from hypothesis import given, settings as hsettings, strategies as st  # noqa: E402
+
+# Letters an attacker would mix in: ASCII, its look-alikes, and letters in their normal form.
+ALPHABET = "abcdefgikmsKSI" + LOOKALIKE_CHARS + "\u00e9\u00fc\u00c9"
+VARIANTS = {"k": "K\u212a\uff4b", "s": "S\u017f", "i": "I\u0131\u0130", "K": "k\u212a",
+            "S": "s\u017f", "I": "i\u0131", "\u00e9": "\u00c9e\u0301"}
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(local=st.text(alphabet=ALPHABET, min_size=1, max_size=12),
+       domain=st.sampled_from(["example.com", "b\u00fccher.example", "ex\u212aample.com"]),
+       picks=st.lists(st.integers(min_value=0, max_value=3), min_size=12, max_size=12))
+def test_two_accepted_addresses_of_one_user_differ_only_in_ascii_case(local, domain, picks):
+    """Hypothesis: for generated local parts and a look-alike variant of each, two addresses
+    that are both accepted and map to the same stored form are equal after `email_key`, and
+    differ only in the case of ASCII letters."""
+    from accounts.emails import email_key
+
+    variant = "".join(VARIANTS[c][p % len(VARIANTS[c])] if c in VARIANTS and p else c
+                      for c, p in zip(local, picks))
+    stored = {}
+    for address in (f"{local}@{domain}", f"{variant}@{domain}"):
+        try:
+            stored[address] = normalize_email(address)
+        except InvalidEmail:
+            continue
+        assert stored[address] == email_key(address) == address.lower()
+    if len(stored) == 2 and len(set(stored.values())) == 1:
+        first, second = stored
+        assert email_key(first) == email_key(second)
+        assert [c for c in first if not c.isascii()] == [c for c in second if not c.isascii()]

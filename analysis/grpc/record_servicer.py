@@ -6,12 +6,14 @@ propagate to `falcon_site.grpc.interceptors`, which maps them to gRPC status cod
 duplicate create is ALREADY_EXISTS with the existing id in `falcon-analysis-id`). The write RPCs,
 ListExpsAwaitingAnalysis and ListRunningAnalyses are for the controllers' identity only
 (`accounts.grpc_auth.CONTROLLER_ONLY_METHODS`); any authenticated caller may get and list
-records, as experiments.
+records, as experiments, but a script's body only its creator, staff and the analyzer
+(`selectors.analysis_script_readable`); lists never carry it.
 """
 from __future__ import annotations
 
 from typing import Any
 
+from accounts.grpc_auth import current_principal
 from core.errors import ValidationFailed
 from core.grpc.from_proto import optional, require_choice
 from core.grpc.paging import ordered_keyset_page
@@ -102,9 +104,14 @@ class AnalysisRecordServicer(analysis_pb2_grpc.AnalysisRecordServiceServicer):
         return analysis_pb2.AnalysisRecordResp(record=record_to_proto(record), changed=True)
 
     def GetAnalysisRecord(self, request, context):
-        """GetAnalysisRecord -> `selectors.analysis_get` (the script with `with_script`)."""
-        record = selectors.analysis_get(analysis_id=require_analysis_id(request.analysis_id))
-        return record_to_proto(record, with_script=request.with_script)
+        """GetAnalysisRecord -> `selectors.analysis_get`; with `with_script`,
+        `selectors.analysis_get_with_script` (PERMISSION_DENIED unless the caller may read it)."""
+        analysis_id = require_analysis_id(request.analysis_id)
+        if not request.with_script:
+            return record_to_proto(selectors.analysis_get(analysis_id=analysis_id))
+        record = selectors.analysis_get_with_script(analysis_id=analysis_id,
+                                                    actor=current_principal().actor)
+        return record_to_proto(record, with_script=True)
 
     def ListAnalysisRecords(self, request, context):
         """ListAnalysisRecords -> `selectors.analysis_list`, one keyset page by

@@ -5,13 +5,18 @@ from collections.abc import Iterable
 from typing import Any
 
 from core.context import current_request_id, new_request_id
+from core.tokens import MAX_METADATA_BYTES
 
 # Large enough for a config (< 128 KiB) plus its task specs in every message; list pages stay under
-# `core.grpc.paging.PAGE_BYTE_BUDGET`. Server and clients use the same limits.
+# `core.grpc.paging.PAGE_BYTE_BUDGET`. Server and clients use the same limits. The metadata limits
+# let the verifier's largest token through (`core.tokens`): a server refuses metadata over its
+# limit, and a client refuses trailers over its own.
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 CHANNEL_OPTIONS = (
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_metadata_size", MAX_METADATA_BYTES),
+    ("grpc.absolute_max_metadata_size", MAX_METADATA_BYTES),
 )
 
 
