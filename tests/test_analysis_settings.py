@@ -25,6 +25,8 @@ def load(**env: str) -> subprocess.CompletedProcess:
     ("FALCON_ANALYSIS_MAX_ATTEMPTS", "-1", "a whole number >= 1"),
     ("FALCON_ANALYSIS_POLL_SECONDS", "0", "a number of seconds > 0"),
     ("FALCON_ANALYSIS_BACKOFF_SECONDS", "nan", "a number of seconds > 0"),
+    ("FALCON_ANALYZER_MAX_RUNNING_PER_USER", "0", "a whole number >= 1"),
+    ("FALCON_ANALYZER_MAX_RUNNING_PER_USER", "half", "a whole number >= 1"),
 ])
 def test_a_bad_value_is_refused_naming_the_variable(name, value, what):
     result = load(**{name: value})
@@ -36,3 +38,13 @@ def test_good_values_are_read():
     result = load(FALCON_ANALYSIS_ONLINE_CONCURRENCY="3", FALCON_ANALYSIS_POLL_SECONDS="0.5")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "{'offline': 2, 'online': 3} 0.5"
+
+
+def test_the_per_user_cap_defaults_to_half_of_each_queues_slots():
+    from controllers.analyzer.controller import AnalyzerConfig
+
+    config = AnalyzerConfig(result_root="file:///r", limits={"offline": 3, "online": 8})
+    assert config.per_user_limits() == {"offline": 2, "online": 4}
+    config = AnalyzerConfig(result_root="file:///r", limits={"offline": 3, "online": 8},
+                            max_running_per_user=1)
+    assert config.per_user_limits() == {"offline": 1, "online": 1}

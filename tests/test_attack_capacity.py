@@ -153,3 +153,130 @@ def test_grpc_analysis_records_cap_statuses(grpc_channel):
     err = _refused(records.ListAnalysisRecords, analysis_pb2.ListAnalysisRecordsReq(
         statuses=["running"] * (LIMIT + 1)), md)
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "statuses" in err.details()
+
+
+# -- Analyzer: one user's backlog -------------------------------------------------------------
+
+class _StubBackend:
+    """An analysis backend whose runs live until the test finishes them; `started` records
+    every start, and `changed` is notified on each, so the test waits on events."""
+
+    name = "stub"
+
+    def __init__(self):
+        import threading
+
+        self.changed = threading.Condition()
+        self.started: list[str] = []
+        self.alive: dict[str, bool] = {}
+
+    def run_name(self, analysis_id):
+        from controllers.analyzer.backends.base import run_name_for
+
+        return run_name_for(analysis_id)
+
+    def start(self, spec):
+        from controllers.analyzer.backends.base import StartResult
+
+        with self.changed:
+            self.started.append(spec.analysis_id)
+            self.alive[spec.analysis_id] = True
+            self.changed.notify_all()
+        return StartResult(run_name=self.run_name(spec.analysis_id), adopted=False)
+
+    def observe(self, analysis_ids):
+        from controllers.analyzer.backends.base import MISSING_STATE, RunState
+
+        with self.changed:
+            return {aid: (MISSING_STATE if aid not in self.alive else
+                          RunState(phase="running", alive=True) if self.alive[aid] else
+                          RunState(phase="failed", reason="Stopped", message="finished"))
+                    for aid in analysis_ids}
+
+    def stop(self, analysis_id):
+        with self.changed:
+            self.alive.pop(analysis_id, None)
+        return True
+
+    def list_runs(self):
+        with self.changed:
+            return list(self.alive)
+
+    def read_log(self, *args, **kwargs):
+        return b""
+
+    def finish(self, analysis_id):
+        with self.changed:
+            self.alive[analysis_id] = False
+
+    def wait_started(self, count: int, deadline: float = 30.0) -> list[str]:
+        with self.changed:
+            assert self.changed.wait_for(lambda: len(self.started) >= count, deadline), \
+                f"{count} runs not started: {self.started}"
+            return list(self.started)
+
+
+@pytest.fixture
+def running_analyzer(tmp_path):
+    """A running analyzer controller loop (`controllers.runner.run_loop`) over the in-memory
+    record API and `_StubBackend`; yields `(make(max_running_per_user, online_slots),)`."""
+    import threading
+
+    from controllers.analyzer.controller import AnalyzerConfig, AnalyzerController
+    from controllers.analyzer.tests.fake_records import FakeRecordAPI
+    from controllers.runner import run_loop
+
+    stop = threading.Event()
+    threads = []
+
+    def make(*, slots: int, per_user: int | None):
+        api, backend = FakeRecordAPI(), _StubBackend()
+        controller = AnalyzerController(api, backend, {}, AnalyzerConfig(
+            result_root=(tmp_path / "results").as_uri(), limits={"offline": 1, "online": slots},
+            poll_seconds=3600, max_running_per_user=per_user))
+        controller.tick()  # recovery done before the loop runs
+        thread = threading.Thread(target=run_loop, args=(controller,), kwargs=dict(
+            interval=0.01, stop=stop, wake=controller.wake), daemon=True)
+        threads.append(thread)
+
+        def create(user: str):
+            """What CreateAnalysis does: create the pending record, queue it, wake the loop."""
+            record = api.create_record(exp_id=1, analysis_type="online", command="true",
+                                       result_root=(tmp_path / "results").as_uri(),
+                                       creator_email=user)
+            controller.enqueue(record)
+            controller.wake.set()
+            return record.analysis_id
+
+        return controller, backend, create, thread.start
+
+    yield make
+    stop.set()
+    for thread in threads:
+        if thread.is_alive():
+            thread.join(timeout=30)
+
+
+def test_one_users_backlog_does_not_delay_anothers_next_analysis(running_analyzer):
+    # The reported attack: eight queued analyses of one user delayed another's by 63 s.
+    controller, backend, create, start = running_analyzer(slots=2, per_user=2)
+    a = [create("a@example.com") for _ in range(8)]
+    start()
+    assert backend.wait_started(2) == a[:2]
+    b = create("b@example.com")  # behind a's six waiting analyses in time
+    backend.finish(a[0])         # the next free slot ...
+    assert backend.wait_started(3)[2] == b  # ... is b's, not a[2]'s
+    backend.finish(a[1])
+    assert backend.wait_started(4)[3] == a[2]
+    assert controller.queues.pending("online") == a[3:]
+
+
+def test_a_user_alone_runs_at_most_its_cap_and_leaves_the_rest_free(running_analyzer):
+    controller, backend, create, start = running_analyzer(slots=2, per_user=None)  # cap: 1
+    a = [create("a@example.com") for _ in range(8)]
+    start()
+    assert backend.wait_started(1) == a[:1]
+    b = create("b@example.com")
+    assert backend.wait_started(2) == [a[0], b]  # at once: a's backlog holds one slot only
+    assert controller.queues.held("online") == [a[0], b]
+    assert controller.queues.pending("online") == a[1:]
