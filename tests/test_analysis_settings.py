@@ -1,4 +1,5 @@
-"""The analyzer's settings refuse bad values at start, naming the variable."""
+"""The analyzer's and the local cluster's capacity settings refuse bad values at start, naming
+the variable."""
 from __future__ import annotations
 
 import os
@@ -48,3 +49,27 @@ def test_the_per_user_cap_defaults_to_half_of_each_queues_slots():
     config = AnalyzerConfig(result_root="file:///r", limits={"offline": 3, "online": 8},
                             max_running_per_user=1)
     assert config.per_user_limits() == {"offline": 1, "online": 1}
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"FALCON_LOCAL_MAX_REPLICAS": "0"},
+     "FALCON_LOCAL_MAX_REPLICAS must be a whole number >= 1 (replicas); got '0'."),
+    ({"FALCON_LOCAL_MAX_REPLICAS_PER_USER": "many"},
+     "FALCON_LOCAL_MAX_REPLICAS_PER_USER must be a whole number >= 1 (replicas); got 'many'."),
+    ({"FALCON_LOCAL_MAX_REPLICAS": "4", "FALCON_LOCAL_MAX_REPLICAS_PER_USER": "5"},
+     "FALCON_LOCAL_MAX_REPLICAS_PER_USER (5) must be at most FALCON_LOCAL_MAX_REPLICAS (4)"),
+])
+def test_bad_local_replica_limits_are_refused_naming_the_variable(env, message):
+    result = load(**env)
+    assert result.returncode != 0 and message in result.stderr
+
+
+def test_local_replica_limits_default_to_the_cpus_and_half_of_them():
+    code = ("import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'falcon_site.settings'; "
+            "django.setup(); from django.conf import settings as s; "
+            "print(s.FALCON_LOCAL_MAX_REPLICAS, s.FALCON_LOCAL_MAX_REPLICAS_PER_USER)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FALCON_LOCAL_MAX_")}
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                            text=True, env=env, timeout=60)
+    machine = max(8, os.cpu_count() or 1)
+    assert result.stdout.split() == [str(machine), str(machine // 2)], result.stderr

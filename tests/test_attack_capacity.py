@@ -16,7 +16,7 @@ from falcon_proto.falcon.v1 import (
     analysis_pb2, analysis_pb2_grpc, common_pb2, experiment_pb2, job_pb2,
 )
 from falcon_site.grpc.testing import (  # noqa: F401  (fixtures)
-    INTERNAL_TOKEN, grpc_channel, grpc_server, stubs,
+    INTERNAL_TOKEN, falcon_api, grpc_channel, grpc_server, stubs,
 )
 
 LIMIT = MAX_FILTER_VALUES
@@ -280,3 +280,151 @@ def test_a_user_alone_runs_at_most_its_cap_and_leaves_the_rest_free(running_anal
     assert backend.wait_started(2) == [a[0], b]  # at once: a's backlog holds one slot only
     assert controller.queues.held("online") == [a[0], b]
     assert controller.queues.pending("online") == a[1:]
+
+
+# -- Local cluster: one user's replicas (CB-23) -----------------------------------------------
+
+class _Cluster:
+    """A resource manager over the real gRPC API and a real `LocalBackend` with small limits;
+    each job's command records that it started, then runs until `release` exists."""
+
+    def __init__(self, falcon_api, tmp_path, *, max_replicas: int, per_user: int):
+        from controllers.cluster_backends import LocalBackend
+        from controllers.resource_manager import ResourceManager
+
+        self.state_dir = tmp_path / "state"
+        self.starts, self.release = tmp_path / "starts", tmp_path / "release"
+        self.starts.mkdir()
+        self.backend = LocalBackend(self.state_dir, grace_seconds=0.5, stop_wait_seconds=0.2,
+                                    max_replicas=max_replicas, max_replicas_per_user=per_user)
+        self.manager = ResourceManager(falcon_api, {"local": self.backend})
+
+    def job(self, user, *, replica: int = 1, name: str = "cap"):
+        from experiments.tests.factories import make_exp
+
+        command = (f'touch "{self.starts}/$FALCON_JOB_ID-$FALCON_REPLICA_INDEX"; '
+                   f'while [ ! -e "{self.release}" ]; do sleep 0.02; done')
+        return make_exp(creator=user, name=name, command=command, replica=replica).jobs.get()
+
+    def started_jobs(self) -> set[int]:
+        return {int(path.name.split("-")[0]) for path in self.starts.iterdir()}
+
+    def row(self, job):
+        from jobs.models import Job
+
+        return Job.objects.get(pk=job.pk)
+
+    def tick_until(self, check, what: str, deadline: float = 30.0):
+        """Tick until `check()` is true (a state the platform reaches, not a time)."""
+        import time
+
+        end = time.monotonic() + deadline
+        while time.monotonic() < end:
+            self.manager.tick()
+            if value := check():
+                return value
+            time.sleep(0.02)
+        raise AssertionError(f"not reached within {deadline} s: {what}")
+
+    def stop(self):
+        import json
+        import os
+        import signal
+
+        self.release.touch()
+        for manifest in self.state_dir.glob("*/manifest.json"):
+            for rec in json.loads(manifest.read_text())["replicas"].values():
+                try:
+                    os.killpg(rec["pid"], signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+
+@pytest.fixture
+def local_cluster(falcon_api, tmp_path):
+    clusters = []
+
+    def make(**limits):
+        clusters.append(_Cluster(falcon_api, tmp_path, **limits))
+        return clusters[-1]
+
+    yield make
+    for cluster in clusters:
+        cluster.stop()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_1024_replica_job_fails_at_once_and_another_users_job_runs(local_cluster):
+    # The reported attack: `replica: 1024` on the local cluster delayed a one-replica run
+    # from 5.7 s to 49 s while 1024 processes were started.
+    from accounts.tests.factories import UserFactory
+
+    cluster = local_cluster(max_replicas=4, per_user=2)
+    big = cluster.job(UserFactory(), replica=1024, name="big")
+    small = cluster.job(UserFactory(), name="small")
+    cluster.manager.tick()
+    big_row, small_row = cluster.row(big), cluster.row(small)
+    assert (big_row.status, big_row.reason) == ("Failed", "ClusterRejected")
+    assert "1024 replicas" in big_row.message and "FALCON_LOCAL_MAX_REPLICAS" in big_row.message
+    assert not (cluster.state_dir / "manifest.json").exists()
+    assert not any(path.name.startswith(f"falcon-{big.experiment_id}-")
+                   for path in cluster.state_dir.iterdir())  # nothing of it was created
+    assert (small_row.status, small_row.reason) == ("Pending", "Submitted")
+    cluster.tick_until(lambda: cluster.row(small).status == "Running", "the small job runs")
+    assert cluster.started_jobs() == {small.pk}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_burst_of_one_user_waits_pending_and_does_not_block_another(local_cluster):
+    from accounts.tests.factories import UserFactory
+
+    cluster = local_cluster(max_replicas=4, per_user=2)
+    alice, bob = UserFactory(), UserFactory()
+    burst = [cluster.job(alice, name=f"burst-{n}") for n in range(6)]
+    late = cluster.job(bob, name="late")  # created after the whole burst
+    cluster.manager.tick()
+    rows = [cluster.row(job) for job in burst]
+    assert [row.reason for row in rows] == ["Submitted"] * 2 + ["WaitingForCapacity"] * 4
+    assert (cluster.row(late).status, cluster.row(late).reason) == ("Pending", "Submitted")
+    waiting = rows[2]
+    assert waiting.status == "Pending" and not waiting.cluster_job_name
+    assert "FALCON_LOCAL_MAX_REPLICAS_PER_USER" in waiting.message
+    assert "2 of at most 2 for this user" in waiting.message
+    cluster.tick_until(lambda: cluster.started_jobs() == {burst[0].pk, burst[1].pk, late.pk},
+                       "the admitted jobs start")
+    for _ in range(3):  # level-triggered: more ticks start nothing more
+        cluster.manager.tick()
+    assert cluster.started_jobs() == {burst[0].pk, burst[1].pk, late.pk}
+    assert all(cluster.row(job).reason == "WaitingForCapacity" for job in burst[2:])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_waiting_jobs_start_in_their_turn_when_capacity_frees(local_cluster):
+    from accounts.tests.factories import UserFactory
+
+    cluster = local_cluster(max_replicas=2, per_user=2)
+    alice = UserFactory()
+    jobs = [cluster.job(alice, name=f"q-{n}") for n in range(4)]
+    cluster.manager.tick()
+    assert [cluster.row(job).reason for job in jobs] == \
+        ["Submitted", "Submitted", "WaitingForCapacity", "WaitingForCapacity"]
+    assert "2 of at most 2 replicas run" in cluster.row(jobs[2]).message
+    cluster.release.touch()  # the first two finish ...
+    cluster.tick_until(lambda: cluster.row(jobs[1]).status == "Succeeded"
+                       and cluster.row(jobs[0]).status == "Succeeded", "the first two finish")
+    # ... and the waiting ones are admitted, oldest first, then run to the end.
+    cluster.tick_until(lambda: all(cluster.row(job).status == "Succeeded" for job in jobs),
+                       "the waiting jobs run")
+    assert cluster.started_jobs() == {job.pk for job in jobs}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_over_the_per_user_limit_fails_naming_that_limit(local_cluster):
+    from accounts.tests.factories import UserFactory
+
+    cluster = local_cluster(max_replicas=8, per_user=2)
+    job = cluster.job(UserFactory(), replica=3)
+    cluster.manager.tick()
+    row = cluster.row(job)
+    assert (row.status, row.reason) == ("Failed", "ClusterRejected")
+    assert "FALCON_LOCAL_MAX_REPLICAS_PER_USER" in row.message and "3 replicas" in row.message
