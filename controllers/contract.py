@@ -50,6 +50,9 @@ class JobView:
     updated_at: datetime | None = None
     started_at: datetime | None = None
     aborting_at: datetime | None = None
+    # The experiment creator's email (ListJobStates): whose share of a cluster's capacity the
+    # job takes; "" when the read did not carry it (ListJobs), which counts as one user.
+    creator: str = ""
 
 
 @dataclass(frozen=True)

@@ -123,7 +123,7 @@ def job_state_view(item: job_pb2.JobState) -> JobView:
                    task_spec=orjson.loads(item.task_spec_json) if item.task_spec_json else {},
                    artifact_path=item.artifact_path, config=item.exp_config,
                    status=item.status, reason=item.reason, message=item.message,
-                   cluster_job_name=item.cluster_job_name)
+                   cluster_job_name=item.cluster_job_name, creator=item.exp_creator_email)
 
 
 def artifact_view(item: artifact_pb2.ArtifactItem) -> ArtifactView:

@@ -30,8 +30,11 @@ cluster job is gone while its record waits (the next tick would call it missing)
 suspended cluster job (held by a queue) is waiting, not stuck, and is never timed out. The
 timeout covers a job whose cluster job cannot even be created (a 403 from a quota or RBAC that
 never clears, a foreign Job squatting on its name): the message then carries the last refusal.
-A submit the cluster refuses for good (`PermanentBackendError`: Kubernetes 422 Invalid) fails
-the job with reason `ClusterRejected` at once; other backend errors are retried next tick.
+A submit the cluster refuses for good (`PermanentBackendError`: Kubernetes 422 Invalid, a local
+job larger than the cluster's replica limits) fails the job with reason `ClusterRejected` at
+once; a job the cluster has no room for yet (`WaitingForCapacity`, the local cluster's
+admission, CB-23) stays Pending with reason `WaitingForCapacity` and is submitted again each
+tick until admitted; other backend errors are retried next tick.
 
 A Running job whose cluster job stops running every replica (a Pod evicted, preempted, its node
 lost; reason `ReplicaLost` from the backend) keeps Running with the cause in its message for at
@@ -71,6 +74,7 @@ from .cluster_backends.base import (
     ClusterJobStatus,
     PermanentBackendError,
     SubmitResult,
+    WaitingForCapacity,
 )
 
 log = logging.getLogger("falcon.controllers.resources")
@@ -460,6 +464,12 @@ class ResourceManager:
             self._pending_since.setdefault(job.id, time.monotonic())
         try:
             result = self._submit(backend, job, stats)
+        except WaitingForCapacity as exc:
+            # Waiting its turn (CB-23), not failing to start: no pending-timeout clock (CB-8).
+            self._pending_since.pop(job.id, None)
+            self._update(job, stats, JobStatus.PENDING, reason="WaitingForCapacity",
+                         message=str(exc))
+            return
         except BackendError as exc:
             self._last_refusal[job.id] = str(exc)
             if self._pending_too_long(job):

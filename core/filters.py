@@ -11,6 +11,11 @@ the same `ValidationFailed`, naming the filter.
 Multi-value filters (`status`, `exp_type`, `cluster_name`, `id`, ...) take repeated values
 (`?status=Running&status=Created`), comma lists (`?status=Running,Created`) or both; a gRPC
 repeated field arrives as a list. Values are AND-ed across filters and OR-ed within one.
+
+A multi-value filter takes at most `MAX_FILTER_VALUES` values (repeated and comma-separated
+together, blanks not counted), checked before any value is parsed, and its duplicates are
+dropped in linear time (a dict, first occurrence kept): 100,000 ids used to cost minutes of
+CPU when each value was looked up in the list kept so far.
 """
 from __future__ import annotations
 
@@ -32,6 +37,33 @@ from core.errors import ValidationFailed
 MAX_NAME_CHARS = 255
 # Largest database id: the 64-bit primary key (a larger number is no id, and overflows SQLite).
 MAX_ID = 2**63 - 1
+# Most values one multi-value filter takes (HTTP repeated and comma lists, a gRPC repeated
+# field): a list of ids longer than a page is no filter, and each value is a bound parameter.
+MAX_FILTER_VALUES = 1000
+
+
+def too_many_values(count: int) -> str | None:
+    """Return the refusal for a filter given `count` values, None when it is within the limit.
+
+    One text for the HTTP form field and the gRPC fields checked before they are read
+    (`check_value_count`), so a client sees the same message on both.
+    """
+    if count <= MAX_FILTER_VALUES:
+        return None
+    return (f"has {count} values; a filter takes at most {MAX_FILTER_VALUES}. Split the "
+            "request, or filter on something broader (status, exp_id, updated_since).")
+
+
+def check_value_count(field: str, count: int) -> None:
+    """Refuse a repeated request field with more than `MAX_FILTER_VALUES` values.
+
+    Called with the field's length before any value is read, so a huge list costs nothing.
+
+    Raises:
+        ValidationFailed: over the limit, reported under `field`.
+    """
+    if (problem := too_many_values(count)) is not None:
+        raise ValidationFailed({field: [problem]})
 
 
 def _listed(items: Sequence[Any], limit: int = 10) -> str:
@@ -91,21 +123,21 @@ class MultiValueField(forms.Field):
                 items.extend(part.strip() for part in raw.split(","))
             else:
                 items.append(raw)
+        items = [item for item in items if item not in EMPTY_VALUES]
+        # Counted before any item is parsed: a refused list costs one split.
+        if (problem := too_many_values(len(items))) is not None:
+            raise forms.ValidationError(problem, code="invalid")
         cleaned: list[Any] = []
         bad: list[Any] = []
         for item in items:
-            if item in EMPTY_VALUES:
-                continue
             try:
-                item = self.clean_item(item)
+                cleaned.append(self.clean_item(item))
             except ValueError:
                 bad.append(item)
-                continue
-            if item not in cleaned:
-                cleaned.append(item)
         if bad:
             raise forms.ValidationError(self.bad_items_message(bad), code="invalid")
-        return cleaned
+        # Duplicates out in one pass, order kept (a list scan per value was quadratic).
+        return list(dict.fromkeys(cleaned))
 
     def clean_item(self, item: Any) -> Any:
         """Return `item` cleaned. Raises ValueError when it is not valid."""
@@ -152,10 +184,11 @@ class ChoiceListField(MultiValueField):
 
     def __init__(self, *, choices: Iterable[tuple[Any, Any]], **kwargs: Any):
         self.choices = [(str(value), label) for value, label in choices]
+        self._allowed = frozenset(value for value, _ in self.choices)
         super().__init__(**kwargs)
 
     def clean_item(self, item: Any) -> str:
-        if not isinstance(item, str) or item not in {value for value, _ in self.choices}:
+        if not isinstance(item, str) or item not in self._allowed:
             raise ValueError(item)
         return item
 

@@ -72,7 +72,7 @@ def job_states(*, statuses: Sequence[str], cluster_names: Sequence[str], after: 
 
     One query (`WHERE status IN (...) AND cluster_name IN (...) AND id > after ORDER BY id
     LIMIT size + 1`, the experiment joined by its primary key) of `.values()` rows: the
-    `STATE_FIELDS`, `exp_name`, `exp_status`, `task_spec_text` (the stored JSON text, not
+    `STATE_FIELDS`, `exp_name`, `exp_status`, `exp_creator_email`, `task_spec_text` (the stored JSON text, not
     parsed here) and `exp_config`, the experiment's config only for a job whose cluster job
     name is not recorded yet (only a submit reads it; it is up to 128 KiB a row).
 
@@ -94,6 +94,7 @@ def job_states(*, statuses: Sequence[str], cluster_names: Sequence[str], after: 
         qs = qs.filter(pk__gt=after)
     rows = list(qs.values(
         *STATE_FIELDS, exp_name=F("experiment__name"), exp_status=F("experiment__status"),
+        exp_creator_email=F("experiment__creator__email"),
         task_spec_text=Cast("task_spec", TextField()),
         exp_config=Case(When(cluster_job_name="", then=F("experiment__config")),
                         default=Value(""), output_field=TextField()))[: size + 1])

@@ -15,7 +15,7 @@ from typing import Any
 
 from accounts.grpc_auth import current_principal
 from core.errors import ValidationFailed
-from core.grpc.from_proto import optional, require_choice
+from core.grpc.from_proto import optional, repeated_values, require_choice
 from core.grpc.paging import ordered_keyset_page
 from core.statuses import AnalysisStatus
 from falcon_proto.falcon.v1 import analysis_pb2, analysis_pb2_grpc
@@ -120,7 +120,7 @@ class AnalysisRecordServicer(analysis_pb2_grpc.AnalysisRecordServiceServicer):
         if request.exp_id:
             data["exp"] = [request.exp_id]
         if request.statuses:
-            data["status"] = list(request.statuses)
+            data["status"] = repeated_values(request.statuses, "statuses")
         if request.analysis_type:
             data["analysis_type"] = [request.analysis_type]
         try:

@@ -15,8 +15,9 @@ runs' states (one backend scan), and moves each analysis one step:
    exponential back-off, at most `max_attempts` runs in all, then the record fails (RunLost);
 4. stop runs whose record is no longer running (cancelled, failed, deleted); a slot is released
    only when the backend says nothing of the run is alive;
-5. admit from the queues while slots are free: mark running (attempts + 1, cluster_object_name)
-   with expected_status pending, then start the run.
+5. admit from the queues while slots are free, users taking turns under a per-user cap
+   (`queues.AnalysisQueues`): mark running (attempts + 1, cluster_object_name) with
+   expected_status pending, then start the run.
 
 One analysis never has two runs: a run is (re)started only when the backend reports none alive.
 AnalyzerService (`server.py`) shares this object: every access holds `self.lock`.
@@ -64,6 +65,8 @@ class AnalyzerConfig:
     Attributes:
         result_root: `FALCON_ANALYSIS_ROOT`, sent on create as `result_root`.
         limits: `FALCON_ANALYSIS_CONCURRENCY` (queue -> runs at once).
+        max_running_per_user: `FALCON_ANALYZER_MAX_RUNNING_PER_USER`: runs of one queue one
+            user may have at once; None: half the queue's slots rounded up (`per_user_limits`).
         poll_seconds: seconds between two offline discovery polls.
         max_attempts: runs started for one analysis before recovery gives up.
         backoff_seconds, backoff_max_seconds: the capped exponential back-off before a lost
@@ -80,6 +83,7 @@ class AnalyzerConfig:
     backoff_max_seconds: float = 60.0
     online_timeout_seconds: int = ONLINE_TIMEOUT_SECONDS
     discovery_limit: int = 100
+    max_running_per_user: int | None = None
 
     @classmethod
     def from_settings(cls) -> AnalyzerConfig:
@@ -91,7 +95,17 @@ class AnalyzerConfig:
                    poll_seconds=settings.FALCON_ANALYSIS_POLL_SECONDS,
                    max_attempts=settings.FALCON_ANALYSIS_MAX_ATTEMPTS,
                    backoff_seconds=settings.FALCON_ANALYSIS_BACKOFF_SECONDS,
-                   backoff_max_seconds=settings.FALCON_ANALYSIS_BACKOFF_MAX_SECONDS)
+                   backoff_max_seconds=settings.FALCON_ANALYSIS_BACKOFF_MAX_SECONDS,
+                   max_running_per_user=settings.FALCON_ANALYZER_MAX_RUNNING_PER_USER)
+
+    def per_user_limits(self) -> dict[str, int]:
+        """Queue -> runs one user may have at once in it: `max_running_per_user`, else half
+        the queue's slots rounded up (at least 1), so one user's backlog leaves slots free
+        for the others."""
+        from core.fairshare import default_per_user
+
+        return {queue: self.max_running_per_user or default_per_user(int(limit))
+                for queue, limit in self.limits.items()}
 
     def backoff(self, attempts: int) -> float:
         """Seconds to wait before run number `attempts + 1` (recovery, capped exponential)."""
@@ -122,7 +136,7 @@ class AnalyzerController:
         self.catalog = dict(catalog)
         self.config = config
         self.clock = clock
-        self.queues = AnalysisQueues(config.limits)
+        self.queues = AnalysisQueues(config.limits, config.per_user_limits())
         self.lock = threading.RLock()
         self.wake = threading.Event()
         # analysis id -> resource override (Kubernetes quantities), memory only, never stored.
@@ -144,7 +158,7 @@ class AnalyzerController:
         request).
         """
         with self.lock:
-            self.queues = AnalysisQueues(self.config.limits)
+            self.queues = AnalysisQueues(self.config.limits, self.config.per_user_limits())
             self.active.clear()
             self.stopping.clear()
             self.retry_at.clear()
@@ -189,7 +203,7 @@ class AnalyzerController:
                 return False
             self.created[record.analysis_id] = record.created_at
             return self.queues.enqueue(record.analysis_type, record.analysis_id,
-                                       record.created_at)
+                                       record.created_at, record.creator_email)
 
     def spec_for(self, record: AnalysisView, attempt: int) -> RunSpec:
         """The `RunSpec` of a record (with its script): the plugin's timeout and resources,
@@ -250,7 +264,7 @@ class AnalyzerController:
         running = {r.analysis_id: r for r in self.api.list_running()}
         for analysis_id, record in running.items():
             self.exp_ids[analysis_id] = record.exp_id
-            self.queues.hold(record.analysis_type, analysis_id)
+            self.queues.hold(record.analysis_type, analysis_id, record.creator_email)
             self.active[analysis_id] = record.analysis_type
         for analysis_id in self.backend.list_runs():
             if analysis_id in running:
@@ -267,7 +281,7 @@ class AnalyzerController:
                 # Terminal or deleted while no controller ran (a cancel written straight to the
                 # database): stop its run, holding the slot of a known record until it is gone.
                 if record is not None:
-                    self.queues.hold(record.analysis_type, analysis_id)
+                    self.queues.hold(record.analysis_type, analysis_id, record.creator_email)
                     self.active[analysis_id] = record.analysis_type
                 self.stopping.add(analysis_id)
         log.info("analyzer recovered: %d pending, %d running, %d runs to stop",
@@ -445,8 +459,10 @@ class AnalyzerController:
             self.overrides.pop(analysis_id, None)
             return 0
         except BaseException:  # the API server is down: back in its place, next tick
+            user = self.queues.user_of(analysis_id) or ""
             self.queues.release(analysis_id)
-            self.queues.enqueue(admission.queue, analysis_id, self.created.get(analysis_id))
+            self.queues.enqueue(admission.queue, analysis_id, self.created.get(analysis_id),
+                                user)
             raise
         self.active[analysis_id] = admission.queue
         self._start(dataclasses.replace(record, script_content=script), attempt)

@@ -110,6 +110,16 @@ class BackendError(Exception):
     """
 
 
+class WaitingForCapacity(BackendError):
+    """The cluster has no room for the job now; it is admitted later, in its turn.
+
+    Raised by `submit` of a backend that admits jobs under a capacity limit (the local
+    cluster, CB-23) before anything is created. The resource manager keeps the job Pending with
+    reason `WaitingForCapacity` and this message (the limit and what runs), and its pending
+    timeout does not run meanwhile: the job waits its turn, it is not failing to start (CB-8).
+    """
+
+
 class PermanentBackendError(BackendError):
     """The cluster refused the job for good: calling again with the same input cannot succeed.
 

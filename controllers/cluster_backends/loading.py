@@ -76,7 +76,9 @@ def build_backend(name: str, entry: Mapping[str, Any]) -> ClusterBackend:
         from .local import LocalBackend
 
         return LocalBackend(Path(entry.get("state_dir") or
-                                 settings.VAR_DIR / "local-cluster" / name))
+                                 settings.VAR_DIR / "local-cluster" / name),
+                            max_replicas=settings.FALCON_LOCAL_MAX_REPLICAS,
+                            max_replicas_per_user=settings.FALCON_LOCAL_MAX_REPLICAS_PER_USER)
     if kind == "kubernetes":
         from .kubernetes import KubernetesBackend
 

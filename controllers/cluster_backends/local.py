@@ -22,6 +22,15 @@ When a replica has ended its log is copied to the artifact store
 (`artifacts.store.job_log_url`: `<experiment path>.logs/<role>/replica-<i>.log`), by `observe`
 and at the latest by `delete`, so logs outlive the folder, aborts included (`artifacts.run_files`).
 
+Admission (CB-23): at most `max_replicas` replicas run at once on this local cluster, and at
+most `max_replicas_per_user` of one user's jobs (`FALCON_LOCAL_MAX_REPLICAS`,
+`FALCON_LOCAL_MAX_REPLICAS_PER_USER`). `observe` decides, from the jobs the resource manager
+reads each tick, which waiting jobs start now (`core.fairshare.fair_admissions`: the user with
+the fewest replicas running first, FIFO by job id within a user); `submit` creates only those,
+and answers the others `WaitingForCapacity` before anything is created, so the job stays
+Pending with the reason and nothing of it runs. A job asking for more replicas than either
+limit can never run and is refused for good (`PermanentBackendError`: Failed at once).
+
 Linux only: liveness and process groups are read from `/proc/<pid>/stat`.
 """
 from __future__ import annotations
@@ -52,11 +61,14 @@ from controllers.cluster_backends.base import (
     ClusterBackend,
     ClusterJobState,
     ClusterJobStatus,
+    PermanentBackendError,
     SubmitResult,
+    WaitingForCapacity,
     ignored_fields_note,
 )
 from controllers.cluster_backends.local_runner import write_atomic
 from core import safefs
+from core.fairshare import Queued, default_per_user, fair_admissions
 from core.logs import log_context
 from core.statuses import CONFIG_ENV
 
@@ -308,9 +320,14 @@ class LocalBackend(ClusterBackend):
         passthrough_env: names of this process's environment variables that replicas inherit.
         runner: argv prefix that starts the runner script; tests may wrap it to delay a
             replica's start. Default: this interpreter running `local_runner.py`.
+        max_replicas: replicas running at once on this cluster (`FALCON_LOCAL_MAX_REPLICAS`);
+            None: the CPU count, at least 8.
+        max_replicas_per_user: replicas of one user's jobs running at once
+            (`FALCON_LOCAL_MAX_REPLICAS_PER_USER`); None: half of `max_replicas`, at least 1.
 
     Raises:
         RuntimeError: not on Linux (no /proc).
+        ValueError: a replica limit below 1, or the per-user one above the machine-wide one.
     """
 
     name = "local"
@@ -318,9 +335,21 @@ class LocalBackend(ClusterBackend):
     def __init__(self, state_dir: Path, *, grace_seconds: float = 10.0,
                  stop_wait_seconds: float = 0.5, workdir: Path | None = None,
                  passthrough_env: Iterable[str] = DEFAULT_PASSTHROUGH_ENV,
-                 runner: Sequence[str] | None = None):
+                 runner: Sequence[str] | None = None, max_replicas: int | None = None,
+                 max_replicas_per_user: int | None = None):
         if not os.path.exists("/proc/self/stat"):
             raise RuntimeError("LocalBackend needs Linux /proc to track processes.")
+        self.max_replicas = int(max_replicas or max(8, os.cpu_count() or 1))
+        self.max_replicas_per_user = int(max_replicas_per_user
+                                         or default_per_user(self.max_replicas))
+        if not 1 <= self.max_replicas_per_user <= self.max_replicas:
+            raise ValueError(
+                f"max_replicas_per_user must be 1 to max_replicas ({self.max_replicas}); got "
+                f"{self.max_replicas_per_user} (FALCON_LOCAL_MAX_REPLICAS_PER_USER)")
+        # The last observe's admission: the ids of the jobs to create now (None before the
+        # first observe: then submit admits), and why each other waiting job waits.
+        self._admitted: set[int] | None = None
+        self._waiting: dict[int, str] = {}
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.grace_seconds = float(grace_seconds)
@@ -424,7 +453,13 @@ class LocalBackend(ClusterBackend):
         is called again. (A crash in the microseconds between fork and the manifest write
         could still start that one replica twice; Kubernetes' atomic create has no such gap.)
 
+        A job with no cluster job yet is created only when the last `observe` admitted it
+        (CB-23); a cluster job that exists is adopted whatever the limits say.
+
         Raises:
+            PermanentBackendError: the job asks for more replicas than this cluster, or one
+                user, may ever run at once.
+            WaitingForCapacity: it does not fit now; it waits its turn.
             BackendError: the task spec has no command, the artifact directory cannot be
                 made, a process cannot be started, or the job is being deleted.
         """
@@ -440,6 +475,7 @@ class LocalBackend(ClusterBackend):
             manifest = self._read_manifest(folder)
             created = manifest is None
             if manifest is None:
+                self._check_admitted(job)  # before anything of it exists
                 folder.mkdir(parents=True, exist_ok=True)
                 manifest = {
                     "version": MANIFEST_VERSION, "name": name, "job_id": job.id,
@@ -474,6 +510,8 @@ class LocalBackend(ClusterBackend):
         (runner gone without an exit file: killed, or the machine restarted). Job mapping as
         in `ClusterBackend.observe`; a lost replica makes the job Failed with reason
         `ReplicaLost` and no exit code.
+
+        Also decides which of `jobs` with no cluster job yet the next `submit`s create (CB-23).
         """
         self._reap()
         table = _process_table()
@@ -482,6 +520,7 @@ class LocalBackend(ClusterBackend):
         except FileNotFoundError:
             present = set()
         out: dict[int, ClusterJobState] = {}
+        held: dict[int, int] = {}  # job id -> replicas, for the jobs whose cluster job exists
         for job in jobs:
             name = self.name_of(job)
             manifest = self._read_manifest(self.state_dir / name) if name in present else None
@@ -492,7 +531,85 @@ class LocalBackend(ClusterBackend):
             else:
                 with log_context(exp_id=job.exp_id, job_id=job.id):  # lines about it: its ids
                     out[job.id] = self._state(self.state_dir / name, manifest, table)
+                    held[job.id] = manifest["replica"]
+        self._plan_admission(jobs, out, held)
         return out
+
+    # -- admission (CB-23) ------------------------------------------------------------------
+
+    @staticmethod
+    def _replicas_of(job: JobView) -> int:
+        try:
+            return max(1, int(job.task_spec.get("replica") or 1))
+        except (TypeError, ValueError):
+            return 1
+
+    def _never_fits(self, job: JobView) -> str | None:
+        """Why `job` can never run on this cluster (too many replicas), else None."""
+        replicas = self._replicas_of(job)
+        for limit, setting, whose in (
+                (self.max_replicas, "FALCON_LOCAL_MAX_REPLICAS", "this local cluster"),
+                (self.max_replicas_per_user, "FALCON_LOCAL_MAX_REPLICAS_PER_USER",
+                 "one user's jobs on this local cluster")):
+            if replicas > limit:
+                return (f"the job asks for {replicas} replicas; {whose} may run at most "
+                        f"{limit} at once ({setting}), so it can never start. Lower `replica` "
+                        "in the task spec, or run it on a larger cluster.")
+        return None
+
+    def _plan_admission(self, jobs: list[JobView], states: dict[int, ClusterJobState],
+                        held: dict[int, int]) -> None:
+        """Decide which of `jobs` still to create start now (`fair_admissions`).
+
+        Args:
+            jobs: the cluster's Pending and Running jobs (the resource manager's tick).
+            states: their observed states; MISSING for a job with no cluster job.
+            held: job id -> replicas of each job whose cluster job exists.
+
+        A cluster job holds all its replicas until it is Succeeded or Failed (a replica that
+        ended early keeps its share: simpler, and never over the limit).
+        """
+        running: dict[str, int] = {}
+        for job in jobs:
+            if job.id in held and not states[job.id].terminal:
+                running[job.creator] = running.get(job.creator, 0) + held[job.id]
+        waiting = [Queued(key=job.id, user=job.creator, order=job.id,
+                          size=self._replicas_of(job))
+                   for job in jobs
+                   if states[job.id].status == ClusterJobStatus.MISSING
+                   and not job.cluster_job_name and self._never_fits(job) is None]
+        admitted = fair_admissions(waiting, running=running, limit=self.max_replicas,
+                                   per_user=self.max_replicas_per_user)
+        self._admitted = {item.key for item in admitted}
+        for item in admitted:  # the waiting jobs' messages count what runs once these start
+            running[item.user] = running.get(item.user, 0) + item.size
+        total = sum(running.values())
+        self._waiting = {
+            item.key: (f"waiting for capacity: the job asks for {item.size} replica(s); "
+                       f"{total} of at most {self.max_replicas} replicas run on this local "
+                       f"cluster (FALCON_LOCAL_MAX_REPLICAS), {running.get(item.user, 0)} of "
+                       f"at most {self.max_replicas_per_user} for this user "
+                       "(FALCON_LOCAL_MAX_REPLICAS_PER_USER). It starts in its turn: users "
+                       "with fewer replicas running first, oldest job first.")
+            for item in waiting if item.key not in self._admitted}
+
+    def _check_admitted(self, job: JobView) -> None:
+        """Refuse to create `job` unless the last `observe` admitted it (CB-23).
+
+        Raises:
+            PermanentBackendError: it can never fit (`_never_fits`).
+            WaitingForCapacity: it was not admitted; the message says what runs.
+        """
+        if (never := self._never_fits(job)) is not None:
+            raise PermanentBackendError(never)
+        if self._admitted is None:
+            return  # no observe yet (a direct submit): nothing is known to run
+        if job.id not in self._admitted:
+            raise WaitingForCapacity(self._waiting.get(job.id) or (
+                f"waiting for capacity: not admitted by the last look at this local cluster "
+                f"(at most {self.max_replicas} replicas, FALCON_LOCAL_MAX_REPLICAS); it is "
+                "considered again next tick."))
+        self._admitted.discard(job.id)
 
     def _state(self, folder: Path, manifest: dict[str, Any],
                table: dict[int, _Proc]) -> ClusterJobState:

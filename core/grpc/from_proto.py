@@ -97,6 +97,30 @@ def require_choice(value: str, field: str, choices: Iterable[str]) -> str:
     return value
 
 
+def repeated_values(values: Sequence[Any], field: str, *,
+                    choices: Iterable[str] | None = None) -> list[Any]:
+    """Return a repeated filter field's values, de-duplicated in order (a state read's
+    `statuses` and `cluster_names`, outside the FilterSets).
+
+    Args:
+        values: the request's repeated field; its length is checked before any value is read.
+        field: its name, for errors.
+        choices: the allowed values (`JobStatus`), None for any.
+
+    Raises:
+        ValidationFailed: more than `core.filters.MAX_FILTER_VALUES` values, or a value not
+            one of `choices`; reported under `field`.
+    """
+    from core.filters import check_value_count
+
+    check_value_count(field, len(values))
+    if choices is not None:
+        known = list(choices)
+        for value in dict.fromkeys(values):
+            require_choice(value, field, known)
+    return list(dict.fromkeys(values))
+
+
 def parse_items(items: Iterable[Any], parse: Callable[[Any], Any]) -> list[Any]:
     """Return `[parse(item) for item in items]` for a batch request's repeated `items`.
 
@@ -180,9 +204,12 @@ def list_filters(request: Any, filterset_class: type[FalconFilterSet], *,
         given, as `FalconFilterSet.validate` returns them: pass it to the entity's selector.
 
     Raises:
-        ValidationFailed: a filter this RPC does not apply is set, a status is unknown, or an
-            id is not positive; each reported under its request field (`statuses`, `ids`, ...).
+        ValidationFailed: a filter this RPC does not apply is set, a repeated field has more
+            than `core.filters.MAX_FILTER_VALUES` values, a status is unknown, or an id is not
+            positive; each reported under its request field (`statuses`, `ids`, ...).
     """
+    from core.filters import too_many_values
+
     declared = set(filterset_class.filter_names())
     supported = sorted(field for field, name in LIST_FILTER_NAMES.items() if name in declared)
     errors: dict[str, list[str]] = {}
@@ -191,7 +218,12 @@ def list_filters(request: Any, filterset_class: type[FalconFilterSet], *,
         if field == "updated_since":
             value = datetime_of(request, field)
         else:
-            value = list(getattr(request, field)) or None
+            repeated = getattr(request, field)
+            # Its length first: a list over the limit is refused before a value is copied.
+            if (problem := too_many_values(len(repeated))) is not None:
+                errors[field] = [problem]
+                continue
+            value = list(repeated) or None
         if value is None:
             continue
         if name not in declared:

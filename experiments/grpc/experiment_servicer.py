@@ -12,6 +12,7 @@ from core.grpc.from_proto import (
     json_value,
     list_filters,
     optional,
+    repeated_values,
     require_choice,
     require_id,
     status_changes,
@@ -119,8 +120,7 @@ class ExperimentServicer(experiment_pb2_grpc.ExperimentServiceServicer):
         Raises:
             ValidationFailed: an unknown status, or a bad `page_size` / `page_token`.
         """
-        known = list(ExpStatus)
-        statuses = [require_choice(s, "statuses", known) for s in request.statuses]
+        statuses = repeated_values(request.statuses, "statuses", choices=ExpStatus)
         size = page_size_of(request.page_size, default=STATES_PAGE_SIZE,
                             maximum=STATES_MAX_PAGE_SIZE)
         states = selectors.exp_states(statuses=statuses,

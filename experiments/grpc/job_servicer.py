@@ -15,6 +15,7 @@ from core.grpc.from_proto import (
     json_value,
     list_filters,
     optional,
+    repeated_values,
     require_choice,
     require_id,
     status_changes,
@@ -106,12 +107,12 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         Raises:
             ValidationFailed: an unknown status, or a bad `page_size` / `page_token`.
         """
-        known = list(JobStatus)
-        statuses = [require_choice(s, "statuses", known) for s in request.statuses]
+        statuses = repeated_values(request.statuses, "statuses", choices=JobStatus)
         size = page_size_of(request.page_size, default=STATES_PAGE_SIZE,
                             maximum=STATES_MAX_PAGE_SIZE)
         rows, more = selectors.job_states(statuses=statuses,
-                                          cluster_names=list(request.cluster_names),
+                                          cluster_names=repeated_values(
+                                              request.cluster_names, "cluster_names"),
                                           after=decode_page_token(request.page_token),
                                           size=size)
         page = fill_page(rows, size, to_message=job_state_to_item,

@@ -38,6 +38,9 @@ Environment variables:
   `$FALCON_VAR_DIR/local-analyzer`; docs/analyzer.md, "Runs on the local backend").
 - `FALCON_ANALYSIS_OFFLINE_CONCURRENCY`, `FALCON_ANALYSIS_ONLINE_CONCURRENCY`: analyses of each
   queue running at once (defaults 2 and 2).
+- `FALCON_ANALYZER_MAX_RUNNING_PER_USER`: analyses of one queue one user (the creator; an
+  offline analysis': the experiment's creator) may run at once (default: half the queue's
+  slots rounded up); users take turns at free slots (docs/analyzer.md, "Queues").
 - `FALCON_ANALYSIS_POLL_SECONDS`: seconds between two offline discovery polls (default 10).
 - `FALCON_ANALYSIS_MAX_ATTEMPTS`: runs started for one analysis before recovery gives up
   (default 3); `FALCON_ANALYSIS_BACKOFF_SECONDS` and `FALCON_ANALYSIS_BACKOFF_MAX_SECONDS`: the
@@ -98,6 +101,11 @@ FALCON_ANALYSIS_CONCURRENCY = {
     "offline": _positive("FALCON_ANALYSIS_OFFLINE_CONCURRENCY", 2),
     "online": _positive("FALCON_ANALYSIS_ONLINE_CONCURRENCY", 2),
 }
+# Runs of one queue one user may have at once; unset: half the queue's slots rounded up
+# (`controllers.analyzer.controller.AnalyzerConfig.per_user_limits`).
+FALCON_ANALYZER_MAX_RUNNING_PER_USER = (
+    _positive("FALCON_ANALYZER_MAX_RUNNING_PER_USER", 1)
+    if os.environ.get("FALCON_ANALYZER_MAX_RUNNING_PER_USER", "").strip() else None)
 FALCON_ANALYSIS_POLL_SECONDS = _positive("FALCON_ANALYSIS_POLL_SECONDS", 10.0, float)
 FALCON_ANALYSIS_MAX_ATTEMPTS = _positive("FALCON_ANALYSIS_MAX_ATTEMPTS", 3)
 FALCON_ANALYSIS_BACKOFF_SECONDS = _positive("FALCON_ANALYSIS_BACKOFF_SECONDS", 2.0, float)

@@ -58,4 +58,4 @@ def job_state_to_item(row: dict) -> job_pb2.JobState:
         cluster_name=row["cluster_name"], status=row["status"], reason=row["reason"],
         message=row["message"], cluster_job_name=row["cluster_job_name"],
         artifact_path=row["artifact_path"], task_spec_json=row["task_spec_text"],
-        exp_config=row["exp_config"] or "")
+        exp_config=row["exp_config"] or "", exp_creator_email=row["exp_creator_email"] or "")

@@ -23,7 +23,7 @@ class ListJobStatesReq(_message.Message):
     def __init__(self, statuses: _Optional[_Iterable[str]] = ..., cluster_names: _Optional[_Iterable[str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class JobState(_message.Message):
-    __slots__ = ("id", "exp_id", "exp_name", "exp_status", "exp_type", "role", "cluster_name", "status", "reason", "message", "cluster_job_name", "artifact_path", "task_spec_json", "exp_config")
+    __slots__ = ("id", "exp_id", "exp_name", "exp_status", "exp_type", "role", "cluster_name", "status", "reason", "message", "cluster_job_name", "artifact_path", "task_spec_json", "exp_config", "exp_creator_email")
     ID_FIELD_NUMBER: _ClassVar[int]
     EXP_ID_FIELD_NUMBER: _ClassVar[int]
     EXP_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -38,6 +38,7 @@ class JobState(_message.Message):
     ARTIFACT_PATH_FIELD_NUMBER: _ClassVar[int]
     TASK_SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
     EXP_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    EXP_CREATOR_EMAIL_FIELD_NUMBER: _ClassVar[int]
     id: int
     exp_id: int
     exp_name: str
@@ -52,7 +53,8 @@ class JobState(_message.Message):
     artifact_path: str
     task_spec_json: str
     exp_config: str
-    def __init__(self, id: _Optional[int] = ..., exp_id: _Optional[int] = ..., exp_name: _Optional[str] = ..., exp_status: _Optional[str] = ..., exp_type: _Optional[str] = ..., role: _Optional[str] = ..., cluster_name: _Optional[str] = ..., status: _Optional[str] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., cluster_job_name: _Optional[str] = ..., artifact_path: _Optional[str] = ..., task_spec_json: _Optional[str] = ..., exp_config: _Optional[str] = ...) -> None: ...
+    exp_creator_email: str
+    def __init__(self, id: _Optional[int] = ..., exp_id: _Optional[int] = ..., exp_name: _Optional[str] = ..., exp_status: _Optional[str] = ..., exp_type: _Optional[str] = ..., role: _Optional[str] = ..., cluster_name: _Optional[str] = ..., status: _Optional[str] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., cluster_job_name: _Optional[str] = ..., artifact_path: _Optional[str] = ..., task_spec_json: _Optional[str] = ..., exp_config: _Optional[str] = ..., exp_creator_email: _Optional[str] = ...) -> None: ...
 
 class ListJobStatesResp(_message.Message):
     __slots__ = ("jobs", "next_page_token", "skipped")
