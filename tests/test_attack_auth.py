@@ -425,6 +425,9 @@ def _gunicorn_env(tmp_path: Path, cf) -> dict[str, str]:
                 FALCON_ARTIFACT_ROOT=(tmp_path / "artifacts").as_uri(), HOME=str(tmp_path),
                 FALCON_AUTH_MODE="cloudflare", FALCON_CF_TEAM_DOMAIN=TEAM,
                 FALCON_CF_CERTS_URL=cf.certs.url, FALCON_CF_AUDIENCES=AUD,
+                # The default local cluster is refused in Cloudflare mode without the opt-in
+                # (tests/test_attack_user_code.py); these tests are about header sizes only.
+                FALCON_UNSAFE_RUN_USER_CODE_AS_SERVER="1",
                 PYTHONUNBUFFERED="1")
 
 
