@@ -7,6 +7,7 @@ the verifier must never read. Tokens carry Cloudflare's claims.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import threading
@@ -211,3 +212,66 @@ def uncached_tokens(settings):
     """
     settings.FALCON_AUTH_TOKEN_CACHE_SECONDS = 0
 
+
+
+class AccessEdge:
+    """Cloudflare Access's edge for service tokens, on 127.0.0.1 (a thread; stop with `close`).
+
+    A GET carrying a known `CF-Access-Client-Id` / `CF-Access-Client-Secret` pair answers 200
+    with the service token's JWT in the `CF_Authorization` cookie (Cloudflare docs, "Service
+    tokens"), signed by `access`; any other pair answers 403. This is what the controllers'
+    `controllers.service_token.CloudflareServiceToken` exchanges its secret at.
+
+    Attributes:
+        url: an "Access-protected" URL to give as `FALCON_CONTROLLER_ACCESS_URL`.
+        ttl: lifetime in seconds of the JWTs handed out.
+        hits: client id -> how many exchanges it made (refused ones under `""`).
+    """
+
+    def __init__(self, access: CloudflareAccess, clients: dict[str, str], ttl: int = 3600):
+        self.ttl = ttl
+        self.hits: dict[str, int] = {}
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                client_id = self.headers.get("CF-Access-Client-Id", "")
+                known = client_id in clients and \
+                    self.headers.get("CF-Access-Client-Secret") == clients[client_id]
+                owner.hits[client_id if known else ""] = \
+                    owner.hits.get(client_id if known else "", 0) + 1
+                if known:
+                    now = int(time.time())
+                    token = access.sign(access.service_claims(
+                        client_id, iat=now, nbf=now, exp=now + owner.ttl))
+                    self.send_response(200)
+                    self.send_header("Set-Cookie", f"CF_Authorization={token}; Path=/; HttpOnly")
+                else:
+                    self.send_response(403)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format, *args) -> None:  # noqa: A002 (keep tokens out)
+                return
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/api/v1/auth/config"
+        threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@contextlib.contextmanager
+def offline_access() -> Iterator[CloudflareAccess]:
+    """An offline Access team (certs endpoint and signer) outside any test's settings: for
+    platforms started as separate processes, which get `TEAM`, `AUD` and `certs.url` through
+    their environment."""
+    current, previous = signing_key("current"), signing_key("previous")
+    server = CertsServer(certs_document([current, previous]))
+    try:
+        yield CloudflareAccess(certs=server, current=current, previous=previous)
+    finally:
+        server.close()
