@@ -1,0 +1,139 @@
+"""Attacks on Falcon's surface, each performed through the public interface and shown refused.
+
+- Forged log lines: an unauthenticated request whose path and user agent carry `%0a`, `%0d`,
+  ESC, NEL or U+2028 must not write a line of its own into the text log of the real servers
+  (`manage.py runserver`, gunicorn), nor break the JSON log's one object per line.
+- A stalled login: an idle and a half-sent connection to `falcon auth login`'s loopback
+  listener must not keep the real browser callback out.
+- Unhardened task Pods: the Job a Kubernetes cluster gets for a user's experiment runs without
+  a service-account token and under the "restricted" Pod Security Standard unless the
+  cluster's entry of the clusters file relaxes it.
+"""
+from __future__ import annotations
+
+import json
+import re
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, parse_qs
+
+import pytest
+
+from tests.test_e2e import free_port
+from tests.test_json_server_logs import ROOT, _env, _gunicorn, _served
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# -- forged log lines ---------------------------------------------------------------------------
+
+# What an attacker puts in a path: a line break to start a forged record, a bare carriage return
+# to overwrite the line on a terminal, an ANSI colour, C1's NEL and the Unicode line separator.
+FORGED_PATH = ("/no-such-{n}%0a2026-01-01%2000:00:00,000%20INFO%20falcon.http%20FORGED-{n}"
+               "%0d%1b[31mred%c2%85nel%e2%80%a8ls")
+# gunicorn refuses ESC and DEL in a header (400), but not bytes >= 0x80, which WSGI decodes as
+# Latin-1: NEL's UTF-8 (c2 85) gives U+0085, U+2028's (e2 80 a8) gives U+0080.
+FORGED_AGENT = b"agent-\xc2\x85-\xe2\x80\xa8-end"
+RAW_CONTROLS = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+PROBES = 3
+
+
+def _send_forged(port: int) -> list[str]:
+    """Send PROBES unauthenticated requests with forged paths and user agents; return the
+    marker each carries (`no-such-<n>`)."""
+    markers = []
+    for n in range(PROBES):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(f"GET {FORGED_PATH.format(n=n)} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                         "Connection: close\r\nUser-Agent: ".encode() + FORGED_AGENT
+                         + b"\r\n\r\n")
+            reply = b""
+            while chunk := sock.recv(65536):
+                reply += chunk
+        assert reply.startswith(b"HTTP/1.1 404") or reply.startswith(b"HTTP/1.0 404"), reply[:80]
+        markers.append(f"no-such-{n}")
+    return markers
+
+
+def _wait_for_lines(log: Path, markers: list[str], per_request: int,
+                    deadline_s: float = 30.0) -> str:
+    """Return the log's text once every marker is on `per_request` lines (the server writes
+    its lines after answering); fail at the deadline, showing the log."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        text = log.read_text(encoding="utf-8", errors="replace")
+        lines = text.splitlines()
+        if all(sum(m in line for line in lines) >= per_request for m in markers):
+            return text
+        assert time.monotonic() < deadline, f"the lines did not come in {deadline_s} s:\n{text}"
+        time.sleep(0.05)
+
+
+def _assert_not_forged(text: str, markers: list[str], per_request: int, starts: re.Pattern):
+    # `splitlines` breaks on every line boundary a viewer may honour (NEL, U+2028 included).
+    lines = text.splitlines()
+    assert not RAW_CONTROLS.search(text), [line for line in lines if RAW_CONTROLS.search(line)]
+    for line in lines:
+        if "FORGED" in line:  # the attacker's text sits inside a record of the server
+            assert starts.match(line), f"a line that does not start like a record: {line!r}"
+    for n, marker in enumerate(markers):
+        mine = [line for line in lines if marker in line]
+        assert len(mine) == per_request, mine
+        assert not any(line.lstrip().startswith("2026-01-01") for line in lines)
+        # Decoded and escaped (the application's lines), or as sent (an access line's raw path).
+        assert all(f"FORGED-{n}\\r\\x1b[31mred\\x85nel\\u2028ls" in line
+                   or f"FORGED-{n}%0d%1b[31mred%c2%85nel%e2%80%a8ls" in line for line in mine), mine
+        assert any(f"FORGED-{n}\\r\\x1b[31mred\\x85nel\\u2028ls" in line for line in mine)
+
+
+def _stop_when_written(log: Path, per_request: int):
+    def client(port: int) -> tuple[list[str], str]:
+        markers = _send_forged(port)
+        return markers, _wait_for_lines(log, markers, per_request)
+    return client
+
+
+def test_a_forged_path_writes_no_line_of_its_own_in_runserver_s_text_log(tmp_path):
+    port = free_port()
+    log = tmp_path / "runserver.log"
+    markers, text = _served(
+        [sys.executable, str(ROOT / "manage.py"), "runserver", "--noreload", "--insecure",
+         f"127.0.0.1:{port}"], dict(_env(tmp_path), FALCON_LOG_FORMAT="text"), port, log,
+        _stop_when_written(log, per_request=3))
+    # Per request: falcon.http's line, django.request's "Not Found" and django.server's
+    # access line.
+    starts = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ \S+ \[")
+    _assert_not_forged(text, markers, 3, starts)
+    for marker in markers:
+        assert any("falcon.http" in line and marker in line for line in text.splitlines())
+
+
+def test_a_forged_path_and_agent_write_no_line_in_gunicorn_s_text_access_log(tmp_path):
+    port = free_port()
+    log = tmp_path / "gunicorn.log"
+    markers, text = _served(_gunicorn(port), dict(_env(tmp_path), FALCON_LOG_FORMAT="text"),
+                            port, log, _stop_when_written(log, per_request=3))
+    # gunicorn's error log lines start with `[date]`, its access lines with the client address,
+    # the application's with the date.
+    starts = re.compile(r"\[\d{4}-|127\.0\.0\.1 |\d{4}-\d\d-\d\d ")
+    _assert_not_forged(text, markers, 3, starts)
+    access = [line for line in text.splitlines()
+              if line.startswith("127.0.0.1 ") and "no-such-" in line]
+    assert len(access) == PROBES
+    assert all("agent-\u00c2\\x85-\u00e2\\x80\u00a8-end" in line for line in access), access
+
+
+def test_a_forged_path_stays_inside_one_json_object_per_line(tmp_path):
+    port = free_port()
+    log = tmp_path / "runserver.log"
+    markers, text = _served(
+        [sys.executable, str(ROOT / "manage.py"), "runserver", "--noreload", "--insecure",
+         f"127.0.0.1:{port}"], _env(tmp_path), port, log, _stop_when_written(log, 3))
+    assert not RAW_CONTROLS.search(text)
+    records = [json.loads(line) for line in text.splitlines()]
+    assert all(isinstance(r, dict) for r in records)
+    [app] = [r for r in records if r["logger"] == "falcon.http" and markers[0] in r["path"]]
+    # The JSON line keeps the exact path (decoded), its controls escaped by JSON itself.
+    assert app["path"].endswith("FORGED-0\r\x1b[31mred\x85nel\u2028ls")
