@@ -137,3 +137,61 @@ def test_a_forged_path_stays_inside_one_json_object_per_line(tmp_path):
     [app] = [r for r in records if r["logger"] == "falcon.http" and markers[0] in r["path"]]
     # The JSON line keeps the exact path (decoded), its controls escaped by JSON itself.
     assert app["path"].endswith("FORGED-0\r\x1b[31mred\x85nel\u2028ls")
+
+
+# -- a stalled login ------------------------------------------------------------------------------
+
+class StallingBrowser:
+    """A local attacker, then the user's browser: before the browser follows the redirect to the
+    CLI's listener, one connection sits idle on the listener and another sends half a request
+    line and stops. Both stay open until the login is over."""
+
+    def __init__(self, browser):
+        self.browser = browser
+        self.stalled: list[socket.socket] = []
+
+    def __call__(self, url: str) -> bool:
+        port = int(parse_qs(urlsplit(url).query)["port"][0])
+        idle = socket.create_connection(("127.0.0.1", port), timeout=10)
+        slow = socket.create_connection(("127.0.0.1", port), timeout=10)
+        slow.sendall(b"GET /callback?state=")
+        self.stalled += [idle, slow]
+        return self.browser(url)
+
+    def close(self) -> None:
+        for sock in self.stalled:
+            sock.close()
+
+
+def test_an_idle_and_a_slow_connection_do_not_keep_the_login_callback_out(
+        live_server, tmp_path, cloudflare, monkeypatch):
+    from cli import loopback
+    from cli.tests.test_cloudflare_login import FakeBrowser, run_cli
+    from cli.token_cache import CredentialStore
+
+    # Stalled connections are dropped after a few seconds; here they may stay longer than the
+    # login's deadline, so it is not their expiry that lets the callback in.
+    monkeypatch.setattr(loopback, "CONNECTION_TIMEOUT", 120.0, raising=False)
+    token = cloudflare.sign(sub="cf-sub-bob", email="bob@example.com")
+    browser = FakeBrowser(token)
+    attacker = StallingBrowser(browser)
+    outcome = []
+    login = threading.Thread(target=lambda: outcome.append(run_cli(
+        live_server.url, tmp_path, "auth", "login", browser=attacker, login_timeout=30.0)),
+        daemon=True)
+    try:
+        login.start()
+        # A listener held by one connection never stops (its shutdown waits for the handler):
+        # fail instead of hanging.
+        login.join(90)
+        assert not login.is_alive(), "falcon auth login hung on a stalled connection"
+        [(result, _)] = outcome
+        assert result.exit_code == 0, result.output
+        assert browser.callback_status == [200]
+        for sock in attacker.stalled:  # still open: the listener served around them
+            sock.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                sock.recv(1)
+    finally:
+        attacker.close()
+    assert CredentialStore(tmp_path).get(live_server.url).token == token
