@@ -22,6 +22,7 @@ from urllib.parse import urlsplit, parse_qs
 
 import pytest
 
+from controllers.tests.fake_k8s import fake_kube  # noqa: F401  (a fixture)
 from tests.test_e2e import free_port
 from tests.test_json_server_logs import ROOT, _env, _gunicorn, _served
 
@@ -195,3 +196,116 @@ def test_an_idle_and_a_slow_connection_do_not_keep_the_login_callback_out(
     finally:
         attacker.close()
     assert CredentialStore(tmp_path).get(live_server.url).token == token
+
+
+# -- unhardened task Pods -----------------------------------------------------------------------
+
+K8S_VERSION = "1.37.0"
+
+
+def _cluster_backend(kubeconfig: Path, extra: str = ""):
+    """The backend the resource manager builds for a kubernetes entry of a clusters file."""
+    from clusters.config import parse_clusters
+    from controllers.cluster_backends.kubernetes import KubernetesBackend
+    from controllers.cluster_backends.loading import kubernetes_config
+
+    text = (f"clusters:\n  k8s-a:\n    backend: kubernetes\n    namespace: falcon-jobs\n"
+            f"    kubeconfig: {kubeconfig}\n    retries: 0\n{extra}")
+    return KubernetesBackend("k8s-a", kubernetes_config("k8s-a", parse_clusters(text)["k8s-a"]))
+
+
+def _submitted_pod(fake_kube, tmp_path, extra: str = "", **spec) -> dict:
+    import kubernetes_validate
+
+    from controllers.tests.test_k8s_backend import job_view
+
+    backend = _cluster_backend(fake_kube.kubeconfig(tmp_path / "kubeconfig"), extra)
+    view = job_view(**spec)
+    name = backend.submit(view).cluster_job_name
+    job = fake_kube.get("jobs", "falcon-jobs", name)
+    stored = {k: v for k, v in job.items() if k != "status"}
+    stored["metadata"] = {k: v for k, v in job["metadata"].items()
+                          if k in ("name", "namespace", "labels", "annotations", "finalizers")}
+    kubernetes_validate.validate(stored, K8S_VERSION, strict=True)
+    return job["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("spec", [
+    {},
+    {"device_type": "h100", "device_count": 8},
+    {"device_type": "tpu-v5p", "device_count": 8, "device_topo": "2x2x2"},
+], ids=["cpu", "gpu", "tpu"])
+def test_a_task_pod_gets_no_token_and_runs_restricted_by_default(fake_kube, tmp_path, spec):
+    pod = _submitted_pod(fake_kube, tmp_path, **spec)
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    [container] = pod["containers"]
+    sc = container["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False and sc["privileged"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]} and sc["runAsNonRoot"] is True
+    assert "runAsUser" not in sc  # the image's own non-root USER
+
+
+def test_a_cluster_relaxes_the_pod_security_of_its_own_task_pods(fake_kube, tmp_path):
+    baseline = _submitted_pod(fake_kube, tmp_path, "    pod_security: baseline\n")
+    assert baseline["automountServiceAccountToken"] is False
+    assert "runAsNonRoot" not in baseline["securityContext"]
+    sc = baseline["containers"][0]["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False and "capabilities" not in sc
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+
+    privileged = _submitted_pod(fake_kube, tmp_path, "    pod_security: privileged\n",
+                                job_id=8, role="tpu")
+    assert privileged["automountServiceAccountToken"] is False
+    assert privileged["containers"][0]["securityContext"] == {"privileged": True}
+
+    uid = _submitted_pod(fake_kube, tmp_path, "    run_as_user: 1000\n", job_id=9, role="uid")
+    assert uid["securityContext"]["runAsUser"] == 1000
+    assert uid["securityContext"]["runAsNonRoot"] is True
+
+
+@pytest.mark.parametrize("extra, field", [
+    ("    pod_security: unconfined\n", "clusters.k8s-a.pod_security"),
+    ("    run_as_user: 0\n", "clusters.k8s-a.run_as_user"),
+    ("    run_as_user: root\n", "clusters.k8s-a.run_as_user"),
+])
+def test_an_unknown_pod_security_setting_is_refused_naming_the_field(tmp_path, extra, field):
+    from clusters.config import ClusterConfigError
+
+    with pytest.raises(ClusterConfigError, match=re.escape(field)):
+        _cluster_backend(tmp_path / "kubeconfig", extra)
+
+
+def test_a_task_pod_or_an_analysis_pod_cannot_reach_falcon_s_ports_or_the_database():
+    """NetworkPolicies of k8s/base: a user's task Pod (its labels as built, in its cluster
+    namespace) and an analysis Pod (in Falcon's namespace) reach no API, analyzer or metrics
+    port; the analysis Pod's only ways out are DNS, public HTTPS and the metadata server."""
+    import ipaddress
+
+    from controllers.analyzer.backends.kubernetes import COMPONENT
+    from controllers.tests.test_deploy import NAMESPACE, falcon_pods, policies, reaches
+    from controllers.tests.test_k8s_backend import job_view, make_backend
+
+    job = make_backend().build_job(job_view())
+    task_labels = job.spec.template.metadata.labels
+    task_ns = {"kubernetes.io/metadata.name": "falcon-jobs"}
+    for name, (labels, ports) in falcon_pods().items():
+        for port in ports:
+            assert not reaches(task_labels, task_ns, labels, port), (name, port)
+            assert not reaches(COMPONENT, NAMESPACE, labels, port), (name, port)
+    [egress] = [p for p in policies() if p["spec"]["podSelector"].get("matchLabels") == {
+        "app.kubernetes.io/name": COMPONENT["app.kubernetes.io/name"]}]
+    assert egress["spec"]["policyTypes"] == ["Egress"]
+    allowed_ports = {p["port"] for rule in egress["spec"]["egress"] for p in rule["ports"]}
+    assert allowed_ports == {53, 443, 80, 988}  # no 3306/5432 (a database), no 8000/50051
+    for rule in egress["spec"]["egress"]:
+        if {p["port"] for p in rule["ports"]} & {80, 443, 988}:
+            [peer] = rule["to"]
+            block = peer["ipBlock"]
+            if block["cidr"] == "0.0.0.0/0":  # public HTTPS: never the cluster's addresses
+                private = {ipaddress.ip_network(c) for c in block["except"]}
+                assert ipaddress.ip_network("10.0.0.0/8") in private
+                assert ipaddress.ip_network("192.168.0.0/16") in private
+            else:
+                assert block == {"cidr": "169.254.169.254/32"}
