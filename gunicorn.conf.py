@@ -15,7 +15,9 @@ Under `FALCON_LOG_FORMAT=json` gunicorn's own lines are JSON like the applicatio
 traceback) and, when `--access-logfile` is given, its access lines, with the fields `method`,
 `path` (no query string), `status`, `bytes`, `duration_ms` and `request_id` (the response's
 `X-Request-ID`, the id the application served the request under). Under `text` gunicorn's own
-formats are kept. In both, credentials are masked (`core.logs.ContextFilter`).
+formats are kept, written by `core.logs.TextFormatter`: a control character a request put in a
+field (its path, user agent, referer) is escaped, so each access line is one line. In both,
+credentials are masked (`core.logs.ContextFilter`).
 
 A header line may hold the verifier's largest access token plus a margin (`core.tokens`):
 gunicorn's default, 8190 bytes, answered 431 to a legitimate 8 KiB token the verifier accepts.
@@ -64,9 +66,10 @@ class FalconGunicornLogger(GunicornLogger):
     def setup(self, cfg):
         """Set gunicorn's handlers up and give each the ids-and-redaction filter (`core.logs`:
         credentials are masked in either format); under json also the JSON formatter, and the
-        access log its fields."""
+        access log its fields; under text gunicorn's own format with control characters
+        escaped."""
         super().setup(cfg)
-        from core.logs import ContextFilter, json_formatter, log_format
+        from core.logs import ContextFilter, json_formatter, log_format, text_formatter
 
         json_lines = log_format() == "json"
         if json_lines and not any(isinstance(f, AccessFields) for f in self.access_log.filters):
@@ -75,6 +78,9 @@ class FalconGunicornLogger(GunicornLogger):
             for handler in logger.handlers:
                 if json_lines:
                     handler.setFormatter(json_formatter())
+                else:
+                    own = handler.formatter or logging.Formatter()
+                    handler.setFormatter(text_formatter(own._fmt, own.datefmt))
                 if not any(isinstance(f, ContextFilter) for f in handler.filters):
                     handler.addFilter(ContextFilter())
 

@@ -17,6 +17,8 @@ or all of the clusters) read the same file::
         watch: true                # optional: list-then-watch cache of Jobs and Pods
         qps: 50                    # optional client limits, see kubeclient.KubeConnection
         devices: {}                # optional: device types for this cluster only
+        pod_security: restricted   # optional: restricted (default), baseline or privileged
+        run_as_user: 10001         # optional: the task Pods' uid (default: the image's USER)
     devices: {}                    # optional: device types for every kubernetes cluster
 
 This module imports no Django and opens no cluster connection, so the API server's validation
@@ -49,9 +51,13 @@ MIN_TTL_SECONDS_AFTER_FINISHED = 300
 K8S_INT_KEYS = {"backoff_limit": 0, "ttl_seconds_after_finished": MIN_TTL_SECONDS_AFTER_FINISHED,
                 "active_deadline_seconds": 1, "termination_grace_period_seconds": 0,
                 "list_page_size": 1}
+# The Pod Security Standard level of a cluster's task Pods (`controllers.pod_security`): the
+# strictest by default; a cluster whose images run as root, or whose devices need a privileged
+# container, relaxes it in its own entry.
+POD_SECURITY_LEVELS = ("restricted", "baseline", "privileged")
 K8S_KEYS = (frozenset({"backend", "namespace", "propagation_policy", "service_account",
                        "image_pull_secrets", "node_selector", "devices", "watch",
-                       "watch_timeout", "cache_sync_wait"})
+                       "watch_timeout", "cache_sync_wait", "pod_security", "run_as_user"})
             | CONNECTION_KEYS | frozenset(K8S_INT_KEYS))
 
 
@@ -83,6 +89,20 @@ def _check_cluster(raw: Any, where: str) -> dict[str, Any]:
                 f"{MIN_TTL_SECONDS_AFTER_FINISHED} (seconds): Kubernetes deletes a finished "
                 "Job's Pods, with the exit codes and output that say why it failed, when the "
                 "TTL runs out, possibly before the resource manager read them")
+        level = raw.get("pod_security", "restricted")
+        if level not in POD_SECURITY_LEVELS:
+            raise ClusterConfigError(
+                f"{where}.pod_security: {level!r} is not a level; use restricted (the default: "
+                "non-root, no capabilities), baseline (images that run as root) or privileged "
+                "(devices that need a privileged container)")
+        uid = raw.get("run_as_user")
+        if uid is not None and (not isinstance(uid, int) or isinstance(uid, bool) or uid < 0):
+            raise ClusterConfigError(f"{where}.run_as_user: {uid!r} is not a uid; use an "
+                                     "integer >= 1 (the task containers' user id)")
+        if uid == 0 and level == "restricted":
+            raise ClusterConfigError(
+                f"{where}.run_as_user: 0 is root, which pod_security restricted refuses; use "
+                "a non-root uid, or set pod_security: baseline for this cluster")
         if raw.get("watch") is not None and not isinstance(raw["watch"], bool):
             raise ClusterConfigError(f"{where}.watch: must be true or false")
         for key in ("watch_timeout", "cache_sync_wait"):

@@ -14,6 +14,14 @@ records), which
 - masks credentials that reached a message anyway (`Bearer <token>`, a JWT, `token=...`), so no
   token or secret is ever written, whatever a library logs.
 
+A `text` line is one line whatever its fields hold (`TextFormatter`): a request path, user agent,
+user, experiment name or error text may carry a newline, a carriage return, ESC or a Unicode line
+separator from anyone who can send a request, and written raw it would start a forged record or
+drive the reader's terminal. `escape_controls` writes every control character of the record's
+line as a visible escape (`\\n`, `\\r`, `\\x1b`, `\\u2028`); a traceback keeps its real newlines,
+but each of its lines is escaped and indented under the record, so no line of it can begin like
+a record (decisions.md#dec-sec-surface). The `json` format escapes them inside its strings.
+
 Django's own loggers go through the same handler: `django.server` (runserver's access lines,
 `falcon_site/management/commands/runserver.py` adds their fields) and `django` (no handler of
 its own, so no second, plain-text copy under `DJANGO_DEBUG`). A record's `request` (Django's
@@ -55,6 +63,18 @@ SECRET_PATTERNS = (
     re.compile(r"(?<=://)([^/@\s:]+):([^/@\s]+)@"),
 )
 
+# What `escape_controls` rewrites: C0 (with \t \n \r ESC), DEL, C1 (with NEL U+0085), the
+# Unicode line and paragraph separators (which `str.splitlines` and many viewers break on) and
+# the bidirectional overrides and isolates (which make a viewer show text in another order).
+_CONTROL_CODES = (*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0), 0x2028, 0x2029,
+                  *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+_NAMED_ESCAPES = {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}
+_ESCAPES = {code: _NAMED_ESCAPES.get(code) or (f"\\x{code:02x}" if code <= 0xFF
+                                               else f"\\u{code:04x}")
+            for code in _CONTROL_CODES}
+# Under a record, each line of its traceback starts with this: a record starts with a date.
+TRACEBACK_INDENT = "    | "
+
 _context: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
     "falcon_log_context", default={})
 
@@ -91,6 +111,44 @@ def redact(text: str) -> str:
         else:
             text = pattern.sub(REDACTED, text)
     return text
+
+
+def escape_controls(text: str) -> str:
+    """Return `text` on one line: every control character written as a visible escape.
+
+    `\\n`, `\\r` and `\\t` by name, other C0, DEL and C1 characters as `\\xNN`, the line and
+    paragraph separators and the bidirectional controls as `\\uNNNN`. A backslash already
+    in `text` stays as it is: the `json` format is the unambiguous record, this one is read.
+    """
+    return text.translate(_ESCAPES)
+
+
+class TextFormatter(logging.Formatter):
+    """The `text` format: the record's line with `escape_controls` applied to all of it (the
+    message and every field the format string names), then its traceback and stack, each
+    line escaped and indented by `TRACEBACK_INDENT` (module docstring)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """Return the record as one escaped line, plus its indented traceback lines."""
+        record.message = record.getMessage()
+        if self.usesTime():
+            record.asctime = self.formatTime(record, self.datefmt)
+        line = escape_controls(self.formatMessage(record))
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        extra = [text for text in (record.exc_text,
+                                   record.stack_info and self.formatStack(record.stack_info))
+                 if text]
+        for text in extra:
+            line += "".join(f"\n{TRACEBACK_INDENT}{escape_controls(part)}"
+                            for part in text.splitlines())
+        return line
+
+
+def text_formatter(fmt: str | None = None, datefmt: str | None = None) -> TextFormatter:
+    """A new `TextFormatter` of `fmt` (the `text` format's by default), for handlers made
+    elsewhere (gunicorn's, `gunicorn.conf.py`, which keeps its own formats)."""
+    return TextFormatter(fmt or logging_config()["formatters"]["text"]["fmt"], datefmt)
 
 
 # What every LogRecord has (not a caller's field): never user data, but for msg and args.
@@ -156,7 +214,8 @@ def logging_config(fmt: str = "text", level: str = "INFO") -> dict[str, Any]:
         "disable_existing_loggers": False,
         "filters": {"context": {"()": "core.logs.ContextFilter"}},
         "formatters": {
-            "text": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] "
+            "text": {"()": "core.logs.TextFormatter",
+                     "fmt": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] "
                                "%(message)s%(context)s"},
             "json": {
                 "()": "pythonjsonlogger.json.JsonFormatter",

@@ -62,6 +62,7 @@ from controllers.cluster_backends.base import (
 )
 from clusters.validation import kubernetes_task_spec_problems
 from clusters.devices import TPU_TOPOLOGY_LABEL, DeviceTable, DeviceType
+from controllers.pod_security import security_contexts
 from controllers.kubeclient import (
     Informer, KubeCaller, KubeConnection, Raw, api_client, list_all_raw,
 )
@@ -181,6 +182,9 @@ class KubernetesClusterConfig:
         cache_sync_wait: seconds a tick waits for the cache to reach the resourceVersion of
             a one-item LIST made at its start (read-after-write for the tick); past it the
             tick reads the cache as it is (the next tick catches up).
+        pod_security: the task Pods' Pod Security Standard level (`restricted`, `baseline`,
+            `privileged`; `controllers.pod_security`).
+        run_as_user: the task containers' uid, None for the image's own `USER`.
     """
 
     namespace: str
@@ -198,6 +202,8 @@ class KubernetesClusterConfig:
     watch: bool = True
     watch_timeout: float = 60.0
     cache_sync_wait: float = 1.0
+    pod_security: str = "restricted"
+    run_as_user: int | None = None
 
 
 def _status_message(exc: ApiException) -> str:
@@ -812,15 +818,22 @@ class KubernetesBackend(ClusterBackend):
                   f"FALCON_HOST_INDEX=$(( ${{JOB_COMPLETION_INDEX:-0}} % {hosts} ))\n"
                   f"{spec['command']}")
         resources, node_selector = self._accelerators(spec, device)
+        pod_security, container_security = security_contexts(
+            self.config.pod_security, run_as_user=self.config.run_as_user)
         container = client.V1Container(
             name=CONTAINER, image=spec.get("image") or "", command=["/bin/sh", "-c", script],
             env=[client.V1EnvVar(name=k, value=v) for k, v in env.items()],
             resources=resources,
             # The tail of the output becomes the termination message when the container fails
             # without writing one: the failure reason Falcon shows.
-            termination_message_policy="FallbackToLogsOnError")
+            termination_message_policy="FallbackToLogsOnError",
+            security_context=container_security)
         return client.V1PodSpec(
             restart_policy="Never", containers=[container],
+            # A user's code gets no credential of the cluster (no service-account token: a
+            # task has no business with the Kubernetes API) and runs at the cluster's Pod
+            # Security level (`KubernetesClusterConfig.pod_security`, restricted by default).
+            automount_service_account_token=False, security_context=pod_security,
             node_selector=node_selector or None,
             subdomain=name if total > 1 else None,
             service_account_name=self.config.service_account or None,

@@ -43,7 +43,7 @@ def kubernetes_config(name: str, entry: Mapping[str, Any]):
             if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
                 raise ImproperlyConfigured(f"{where}.{key}: must be an integer >= {minimum}")
             values[key] = value
-    for key in ("watch", "watch_timeout", "cache_sync_wait"):
+    for key in ("watch", "watch_timeout", "cache_sync_wait", "pod_security", "run_as_user"):
         if entry.get(key) is not None:
             values[key] = entry[key]
     policy = entry.get("propagation_policy")

@@ -301,3 +301,107 @@ def test_every_process_that_serves_metrics_is_annotated_for_prometheus():
             assert env["PROMETHEUS_MULTIPROC_DIR"].startswith("/tmp/") and "/tmp" in mounts
         else:
             assert env["FALCON_METRICS_PORT"] == str(port), name
+
+
+# -- NetworkPolicies: who reaches which port --------------------------------------------------
+
+NAMESPACE = {"kubernetes.io/metadata.name": "falcon"}
+
+
+def _matches(selector: dict, labels: dict) -> bool:
+    """A LabelSelector (matchLabels, matchExpressions In/NotIn/Exists/DoesNotExist) on labels."""
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr["key"], expr["operator"], expr.get("values") or []
+        if not {"In": labels.get(key) in values, "NotIn": labels.get(key) not in values,
+                "Exists": key in labels, "DoesNotExist": key not in labels}[op]:
+            return False
+    return True
+
+
+def policies() -> list[dict]:
+    return [o for o in all_objects() if o["kind"] == "NetworkPolicy"]
+
+
+def reaches(peer_pod: dict, peer_ns: dict, target: dict, port: int) -> bool:
+    """Whether the ingress NetworkPolicies of k8s/base let a Pod labelled `peer_pod` in a
+    namespace labelled `peer_ns` connect to `port` of a Falcon Pod labelled `target`
+    (NetworkPolicy semantics: a Pod no policy selects is open; a selected one only to what
+    some rule allows)."""
+    selecting = [p for p in policies() if "Ingress" in p["spec"]["policyTypes"]
+                 and _matches(p["spec"]["podSelector"], target)]
+    if not selecting:
+        return True
+    for policy in selecting:
+        for rule in policy["spec"].get("ingress") or []:
+            if rule.get("ports") and port not in {p["port"] for p in rule["ports"]}:
+                continue
+            for peer in rule.get("from") or []:
+                ns_ok = (_matches(peer["namespaceSelector"], peer_ns)
+                         if "namespaceSelector" in peer else peer_ns == NAMESPACE)
+                pod_ok = _matches(peer.get("podSelector") or {}, peer_pod)
+                if ns_ok and pod_ok:
+                    return True
+    return False
+
+
+def falcon_pods() -> dict[str, tuple[dict, set[int]]]:
+    """`{Deployment name: (Pod labels, container ports)}` of k8s/base."""
+    out = {}
+    for dep in (o for o in all_objects() if o["kind"] == "Deployment"):
+        template = dep["spec"]["template"]
+        ports = {p["containerPort"] for c in template["spec"]["containers"]
+                 for p in c.get("ports", [])}
+        out[dep["metadata"]["name"]] = (template["metadata"]["labels"], ports)
+    return out
+
+
+def test_every_network_policy_selects_pods_that_exist():
+    from controllers.analyzer.backends.kubernetes import COMPONENT
+
+    labels = [lbl for lbl, _ in falcon_pods().values()] + [COMPONENT]
+    names = set()
+    for policy in policies():
+        names.add(policy["metadata"]["name"])
+        selectors = [policy["spec"]["podSelector"]] + [
+            peer["podSelector"] for rule in policy["spec"].get("ingress") or []
+            for peer in rule.get("from") or [] if "podSelector" in peer]
+        for selector in selectors:
+            assert any(_matches(selector, lbl) for lbl in labels), (policy, selector)
+        for rule in policy["spec"].get("ingress") or []:
+            for peer in rule.get("from") or []:
+                if "podSelector" in peer and "namespaceSelector" not in peer:
+                    for expr in peer["podSelector"].get("matchExpressions") or []:
+                        assert all(any(lbl.get(expr["key"]) == v for lbl in labels)
+                                   for v in expr["values"]), expr
+    assert "falcon-default-deny-ingress" in names
+    deny = next(p for p in policies() if p["metadata"]["name"] == "falcon-default-deny-ingress")
+    assert deny["spec"] == {"podSelector": {}, "policyTypes": ["Ingress"]}
+
+
+def test_every_falcon_port_is_open_to_its_callers_only():
+    pods = falcon_pods()
+    edge = {"kubernetes.io/metadata.name": "ingress-nginx", "falcon.dev/ingress": "allowed"}
+    metrics = {"kubernetes.io/metadata.name": "monitoring", "falcon.dev/metrics": "allowed"}
+    elsewhere = {"kubernetes.io/metadata.name": "default"}
+    for name, (labels, ports) in pods.items():
+        assert ports <= {8000, 50051, 50052, 9100}, (name, ports)
+        for port in ports:  # every port a Deployment opens has a rule
+            callers = [p for p, _ in pods.values() if reaches(p, NAMESPACE, labels, port)]
+            reached = (callers or reaches({"app": "prometheus"}, metrics, labels, port)
+                       or reaches({"app": "edge"}, edge, labels, port))
+            assert reached, (name, port)
+            # Nothing in another namespace without the labels, whatever its Pod labels.
+            assert not reaches(labels, elsewhere, labels, port), (name, port)
+    http, grpc, analyzer = (pods[n][0] for n in ("falcon-api-http", "falcon-api-grpc",
+                                                  "falcon-analyzer"))
+    controller = pods["falcon-exp-controller"][0]
+    assert reaches(controller, NAMESPACE, grpc, 50051)
+    assert reaches({"app": "cloudflared"}, edge, http, 8000)
+    assert reaches({"app": "cloudflared"}, edge, grpc, 50051)
+    assert not reaches({"app": "cloudflared"}, edge, analyzer, 50052)
+    assert reaches(http, NAMESPACE, analyzer, 50052)
+    assert not reaches(controller, NAMESPACE, analyzer, 50052)
+    assert reaches({"app": "prometheus"}, metrics, controller, 9100)
+    assert not reaches({"app": "prometheus"}, metrics, analyzer, 50052)

@@ -5,11 +5,16 @@ import io
 import json
 import logging
 import logging.config
+import unicodedata
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from core.context import reset_request_id, set_request_id
-from core.logs import log_context, log_format, logging_config, redact
+from core.logs import (
+    TRACEBACK_INDENT, escape_controls, log_context, log_format, logging_config, redact,
+)
 
 
 def _capture(fmt: str):
@@ -117,3 +122,75 @@ def test_lines_an_http_view_logs_carry_the_ids_of_its_path(client, caplog):
     assert refused and all((r.exp_id, r.request_id) == (5, "req-view-1") for r in refused)
     assert (line.exp_id, line.method, line.path, line.status) == (5, "GET", "/api/v1/exps/5",
                                                                   401)
+
+
+# -- control characters: one record, one line (text), one object per line (json) ---------------
+
+_LINE_BREAKERS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+
+
+@given(st.text())
+def test_escape_controls_leaves_one_line_without_control_characters(text):
+    out = escape_controls(text)
+    assert len(out.splitlines()) <= 1
+    assert not any(unicodedata.category(ch) == "Cc" or ch in "\u2028\u2029" for ch in out)
+    # Printable text is kept as it is.
+    if not any(unicodedata.category(ch) in ("Cc", "Zl", "Zp", "Cf") for ch in text):
+        assert out == text
+
+
+def test_escape_controls_writes_visible_escapes():
+    assert escape_controls("a\nb\rc\td\x1b[31me\x7f\x85\u2028\u202e") == (
+        "a\\nb\\rc\\td\\x1b[31me\\x7f\\x85\\u2028\\u202e")
+
+
+def test_every_field_of_a_text_line_is_escaped():
+    """The message, the request id and the ids' values: none can start a line of its own."""
+    log, stream = _capture("text")
+    token = set_request_id("req\n2026-01-01 00:00:00,000 INFO forged")
+    try:
+        with log_context(exp_id="5\r\x1b[2K"):
+            log.warning("exp %s by %s", "name\u2028forged", "agent\x85x",
+                        extra={"job_id": "7\nforged"})
+    finally:
+        reset_request_id(token)
+    out = stream.getvalue()
+    [line] = out.splitlines()
+    assert "[req\\n2026-01-01 00:00:00,000 INFO forged]" in line
+    assert "exp name\\u2028forged by agent\\x85x" in line
+    assert line.endswith(" exp_id=5\\r\\x1b[2K job_id=7\\nforged")
+
+
+def test_a_traceback_keeps_its_lines_indented_and_escaped():
+    log, stream = _capture("text")
+    try:
+        raise ValueError("bad\n2026-01-01 00:00:00,000 INFO forged\x1b[0m")
+    except ValueError:
+        log.exception("failed")
+    lines = stream.getvalue().splitlines()
+    assert lines[0].endswith("ERROR falcon.test [-] failed")
+    assert len(lines) > 2 and all(line.startswith(TRACEBACK_INDENT) for line in lines[1:])
+    # A newline in the exception's text is a line of the traceback: indented like the rest.
+    assert lines[-2:] == [f"{TRACEBACK_INDENT}ValueError: bad",
+                          f"{TRACEBACK_INDENT}2026-01-01 00:00:00,000 INFO forged\\x1b[0m"]
+
+
+def test_a_stack_is_indented_under_its_record():
+    log, stream = _capture("text")
+    log.info("where", stack_info=True)
+    lines = stream.getvalue().splitlines()
+    assert lines[0].endswith(" where")
+    assert lines[1] == f"{TRACEBACK_INDENT}Stack (most recent call last):"
+    assert all(line.startswith(TRACEBACK_INDENT) for line in lines[1:])
+
+
+@settings(max_examples=50)
+@given(st.text(), st.text())
+def test_json_lines_hold_any_text_on_one_line(message, path):
+    log, stream = _capture("json")
+    log.info("%s", message, extra={"path": path})
+    out = stream.getvalue()
+    assert out.endswith("\n") and len(out[:-1].splitlines()) == 1
+    assert not any(ch in _LINE_BREAKERS for ch in out[:-1])
+    record = json.loads(out)
+    assert record["message"] == redact(message) and record["path"] == redact(path)

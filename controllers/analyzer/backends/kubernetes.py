@@ -43,6 +43,7 @@ from kubernetes.client.exceptions import ApiException
 
 from artifacts.store import store_for
 from controllers.kubeclient import KubeCaller
+from controllers.pod_security import RESTRICTED, security_contexts
 from core.logs import log_context
 
 from .base import (
@@ -208,6 +209,8 @@ class PodAnalysisBackend(AnalysisBackend):
         mounts = [client.V1VolumeMount(name="work", mount_path=WORK),
                   client.V1VolumeMount(name="home", mount_path=HOME),
                   client.V1VolumeMount(name="tmp", mount_path=TMP)]
+        pod_security, container_security = security_contexts(
+            RESTRICTED, run_as_user=self.run_as_user, read_only_root_filesystem=True)
         container = client.V1Container(
             name=CONTAINER, image=self.image,
             command=["python", "-m", "controllers.analyzer.runner", "--spec-env", SPEC_ENV,
@@ -218,12 +221,7 @@ class PodAnalysisBackend(AnalysisBackend):
                                                     limits=limits or None),
             termination_message_path=TERMINATION_LOG,
             termination_message_policy="FallbackToLogsOnError",
-            security_context=client.V1SecurityContext(
-                run_as_non_root=True, run_as_user=self.run_as_user,
-                run_as_group=self.run_as_user, allow_privilege_escalation=False,
-                privileged=False, read_only_root_filesystem=True,
-                capabilities=client.V1Capabilities(drop=["ALL"]),
-                seccomp_profile=client.V1SeccompProfile(type="RuntimeDefault")))
+            security_context=container_security)
         labels = dict(COMPONENT)
         labels.update({LABEL_ANALYSIS: _label_value(spec.analysis_id),
                        LABEL_EXP: _label_value(str(spec.exp_id)),
@@ -242,10 +240,7 @@ class PodAnalysisBackend(AnalysisBackend):
                 service_account_name=self.service_account or None,
                 image_pull_secrets=[client.V1LocalObjectReference(name=s)
                                     for s in self.image_pull_secrets] or None,
-                security_context=client.V1PodSecurityContext(
-                    run_as_non_root=True, run_as_user=self.run_as_user,
-                    run_as_group=self.run_as_user, fs_group=self.run_as_user,
-                    seccomp_profile=client.V1SeccompProfile(type="RuntimeDefault")),
+                security_context=pod_security,
                 containers=[container], volumes=volumes))
 
     # -- the contract -----------------------------------------------------------------------
