@@ -364,6 +364,20 @@ def test_results(alice):
         {"line": 9, "error": "not JSON: Expecting value at column 7"}]
 
 
+def test_a_results_line_nested_past_the_stack_is_one_unparsable_line(alice):
+    """A plugin's line of 200,000 `[` (any user's script can write one) is reported as
+    unparsable; it never fails the results endpoint for everyone reading it."""
+    client, user = alice
+    record = make_analysis(exp=make_finished_exp(creator=user), plugin_name="summary")
+    _write(record.result_path + "summary.jsonl", b'{"a": 1}\n' + b"[" * 200_000 + b"\n")
+    resp = client.get(f"/api/v1/analyses/{record.analysis_id}/results")
+    assert resp.status_code == 200
+    body = resp.json()
+    assert body["records"] == [{"a": 1}]
+    [bad] = body["unparsable"]
+    assert bad == {"line": 2, "error": "The JSON is nested more than 32 levels deep; flatten it."}
+
+
 def test_results_caps(db):
     records, unparsable, truncated = parse_results(
         b"".join(b'{"i": %d}\n' % i for i in range(20)), max_records=10)
