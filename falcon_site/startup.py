@@ -117,6 +117,18 @@ def create_file_once(path: Path, make: Callable[[], bytes]) -> bool:
     return True
 
 
+def _private(folder: Path) -> None:
+    """Take the group's and others' bits off the local state's folder (when this user owns it).
+
+    It holds the SQLite database, the local cluster's run folders and the artifacts, which
+    SQLite and the tasks create with the umask's modes (0644, 0755): without this, any account
+    of the machine could read every user's configs, logs and results.
+    """
+    info = folder.stat()
+    if info.st_uid == os.getuid() and info.st_mode & 0o077:
+        folder.chmod(info.st_mode & 0o700)
+
+
 def prepare_local_state() -> list[Path]:
     """Create the missing folders and files of the local state; return what was created.
 
@@ -129,6 +141,7 @@ def prepare_local_state() -> list[Path]:
         if not folder.is_dir():
             folder.mkdir(parents=True, exist_ok=True)
             created.append(folder)
+    _private(Path(settings.VAR_DIR))
     for item in _files():
         if create_file_once(item.path, item.make):
             created.append(item.path)

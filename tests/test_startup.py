@@ -97,6 +97,19 @@ def test_migrate_alone_sets_up_a_fresh_var_dir(tmp_path):
     assert sorted(p.name for p in var.iterdir()) == sorted([*STATE_FILES, "falcon.sqlite3"])
 
 
+@pytest.mark.parametrize("exists", [True, False], ids=["open-folder", "no-folder"])
+def test_prepare_leaves_the_local_state_to_its_owner_alone(tmp_path, exists):
+    """The local state holds the database and every run's files: another account of the
+    machine may not read it, whatever the umask made of the folder."""
+    var = tmp_path / "var"
+    if exists:
+        var.mkdir(mode=0o755)
+        var.chmod(0o755)
+    result = manage(clean_env(var), "migrate", "--noinput", "-v0")
+    assert result.returncode == 0, result.stderr
+    assert stat.S_IMODE(var.stat().st_mode) == 0o700
+
+
 def test_a_deployed_process_needs_no_local_state(tmp_path):
     """Cloudflare mode with its secrets in the environment, as the manifests run it: the checks
     pass with no FALCON_VAR_DIR at all, and nothing is created."""
