@@ -39,12 +39,18 @@ tick until admitted; other backend errors are retried next tick.
 A Running job whose cluster job stops running every replica (a Pod evicted, preempted, its node
 lost; reason `ReplicaLost` from the backend) keeps Running with the cause in its message for at
 most `progress_deadline` seconds, then fails with the backend's reason and message (naming the
-Pod and the cause).
+Pod and the cause). A Pending job whose cluster job lost a replica before every one ran
+(`ClusterJobState.replica_lost`) is held to the same deadline: it cannot run as it is, and
+the pending timeout that would otherwise end it is optional.
 
-After the jobs, a backend that can (`sweep`, Kubernetes) is swept: cluster jobs whose Falcon job
-is terminal or unknown lose Falcon's finalizer (their outcome is recorded), and those still
-running are deleted with their Pods (an orphan: a create that landed after its experiment was
-aborted, a timed-out job whose delete was slow); see `KubernetesBackend.sweep`.
+After the jobs, a backend that holds outcomes (`held_outcomes`, Kubernetes) releases every
+cluster job whose Falcon job is terminal: the ones that ended in this tick and the ones the API
+server reports terminal (after a restart, a relist, a Job deleted before it was read), in the
+same tick; nothing is concluded about a job the API does not report. Then a backend that can
+(`sweep`) is swept: cluster jobs whose Falcon job is terminal or unknown lose Falcon's
+finalizer, and those still running are deleted with their Pods (an orphan: a create that landed
+after its experiment was aborted, a timed-out job whose delete was slow); see
+`KubernetesBackend.sweep`.
 
 Data never stops the loop: a job the manager cannot handle (anything raised while observing,
 deciding or acting on it, beyond the backend and API errors above) is logged with its id and the
@@ -81,11 +87,15 @@ log = logging.getLogger("falcon.controllers.resources")
 
 # The jobs a tick reconciles (every open one), in the enum's order: a list filter is a tuple.
 JOB_NON_TERMINAL = tuple(s for s in JobStatus if s in JOB_OPEN)
+# The statuses whose outcome is recorded, as a list filter.
+JOB_ENDED = tuple(s for s in JobStatus if s in JOB_TERMINAL)
 # The reason of a job whose cluster job was deleted on abort: the status, as a word.
 REASON_ABORTED = JobStatus.ABORTED.value
 # Items per update_job_statuses call: the server's limit (docs/limits.md). The manager sends
 # each batch as its own call, so the Lease fences every 1,000 writes (controllers.leader.Fenced).
 WRITE_BATCH = 1000
+# Values per list filter the API server accepts (`core.filters.MAX_FILTER_VALUES`).
+ID_FILTER_MAX = 1000
 
 
 @dataclass
@@ -124,30 +134,36 @@ class ResourceManager:
             a job that waited in the queue while no manager ran still gets its full time. A
             restarted manager starts the clocks again (it waits longer, it never fails early).
             A job whose cluster job cannot be created starts its clock at the first attempt.
-        progress_deadline: seconds a Running job whose cluster job lost a replica (evicted,
-            preempted, node lost) may stay so before it is failed (None: wait forever); the
-            clock works like the pending timeout's.
+        progress_deadline: seconds a job whose cluster job lost a replica (evicted,
+            preempted, node lost; Running, or Pending when it never got to run every replica)
+            may stay so before it is failed (None: wait forever); the clock works like the
+            pending timeout's.
         orphan_grace: seconds; cluster jobs and Pods younger than this are never swept (a
             create racing this tick's list of open jobs).
+        clock: seconds on a monotonic clock (`time.monotonic`); the pending timeout and the
+            progress deadline are measured on it, so a test advances it instead of sleeping.
     """
 
     name = "resources"
 
     def __init__(self, api: FalconAPI, backends: dict[str, ClusterBackend],
                  pending_timeout: float | None = None,
-                 progress_deadline: float | None = None, orphan_grace: float = 30.0):
+                 progress_deadline: float | None = None, orphan_grace: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic):
         self.api = api
         self.backends = backends
         self.pending_timeout = pending_timeout
         self.progress_deadline = progress_deadline
         self.orphan_grace = orphan_grace
-        # Falcon job id -> time.monotonic() when this manager first tried to create, created or
+        self._clock = clock
+        # Falcon job id -> `clock()` when this manager first tried to create, created or
         # first saw its cluster job Pending; dropped once the job is no longer Pending.
         self._pending_since: dict[int, float] = {}
         # Falcon job id -> the last refusal of a create, for the pending timeout's message.
         self._last_refusal: dict[int, str] = {}
-        # Falcon job id -> time.monotonic() when a Running job's cluster job stopped running
-        # every replica; dropped once it runs them all again or the job ends.
+        # Falcon job id -> `clock()` when a job's cluster job stopped running every replica
+        # (Running) or lost one before it ran them all (Pending); dropped once it runs them
+        # all again or the job ends.
         self._degraded_since: dict[int, float] = {}
         # Falcon job ids this tick made terminal (their cluster jobs are swept this tick).
         self._ended: set[int] = set()
@@ -179,7 +195,8 @@ class ResourceManager:
         running = {j.id for j in jobs if j.status == JobStatus.RUNNING}
         self._pending_since = {k: v for k, v in self._pending_since.items() if k in pending}
         self._last_refusal = {k: v for k, v in self._last_refusal.items() if k in pending}
-        self._degraded_since = {k: v for k, v in self._degraded_since.items() if k in running}
+        self._degraded_since = {k: v for k, v in self._degraded_since.items()
+                                if k in pending | running}
         self._ended = set()
         self._writes = []
         by_cluster: dict[str, list[JobView]] = defaultdict(list)
@@ -195,12 +212,71 @@ class ResourceManager:
                         self._reconcile_cluster(backend, cluster_jobs, stats)
                     finally:  # what was done before a cluster outage is recorded too
                         self._flush(stats)
+                self._release_outcomes(cluster, backend, cluster_jobs, unreadable, stats)
                 self._sweep(cluster, backend, cluster_jobs, unreadable, stats)
             except Exception as exc:  # one unreachable cluster must not stop the others
                 stats.failed += 1
                 stats.errors.append(f"{cluster}: {exc}")
                 log.error("cluster %s: tick failed: %s", cluster, exc)
         return stats
+
+    def _release_outcomes(self, cluster: str, backend: ClusterBackend, jobs: list[JobView],
+                          unreadable: set[int], stats: ResourceTickStats) -> None:
+        """Remove Falcon's finalizer from every cluster job whose Falcon job is terminal (CB-19).
+
+        Level-triggered: each tick the backend says which cluster jobs hold the finalizer
+        (`held_outcomes`, whatever this manager saw before: a restart, a relist, a Job being
+        deleted); those whose Falcon job ended in this tick, or that the API server reports
+        terminal, are released. A job the API does not report (deleted, or a row it could
+        not read) is never concluded terminal here: the sweep's grace rules cover it. Jobs
+        open in this tick's list are not asked about: a tick where no cluster job holds the
+        finalizer for a job outside that list makes no extra call.
+
+        Args:
+            cluster: the cluster's name, for log lines.
+            backend: its backend (skipped without `held_outcomes`).
+            jobs: the open jobs of this cluster read at the start of the tick.
+            unreadable: ids of rows the list call could not read (kept as open).
+            stats: this tick's counters, updated in place.
+
+        Raises:
+            BackendError: reading the cluster jobs failed; the next tick goes on.
+            FalconError: the API server could not be read; the next tick goes on.
+        """
+        held = getattr(backend, "held_outcomes", None)
+        if held is None:
+            return
+        holding = held()
+        open_ids = ({j.id for j in jobs} - self._ended) | unreadable
+        ask = {i for i in holding.values()
+               if i is not None and i not in open_ids and i not in self._ended}
+        terminal = self._ended | self._terminal_ids(ask)
+        names = sorted(name for name, job_id in holding.items() if job_id in terminal)
+        if not names:
+            return
+        result = backend.release_outcomes(names)
+        for name, error in sorted(result.failed.items()):
+            stats.failed += 1
+            stats.errors.append(error)
+            log.warning("cluster %s: could not release the outcome of %s (next tick "
+                        "retries): %s", cluster, name, error,
+                        extra={"job_id": holding.get(name)})
+
+    def _terminal_ids(self, ids: set[int]) -> set[int]:
+        """Return those of `ids` whose Falcon job the API server reports terminal.
+
+        Asked `ID_FILTER_MAX` ids a call (the list filters' limit, docs/limits.md).
+
+        Raises:
+            FalconError: a list call failed.
+        """
+        wanted = sorted(ids)
+        found: set[int] = set()
+        for start in range(0, len(wanted), ID_FILTER_MAX):
+            chunk = tuple(wanted[start:start + ID_FILTER_MAX])
+            rows = self.api.list_jobs(ListFilter(ids=chunk, statuses=JOB_ENDED))
+            found |= {row.id for row in rows if row.id in ids and row.status in JOB_TERMINAL}
+        return found
 
     def _sweep(self, cluster: str, backend: ClusterBackend, jobs: list[JobView],
                unreadable: set[int], stats: ResourceTickStats) -> None:
@@ -400,8 +476,13 @@ class ResourceManager:
                 return
             name = result.cluster_job_name
         cluster_job_name = None if job.cluster_job_name == name else name
-        if state.status == ClusterJobStatus.PENDING and job.status == JobStatus.RUNNING \
-                and not state.suspended:
+        pending = state.status == ClusterJobStatus.PENDING and not state.suspended
+        if pending and (job.status == JobStatus.RUNNING or (
+                state.replica_lost and not self._pending_too_long(job))):
+            # A lost replica starts the progress deadline whatever the job's status: a Pod
+            # lost before every replica ran once leaves the job unable to run as it is, and
+            # no default setting would end it otherwise (the pending timeout is optional;
+            # when set and already past, it decides below).
             self._sync_degraded(job, state, stats, cluster_job_name=cluster_job_name)
         elif state.status == ClusterJobStatus.PENDING:
             self._sync_pending(backend, job, state, stats, name=name,
@@ -415,19 +496,20 @@ class ResourceManager:
 
     def _sync_degraded(self, job: JobView, state: ClusterJobState, stats: ResourceTickStats,
                        *, cluster_job_name: str | None) -> None:
-        """A Running job whose cluster job no longer runs every replica: wait, then fail.
+        """A job whose cluster job lost a replica, or no longer runs every one: wait, then fail.
 
-        The job keeps Running with the cluster's reason and message (which Pod was lost, and
-        why) for `progress_deadline` seconds from when this manager first saw it so (a Pod
-        being replaced comes back within it); past it, the job fails with that reason and
-        message (Deployment's `progressDeadlineSeconds` idea).
+        The job keeps its status (Running, or Pending when a replica was lost before every
+        one ran) with the cluster's reason and message (which Pod was lost, and why) for
+        `progress_deadline` seconds from when this manager first saw it so (a Pod being
+        replaced comes back within it); past it, the job fails with that reason and message
+        (Deployment's `progressDeadlineSeconds` idea).
 
         Raises:
             FalconError: an update was refused; retried next tick.
         """
-        since = self._degraded_since.setdefault(job.id, time.monotonic())
+        since = self._degraded_since.setdefault(job.id, self._clock())
         if self.progress_deadline is not None and \
-                time.monotonic() - since > self.progress_deadline:
+                self._clock() - since > self.progress_deadline:
             self._update(job, stats, JobStatus.FAILED, reason=state.reason or "ReplicaLost",
                          message=f"not every replica ran for {self.progress_deadline:g} s "
                          f"(progress deadline): {state.message}",
@@ -461,7 +543,7 @@ class ResourceManager:
         if self.pending_timeout is not None and job.status == JobStatus.PENDING:
             # The clock starts at the first attempt: a create refused for ever (a 403 that
             # never clears, a foreign Job on the name) times out like a Pod that never starts.
-            self._pending_since.setdefault(job.id, time.monotonic())
+            self._pending_since.setdefault(job.id, self._clock())
         try:
             result = self._submit(backend, job, stats)
         except WaitingForCapacity as exc:
@@ -481,7 +563,7 @@ class ResourceManager:
         if result is None:
             return
         stats.submitted += 1
-        self._pending_since.setdefault(job.id, time.monotonic())
+        self._pending_since.setdefault(job.id, self._clock())
         self._update(job, stats, JobStatus.PENDING, reason="Submitted",
                      message=result.message, cluster_job_name=result.cluster_job_name)
 
@@ -572,5 +654,5 @@ class ResourceManager:
         """
         if self.pending_timeout is None or job.status != JobStatus.PENDING:
             return False
-        since = self._pending_since.setdefault(job.id, time.monotonic())
-        return time.monotonic() - since > self.pending_timeout
+        since = self._pending_since.setdefault(job.id, self._clock())
+        return self._clock() - since > self.pending_timeout

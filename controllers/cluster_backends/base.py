@@ -71,6 +71,10 @@ class ClusterJobState:
             set by a queue such as Kueue until quota is free): reported as Pending, and the
             resource manager's pending timeout does not run while it is set, because the job
             is waiting its turn, not failing to start.
+        replica_lost: with Pending, a replica was ended by the cluster (evicted, preempted,
+            its node lost) or is being deleted before it finished: the job cannot run as it
+            is, whether it ran before or not, so the resource manager's progress deadline
+            (CB-21) runs for it, not only the optional pending timeout.
     """
 
     name: str
@@ -79,6 +83,7 @@ class ClusterJobState:
     message: str = ""
     exit_code: int | None = None
     suspended: bool = False
+    replica_lost: bool = False
 
     @property
     def terminal(self) -> bool:

@@ -27,8 +27,10 @@ disruptions go into the message). Answers are decoded JSON read through `kubecli
 Status mapping is `job_state` below.
 
 Outcomes and orphans: each Job carries Falcon's finalizer (`FINALIZER`), so Kubernetes cannot
-remove it before its outcome is recorded; `sweep` releases the Jobs of terminal Falcon jobs and
-deletes what no open Falcon job owns (docs/cluster-behaviours.md, CB-19 and CB-20).
+remove it before its outcome is recorded; each tick the resource manager asks `held_outcomes`
+which Jobs hold it and `release_outcomes` those whose Falcon job is terminal (CB-19), and
+`sweep` releases the Jobs of unknown Falcon jobs and deletes what no open Falcon job owns
+(docs/cluster-behaviours.md, CB-19 and CB-20).
 """
 from __future__ import annotations
 
@@ -79,8 +81,9 @@ SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 ANNOTATION_EXP_NAME = "falcon.io/exp-name"
 # Falcon's finalizer on each Job it creates (API conventions, "Finalizers"): Kubernetes (the TTL
 # controller, a `kubectl delete`) cannot remove the Job before the resource manager recorded
-# its outcome; the resource manager removes it once the Falcon job is terminal (`sweep`) or
-# when it deletes the Job itself (`delete`).
+# its outcome; the resource manager removes it once the Falcon job is terminal
+# (`release_outcomes`, every tick), when nobody will record one (`sweep`), or when it deletes
+# the Job itself (`delete`).
 FINALIZER = "falcon.io/outcome"
 # Set by the Job controller on every Pod it creates (Kubernetes >= 1.27; `job-name` before).
 POD_JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
@@ -128,6 +131,15 @@ CONDITION_FALSE = "False"
 # Above this many Jobs needing their Pods in one tick, one LIST of every Falcon Pod is cheaper
 # than label selectors naming them (and keeps the URL short).
 POD_SELECTOR_NAMES = 50
+
+
+@dataclass
+class ReleaseResult:
+    """What one `KubernetesBackend.release_outcomes` did: the Jobs whose finalizer was
+    removed, and the error of each Job it could not release (retried next tick)."""
+
+    released: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -278,68 +290,99 @@ def pending_reasons(pods: list[client.V1Pod]) -> list[tuple[str, str]]:
     return [(reason, detail) for _rank, reason, detail in found]
 
 
-def disruption(pod: client.V1Pod) -> tuple[str, str] | None:
-    """Return `(reason, message)` when `pod` was evicted or preempted, else None.
+@dataclass(frozen=True)
+class PodEnd:
+    """Who or what ended a Pod that was not the task (`pod_end`).
 
-    Sources (core/v1 PodStatus): `status.reason: Evicted` with the kubelet's message (node
-    pressure eviction: "The node was low on resource: memory..."), and the `DisruptionTarget`
-    condition (Kubernetes >= 1.26, "Pod disruption conditions") whose reason says who ended
-    the Pod: `PreemptionByScheduler`, `EvictionByEvictionAPI`, `DeletionByTaintManager`,
-    `TerminationByKubelet`. Neither is the task's fault, so the message must say so; the
-    container's own exit code (137 for the SIGKILL) would otherwise read like a crash.
+    Attributes:
+        verb: how a message says it: `evicted`, `preempted`, `node lost`, `stopped by a node
+            shutdown`, `stopped by the kubelet`, `disrupted` (another disruption), `deleted`.
+        reason: the cluster's own word for it (`Evicted`, `PreemptionByScheduler`, ...).
+        detail: the cluster's message (the kubelet's for an eviction), "" when none.
+    """
+
+    verb: str
+    reason: str
+    detail: str = ""
+
+
+# `status.reason` the kubelet writes when it ends a Pod itself, and what it means (kubelet
+# eviction manager: `Evicted`; critical-pod admission: `Preempting`; graceful node shutdown:
+# `Terminated`, `Shutdown` before 1.22; node lifecycle: `NodeLost`). It names the act more
+# precisely than the `TerminationByKubelet` condition, which all of them share.
+_STATUS_REASON_VERBS = {
+    "Evicted": "evicted",
+    "Preempting": "preempted",
+    "Terminated": "stopped by a node shutdown",
+    "Shutdown": "stopped by a node shutdown",
+    "NodeLost": "node lost",
+}
+# `DisruptionTarget` condition reasons (Kubernetes >= 1.26, "Pod disruption conditions"):
+# `EvictionByEvictionAPI` is an API-initiated eviction (a drain, a PodDisruptionBudget-aware
+# evict); `DeletionByPodGC` deletes a Pod bound to a Node that no longer exists;
+# `DeletionByTaintManager` deletes a Pod for a NoExecute taint it does not tolerate (an
+# unreachable node often, but not always: it stays "disrupted"). Unknown reasons: "disrupted".
+_DISRUPTION_VERBS = {
+    "EvictionByEvictionAPI": "evicted",
+    "PreemptionByScheduler": "preempted",
+    "DeletionByPodGC": "node lost",
+    "TerminationByKubelet": "stopped by the kubelet",
+}
+
+
+def pod_end(pod: client.V1Pod) -> PodEnd | None:
+    """Return who ended `pod` when the cluster did, not the task; None when nothing says so.
+
+    Pure: one table for every message that names a lost or failed Pod. Sources (core/v1
+    PodStatus): the kubelet's `status.reason` (`_STATUS_REASON_VERBS`) with its `message`
+    ("The node was low on resource: memory. ..."), read first because it says what the
+    kubelet did; else the `DisruptionTarget=True` condition's reason (`_DISRUPTION_VERBS`)
+    and message. Neither is the task's fault, so a message must say so: the container's own
+    exit code (137 for the SIGKILL) would otherwise read like a crash.
     """
     status = pod.status
     if status is None:
         return None
-    for cond in status.conditions or []:
-        if cond.type == CONDITION_DISRUPTION_TARGET and cond.status == CONDITION_TRUE:
-            return cond.reason or CONDITION_DISRUPTION_TARGET, cond.message or ""
-    if status.reason == "Evicted":
-        return "Evicted", status.message or ""
+    cond = next((c for c in status.conditions or []
+                 if c.type == CONDITION_DISRUPTION_TARGET and c.status == CONDITION_TRUE), None)
+    cond_message = (cond.message if cond is not None else None) or ""
+    verb = _STATUS_REASON_VERBS.get(status.reason or "")
+    # `Terminated` and `Shutdown` mean a node shutdown only when the kubelet says it ended
+    # the Pod (the condition), or with the kubelet's own shutdown message.
+    if verb is not None and (status.reason not in ("Terminated", "Shutdown") or cond is not None
+                             or "node shutdown" in (status.message or "")):
+        return PodEnd(verb, status.reason, status.message or cond_message)
+    if cond is not None:
+        reason = cond.reason or CONDITION_DISRUPTION_TARGET
+        return PodEnd(_DISRUPTION_VERBS.get(reason, "disrupted"), reason, cond_message)
     return None
 
 
-def _cause(pod: client.V1Pod) -> str:
-    """Return why a Pod stopped running that is not the task's doing ("" when none is known).
-
-    `evicted` (node pressure or the eviction API), `preempted` (by the scheduler), `node lost`
-    (the node stopped reporting: `status.reason: NodeLost`, or the taint manager deleted the
-    Pod from an unreachable node), `deleted` (a Pod being deleted for another reason).
-    """
-    disrupted = disruption(pod)
-    status = pod.status
-    reason = disrupted[0] if disrupted else ((status.reason if status else None) or "")
-    if reason in ("Evicted", "EvictionByEvictionAPI", "TerminationByKubelet"):
-        return "evicted"
-    if reason == "PreemptionByScheduler":
-        return "preempted"
-    if reason in ("NodeLost", "DeletionByTaintManager", "DeletionByPodGC"):
-        return "node lost"
-    if pod.metadata.deletion_timestamp:
-        return "deleted"
-    return ""
+def _pod_end_phrase(pod: client.V1Pod, end: PodEnd) -> str:
+    """`pod x-1-abcde (index 1) evicted (Evicted): The node was low on resource: memory.`"""
+    text = f"pod {pod.metadata.name} (index {_pod_index(pod)}) {end.verb} ({end.reason})"
+    return f"{text}: {_tail(end.detail)}" if end.detail else text
 
 
 def lost_replicas(pods: list[client.V1Pod]) -> list[str]:
     """Return one phrase per Pod that stopped running without finishing its work.
 
-    A Pod that is Terminating (`metadata.deletionTimestamp` set), was evicted or preempted, or
-    whose node was lost is a lost replica: it never counts as running, even while its
-    container still reports ready. Each phrase names the Pod, its index and the cause, with
-    the cluster's message: `pod x-1-abcde (index 1) evicted (Evicted): The node was low on
-    resource: memory`.
+    A Pod that the cluster ended (`pod_end`: evicted, preempted, its node lost or shut
+    down) or that is Terminating (`metadata.deletionTimestamp` set: `deleted`) is a lost
+    replica: it never counts as running, even while its container still reports ready. Each
+    phrase names the Pod, its index and the cause, with the cluster's message:
+    `pod x-1-abcde (index 1) evicted (Evicted): The node was low on resource: memory.`
     """
     out = []
     for pod in pods:
-        cause = _cause(pod)
-        if not cause or (pod.status and pod.status.phase == POD_SUCCEEDED):
+        if pod.status and pod.status.phase == POD_SUCCEEDED:
             continue
-        disrupted = disruption(pod)
-        reason, detail = disrupted if disrupted else (
-            (pod.status.reason if pod.status else None) or "Terminating",
-            (pod.status.message if pod.status else None) or "")
-        text = f"pod {pod.metadata.name} (index {_pod_index(pod)}) {cause} ({reason})"
-        out.append(f"{text}: {_tail(detail)}" if detail else text)
+        end = pod_end(pod)
+        if end is None and pod.metadata.deletion_timestamp:
+            end = PodEnd("deleted", (pod.status.reason if pod.status else None)
+                         or "Terminating", (pod.status.message if pod.status else None) or "")
+        if end is not None:
+            out.append(_pod_end_phrase(pod, end))
     return out
 
 
@@ -358,7 +401,7 @@ def running_pods(pods: list[client.V1Pod]) -> int:
 def failure_details(pods: list[client.V1Pod]) -> tuple[str, int | None]:
     """Return a sentence on the failed containers of `pods` and the first failing exit code.
 
-    Names every Pod that was evicted or preempted (`disruption`) first, then reads
+    Names every Pod the cluster ended (`pod_end`: evicted, preempted, ...) first, then reads
     `state.terminated` (else `lastState.terminated`) of every container that ended with a
     non-zero exit code: reason (`Error`, `OOMKilled`,
     ...), `exitCode` and the termination message (the tail of the container's output when the
@@ -367,13 +410,9 @@ def failure_details(pods: list[client.V1Pod]) -> tuple[str, int | None]:
     parts: list[str] = []
     exit_code: int | None = None
     for pod in pods:
-        disrupted = disruption(pod)
-        if disrupted is not None:
-            reason, detail = disrupted
-            verb = "evicted" if reason in ("Evicted", "EvictionByEvictionAPI") else (
-                "preempted" if reason == "PreemptionByScheduler" else "disrupted")
-            text = f"pod {pod.metadata.name} (index {_pod_index(pod)}) {verb} ({reason})"
-            parts.append(f"{text}: {_tail(detail)}" if detail else text)
+        end = pod_end(pod)
+        if end is not None:
+            parts.append(_pod_end_phrase(pod, end))
         for cs in _container_statuses(pod):
             term = (cs.state.terminated if cs.state else None) or (
                 cs.last_state.terminated if cs.last_state else None)
@@ -555,11 +594,12 @@ def _pending_state(name: str, job: client.V1Job, pods: list[client.V1Pod], pods_
     reasons = pending_reasons(pods)
     if lost:
         # A replica stopped without finishing (evicted, preempted, node lost): say which and
-        # why first; the resource manager fails a running job that stays so past its
-        # progress deadline.
+        # why first; the resource manager fails a job that stays so past its progress
+        # deadline, whether it was Running or never got there (CB-21).
         waiting = f"; {_pending_message(reasons, image)}" if reasons else ""
         return ClusterJobState(name=name, status=ClusterJobStatus.PENDING, reason="ReplicaLost",
-                               message=f"{summary}; {'; '.join(lost)}{waiting}")
+                               message=f"{summary}; {'; '.join(lost)}{waiting}",
+                               replica_lost=True)
     if not reasons:
         return ClusterJobState(name=name, status=ClusterJobStatus.PENDING, reason="PodsStarting",
                                message=f"{summary}; waiting for pods to start")
@@ -580,7 +620,7 @@ def job_state(name: str, job: client.V1Job | None, pods: list[client.V1Pod], *,
       (`BackoffLimitExceeded`, `DeadlineExceeded`, ...) and the failed containers' reason and
       exit code (FailureTarget is final: the Failed condition follows once Pods are gone);
       `status.failed > 0` alone is NOT failure, the Job may still retry (CB-10); an evicted or
-      preempted Pod is named as such (`disruption`);
+      preempted Pod is named as such (`pod_end`);
     - `spec.suspend: true` or a `Suspended=True` condition (batch/v1 JobSpec `suspend`):
       Pending with reason `Suspended` and `suspended` set (no pending timeout);
     - being deleted (`deletionTimestamp`) without an outcome: Failed `ClusterJobDeleted`;
@@ -661,6 +701,10 @@ class KubernetesBackend(ClusterBackend):
         self._states: dict[tuple, ClusterJobState] = {}
         # The Jobs (by the same key) whose Pods the last tick read, with their pod count.
         self._needs_pods: dict[tuple[str, str, int, str], int] = {}
+        # Job name -> the resourceVersion of the copy whose finalizer this backend removed:
+        # a cache still holding that copy must not make the next call patch it again. Only
+        # saves calls; nothing is concluded from it (a restart forgets it harmlessly).
+        self._released: dict[str, str | None] = {}
 
     # -- clients -----------------------------------------------------------------------------
 
@@ -1174,9 +1218,23 @@ class KubernetesBackend(ClusterBackend):
 
     # -- writing --------------------------------------------------------------------------------
 
+    def _read_job_raw(self, name: str) -> dict[str, Any]:
+        """GET Job `name` as decoded JSON (raises the client's errors as they come)."""
+        resp = self.caller.call(self.batch.read_namespaced_job, name, self.config.namespace,
+                                _preload_content=False)
+        try:
+            return json.loads(resp.data)
+        finally:
+            resp.release_conn()
+
     def _drop_finalizer(self, name: str, obj: Mapping[str, Any] | None = None) -> bool:
-        """Remove Falcon's finalizer from Job `name` (JSON Patch with a `test`: a concurrent
-        change of the list answers 422 and is retried next tick). Return True when done.
+        """Remove Falcon's finalizer from Job `name`. Return True when done.
+
+        A JSON Patch whose `test` checks the list entry first: a list changed since `obj`
+        was read (a cache behind the server, another controller's finalizer) answers 422,
+        and the Job is read again and patched once more from what the server holds. A Job
+        whose cached copy is the one this backend already released is not patched again
+        (the cache has not seen the patch yet).
 
         Args:
             name: the Job's name.
@@ -1185,31 +1243,84 @@ class KubernetesBackend(ClusterBackend):
         Raises:
             BackendError: the call failed (a 404 counts as done).
         """
-        ns = self.config.namespace
+        what = f"remove finalizer {FINALIZER} of Job {name}"
         try:
-            if obj is None:
-                resp = self.caller.call(self.batch.read_namespaced_job, name, ns,
-                                        _preload_content=False)
-                try:
-                    obj = json.loads(resp.data)
-                finally:
-                    resp.release_conn()
-            finalizers = list((obj.get("metadata") or {}).get("finalizers") or [])
-            if FINALIZER not in finalizers:
+            seen = (obj.get("metadata") or {}).get("resourceVersion") if obj is not None else None
+            if seen and name in self._released and self._released[name] == seen:
                 return True
-            index = finalizers.index(FINALIZER)
-            path = f"/metadata/finalizers/{index}"
-            self.caller.call(self.batch.patch_namespaced_job, name, ns,
-                             [{"op": "test", "path": path, "value": FINALIZER},
-                              {"op": "remove", "path": path}],
-                             _content_type="application/json-patch+json")
+            if obj is None:
+                obj = self._read_job_raw(name)
+            try:
+                self._patch_out_finalizer(name, obj)
+            except ApiException as exc:
+                if exc.status != 422:
+                    raise
+                self._patch_out_finalizer(name, self._read_job_raw(name))
             return True
         except ApiException as exc:
             if exc.status == 404:
                 return True
-            raise self._fail(f"remove finalizer {FINALIZER} of Job {name}", exc) from exc
+            raise self._fail(what, exc) from exc
         except urllib3.exceptions.HTTPError as exc:
-            raise self._fail(f"remove finalizer {FINALIZER} of Job {name}", exc) from exc
+            raise self._fail(what, exc) from exc
+
+    def _patch_out_finalizer(self, name: str, obj: Mapping[str, Any]) -> None:
+        """One guarded JSON Patch removing `FINALIZER` from `obj`'s list (none when absent)."""
+        meta = obj.get("metadata") or {}
+        finalizers = list(meta.get("finalizers") or [])
+        if FINALIZER not in finalizers:
+            return
+        path = f"/metadata/finalizers/{finalizers.index(FINALIZER)}"
+        self.caller.call(self.batch.patch_namespaced_job, name, self.config.namespace,
+                         [{"op": "test", "path": path, "value": FINALIZER},
+                          {"op": "remove", "path": path}],
+                         _content_type="application/json-patch+json")
+        # Only the copy read before the patch is skipped later: any newer one is read as is.
+        self._released[name] = meta.get("resourceVersion")
+
+    def held_outcomes(self) -> dict[str, int | None]:
+        """Return `{Job name: falcon.io/job-id}` of every Falcon Job holding `FINALIZER`.
+
+        Read from the Jobs cache (with `watch`; filled by a LIST after a start or a 410, so a
+        Job seen only through a relist is in it) or one paged LIST; a Job being deleted is
+        included (the finalizer is what keeps it). The id is None when the label is not an
+        integer.
+
+        Raises:
+            BackendError: the LIST failed, or the cache is not filled yet.
+        """
+        held = {}
+        for name, obj in self.cluster_jobs().items():
+            meta = obj.get("metadata") or {}
+            if FINALIZER in (meta.get("finalizers") or []):
+                held[name] = _int_label(meta.get("labels"), LABEL_JOB_ID)
+        # Names no longer listed cannot be met again with the same resourceVersion.
+        self._released = {n: rv for n, rv in self._released.items() if n in held}
+        return held
+
+    def release_outcomes(self, names: list[str]) -> ReleaseResult:
+        """Remove Falcon's finalizer from the named Jobs: their outcomes are recorded.
+
+        Each Job is patched on its own (`_drop_finalizer`); one that fails is reported and
+        the others go on (the next tick retries it). A Job being deleted is removed by
+        Kubernetes once released (CB-19).
+
+        Args:
+            names: Job names, as `held_outcomes` returned them.
+
+        Returns:
+            The names released and, by name, why the others were not.
+        """
+        result = ReleaseResult()
+        jobs = self.cluster_jobs()
+        for name in names:
+            try:
+                self._drop_finalizer(name, jobs.get(name))
+            except BackendError as exc:
+                result.failed[name] = str(exc)
+                continue
+            result.released.append(name)
+        return result
 
     def sweep(self, open_job_ids: set[int], *, grace: float) -> SweepResult:
         """Release the outcome of finished Falcon jobs and remove what no open job owns.

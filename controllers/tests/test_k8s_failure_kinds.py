@@ -117,7 +117,7 @@ def test_three_roles_two_ready_one_unschedulable_keep_the_experiment_created(rm,
         "message": "preempted by a higher priority pod"}]}, "preempted"),
     ("node-lost", {"phase": "Running", "conditions": [READY, {
         "type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager",
-        "message": "Taint manager: deleting due to NoExecute taint"}]}, "node lost"),
+        "message": "Taint manager: deleting due to NoExecute taint"}]}, "disrupted"),
 ])
 def test_a_running_job_that_lost_a_replica_fails_after_the_progress_deadline(
         rm, fake_kube, cause, status, word):

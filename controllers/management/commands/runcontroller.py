@@ -24,7 +24,7 @@ from core.commands import LoggedOutputMixin
 # Every write method of `controllers.contract.FalconAPI`: each call is fenced by the Lease.
 API_WRITES = ("update_exp_status", "update_exp_statuses", "update_job_status",
               "update_job_statuses", "update_artifact_status")
-BACKEND_WRITES = ("submit", "delete", "sweep")
+BACKEND_WRITES = ("submit", "delete", "sweep", "release_outcomes")
 ANALYSIS_WRITES = ("create_record", "update_record", "delete_record")
 ANALYSIS_BACKEND_WRITES = ("start", "stop")
 LEASE_NAME_MAX = 253  # a Lease name is a DNS-1123 subdomain
