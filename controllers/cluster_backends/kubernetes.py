@@ -21,6 +21,9 @@ What a Falcon Job becomes (Kubernetes API reference, batch/v1 JobSpec; GKE TPU a
 
 Reading state (`observe`): list-then-watch caches of the Jobs and Pods with the managed-by label
 selector (`kubeclient.Informer`), caught up each tick to the resourceVersion of a one-item LIST;
+a Job such a cache lacks is missing only when the cache is known to be as new as the Job, or a
+direct read says so, and a Job this process created is known from the create's answer without
+waiting for the watch (`_known_jobs`, docs/cluster-behaviours.md CB-24);
 with `watch: false`, one paged LIST of Jobs per tick plus one LIST of the Pods of the Jobs that
 need them (not yet running, failed, losing replicas: their waiting reasons, exit codes and
 disruptions go into the message). Answers are decoded JSON read through `kubeclient.Raw`.
@@ -131,6 +134,37 @@ CONDITION_FALSE = "False"
 # Above this many Jobs needing their Pods in one tick, one LIST of every Falcon Pod is cheaper
 # than label selectors naming them (and keeps the URL short).
 POD_SELECTOR_NAMES = 50
+# Above this many Jobs a lagging cache lacks in one tick, one LIST of every Falcon Job reads
+# them directly instead of one GET each (`_read_directly`).
+DIRECT_READ_GETS = 50
+# How long a Job this process created or read directly counts as present while the Jobs cache
+# has not seen it, seconds: kube-controller-manager's `ExpectationsTimeout` (5 min). Past it
+# the Job is read directly again (a cache that never catches up must not hide a deletion).
+EXPECTATION_TIMEOUT = 300.0
+
+
+@dataclass
+class _Known:
+    """A Job known from a direct answer of the API server (its create response, an adoption's
+    GET, a direct read), for as long as the Jobs cache has not caught up with it.
+
+    Attributes:
+        obj: the Job as that answer returned it (decoded JSON).
+        rv: its resourceVersion as an integer, None when it is not one.
+        since: the backend's clock when it was learnt.
+    """
+
+    obj: dict[str, Any]
+    rv: int | None
+    since: float
+
+
+def _int_rv(obj: Mapping[str, Any]) -> int | None:
+    """An object's `metadata.resourceVersion` as an integer (None when it is not one)."""
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion"))
+    except (TypeError, ValueError):
+        return None
 
 
 @dataclass
@@ -686,13 +720,18 @@ class KubernetesBackend(ClusterBackend):
     name = "kubernetes"
 
     def __init__(self, cluster_name: str, config: KubernetesClusterConfig, *,
-                 api: client.ApiClient | None = None):
+                 api: client.ApiClient | None = None, clock=time.monotonic):
         if config.propagation_policy not in PROPAGATION_POLICIES:
             raise ValueError(f"propagation_policy must be one of {PROPAGATION_POLICIES}")
         self.cluster_name = cluster_name
         self.config = config
         self.caller = KubeCaller(config.connection)
         self._api = api
+        self._clock = clock
+        # Jobs by name that this process created, adopted or read directly and the Jobs cache
+        # has not shown yet (kube-controller-manager's ControllerExpectations): present, as
+        # the API server answered, until the cache has caught up with them (`_known_jobs`).
+        self._known: dict[str, _Known] = {}
         self._job_cache: Informer | None = None
         self._pod_cache: Informer | None = None
         # The state each Job of the last tick mapped to (see `observe`), keyed by (Job name,
@@ -973,7 +1012,9 @@ class KubernetesBackend(ClusterBackend):
         ns = self.config.namespace
         body = self.build_job(job, name)
         try:
-            return self.caller.call(self.batch.create_namespaced_job, ns, body), True
+            made = self.caller.call(self.batch.create_namespaced_job, ns, body)
+            self._learn(name, made)  # known now: the watch may show it much later
+            return made, True
         except ApiException as exc:
             if exc.status != 409:
                 raise self._fail(f"create Job {name}", exc) from exc
@@ -987,7 +1028,13 @@ class KubernetesBackend(ClusterBackend):
         if owner != job.id:
             raise BackendError(f"cluster {self.cluster_name}: a Job named {name} exists "
                                f"but belongs to falcon job {owner}, not {job.id}")
+        self._learn(name, made)
         return made, False
+
+    def _learn(self, name: str, obj: client.V1Job | dict[str, Any]) -> None:
+        """Remember Job `name` as the API server just answered it (`_known`)."""
+        raw = obj if isinstance(obj, dict) else self.api.sanitize_for_serialization(obj)
+        self._known[name] = _Known(raw, _int_rv(raw), self._clock())
 
     def _ensure_service(self, job: JobView, name: str, made: client.V1Job) -> None:
         """Create the headless Service of a Job with more than one Pod; keep one that exists.
@@ -1051,12 +1098,18 @@ class KubernetesBackend(ClusterBackend):
         self._job_cache = self._pod_cache = None
         _stop_all(caches)
 
-    def _synced_caches(self) -> tuple[Informer, Informer]:
+    def _synced_caches(self) -> tuple[Informer, Informer, bool]:
         """The caches, filled and caught up with the cluster as of now (see `cache_sync_wait`).
 
         One LIST with `limit=1` reads the current resourceVersion; the tick waits (at most
         `cache_sync_wait` seconds) until both caches reflect it, so what this manager wrote or
         saw written before the tick is in what it reads.
+
+        Returns:
+            `(jobs, pods, fresh)`: `fresh` is True only when the Jobs cache reached that
+            resourceVersion, compared as integers (what etcd-backed API servers send); a
+            cache that did not, or a resourceVersion that is not an integer, is not fresh,
+            and a Job it lacks is read directly before it is called missing (`_known_jobs`).
 
         Raises:
             BackendError: the first LIST could not be made within the connection's deadline.
@@ -1073,11 +1126,95 @@ class KubernetesBackend(ClusterBackend):
         except (ApiException, urllib3.exceptions.HTTPError) as exc:
             raise self._fail("read the current resourceVersion", exc) from exc
         except (KeyError, TypeError, ValueError):
-            return jobs, pods  # not an integer: nothing to wait for
+            return jobs, pods, False  # not an integer: nothing to wait for, nothing known
         deadline = time.monotonic() + self.config.cache_sync_wait
-        for cache in (jobs, pods):
-            cache.wait_for(now, max(0.0, deadline - time.monotonic()))
-        return jobs, pods
+        fresh = jobs.wait_for(now, self.config.cache_sync_wait)
+        pods.wait_for(now, max(0.0, deadline - time.monotonic()))
+        return jobs, pods, fresh
+
+    def _known_jobs(self, jobs: list[JobView], cached: dict[str, dict[str, Any]],
+                    cache_rv: int, fresh: bool) -> dict[str, dict[str, Any]]:
+        """Return `cached` plus the Jobs of `jobs` the Jobs cache lacks but that exist.
+
+        A cache that trails the API server (a silent watch, a failing or slow re-LIST) lacks
+        the Jobs created since; absent from it is not absent from the cluster. A Job is
+        concluded missing only from a cache known to be at least as new as the Job, or from
+        a direct read (client-go's rule: act on what is known):
+
+        - a Job this process created, adopted or read directly (`_known`) is present, as the
+          API server answered then, until the cache shows it or has passed its
+          resourceVersion (integers only), or `EXPECTATION_TIMEOUT` passed;
+        - any other Job the cache lacks, of a Falcon job that recorded a cluster job (the
+          ones the resource manager would fail `ClusterJobMissing`), is read directly when
+          the cache is not `fresh`: one GET each, one LIST past `DIRECT_READ_GETS`; a Job
+          found is learnt (`_known`), a 404 is missing. A Falcon job with no recorded cluster
+          job needs no read: its "missing" only leads to an idempotent create (CB-3).
+
+        Args:
+            jobs: the Falcon jobs observed this tick.
+            cached: the Jobs cache's content by name (a copy; extended in place).
+            cache_rv: the cache's resourceVersion.
+            fresh: whether the cache reached the resourceVersion of this tick's probe.
+
+        Raises:
+            BackendError: a direct read failed: nothing is concluded this tick.
+        """
+        now = self._clock()
+        self._known = {name: known for name, known in self._known.items()
+                       if name not in cached and now - known.since <= EXPECTATION_TIMEOUT
+                       and (known.rv is None or cache_rv < known.rv)}
+        if fresh and not self._known:
+            return cached  # the steady state: the cache is the truth, nothing to add
+        unknown = []
+        for job in jobs:
+            name = self.name_of(job)
+            if name in cached:
+                continue
+            if name in self._known:
+                cached[name] = self._known[name].obj
+            elif job.cluster_job_name and not fresh:
+                unknown.append(name)
+        if unknown:
+            found = self._read_directly(unknown)
+            for name, obj in found.items():
+                self._learn(name, obj)
+            cached.update(found)
+            log.info("cluster %s: the Jobs cache lags (resourceVersion %s); read %d Job(s) "
+                     "directly, %d exist", self.cluster_name, cache_rv, len(unknown),
+                     len(found))
+        return cached
+
+    def _read_directly(self, names: list[str]) -> dict[str, dict[str, Any]]:
+        """Read the named Jobs from the API server, not the cache; return those that exist.
+
+        One GET each (a 404 is a Job that does not exist), or one paged LIST of every Falcon
+        Job past `DIRECT_READ_GETS` names.
+
+        Raises:
+            BackendError: a read failed after its retries.
+        """
+        ns = self.config.namespace
+        if len(names) > DIRECT_READ_GETS:
+            wanted = set(names)
+            return {j.raw["metadata"]["name"]: j.raw
+                    for j in self._list_raw(self.batch.list_namespaced_job, "Jobs")
+                    if j.raw["metadata"]["name"] in wanted}
+        found: dict[str, dict[str, Any]] = {}
+        for name in names:
+            try:
+                resp = self.caller.call(self.batch.read_namespaced_job, name, ns,
+                                        _preload_content=False)
+            except ApiException as exc:
+                if exc.status == 404:
+                    continue
+                raise self._fail(f"read Job {name}", exc) from exc
+            except urllib3.exceptions.HTTPError as exc:
+                raise self._fail(f"read Job {name}", exc) from exc
+            try:
+                found[name] = json.loads(resp.data)
+            finally:
+                resp.release_conn()
+        return found
 
     def _pods_of(self, names: set[str]) -> dict[str, list[Raw]]:
         """LIST the Pods of the named Jobs only, by label selector (no cache)."""
@@ -1127,7 +1264,9 @@ class KubernetesBackend(ClusterBackend):
         replicas): from the Pods cache, or without `watch` by a LIST whose label selector
         names those Jobs (every Falcon Pod when more than `POD_SELECTOR_NAMES` need them).
         Items are decoded JSON read through `Raw`, never client models. A Job found by name
-        but labelled for another Falcon job counts as missing for this one.
+        but labelled for another Falcon job counts as missing for this one. A Job the cache
+        lacks is Missing only when the cache caught up with it or a direct read found none
+        (`_known_jobs`): a lagging watch never reports a Job missing that exists.
 
         `job_state` is pure, so a Job whose object and Pods did not change since the last
         tick (the same resourceVersions, the same Pods) keeps the state mapped then: a tick
@@ -1135,14 +1274,16 @@ class KubernetesBackend(ClusterBackend):
         object without a resourceVersion is always mapped again.
 
         Raises:
-            BackendError: a LIST failed after its retries; no partial answer is given.
+            BackendError: a LIST or a direct read failed after its retries; no partial answer
+                is given.
         """
         if not jobs:
             return {}
         pod_cache = None
         if self.config.watch:
-            job_cache, pod_cache = self._synced_caches()
-            by_name = job_cache.items()
+            job_cache, pod_cache, fresh = self._synced_caches()
+            cache_rv = job_cache.resource_version  # read before the items: never newer
+            by_name = self._known_jobs(jobs, job_cache.items(), cache_rv, fresh)
         else:
             by_name = {j.raw["metadata"]["name"]: j.raw
                        for j in self._list_raw(self.batch.list_namespaced_job, "Jobs")}
@@ -1332,7 +1473,11 @@ class KubernetesBackend(ClusterBackend):
         and a Job that has not finished is deleted with its Pods. A finished Job is left to
         its `ttlSecondsAfterFinished`, with its Pods' exit codes and output. Pods of Falcon
         whose Job is gone and whose Falcon job is not open are deleted too (left by an
-        orphaning delete). Every removal is logged.
+        orphaning delete); a Job the Jobs cache lacks is read directly first, so a cache that
+        trails the Pods cache never deletes the Pods of a Job that exists. Every removal is
+        logged. The grace is measured from each object's `creationTimestamp` (the API
+        server's stamp), not from when this process first saw it: a Job seen late through a
+        lagging watch is as old as the server says.
 
         Args:
             open_job_ids: ids of the Falcon jobs of this cluster that are not terminal
@@ -1378,12 +1523,24 @@ class KubernetesBackend(ClusterBackend):
         pods = (self._filled_caches()[1].items() if self.config.watch else
                 {p.raw["metadata"]["name"]: p.raw
                  for p in self._list_raw(self.core.list_namespaced_pod, "Pods")})
-        for name, obj in sorted(pods.items()):
+        # "Its Job is gone" is read from the Jobs cache, which may trail the Pods cache: a Job
+        # it lacks is read directly before its Pods are deleted (a finished Job keeps its
+        # Pods, and their exit codes, until its TTL).
+        candidates = {name: obj for name, obj in pods.items()
+                      if not (((obj.get("metadata") or {}).get("labels") or {}).get(
+                          POD_JOB_NAME_LABEL) in jobs
+                          or _int_label((obj.get("metadata") or {}).get("labels"),
+                                        LABEL_JOB_ID) in open_job_ids
+                          or _age(obj.get("metadata") or {}, now) < grace)}
+        owners = {((obj.get("metadata") or {}).get("labels") or {}).get(POD_JOB_NAME_LABEL)
+                  for obj in candidates.values()} - {None}
+        existing = set(self._known) & owners
+        if self.config.watch and owners - existing:
+            existing |= set(self._read_directly(sorted(owners - existing)))
+        for name, obj in sorted(candidates.items()):
             meta = obj.get("metadata") or {}
             labels = meta.get("labels") or {}
-            if (labels.get(POD_JOB_NAME_LABEL) in jobs
-                    or _int_label(labels, LABEL_JOB_ID) in open_job_ids
-                    or _age(meta, now) < grace):
+            if labels.get(POD_JOB_NAME_LABEL) in existing:
                 continue
             if meta.get("deletionTimestamp"):
                 result.terminating.append(name)
@@ -1416,6 +1573,7 @@ class KubernetesBackend(ClusterBackend):
         ns = self.config.namespace
         options = client.V1DeleteOptions(propagation_policy=self.config.propagation_policy)
         job_gone = False
+        self._known.pop(name, None)  # deleted on purpose: no longer expected
         try:
             self.caller.call(self.batch.delete_namespaced_job, name, ns, body=options)
         except ApiException as exc:

@@ -32,10 +32,14 @@ Kubernetes API conventions:
   after N as JSON lines, sends a BOOKMARK every `bookmark_interval` seconds when asked
   (`allowWatchBookmarks`), ends after `timeoutSeconds`, and answers an ERROR event 410 Expired
   when N is older than the last `compact()`; `drop_watches()` ends every open stream, as an API
-  server restart does;
+  server restart does; `stall_watches(resource)` makes the open and new streams of a resource
+  send nothing at all (no event, no bookmark, no error) until the test releases them, as a
+  loaded API server or a silently dropped connection does;
 - `inject` makes matching requests (of one client, by its bearer token, if asked) answer an
   error status (410, 500, ...), stall longer than the client's timeout, or wait until the test
-  releases them and only then take effect (a POST that lands after its client gave up);
+  releases them and only then take effect (a POST that lands after its client gave up); a
+  fault's `where(name, query)` narrows it further (only the re-LIST of a watch cache, not the
+  one-item probe); `bulk_put` stores thousands of objects at once (a load test's cluster);
   `requests` records every request (method, resource, name, query, token).
 """
 from __future__ import annotations
@@ -149,6 +153,8 @@ class Fault:
     # usual: a request in flight that lands late, after its client gave up.
     hold: threading.Event | None = None
     hold_timeout: float = 60.0
+    # Only requests for which `where(name, query)` is true (None: every matching request).
+    where: Any = None
 
 
 @dataclass
@@ -196,6 +202,8 @@ class FakeKube:
         self.event_rvs: list[int] = []
         self.bookmark_interval = 0.05
         self.watch_generation = 0
+        # resource -> an Event: its WATCH streams send nothing until the Event is set.
+        self.watch_stalls: dict[str, threading.Event] = {}
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = _Store(self)
         self.rv = 1000
         self.compacted_rv = 0
@@ -258,9 +266,12 @@ class FakeKube:
     def inject(self, method: str | None, resource: str | None, *, status: int | None = None,
                reason: str = "", delay: float = 0.0, times: int = 1,
                name: str | None = None, action=None, token: str | None = None,
-               hold: threading.Event | None = None, hold_timeout: float = 60.0) -> None:
+               hold: threading.Event | None = None, hold_timeout: float = 60.0,
+               where=None) -> Fault:
         """Make the next `times` matching requests fail with `status`, stall `delay` s, or
         run `action()` first (e.g. another writer changing the object: a lost race).
+
+        Returns the `Fault`: setting its `times` to 0 ends it (a failure "for a while").
 
         Args:
             token: match only the requests of the client with this bearer token
@@ -268,10 +279,33 @@ class FakeKube:
             hold: hold each matching request until the event is set (at most
                 `hold_timeout` s), then handle it as usual: it lands after its client has
                 timed out, as a POST in flight during a network partition does.
+            where: a predicate `where(name, query)` on the request's object name (None for
+                a LIST or WATCH) and query parameters; only requests it accepts match.
         """
+        fault = Fault(method, resource, status, reason, delay, times, name, action, token,
+                      hold, hold_timeout, where)
         with self.lock:
-            self.faults.append(Fault(method, resource, status, reason, delay, times, name,
-                                     action, token, hold, hold_timeout))
+            self.faults.append(fault)
+        return fault
+
+    def stall_watches(self, resource: str) -> threading.Event:
+        """Make every WATCH of `resource`, open or opened later, send nothing until the
+        returned Event is set: no event, no BOOKMARK, no ERROR, the connection kept open (a
+        stream an overloaded API server or a dropped connection leaves silent). Writes made
+        meanwhile are sent once it is set, from where each stream stopped."""
+        release = threading.Event()
+        with self.lock:  # under the lock: no write made after this returns slips through
+            self.watch_stalls[resource] = release
+        return release
+
+    def bulk_put(self, resource: str, ns: str, objs: list[dict[str, Any]]) -> None:
+        """Store many new objects at once, stamped like created ones, WITHOUT watch events
+        (copying each into the event log costs seconds at 10,000): for a cluster's content
+        before any watch is opened. Every object gets its own resourceVersion."""
+        with self.lock:
+            for obj in objs:
+                obj = self._stamp_new(resource, ns, obj)
+                dict.__setitem__(self.objects, (resource, ns, obj["metadata"]["name"]), obj)
 
     def bump(self, resource: str, ns: str, name: str) -> None:
         """Advance an object's resourceVersion, as a write by another client would."""
@@ -683,7 +717,8 @@ class _Handler(BaseHTTPRequestHandler):
             kube.requests.append(Request(method, res, ns, name, query, token, holders))
             fault = next((f for f in kube.faults if f.times > 0
                           and f.method in (None, method) and f.resource in (None, res)
-                          and f.name in (None, name) and f.token in (None, token)), None)
+                          and f.name in (None, name) and f.token in (None, token)
+                          and (f.where is None or f.where(name, query))), None)
             if fault is not None:
                 fault.times -= 1
         if fault is not None:
@@ -867,12 +902,24 @@ class _Handler(BaseHTTPRequestHandler):
                 since = kube.rv
         last_bookmark = time.monotonic()
         while time.monotonic() < deadline:
+            stall = kube.watch_stalls.get(res)
+            if stall is not None and not stall.is_set():
+                # Silent: nothing is sent, not even the end of the stream at its timeout (a
+                # dropped connection does not say so); it ends only with `drop_watches`.
+                if kube.watch_generation != generation or getattr(kube, "closing", False):
+                    break
+                stall.wait(0.05)
+                deadline = max(deadline, time.monotonic() + 0.05)
+                continue
             with kube.lock:
                 if not kube.events[bisect.bisect_right(kube.event_rvs, since):]:
                     kube.changed.wait(min(kube.bookmark_interval,
                                           max(0.0, deadline - time.monotonic())))
                 if kube.watch_generation != generation or getattr(kube, "closing", False):
                     break
+                stall = kube.watch_stalls.get(res)
+                if stall is not None and not stall.is_set():
+                    continue  # stalled while it waited: what was written since is held back
                 batch = kube.events[bisect.bisect_right(kube.event_rvs, since):]
                 current = kube.rv
             lines = []
