@@ -22,6 +22,7 @@ idempotent: CreateAnalysis carries an `analysis_id` chosen here, once per create
 frozen replica waking up (or the next one, if the frozen one wrote before it froze) finds the
 record and no second analysis is made (docs/decisions.md#dec-sec-analyzer-deadline); cancel is
 OK when terminal, delete's NotFound means "gone already" to the HTTP view, the rest are reads.
+
 A failed call raises the domain error the controller sent (`core.grpc.errors`'s reverse
 mapping): NotFound, ValidationFailed, Conflict, PermissionDenied, ...; UNAVAILABLE and
 DEADLINE_EXCEEDED raise `ServiceUnavailable`, which the HTTP API answers 503 with code
