@@ -9,12 +9,19 @@ rebuilt when the setting changes.
 
 Several replicas of the controller run; only the Lease holder acts, the others answer
 UNAVAILABLE "not the leader" (docs/decisions.md#dec-analyzer-leader). The target is a
-comma-separated list of endpoints: a call that meets UNAVAILABLE (a follower, or a replica that
-is down: in both cases nothing was done, so trying again is safe) is sent to the next one,
-starting with the endpoint that answered last; `max(2, len(endpoints))` tries in all. A
-`dns:///` endpoint that resolves to every replica (a headless Service) is balanced round-robin,
-so its second try reaches another replica. DEADLINE_EXCEEDED is never retried: the call may
-have been done.
+comma-separated list of endpoints, tried starting with the endpoint that answered last,
+`max(2, len(endpoints))` tries in all. A `dns:///` endpoint that resolves to every replica (a
+headless Service) is balanced round-robin, so its second try reaches another replica.
+
+A try moves on to the next endpoint when it meets UNAVAILABLE (a follower, or a replica that
+is down: nothing was done) or DEADLINE_EXCEEDED after `ATTEMPT_TIMEOUT_SECONDS` (a replica
+that accepts the connection but does not answer: frozen, SIGSTOPped, wedged). The whole call
+stays within `CALL_TIMEOUT_SECONDS`: each try but the last gets at most the attempt timeout,
+the last gets what is left. Moving on after a deadline is safe because every call is
+idempotent: CreateAnalysis carries an `analysis_id` chosen here, once per create, so the
+frozen replica waking up (or the next one, if the frozen one wrote before it froze) finds the
+record and no second analysis is made (docs/decisions.md#dec-sec-analyzer-deadline); cancel is
+OK when terminal, delete's NotFound means "gone already" to the HTTP view, the rest are reads.
 
 A failed call raises the domain error the controller sent (`core.grpc.errors`'s reverse
 mapping): NotFound, ValidationFailed, Conflict, PermissionDenied, ...; UNAVAILABLE and
@@ -24,6 +31,7 @@ DEADLINE_EXCEEDED raise `ServiceUnavailable`, which the HTTP API answers 503 wit
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import grpc
@@ -34,8 +42,17 @@ from core.grpc.channel import CHANNEL_OPTIONS, auth_metadata
 from core.grpc.errors import ApiCallFailed, ApiUnavailable, Unauthenticated, error_from_rpc_error
 from falcon_proto.falcon.v1 import analysis_pb2, analysis_pb2_grpc
 
-# Seconds one call may take; the controller answers these from memory or one store read.
+from .models import new_analysis_id
+
+# Seconds one call may take over all its tries; the controller answers these from memory or
+# one store read (CreateAnalysis: one write).
 CALL_TIMEOUT_SECONDS = 10.0
+# Seconds one try may take before the next endpoint is tried: a live leader answers in
+# milliseconds, so 3 s only costs a frozen replica's time, and leaves the last try 7 s.
+ATTEMPT_TIMEOUT_SECONDS = 3.0
+# Codes after which nothing was done (UNAVAILABLE) or the call may be repeated elsewhere
+# (DEADLINE_EXCEEDED: every AnalyzerService call is idempotent, see above).
+MOVE_ON = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 UNAVAILABLE_MESSAGE = ("the analyzer controller is unavailable; try again in a moment (an "
                        "operator can check `manage.py runcontroller analyzer`)")
 
@@ -116,15 +133,21 @@ def _call(method: str, request: Any) -> Any:
     """
     global _preferred
     error: Exception | None = None
-    for index, stub in _stubs():
+    stubs = _stubs()
+    deadline = time.monotonic() + CALL_TIMEOUT_SECONDS
+    for attempt, (index, stub) in enumerate(stubs):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        last = attempt == len(stubs) - 1
         try:
             reply = getattr(stub, method)(
-                request, timeout=CALL_TIMEOUT_SECONDS, wait_for_ready=False,
-                metadata=auth_metadata(settings.FALCON_ANALYZER_TOKEN))
+                request, timeout=left if last else min(ATTEMPT_TIMEOUT_SECONDS, left),
+                wait_for_ready=False, metadata=auth_metadata(settings.FALCON_ANALYZER_TOKEN))
         except grpc.RpcError as exc:
             error = error_from_rpc_error(exc)
-            if exc.code() == grpc.StatusCode.UNAVAILABLE:
-                continue  # a follower or a replica that is down: nothing was done
+            if exc.code() in MOVE_ON:
+                continue  # a follower, a replica that is down, or one that does not answer
             break
         with _lock:
             _preferred = index
@@ -147,10 +170,15 @@ def _call(method: str, request: Any) -> Any:
 def create_analysis(*, exp_id: int, creator_email: str, analysis_type: str = "online",
                     plugin_name: str = "", command: str = "", script_content: str = "",
                     name: str = "", resources: dict[str, str] | None = None,
-                    script_name: str = "") -> analysis_pb2.CreateAnalysisResp:
+                    script_name: str = "",
+                    analysis_id: str = "") -> analysis_pb2.CreateAnalysisResp:
     """CreateAnalysis: validate, persist a pending record and queue it (the controller).
 
+    Every try of this one create sends the same `analysis_id`, so a try that met a deadline
+    and was sent to another replica cannot make a second analysis.
+
     Args:
+        analysis_id: the new analysis' id; "" makes a fresh one (`an-` and 16 hex digits).
         script_name: the script's file name in the run's work folder (e.g. `run.py`); "" for
             `script` only.
         resources: `{"cpu_request"?, "cpu_limit"?, "memory_request"?, "memory_limit"?}`,
@@ -162,7 +190,7 @@ def create_analysis(*, exp_id: int, creator_email: str, analysis_type: str = "on
     request = analysis_pb2.CreateAnalysisReq(
         name=name, exp_id=exp_id, analysis_type=analysis_type, plugin_name=plugin_name,
         command=command, script_content=script_content, script_name=script_name,
-        creator_email=creator_email,
+        creator_email=creator_email, analysis_id=analysis_id or new_analysis_id(),
         resource_override=analysis_pb2.ResourceOverride(**(resources or {})))
     return _call("CreateAnalysis", request)
 

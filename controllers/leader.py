@@ -8,6 +8,10 @@ calls `sys.exit()` on bad arguments, and never releases the Lease (decisions.md#
 - acquire: read the Lease; create it if missing (409: someone else created it first); take it
   over when its holder did not renew it for `leaseDurationSeconds` as observed on THIS
   replica's monotonic clock (clock skew between nodes cannot make a live leader look expired);
+  a follower tries every `retry_period` (no jitter), and once more exactly when the Lease it
+  watches expires, so a killed leader is replaced within lease duration + retry period (plus
+  the API calls) of its last renewal: it is seen at most one retry period late, then expires
+  `leaseDurationSeconds` later (docs/analyzer.md#takeover);
 - renew: every `retry_period`, a PUT carrying the `resourceVersion` that was read; a 409
   Conflict means somebody else wrote the Lease, so leadership is lost at once;
 - a leader that cannot renew for `renew_deadline` (< lease duration) stops acting before any
@@ -38,6 +42,9 @@ from .kubeclient import KubeCaller
 from .runner import beat
 
 log = logging.getLogger("falcon.controllers.leader")
+
+# Seconds: the shortest wait between a follower's attempts (see `LeaseElector.follower_wait`).
+MIN_FOLLOWER_WAIT = 0.01
 
 
 class LeadershipLost(BaseException):
@@ -149,6 +156,7 @@ class LeaseElector:
         self._last_renew: float | None = None
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = 0.0
+        self._observed_duration = 0.0
 
     # -- state --------------------------------------------------------------------------------
 
@@ -178,6 +186,22 @@ class LeaseElector:
         if was:
             log.warning("%s lost Lease %s/%s: %s", self.config.identity, self.config.namespace,
                         self.config.lease_name, why)
+
+    def follower_wait(self) -> float:
+        """Return the seconds a follower waits before its next attempt.
+
+        `retry_period`, or less when the other holder's Lease expires sooner (as observed
+        here): the next attempt then lands on the expiry instead of up to one retry period
+        after it, which is what makes the takeover bound `lease_duration + retry_period`
+        (docs/analyzer.md#takeover). Never below `MIN_FOLLOWER_WAIT`, so an attempt that
+        failed at expiry (an API error) cannot spin.
+        """
+        period = self.config.retry_period
+        holder = self._observed[0] if self._observed else ""
+        if not holder or holder == self.config.identity:
+            return period
+        left = self._observed_at + self._observed_duration - self.clock()
+        return min(period, max(left, MIN_FOLLOWER_WAIT)) if left > 0 else period
 
     # -- API ----------------------------------------------------------------------------------
 
@@ -261,6 +285,7 @@ class LeaseElector:
         if not holder or holder == self.config.identity:
             return False
         duration = spec.lease_duration_seconds or self.config.lease_duration
+        self._observed_duration = duration
         if self._observed_at + duration > started:
             self.lose(f"held by {holder}")
             return True
@@ -377,7 +402,8 @@ def _renew_loop(elector: LeaseElector, stop: threading.Event, halt: threading.Ev
 
 
 def run_elected(work: Callable[[threading.Event], Any], elector: LeaseElector, *,
-                stop: threading.Event) -> None:
+                stop: threading.Event,
+                wait: Callable[[float], bool] | None = None) -> None:
     """Run `work(halt)` while this replica leads; wait as a follower otherwise.
 
     `work` is a controller loop (`runner.run_loop` bound to its controller) that returns when
@@ -388,14 +414,19 @@ def run_elected(work: Callable[[threading.Event], Any], elector: LeaseElector, *
     `work` raises anything else, renewing stops, the Lease is released and the exception
     propagates (cluster-behaviours.md#cb-18). Only when `stop` is set, or `work` returns by
     itself (`--once`, with `halt` unset), is the Lease released and this returns.
+
+    Args:
+        wait: how a follower waits between two attempts: `wait(seconds)`, True when `stop`
+            is set; `stop.wait` unless a test drives a virtual clock.
     """
     cfg = elector.config
+    wait = wait or stop.wait
     while not stop.is_set():
         # A follower is alive too: without this beat the liveness probe would restart every
         # replica that waits for the Lease.
         beat()
         if not elector.try_acquire_or_renew():
-            stop.wait(cfg.retry_period)
+            wait(elector.follower_wait())
             continue
         halt = threading.Event()
         work_done = threading.Event()

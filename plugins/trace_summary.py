@@ -348,21 +348,35 @@ class OpStats:
     max_us: float
 
 
-def nest_thread(thread: ThreadSlices, n_names: int) -> dict[int, OpStats]:
-    """Per name id, the OpStats of one thread's slices.
+@dataclass
+class ThreadSummary:
+    """What nesting one thread's slices gives: per name id its OpStats, and how many slices
+    end after their enclosing slice (`improper_overlaps`: the input is malformed there)."""
 
-    Slices nest by time: sorted by start ascending, longer first on equal starts; a slice's self
-    time is its duration minus the part of its children that lies inside it.
+    ops: dict[int, OpStats]
+    improper_overlaps: int = 0
+
+
+def nest_thread(thread: ThreadSlices, n_names: int) -> ThreadSummary:
+    """Nest one thread's slices: per name id the OpStats, and the improper overlaps.
+
+    Slices nest by time: sorted by start ascending, longer first on equal starts; a slice's
+    enclosing slice is the latest one before it in that order that is still open at its start,
+    and its self time is its duration minus the part of its children that lies inside it. A
+    child that ends after its enclosing slice is an improper overlap (trace-event slices on one
+    thread must nest): only its part inside the parent is subtracted, so self times stay right,
+    and it is counted, so the output says the input was malformed.
     """
     n = len(thread.starts)
     if n == 0:
-        return {}
+        return ThreadSummary({})
     starts = np.frombuffer(thread.starts, dtype=np.float64)
     ends = np.frombuffer(thread.ends, dtype=np.float64)
     names = np.frombuffer(thread.names, dtype=np.int32)
     order = np.lexsort((-ends, starts))
     s_list, e_list = starts[order].tolist(), ends[order].tolist()
     children = [0.0] * n
+    improper = 0
     stack: list[int] = []
     for i in range(n):
         start = s_list[i]
@@ -370,6 +384,8 @@ def nest_thread(thread: ThreadSlices, n_names: int) -> dict[int, OpStats]:
             stack.pop()
         if stack:
             parent = stack[-1]
+            if e_list[i] > e_list[parent]:
+                improper += 1
             children[parent] += min(e_list[i], e_list[parent]) - start
         stack.append(i)
     durations = ends[order] - starts[order]
@@ -380,8 +396,9 @@ def nest_thread(thread: ThreadSlices, n_names: int) -> dict[int, OpStats]:
     selfs = np.bincount(sorted_names, weights=self_times, minlength=n_names)
     maxima = np.zeros(n_names)
     np.maximum.at(maxima, sorted_names, durations)
-    return {int(nid): OpStats(int(counts[nid]), float(totals[nid]), float(selfs[nid]),
-                              float(maxima[nid])) for nid in np.flatnonzero(counts)}
+    return ThreadSummary({int(nid): OpStats(int(counts[nid]), float(totals[nid]),
+                                            float(selfs[nid]), float(maxima[nid]))
+                          for nid in np.flatnonzero(counts)}, improper)
 
 
 def _us(value: float) -> float:
@@ -413,23 +430,30 @@ def group_label(stats: InputStats, pid: Any, tid: Any) -> tuple[str, str, str | 
 
 
 def summarise(rel: str, stats: InputStats, top: int) -> Iterator[dict[str, Any]]:
-    """The result records of one input (everything but the meta record)."""
+    """The result records of one input (everything but the meta record).
+
+    The threads are nested before the first record is yielded, because the input's `phases`
+    record carries the sum of their improper overlaps.
+    """
+    names = list(stats.name_ids)
+    nested = [(key, thread, nest_thread(thread, len(names))) for key, thread in
+              sorted(stats.threads.items(), key=lambda kv: str(kv[0]))]
     untimed = {ph: n for ph, n in sorted(stats.phases.items()) if ph not in TIMED_PHASES and ph != "M"}
     yield {"kind": "phases", "input": rel, "events": stats.events,
            "by_phase": dict(sorted(stats.phases.items())), "untimed": untimed,
            "timed_slices": sum(len(t.starts) for t in stats.threads.values()),
            "unmatched_begin": stats.unmatched_begin, "unmatched_end": stats.unmatched_end,
-           "bad_events": stats.bad_events}
-    names = list(stats.name_ids)
+           "bad_events": stats.bad_events,
+           "improper_overlaps": sum(summary.improper_overlaps for _, _, summary in nested)}
     overall: dict[str, OpStats] = {}
     groups: Counter = Counter()
-    for (pid, tid), thread in sorted(stats.threads.items(), key=lambda kv: str(kv[0])):
-        per_id = nest_thread(thread, len(names))
-        ops = {names[nid]: op for nid, op in per_id.items()}
+    for (pid, tid), thread, summary in nested:
+        ops = {names[nid]: op for nid, op in summary.ops.items()}
         label, process, thread_label = group_label(stats, pid, tid)
         yield {"kind": "group", "input": rel, "group": label, "pid": pid, "tid": tid,
                "process": process, "thread": thread_label, "slices": len(thread.starts),
-               "ops": len(ops), "busy_us": _us(sum(op.self_us for op in ops.values()))}
+               "ops": len(ops), "busy_us": _us(sum(op.self_us for op in ops.values())),
+               "improper_overlaps": summary.improper_overlaps}
         for name, op, rank_total, rank_self in _ranked(ops, top):
             yield {"kind": "op", "input": rel, "group": label, "name": name, **_op_fields(op),
                    "rank_total": rank_total, "rank_self": rank_self}

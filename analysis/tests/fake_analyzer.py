@@ -16,7 +16,8 @@ import grpc
 from django.conf import settings
 from django.db import close_old_connections
 
-from core.errors import FalconError, InvalidTransition, NotFound, ValidationFailed
+from core.errors import (AlreadyExists, FalconError, InvalidTransition, NotFound,
+                         ValidationFailed)
 from core.grpc.errors import abort_with_error
 from falcon_proto.falcon.v1 import analysis_pb2 as pb, analysis_pb2_grpc
 
@@ -33,9 +34,13 @@ CATALOG = [
 class FakeAnalyzer(analysis_pb2_grpc.AnalyzerServiceServicer):
     """Records `(method, request, metadata)` in `calls`; answers as the controller would."""
 
-    def __init__(self):
+    def __init__(self, hold: threading.Event | None = None):
         self.calls: list[tuple[str, object, dict]] = []
         self.lock = threading.Lock()
+        # A frozen replica: each call waits for `hold` (set by the test) before it is served,
+        # and `served` counts the calls served after that.
+        self.hold = hold
+        self.served = threading.Semaphore(0)
         # Field errors CreateAnalysis answers (INVALID_ARGUMENT, named as the controller names
         # them), or None to create.
         self.refuse_create: dict[str, list[str]] | None = None
@@ -46,6 +51,8 @@ class FakeAnalyzer(analysis_pb2_grpc.AnalyzerServiceServicer):
 
     def _run(self, method, request, context, fn):
         self._record(method, request, context)
+        if self.hold is not None:
+            self.hold.wait()
         close_old_connections()
         try:
             return fn()
@@ -53,6 +60,7 @@ class FakeAnalyzer(analysis_pb2_grpc.AnalyzerServiceServicer):
             abort_with_error(context, exc)
         finally:
             close_old_connections()
+            self.served.release()
 
     def CreateAnalysis(self, request, context):
         from analysis.services import analysis_record_create
@@ -60,12 +68,18 @@ class FakeAnalyzer(analysis_pb2_grpc.AnalyzerServiceServicer):
         def create():
             if self.refuse_create:
                 raise ValidationFailed(self.refuse_create)
-            record = analysis_record_create(
-                name=request.name, exp_id=request.exp_id, analysis_type=request.analysis_type,
-                plugin_name=request.plugin_name, command=request.command,
-                script_content=request.script_content, script_name=request.script_name,
-                creator_email=request.creator_email,
-                result_root=settings.FALCON_ANALYSIS_ROOT)
+            try:
+                record = analysis_record_create(
+                    name=request.name, exp_id=request.exp_id,
+                    analysis_type=request.analysis_type, plugin_name=request.plugin_name,
+                    command=request.command, script_content=request.script_content,
+                    script_name=request.script_name, creator_email=request.creator_email,
+                    result_root=settings.FALCON_ANALYSIS_ROOT, analysis_id=request.analysis_id)
+            except AlreadyExists:
+                # A retry of this very create (the controller's `_retried_create`).
+                if not request.analysis_id:
+                    raise
+                return pb.CreateAnalysisResp(analysis_id=request.analysis_id)
             return pb.CreateAnalysisResp(analysis_id=record.analysis_id)
         return self._run("CreateAnalysis", request, context, create)
 
@@ -115,9 +129,15 @@ class FakeAnalyzer(analysis_pb2_grpc.AnalyzerServiceServicer):
 
 
 @contextlib.contextmanager
-def running_fake_analyzer() -> Iterator[tuple[FakeAnalyzer, str]]:
-    """Start a `FakeAnalyzer` on 127.0.0.1 (a free port); yield it and its target."""
-    fake = FakeAnalyzer()
+def running_fake_analyzer(hold: threading.Event | None = None,
+                          ) -> Iterator[tuple[FakeAnalyzer, str]]:
+    """Start a `FakeAnalyzer` on 127.0.0.1 (a free port); yield it and its target.
+
+    Args:
+        hold: makes it a frozen replica: it accepts connections and calls, and serves each
+            call only once `hold` is set.
+    """
+    fake = FakeAnalyzer(hold)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     analysis_pb2_grpc.add_AnalyzerServiceServicer_to_server(fake, server)
     port = server.add_insecure_port("127.0.0.1:0")

@@ -3,6 +3,7 @@ port) or none at all (a closed port: 503 at once, and the database and store fal
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
@@ -223,6 +224,37 @@ def test_create_without_analyzer_is_503_at_once(alice, no_analyzer):
     assert body["detail"].startswith("the analyzer controller is unavailable")
     assert client.get("/api/v1/plugins").status_code == 503
     assert client.get("/api/v1/plugins/summary").status_code == 503
+
+
+def test_a_frozen_replica_does_not_block_creation_nor_create_twice(alice, settings,
+                                                                   monkeypatch):
+    """A replica that accepts the call and never answers (SIGSTOPped, its connection open) is
+    left after the attempt timeout, the create goes to the leader, and the frozen replica's
+    late attempt of the same create, once it wakes, makes no second analysis."""
+    client, user = alice
+    exp = make_finished_exp(creator=user)
+    monkeypatch.setattr(analyzer_client, "ATTEMPT_TIMEOUT_SECONDS", 0.5)
+    wake = threading.Event()
+    with running_fake_analyzer(hold=wake) as (frozen, frozen_target), \
+            running_fake_analyzer() as (leader, leader_target):
+        settings.FALCON_ANALYZER_TARGET = f"{frozen_target},{leader_target}"
+        try:
+            first = client.post("/api/v1/analyses", {"exp_id": exp.pk, "plugin": "summary"},
+                                format="json")
+            assert first.status_code == 201, first.json()
+            # The endpoint that answered is tried first from now on: no more waiting.
+            second = client.post("/api/v1/analyses", {"exp_id": exp.pk, "plugin": "summary"},
+                                 format="json")
+            assert second.status_code == 201, second.json()
+        finally:
+            wake.set()
+        assert frozen.served.acquire(timeout=30), "the frozen replica never finished its call"
+        [(_, sent_frozen, _)] = frozen.calls
+        sent = [request for method, request, _ in leader.calls if method == "CreateAnalysis"]
+        assert [r.analysis_id for r in sent] == [first.json()["id"], second.json()["id"]]
+        assert sent_frozen.analysis_id == first.json()["id"]
+    assert sorted(AnalysisRecord.objects.values_list("pk", flat=True)) == \
+        sorted([first.json()["id"], second.json()["id"]])
 
 
 def test_list_and_filters(alice):

@@ -47,7 +47,7 @@ from core.logs import add_log_ids, log_context
 from falcon_proto.falcon.v1 import analysis_pb2, analysis_pb2_grpc
 from plugins.rules import resource_problems, script_name_problem
 
-from .contract import CANCELLED, ONLINE, QUEUES, TERMINAL, AlreadyExists
+from .contract import CANCELLED, ONLINE, PENDING, QUEUES, TERMINAL, AlreadyExists
 from .controller import RESOURCE_KEYS, AnalyzerController
 from .grpc_client import analysis_message
 
@@ -256,23 +256,49 @@ class AnalyzerServicer(analysis_pb2_grpc.AnalyzerServiceServicer):
                                       for key, problem in problems.items()})
         try:
             with c.lock:
-                record = c.api.create_record(
-                    exp_id=request.exp_id, analysis_type=analysis_type,
-                    plugin_name=request.plugin_name, command=command,
-                    script_content=request.script_content, script_name=request.script_name,
-                    creator_email=request.creator_email, name=request.name,
-                    result_root=c.config.result_root)
+                try:
+                    record = c.api.create_record(
+                        exp_id=request.exp_id, analysis_type=analysis_type,
+                        plugin_name=request.plugin_name, command=command,
+                        script_content=request.script_content,
+                        script_name=request.script_name, creator_email=request.creator_email,
+                        name=request.name, result_root=c.config.result_root,
+                        analysis_id=request.analysis_id)
+                except AlreadyExists as exc:
+                    record = self._retried_create(request, exc)
                 if override:
                     c.overrides[record.analysis_id] = override
                 with c.about(record.analysis_id, record.exp_id):
                     log.info("analysis %s: created %s (%s), queued", record.analysis_id,
                              analysis_type, request.plugin_name or "a command")
-                    c.enqueue(record)
+                    if record.status == PENDING:  # a retry may find it running already
+                        c.enqueue(record)
         except FalconError as exc:
             _abort_error(context, exc)
         c.wake.set()
         return analysis_pb2.CreateAnalysisResp(analysis_id=record.analysis_id,
                                                record=analysis_message(record))
+
+    def _retried_create(self, request, exc: AlreadyExists):
+        """Return the record an earlier attempt of this very create made, or re-raise `exc`.
+
+        The API server chooses `analysis_id` once per create and sends it on every attempt; an
+        attempt that met a deadline on a frozen replica is sent to the next one, and the frozen
+        one may have written the record before it froze. The same id, experiment and creator
+        mean the same request: answer its record (queued again below: `enqueue` ignores a
+        record it knows) instead of an error the user did not cause.
+
+        Raises:
+            AlreadyExists: no id was sent, or the record with it is another request's.
+        """
+        if not request.analysis_id or exc.analysis_id != request.analysis_id:
+            raise exc
+        record = self.controller.api.get_record(request.analysis_id)
+        if (record.exp_id, record.creator_email) != (request.exp_id, request.creator_email):
+            raise exc
+        log.info("analysis %s: a retried create; answering the record made first",
+                 record.analysis_id)
+        return record
 
     def CancelAnalysis(self, request, context):
         """Move a non-terminal analysis to cancelled and stop its run; OK when terminal."""

@@ -40,11 +40,14 @@ LEASE = "falcon-resources"
 FAST = {"lease_duration": 0.8, "renew_deadline": 0.5, "retry_period": 0.1}
 
 
-def make_elector(kubeconfig, identity: str, wall_clock=None, **timing) -> LeaseElector:
+def make_elector(kubeconfig, identity: str, wall_clock=None, clock=None,
+                 **timing) -> LeaseElector:
     conn = KubeConnection(kubeconfig=str(kubeconfig), retries=0, request_timeout=0.3,
                           connect_timeout=0.3)
     cfg = ElectionConfig(lease_name=LEASE, namespace=NS, identity=identity, **{**FAST, **timing})
     extra = {"wall_clock": wall_clock} if wall_clock else {}
+    if clock:
+        extra["clock"] = clock
     return LeaseElector(client.CoordinationV1Api(api_client(conn)), cfg, caller=KubeCaller(conn),
                         **extra)
 
@@ -301,6 +304,51 @@ def test_without_a_release_another_replica_takes_over_within_duration_plus_retry
     while not b.try_acquire_or_renew():
         time.sleep(FAST["retry_period"])
     assert time.monotonic() - started <= FAST["lease_duration"] + FAST["retry_period"] + 0.3
+
+
+PRODUCTION = {"lease_duration": 15.0, "renew_deadline": 10.0, "retry_period": 2.0}
+
+
+@pytest.mark.parametrize("lag", [0.001, 0.5, 1.0, 1.5, 1.999])
+def test_after_a_kill_9_another_replica_takes_over_within_duration_plus_retry_period(
+        kubeconfig, fake_kube, lag):
+    """The takeover bound of docs/analyzer.md, on the production timings (15/10/2 s) and a
+    virtual clock (the API calls take no virtual time).
+
+    Leader a renews every retry period and is killed right after a renewal R; follower b reads
+    the Lease `lag` seconds before each of a's renewals, so it sees R only one retry period
+    later: the worst moment. b measures the 15 s from when IT saw R (client-go), so the Lease
+    is free for b at R + (2 - lag) + 15; b must take it then, no later than R + 17 s, and
+    never before R + 15 s. On a 2 s grid b would try only at R + (2 - lag) + 16: up to 18 s.
+    """
+    now = [1000.0]
+    a = make_elector(kubeconfig, "a", clock=lambda: now[0], **PRODUCTION)
+    b = make_elector(kubeconfig, "b", clock=lambda: now[0], **PRODUCTION)
+    assert a.try_acquire_or_renew()
+    renewals = [1002.0, 1004.0, 1006.0]  # then a is killed (SIGKILL: no release)
+    killed_at = renewals[-1]
+    stop = threading.Event()
+    took_over: list[float] = []
+
+    def wait(seconds: float) -> bool:
+        """Advance the virtual clock; a renews at its times on the way."""
+        target = now[0] + seconds
+        while renewals and renewals[0] <= target:
+            now[0] = renewals.pop(0)
+            assert a.try_acquire_or_renew()
+        now[0] = target
+        return stop.is_set()
+
+    def work(halt):
+        took_over.append(now[0])
+        stop.set()
+
+    now[0] = renewals[0] - lag  # b starts following just before a's first renewal
+    run_elected(work, b, stop=stop, wait=wait)
+    assert took_over, "b never took over"
+    assert killed_at + PRODUCTION["lease_duration"] <= took_over[0] \
+        <= killed_at + PRODUCTION["lease_duration"] + PRODUCTION["retry_period"]
+    assert lease_spec(fake_kube)["leaseTransitions"] == 1
 
 
 # -- two real controller processes, one Lease -------------------------------------------------

@@ -7,8 +7,10 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from plugins.tests.conftest import REAL_PROFILE, run_plugin
+from plugins.trace_summary import TraceAggregator, summarise
 
 
 def write_trace(path: Path, events: list[dict], *, form: str = "object", gz: bool = False) -> Path:
@@ -250,6 +252,52 @@ def test_slices_nest_by_time_not_by_file_order(tmp_path, out):
     assert ops["same_start_shorter"] == (50, 30)
     assert sorted([ops["be"][1], ops["parent"][1]]) == [0, 50]
     assert one(run.records, kind="group")["busy_us"] == 100
+
+
+def test_slices_that_cross_their_parents_end_are_counted_per_thread_and_input(tmp_path, out):
+    # Thread 1: child [50,150] crosses the end of parent [0,100]; inner [60,70] nests in it.
+    # Thread 2: b [5,20] crosses a [0,10], and c [15,30] crosses b. The other input is proper.
+    write_trace(tmp_path / "bad.json", [
+        X("parent", 0, 100), X("child", 50, 100), X("inner", 60, 10),
+        X("a", 0, 10, tid=2), X("b", 5, 15, tid=2), X("c", 15, 15, tid=2)])
+    write_trace(tmp_path / "good.json", [X("parent", 0, 100), X("child", 10, 20)])
+    run = run_plugin("trace-summary", "--input", tmp_path, output=out)
+    assert run.returncode == 0, run.stderr
+    groups = {(g["input"], g["tid"]): g["improper_overlaps"] for g in run.kind("group")}
+    assert groups == {("bad.json", 1): 1, ("bad.json", 2): 2, ("good.json", 1): 0}
+    phases = {p["input"]: p["improper_overlaps"] for p in run.kind("phases")}
+    assert phases == {"bad.json": 3, "good.json": 0}
+    # Self times stay right: only the part of a crossing child inside its parent is subtracted.
+    ops = {o["name"]: o["self_us"] for o in run.kind("op") if o["input"] == "bad.json"}
+    assert (ops["parent"], ops["child"], ops["inner"]) == (50, 90, 10)
+
+
+def reference_improper_overlaps(slices: list[tuple[float, float]]) -> int:
+    """The improper overlaps of one thread by brute force, O(n^2): in (start ascending, longer
+    first) order, a slice's enclosing slice is the latest one before it still running at its
+    start; the slice is improper when it ends after that one."""
+    order = sorted(slices, key=lambda se: (se[0], -se[1]))
+    count = 0
+    for pos, (start, end) in enumerate(order):
+        enclosing = [e for s, e in order[:pos] if e > start]
+        if enclosing and end > enclosing[-1]:
+            count += 1
+    return count
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 30), st.sampled_from([1, 2])),
+                max_size=40))
+def test_improper_overlaps_equal_a_brute_force_count(events):
+    aggregator = TraceAggregator()
+    for start, dur, tid in events:
+        aggregator.add(X("op", start, dur, tid=tid))
+    records = list(summarise("t.json", aggregator.finish(), 20))
+    got = {g["tid"]: g["improper_overlaps"] for g in records if g["kind"] == "group"}
+    want = {tid: reference_improper_overlaps([(s, s + d) for s, d, t in events if t == tid])
+            for tid in {t for _, _, t in events}}
+    assert got == want
+    assert records[0]["improper_overlaps"] == sum(want.values())
 
 
 # --- gzip ---------------------------------------------------------------------------------

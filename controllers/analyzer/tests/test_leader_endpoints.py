@@ -3,9 +3,12 @@ one a follower (UNAVAILABLE "not the leader"), and `analysis.analyzer_client` wi
 endpoints in FALCON_ANALYZER_TARGET."""
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from analysis import analyzer_client
+from core.errors import Conflict
 from controllers.analyzer.server import build_analyzer_server
 
 from .fake_records import FakeRecordAPI
@@ -61,6 +64,77 @@ def test_a_replica_that_is_down_is_skipped(replicas, settings):
                                        f"127.0.0.1:{servers['a'].port}")
     made = analyzer_client.create_analysis(exp_id=1, creator_email="u@x.org", command="true")
     assert made.analysis_id
+
+
+class FrozenRecordAPI:
+    """The record API as a frozen replica sees it: `create_record` waits for `wake`, before
+    writing (frozen before its write) or after (wrote, then froze before answering)."""
+
+    def __init__(self, api: FakeRecordAPI, wake: threading.Event, write_first: bool):
+        self._api, self._wake, self._write_first = api, wake, write_first
+        self.entered, self.left = threading.Event(), threading.Event()
+
+    def __getattr__(self, name):
+        return getattr(self._api, name)
+
+    def create_record(self, **fields):
+        self.entered.set()
+        try:
+            if self._write_first:
+                record = self._api.create_record(**fields)
+                self._wake.wait()
+                return record
+            self._wake.wait()
+            return self._api.create_record(**fields)
+        finally:
+            self.left.set()
+
+
+@pytest.mark.parametrize("write_first", [False, True], ids=["froze-before-writing",
+                                                           "wrote-then-froze"])
+def test_a_frozen_leader_is_left_after_a_deadline_and_the_create_is_made_once(
+        tmp_path, settings, monkeypatch, write_first):
+    """The old leader accepted CreateAnalysis and froze (SIGSTOP) inside it; replica b took
+    over. The API server leaves a after the attempt timeout and b answers the same analysis:
+    made by b (a wakes, finds it, makes none) or made by a before it froze (b recognises the
+    retry by its analysis_id and queues that record)."""
+    api = FakeRecordAPI()
+    api.artifact_paths[1] = artifact(tmp_path)
+    wake = threading.Event()
+    frozen_api = FrozenRecordAPI(api, wake, write_first)
+    controllers = {"a": make_controller(frozen_api, tmp_path / "a"),
+                   "b": make_controller(api, tmp_path / "b")}
+    servers = {name: build_analyzer_server("127.0.0.1:0", controllers[name], TOKEN)
+               for name in ("a", "b")}
+    for server in servers.values():
+        server.start()
+    settings.FALCON_ANALYZER_TOKEN = TOKEN
+    settings.FALCON_ANALYZER_TARGET = ",".join(
+        f"127.0.0.1:{servers[n].port}" for n in ("a", "b"))
+    monkeypatch.setattr(analyzer_client, "ATTEMPT_TIMEOUT_SECONDS", 0.5)
+    analyzer_client.close()
+    try:
+        made = analyzer_client.create_analysis(exp_id=1, creator_email="u@x.org",
+                                               command="true")
+        assert frozen_api.entered.is_set()  # a got the call first, and froze in it
+        assert controllers["b"].queues.position(made.analysis_id) == 1  # b will run it
+    finally:
+        wake.set()
+        assert frozen_api.left.wait(30), "the frozen replica never finished its create"
+        analyzer_client.close()
+        for server in servers.values():
+            server.stop(0)
+    assert list(api.records) == [made.analysis_id]
+    assert api.records[made.analysis_id].status == "pending"
+
+
+def test_a_create_that_reuses_another_requests_id_is_refused(replicas):
+    api, _, _ = replicas
+    made = analyzer_client.create_analysis(exp_id=1, creator_email="u@x.org", command="true")
+    with pytest.raises(Conflict):
+        analyzer_client.create_analysis(exp_id=1, creator_email="other@x.org", command="true",
+                                        analysis_id=made.analysis_id)
+    assert list(api.records) == [made.analysis_id]
 
 
 def test_endpoints_are_parsed_and_an_empty_target_is_refused():

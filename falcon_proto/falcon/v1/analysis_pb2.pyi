@@ -211,7 +211,7 @@ class ResourceOverride(_message.Message):
     def __init__(self, cpu_request: _Optional[str] = ..., cpu_limit: _Optional[str] = ..., memory_request: _Optional[str] = ..., memory_limit: _Optional[str] = ...) -> None: ...
 
 class CreateAnalysisReq(_message.Message):
-    __slots__ = ("name", "exp_id", "analysis_type", "plugin_name", "command", "script_content", "resource_override", "creator_email", "script_name")
+    __slots__ = ("name", "exp_id", "analysis_type", "plugin_name", "command", "script_content", "resource_override", "creator_email", "script_name", "analysis_id")
     NAME_FIELD_NUMBER: _ClassVar[int]
     EXP_ID_FIELD_NUMBER: _ClassVar[int]
     ANALYSIS_TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -221,6 +221,7 @@ class CreateAnalysisReq(_message.Message):
     RESOURCE_OVERRIDE_FIELD_NUMBER: _ClassVar[int]
     CREATOR_EMAIL_FIELD_NUMBER: _ClassVar[int]
     SCRIPT_NAME_FIELD_NUMBER: _ClassVar[int]
+    ANALYSIS_ID_FIELD_NUMBER: _ClassVar[int]
     name: str
     exp_id: int
     analysis_type: str
@@ -230,7 +231,8 @@ class CreateAnalysisReq(_message.Message):
     resource_override: ResourceOverride
     creator_email: str
     script_name: str
-    def __init__(self, name: _Optional[str] = ..., exp_id: _Optional[int] = ..., analysis_type: _Optional[str] = ..., plugin_name: _Optional[str] = ..., command: _Optional[str] = ..., script_content: _Optional[str] = ..., resource_override: _Optional[_Union[ResourceOverride, _Mapping]] = ..., creator_email: _Optional[str] = ..., script_name: _Optional[str] = ...) -> None: ...
+    analysis_id: str
+    def __init__(self, name: _Optional[str] = ..., exp_id: _Optional[int] = ..., analysis_type: _Optional[str] = ..., plugin_name: _Optional[str] = ..., command: _Optional[str] = ..., script_content: _Optional[str] = ..., resource_override: _Optional[_Union[ResourceOverride, _Mapping]] = ..., creator_email: _Optional[str] = ..., script_name: _Optional[str] = ..., analysis_id: _Optional[str] = ...) -> None: ...
 
 class CreateAnalysisResp(_message.Message):
     __slots__ = ("analysis_id", "record")
