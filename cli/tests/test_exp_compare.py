@@ -163,6 +163,22 @@ def test_clone_with_set_keeps_every_other_byte(logged_in, files):
     assert re.search(rf"cloned from +{src['id']}\b", shown), shown
 
 
+def test_clone_set_through_an_alias_is_refused_and_beside_it_changes_one_path(logged_in, files):
+    import yaml
+
+    aliased = ("defaults: &d\n  opt: {lr: 0.1}\nbaseline: *d\ncandidate: *d\n"
+               "other:\n  lr: 0.1\n")
+    src = _json(_create(logged_in, files, "-o", "json", config=aliased))
+    before = Experiment.objects.count()
+    result = logged_in("exp", "clone", str(src["id"]), "--set", "candidate.opt.lr=0.5")
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert "candidate is an alias (*d) of the anchor &d written at defaults" in result.stderr
+    assert Experiment.objects.count() == before
+    clone = _json(logged_in("exp", "clone", str(src["id"]), "--set", "other.lr=0.5",
+                            "-o", "json"))
+    assert yaml.safe_load(clone["config"]) == {**yaml.safe_load(aliased), "other": {"lr": 0.5}}
+
+
 def test_clone_with_a_new_config_and_tasks(logged_in, files):
     src = _json(_create(logged_in, files, "-o", "json"))
     tasks = "main:\n  command: python other.py\n  replica: 1\n"
