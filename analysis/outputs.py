@@ -3,7 +3,6 @@
 (docs/analyzer.md, "Storage layout"). Used by the HTTP API and the admin."""
 from __future__ import annotations
 
-import codecs
 import json
 
 from artifacts.store import store_for
@@ -16,21 +15,6 @@ RESULTS_MAX_RECORDS = 10_000
 RESULTS_MAX_BYTES = 16 * 1024 * 1024
 UNPARSABLE_MAX = 100  # lines that are not JSON objects, reported by number
 LOG_FILE = "output.log"
-
-
-def whole_characters(content: bytes) -> bytes:
-    """`content` without the UTF-8 character its last bytes begin but do not finish.
-
-    A page of the log is bytes from an offset; it may end inside a character (the page's
-    limit, or a command whose output buffer was flushed mid-character). Decoded alone, both
-    halves would become U+FFFD; cut, the character's bytes start the next page instead. The
-    codec's incremental decoder says which trailing bytes it holds back. A page that holds
-    nothing else is returned whole, so a reader always moves on.
-    """
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    decoder.decode(content, final=False)
-    pending = len(decoder.getstate()[0])
-    return content[:-pending] if 0 < pending < len(content) else content
 
 
 def log_from_store(record: AnalysisRecord, offset: int, limit: int) -> tuple[bytes, str]:

@@ -6,7 +6,8 @@ Scripts branch on these numbers, so they are stable: never renumber, only add.
 | ---- | ----------- | ------------------------------------------------------------------------- |
 | 0    | OK          | the command did what was asked (`exp wait`: the experiment Succeeded)     |
 | 1    | ERROR       | an unexpected failure: a 5xx answer, a malformed response, a cancelled    |
-|      |             | confirmation                                                              |
+|      |             | confirmation; `exp diff`: the experiments differ (as `diff`, `kubectl     |
+|      |             | diff`), its failures exit 12 instead                                      |
 | 2    | USAGE       | the command line or a local input file is wrong (click's own code for     |
 |      |             | usage errors; nothing was sent)                                           |
 | 3    | NOT_FOUND   | the experiment (or endpoint) does not exist (HTTP 404)                    |
@@ -25,6 +26,8 @@ Scripts branch on these numbers, so they are stable: never renumber, only add.
 |      |             | experiment (HTTP 403); logging in again does not help                     |
 | 11   | ANALYSIS_   | `analysis create --wait`: the analysis ended failed or cancelled          |
 |      | FAILED      |                                                                           |
+| 12   | DIFF_FAILED | `exp diff`: an unexpected failure (what another command exits 1 for, as 1 |
+|      |             | there means "they differ")                                                |
 | 130  | INTERRUPTED | Ctrl-C (SIGINT) stopped the command (`exp wait`: the experiment goes on)   |
 | 141  | OUTPUT_     | the reader of stdout or stderr went away (`falcon ... | head -1`): the     |
 |      | CLOSED      | command stopped quietly, without a message (an experiment it created or   |
@@ -51,5 +54,6 @@ class ExitCode(IntEnum):
     UNAVAILABLE = 9
     FORBIDDEN = 10  # 7 is TIMEOUT already: codes are never renumbered
     ANALYSIS_FAILED = 11
+    DIFF_FAILED = 12  # `exp diff` exits 1 for "they differ", so its failures cannot
     INTERRUPTED = 130  # 128 + SIGINT, the shell's convention
     OUTPUT_CLOSED = 141  # 128 + SIGPIPE, the same convention

@@ -505,11 +505,16 @@ def generic_tables(records: list[Any]) -> list[tuple[str, list[str], list[list[A
 
 # --- exp diff ------------------------------------------------------------------------------------
 
-def diff_cell(value: Any, absent: bool) -> Text:
-    """A value of `exp diff`: compact JSON (so `1` and `"1"` differ on screen); `<absent>`."""
+def diff_cell(value: Any, absent: bool, written: str | None = None) -> Text:
+    """A value of `exp diff`: compact JSON (so `1` and `"1"` differ on screen); `<absent>`;
+    a scalar written otherwise than its JSON (`010`, `3.10`, `.nan`) also shows its text."""
     if absent:
         return Text("<absent>", style="dim")
-    return Text(visible(json.dumps(value, ensure_ascii=False)))
+    shown = json.dumps(value, ensure_ascii=False)
+    if written is not None and written != shown and not (isinstance(value, str)
+                                                        and value == written):
+        shown += f" (written {written})"
+    return Text(visible(shown))
 
 
 def exp_diff_table(console: Console, diff: dict[str, Any]) -> None:
@@ -527,8 +532,10 @@ def exp_diff_table(console: Console, diff: dict[str, Any]) -> None:
                              overflow="fold")
         for row in rows:
             absent = set(row.get("absent") or ())
+            written = row.get("written") or []
             table.add_row(plain(row.get("path")),
-                          *[diff_cell(value, index in absent)
+                          *[diff_cell(value, index in absent,
+                                      written[index] if index < len(written) else None)
                             for index, value in enumerate(row.get("values") or [])])
         console.print(table)
     for text_diff in diff.get("config_text_diffs") or []:

@@ -31,11 +31,13 @@ import re
 from typing import Any
 
 import yaml
-from yaml.constructor import ConstructorError
 from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from core.boundedyaml import MAX_DEPTH, BoundedComposerMixin, YamlLimitError
+from core.boundedyaml import (
+    INT_TAG, MAP_TAG, MAX_DEPTH, SEQ_TAG, STR_TAG, BoundedComposerMixin, YamlLimitError,
+    use_core_schema,
+)
 
 from .errors import CLIError
 from .exit_codes import ExitCode
@@ -43,59 +45,9 @@ from .exit_codes import ExitCode
 TASK_EXAMPLE = "main: {command: 'python run.py', replica: 1}"
 INT_FIELDS = ("replica", "device_count")  # TaskSpec fields that are integers
 
-NULL_TAG = "tag:yaml.org,2002:null"
-BOOL_TAG = "tag:yaml.org,2002:bool"
-INT_TAG = "tag:yaml.org,2002:int"
-FLOAT_TAG = "tag:yaml.org,2002:float"
-STR_TAG = "tag:yaml.org,2002:str"
-MAP_TAG = "tag:yaml.org,2002:map"
-SEQ_TAG = "tag:yaml.org,2002:seq"
 ALIAS_TAG = "tag:falcon.cli,2024:alias"  # stands for an alias; never resolved, always refused
-
-# The YAML 1.2 core schema (https://yaml.org/spec/1.2.2/#1032-tag-resolution).
-NULL_RE = re.compile(r"(?:~|null|Null|NULL|)\Z")
-BOOL_RE = re.compile(r"(?:true|True|TRUE|false|False|FALSE)\Z")
-INT_RE = re.compile(r"(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)\Z")
-FLOAT_RE = re.compile(r"(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
-                      r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))\Z")
 DECIMAL_RE = re.compile(r"[-+]?(?:0|[1-9][0-9]*)\Z")  # what an integer field accepts
 LEADING_ZERO_RE = re.compile(r"[-+]?0[0-9]+\Z")
-
-
-def _construct_null(loader: yaml.SafeLoader, node: ScalarNode) -> None:
-    loader.construct_scalar(node)
-    return None
-
-
-def _construct_bool(loader: yaml.SafeLoader, node: ScalarNode) -> bool:
-    text = loader.construct_scalar(node)
-    if not BOOL_RE.match(text):
-        raise ConstructorError(None, None, f"{text!r} is not a YAML 1.2 boolean (true or false)",
-                               node.start_mark)
-    return text.lower() == "true"
-
-
-def _construct_int(loader: yaml.SafeLoader, node: ScalarNode) -> int:
-    text = loader.construct_scalar(node)
-    if not INT_RE.match(text):
-        raise ConstructorError(None, None, f"{text!r} is not a YAML 1.2 integer", node.start_mark)
-    if text.startswith("0o"):
-        return int(text[2:], 8)
-    if text.startswith("0x"):
-        return int(text[2:], 16)
-    return int(text, 10)  # `010` is ten, as YAML 1.2 says
-
-
-def _construct_float(loader: yaml.SafeLoader, node: ScalarNode) -> float:
-    text = loader.construct_scalar(node)
-    if not FLOAT_RE.match(text):
-        raise ConstructorError(None, None, f"{text!r} is not a YAML 1.2 float", node.start_mark)
-    bare = text.lstrip("+-").lower()
-    if bare == ".inf":
-        return -math.inf if text.startswith("-") else math.inf
-    if bare == ".nan":
-        return math.nan
-    return float(text)
 
 
 class _Problem(Exception):
@@ -107,6 +59,7 @@ class _Problem(Exception):
         self.field, self.text = field, text
 
 
+@use_core_schema
 class Yaml12Loader(BoundedComposerMixin, yaml.SafeLoader):
     """A SafeLoader whose implicit types are the YAML 1.2 core schema's, without anchors.
 
@@ -120,9 +73,6 @@ class Yaml12Loader(BoundedComposerMixin, yaml.SafeLoader):
     """
 
     what = "the file"
-
-    yaml_implicit_resolvers: dict = {}
-    yaml_constructors = dict(yaml.SafeLoader.yaml_constructors)
 
     def shared_node(self, event: Any) -> Node | None:
         if isinstance(event, AliasEvent):
@@ -141,17 +91,6 @@ class Yaml12Loader(BoundedComposerMixin, yaml.SafeLoader):
         node = super().compose_scalar_node(anchor)
         node.falcon_explicit = event.tag not in (None, "!")
         return node
-
-
-for _tag, _regexp, _first in (
-        (NULL_TAG, NULL_RE, ["~", "n", "N", ""]),
-        (BOOL_TAG, BOOL_RE, list("tTfF")),
-        (INT_TAG, INT_RE, list("-+0123456789")),  # before floats: `10` is an int
-        (FLOAT_TAG, FLOAT_RE, list("-+.0123456789"))):
-    Yaml12Loader.add_implicit_resolver(_tag, _regexp, _first)
-for _tag, _constructor in ((NULL_TAG, _construct_null), (BOOL_TAG, _construct_bool),
-                           (INT_TAG, _construct_int), (FLOAT_TAG, _construct_float)):
-    Yaml12Loader.add_constructor(_tag, _constructor)
 
 
 def _short_tag(tag: str) -> str:

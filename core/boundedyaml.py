@@ -8,25 +8,45 @@ config or a tasks file has no need for them; write the value out) and nesting de
 nodes as the text has characters, so reading is linear in the input's size. The checks happen
 while the document is composed, before anything is constructed.
 
-`BoundedComposerMixin` is the rule, for a loader class; `load` reads with PyYAML's safe schema
-(YAML 1.1, what `yaml.safe_load` gives) parsed by libyaml when it is installed. Every refusal is
-one `YamlLimitError` naming the limit, its number and the line and column.
+`BoundedComposerMixin` is the rule, for a loader class; `use_core_schema` makes a loader resolve
+plain scalars by the YAML 1.2 core schema, and `load` reads with both (parsed by libyaml when it
+is installed). PyYAML alone reads YAML 1.1, where `010` is octal 8, `on` a boolean and `22:22`
+the number 1342: what the tasks file (`cli.tasks_yaml`) reads as 1.2 must read the same in a
+config, or `exp diff` would call `workers: 010` and `workers: 8` equal. Every refusal is one
+`YamlLimitError` naming the limit, its number and the line and column.
 
 Django-free: the API server and the CLI both use it.
 """
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
 import yaml
 from yaml.composer import Composer
-from yaml.constructor import SafeConstructor
+from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.events import AliasEvent
-from yaml.nodes import Node
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from yaml.resolver import Resolver
 
 MAX_DEPTH = 32  # nesting levels; a tasks file needs 4, a deep config rarely 10
 MAX_NODES = 1_000_000  # scalars, lists and mappings of one document
+
+NULL_TAG = "tag:yaml.org,2002:null"
+BOOL_TAG = "tag:yaml.org,2002:bool"
+INT_TAG = "tag:yaml.org,2002:int"
+FLOAT_TAG = "tag:yaml.org,2002:float"
+STR_TAG = "tag:yaml.org,2002:str"
+MAP_TAG = "tag:yaml.org,2002:map"
+SEQ_TAG = "tag:yaml.org,2002:seq"
+
+# The YAML 1.2 core schema (https://yaml.org/spec/1.2.2/#1032-tag-resolution).
+NULL_RE = re.compile(r"(?:~|null|Null|NULL|)\Z")
+BOOL_RE = re.compile(r"(?:true|True|TRUE|false|False|FALSE)\Z")
+INT_RE = re.compile(r"(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)\Z")
+FLOAT_RE = re.compile(r"(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+                      r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))\Z")
 
 
 class YamlLimitError(ValueError):
@@ -90,6 +110,67 @@ class BoundedComposerMixin:
             self._bounded_depth = depth
 
 
+def _construct_null(loader: Any, node: ScalarNode) -> None:
+    loader.construct_scalar(node)
+    return None
+
+
+def _construct_bool(loader: Any, node: ScalarNode) -> bool:
+    text = loader.construct_scalar(node)
+    if not BOOL_RE.match(text):
+        raise ConstructorError(None, None, f"{text!r} is not a YAML 1.2 boolean (true or false)",
+                               node.start_mark)
+    return text.lower() == "true"
+
+
+def _construct_int(loader: Any, node: ScalarNode) -> int:
+    text = loader.construct_scalar(node)
+    if not INT_RE.match(text):
+        raise ConstructorError(None, None, f"{text!r} is not a YAML 1.2 integer", node.start_mark)
+    if text.startswith("0o"):
+        return int(text[2:], 8)
+    if text.startswith("0x"):
+        return int(text[2:], 16)
+    return int(text, 10)  # `010` is ten, as YAML 1.2 says
+
+
+def _construct_float(loader: Any, node: ScalarNode) -> float:
+    text = loader.construct_scalar(node)
+    if not FLOAT_RE.match(text):
+        raise ConstructorError(None, None, f"{text!r} is not a YAML 1.2 float", node.start_mark)
+    bare = text.lstrip("+-").lower()
+    if bare == ".inf":
+        return -math.inf if text.startswith("-") else math.inf
+    if bare == ".nan":
+        return math.nan
+    return float(text)
+
+
+def use_core_schema(loader_class: type) -> type:
+    """Make `loader_class` (a PyYAML loader) resolve plain scalars by the YAML 1.2 core schema.
+
+    Null is `null|Null|NULL|~` or nothing, booleans `true|True|TRUE|false|False|FALSE`,
+    integers `[-+]?[0-9]+`, `0o[0-7]+`, `0x[0-9a-fA-F]+`, floats as JSON writes them plus `.inf`
+    and `.nan`; anything else is a string (`on`, `yes`, `22:22`, `2024-01-01`, `<<`: no merge
+    keys). Explicit tags (`!!timestamp`) keep PyYAML's safe constructors.
+
+    Returns:
+        `loader_class`, changed in place (for use as a decorator).
+    """
+    loader_class.yaml_implicit_resolvers = {}
+    loader_class.yaml_constructors = dict(SafeConstructor.yaml_constructors)
+    for tag, regexp, first in (
+            (NULL_TAG, NULL_RE, ["~", "n", "N", ""]),
+            (BOOL_TAG, BOOL_RE, list("tTfF")),
+            (INT_TAG, INT_RE, list("-+0123456789")),  # before floats: `10` is an int
+            (FLOAT_TAG, FLOAT_RE, list("-+.0123456789"))):
+        loader_class.add_implicit_resolver(tag, regexp, first)
+    for tag, constructor in ((NULL_TAG, _construct_null), (BOOL_TAG, _construct_bool),
+                             (INT_TAG, _construct_int), (FLOAT_TAG, _construct_float)):
+        loader_class.add_constructor(tag, constructor)
+    return loader_class
+
+
 def _loader_class() -> type:
     """A safe loader with the rule: libyaml's parser when PyYAML was built with it, the
     composition (where the rule lives) in Python either way."""
@@ -110,7 +191,7 @@ def _loader_class() -> type:
                 SafeConstructor.__init__(self)
                 Resolver.__init__(self)
 
-        return PyBoundedLoader
+        return use_core_schema(PyBoundedLoader)
 
     class CBoundedLoader(BoundedComposerMixin, Composer, CParser, SafeConstructor, Resolver):
         # Composer before CParser: CParser composes in C (no hook for the rule); here it only
@@ -123,14 +204,14 @@ def _loader_class() -> type:
 
         get_single_node = Composer.get_single_node
 
-    return CBoundedLoader
+    return use_core_schema(CBoundedLoader)
 
 
 BoundedSafeLoader = _loader_class()
 
 
 def load(text: str) -> Any:
-    """Read one YAML document by PyYAML's safe schema under the rule (module docstring).
+    """Read one YAML document by the YAML 1.2 core schema under the rule (module docstring).
 
     Returns the document's value (None for an empty document).
 
@@ -138,11 +219,46 @@ def load(text: str) -> Any:
         YamlLimitError: an anchor or alias, too deep, too many nodes (`limit` says which), or
             not YAML at all (`limit` `syntax`).
     """
+    return _read(text, with_text=False)
+
+
+def load_with_text(text: str) -> tuple[Any, Any]:
+    """Read like `load`, and also say how each scalar was written.
+
+    Returns:
+        `(value, written)`: `written` has the shape of `value` where `value` is a plain mapping
+        or list (the same keys, the same positions) and holds, in place of each scalar, its
+        text as written (`3.10`, `0x10`, `True`; a quoted scalar's text without the quotes);
+        None stands for anything else (a `!!set`, an `!!omap`).
+
+    Raises:
+        YamlLimitError: as `load`.
+    """
+    return _read(text, with_text=True)
+
+
+def _written(loader: Any, node: Node) -> Any:
+    """The text each scalar under `node` was written as, shaped as the constructed value."""
+    if isinstance(node, ScalarNode):
+        return node.value
+    if isinstance(node, SequenceNode) and node.tag == SEQ_TAG:
+        return [_written(loader, item) for item in node.value]
+    if isinstance(node, MappingNode) and node.tag == MAP_TAG:
+        # Keys as the constructor made them (a later duplicate wins, as in the value).
+        return {loader.construct_object(key, deep=True): _written(loader, value)
+                for key, value in node.value}
+    return None
+
+
+def _read(text: str, *, with_text: bool) -> Any:
     loader = None
     try:
         loader = BoundedSafeLoader(text)  # the reader checks the characters here
         node = loader.get_single_node()
-        return loader.construct_document(node) if node is not None else None
+        value = loader.construct_document(node) if node is not None else None
+        if not with_text:
+            return value
+        return value, (_written(loader, node) if node is not None else None)
     except YamlLimitError:
         raise
     except yaml.YAMLError as exc:

@@ -52,3 +52,85 @@ def _prefix(text: str, encoded: bytes, max_bytes: int | None, max_chars: int | N
     while 0 < end < len(encoded) and encoded[end] & 0xC0 == 0x80:  # not inside a character
         end -= 1
     return encoded[:end]
+
+
+# --- Pages of UTF-8 text read by byte offset ------------------------------------------------
+# Logs are served in pages by byte offset and limit (`GET .../logs?offset=&limit=`): a page cut
+# inside a character would be decoded alone and show U+FFFD for each half. One rule, for every
+# log endpoint: a page starts and ends on a character boundary; the bytes of a character its
+# limit cuts start the next page (`next_offset` points there); a limit smaller than one
+# character returns that whole character, so a reader always moves on. Bytes that are not UTF-8
+# are never held back or skipped, so the pages of any file concatenate to the file.
+
+
+def _sequence_length(lead: int) -> int:
+    """How many bytes the UTF-8 sequence led by byte `lead` has (1 for a byte that leads none:
+    ASCII, a continuation byte or a byte UTF-8 never uses)."""
+    if 0xC2 <= lead <= 0xDF:
+        return 2
+    if 0xE0 <= lead <= 0xEF:
+        return 3
+    if 0xF0 <= lead <= 0xF4:
+        return 4
+    return 1
+
+
+def partial_tail(data: bytes) -> int:
+    """How many bytes at the end of `data` begin a UTF-8 character without finishing it.
+
+    The codec's incremental decoder says which trailing bytes it holds back; a character is at
+    most 4 bytes, so only the last 3 can be pending and only they are decoded.
+    """
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    decoder.decode(data[-3:], final=False)
+    return len(decoder.getstate()[0])
+
+
+def _inside_character(read, offset: int, data: bytes) -> int:
+    """How many bytes at the start of `data` (read from `offset`) finish a character that
+    starts before `offset`: 0 when `offset` is a boundary or those bytes are not UTF-8."""
+    if offset == 0 or not data or data[0] & 0xC0 != 0x80:
+        return 0
+    back = read(max(0, offset - 3), min(3, offset))
+    begun = partial_tail(back)  # the bytes of a character begun before `offset`
+    if not begun:
+        return 0
+    rest = _sequence_length(back[-begun]) - begun
+    try:
+        (back[-begun:] + data[:rest]).decode("utf-8")
+    except UnicodeDecodeError:  # not a character: the bytes are shown as they are
+        return 0
+    return rest
+
+
+def utf8_page(read, offset: int, limit: int, *, growing: bool = False) -> tuple[int, bytes]:
+    """Read one page of a UTF-8 text by byte offset, starting and ending on character bounds.
+
+    Args:
+        read: `read(start, n) -> bytes`, at most `n` bytes from byte `start` (fewer at the end).
+        offset: the byte asked for first; an offset inside a character moves to its end (the
+            page says where it starts).
+        limit: most bytes to return, but a limit smaller than the character at `offset`
+            returns that whole character.
+        growing: the text may still grow (a live log): a character whose last bytes are not
+            written yet is left for a later read instead of returned cut.
+
+    Returns:
+        `(start, data)`: the page's first byte and its bytes; the next page starts at
+        `start + len(data)`.
+    """
+    data = read(offset, limit)
+    skip = _inside_character(read, offset, data)
+    if skip:
+        offset += skip
+        data = read(offset, limit)
+    pending = partial_tail(data)
+    if pending and pending < len(data):
+        return offset, data[:-pending]
+    if pending:  # the page is one cut character: read the rest of it
+        data += read(offset + len(data), _sequence_length(data[0]) - len(data))
+        if partial_tail(data) and growing:
+            return offset, b""
+    return offset, data

@@ -5,7 +5,11 @@ Pure Python and Django-free: the HTTP view hands it plain dicts and returns what
 Everything is compared as a tree, not as text lines: mappings by key (so reordered or inserted
 keys only show the keys that differ), lists by position, and a value whose type differs between
 experiments (`1` and `"1"`, a number and a mapping) is one row at its path. The configs are
-parsed as YAML (YAML 1.1 as PyYAML's safe loader reads it); when one of them does not parse to a
+parsed as YAML by the YAML 1.2 core schema (`core.boundedyaml`, the reader of the tasks file
+too): `010` is ten, `on` a string, `0755` the integer 755. Scalars compare by value, and a NaN
+equals a NaN; where two scalars are equal but written differently (`3.10` and `3.1`, `0x10` and
+`16`, `True` and `true`) the path is a difference all the same, and every row whose spellings
+differ carries them in `written` (docs/decisions.md#dec-diff). When a config does not parse to a
 mapping or a list, the configs are compared as text instead and a unified diff (difflib) of each
 against the first is returned.
 
@@ -17,6 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import difflib
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -65,11 +70,19 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _equal(a: Any, b: Any) -> bool:
+    """Equal with the same type (1, 1.0, True differ); a NaN equals a NaN (the same config)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return a == b
+
+
 def _same(values: Sequence[Any]) -> bool:
-    """True when all values are present and equal with the same type (1, 1.0, True differ)."""
+    """True when all values are present and equal (`_equal`)."""
     first = values[0]
-    return all(v is not ABSENT for v in values) and all(
-        type(v) is type(first) and v == first for v in values[1:])
+    return all(v is not ABSENT for v in values) and all(_equal(v, first) for v in values[1:])
 
 
 def _kind(value: Any) -> str:
@@ -83,7 +96,7 @@ def _kind(value: Any) -> str:
 
 
 def compare_trees(path: str, values: Sequence[Any], rows: list[dict[str, Any]], *,
-                  include_equal: bool) -> None:
+                  include_equal: bool, written: Sequence[Any] | None = None) -> None:
     """Append a row per leaf path where `values` (one per experiment) differ.
 
     Mappings are walked by key (keys in the order of their first appearance), lists by position;
@@ -94,9 +107,15 @@ def compare_trees(path: str, values: Sequence[Any], rows: list[dict[str, Any]], 
         path: the path of `values` ('' for the root).
         values: one value per experiment; `ABSENT` where it has none.
         rows: the output: `{"path", "values", "absent", "equal"}` dicts, `values` with None
-            where absent and `absent` the positions that have no value.
+            where absent and `absent` the positions that have no value; a row whose scalars
+            were written differently also has `written` (each one's text, None where absent
+            or not a scalar).
         include_equal: add the rows whose values are all equal too.
+        written: one per experiment, shaped as its value, each scalar's text as written
+            (`core.boundedyaml.load_with_text`); None when unknown. Equal values written
+            differently are a difference.
     """
+    written = list(written) if written is not None else [None] * len(values)
     kinds = {_kind(v) for v in values} - {"absent"}
     if kinds == {"mapping"}:
         keys: list[Any] = []
@@ -106,50 +125,62 @@ def compare_trees(path: str, values: Sequence[Any], rows: list[dict[str, Any]], 
         for key in keys:
             compare_trees(key_path(path, key),
                           [ABSENT if v is ABSENT else v.get(key, ABSENT) for v in values],
-                          rows, include_equal=include_equal)
+                          rows, include_equal=include_equal,
+                          written=[w.get(key) if isinstance(w, dict) else None
+                                   for w in written])
         return
     if kinds == {"list"}:
         longest = max(len(v) for v in values if v is not ABSENT)
         for index in range(longest):
             compare_trees(key_path(path, index),
                           [v[index] if v is not ABSENT and index < len(v) else ABSENT
-                           for v in values], rows, include_equal=include_equal)
+                           for v in values], rows, include_equal=include_equal,
+                          written=[w[index] if isinstance(w, list) and index < len(w) else None
+                                   for w in written])
         return
-    equal = _same(values)
+    texts = [w if isinstance(w, str) and v is not ABSENT else None
+             for v, w in zip(values, written)]
+    spelled = {t for t in texts if t is not None}
+    equal = _same(values) and len(spelled) <= 1
     if equal and not include_equal:
         return
-    rows.append({"path": path,
-                 "values": [None if v is ABSENT else v for v in values],
-                 "absent": [i for i, v in enumerate(values) if v is ABSENT],
-                 "equal": equal})
+    row = {"path": path,
+           "values": [None if v is ABSENT else v for v in values],
+           "absent": [i for i, v in enumerate(values) if v is ABSENT],
+           "equal": equal}
+    if len(spelled) > 1:
+        row["written"] = texts
+    rows.append(row)
 
 
-def parse_config(text: str) -> tuple[bool, Any]:
-    """Return `(True, tree)` when `text` is YAML holding a mapping or a list, else `(False, text)`.
+def parse_config(text: str) -> tuple[bool, Any, Any]:
+    """Return `(True, tree, written)` when `text` is YAML holding a mapping or a list, else
+    `(False, text, None)`.
 
-    An empty (or comment-only) config is `(True, {})`. Read by `core.boundedyaml` (PyYAML's
-    safe schema under the one rule for users' YAML): text that is not YAML is `(False, text)`.
+    An empty (or comment-only) config is `(True, {}, {})`. Read by `core.boundedyaml` (the
+    YAML 1.2 core schema under the one rule for users' YAML); `written` is each scalar's text
+    as written, shaped as `tree`. Text that is not YAML is `(False, text, None)`.
 
     Raises:
         core.boundedyaml.YamlLimitError: an anchor or alias, deeper than `MAX_CONFIG_DEPTH`,
             more than `MAX_CONFIG_NODES` values.
     """
-    from core.boundedyaml import YamlLimitError, load
+    from core.boundedyaml import YamlLimitError, load_with_text
 
     try:
-        tree = load(text)
+        tree, written = load_with_text(text)
     except YamlLimitError as exc:
         if exc.limit != "syntax":
             raise  # an alias, too deep or too many values: refused, not compared as text
-        return False, text
+        return False, text, None
     if tree is None:
-        return True, {}
+        return True, {}, {}
     if isinstance(tree, (Mapping, list)):
-        return True, _plain(tree)
-    return False, text
+        return True, _plain(tree), _plain(written)
+    return False, text, None
 
 
-def _parse_config_of(exp: Mapping[str, Any]) -> tuple[bool, Any]:
+def _parse_config_of(exp: Mapping[str, Any]) -> tuple[bool, Any, Any]:
     """`parse_config` of one experiment's config; a config the bounded reader refuses (an
     alias, too deep, too many values: `core.boundedyaml`) fails the whole diff, naming it.
 
@@ -191,7 +222,7 @@ def diff_experiments(exps: Sequence[Mapping[str, Any]], *, now: dt.datetime,
 
     Returns:
         `{"experiments": [{"id", "name"}], "config_format": "yaml" | "text",
-        "differences": [{"path", "values", "absent", "equal"}], "config_text_diffs":
+        "differences": [{"path", "values", "absent", "equal", ["written"]}], "config_text_diffs":
         [{"id", "diff"}]}`. Paths start with a field name, `tasks.<role>.<field>` or
         `config.<path>`; `config_text_diffs` holds, for text configs, the unified diff of each
         experiment's config against the first one's (empty when they are YAML).
@@ -218,9 +249,10 @@ def diff_experiments(exps: Sequence[Mapping[str, Any]], *, now: dt.datetime,
 
     parsed = [_parse_config_of(exp) for exp in exps]
     text_diffs: list[dict[str, Any]] = []
-    if all(ok for ok, _ in parsed):
+    if all(ok for ok, _, _ in parsed):
         config_format = "yaml"
-        compare_trees("config", [tree for _, tree in parsed], rows, include_equal=include_equal)
+        compare_trees("config", [tree for _, tree, _ in parsed], rows,
+                      include_equal=include_equal, written=[w for _, _, w in parsed])
     else:
         config_format = "text"
         texts = [exp.get("config") or "" for exp in exps]

@@ -26,6 +26,7 @@ from artifacts.store import FilePage, OpenFile, artifact_logs_url, store_for
 from core import safefs
 from core.errors import NotFound, ValidationFailed
 from core.statuses import JOB_TERMINAL
+from core.text import utf8_page
 
 from .models import Experiment
 
@@ -42,7 +43,8 @@ class LogChunk:
         role, replica: whose log.
         offset: byte offset of `data` in the log.
         next_offset: where the next read starts (`offset + len(data)`).
-        data: the bytes read (complete UTF-8 lines when more may follow).
+        data: the bytes read: whole UTF-8 characters (`core.text.utf8_page`), and complete
+            lines at the end of a log that may still grow.
         source: `store` (the copy made when the replica ended) or `run` (the live run folder).
         complete: True when the log will not grow: the stored copy, or an ended replica.
     """
@@ -167,18 +169,30 @@ def exp_log_chunk(*, exp: Experiment, role: str | None = None, replica: int = 0,
             os.close(log_fd)
 
 
+def _lines(data: bytes) -> list[bytes]:
+    """Split `data` after each `\n`, the one line end: a `\r` (a progress bar redrawn in
+    place), `\x0b`, `\x0c`, U+2028 and the others `bytes.splitlines` also breaks at are part
+    of the line, as a terminal and `tail -n` see it. A last line without `\n` is a line."""
+    parts = data.split(b"\n")
+    return [part + b"\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+
+
 def _chunk(job, replica, offset, limit, tail, size, read, source, complete) -> LogChunk:
     if tail is not None:
         window = min(size, MAX_LOG_CHUNK, max(tail, 1) * TAIL_WINDOW_PER_LINE)
         start = size - window
-        data = read(start, window) if window else b""
-        lines = data.splitlines(keepends=True)
-        if start > 0 and lines:
-            lines = lines[1:]  # the first line was cut by the window
+        # One byte more before the window: the first line read is either cut by the window or
+        # that byte's `\n` alone, dropped either way (a line starting the window is kept).
+        data = read(start - 1, window + 1) if start > 0 else read(0, window) if window else b""
+        lines = _lines(data)[1:] if start > 0 else _lines(data)
         keep = lines[-tail:] if tail else []
         data = b"".join(keep)
         return LogChunk(job.role, replica, size - len(data), size, data, source, complete)
-    data = read(offset, limit) if offset < size else b""
+    if offset >= size:
+        return LogChunk(job.role, replica, offset, offset, b"", source, complete)
+    # Pages start and end on UTF-8 character boundaries (`core.text.utf8_page`, the rule of
+    # the analysis log too); a page starting inside a character says where it starts.
+    offset, data = utf8_page(read, offset, limit, growing=not complete)
     if not complete and offset + len(data) >= size:
         data = _whole_lines(data)
     return LogChunk(job.role, replica, offset, offset + len(data), data, source, complete)

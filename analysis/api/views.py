@@ -23,12 +23,13 @@ from core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
 from core.filters import MAX_ID, MAX_NAME_CHARS
 from core.numbers import parse_param
 from core.statuses import AnalysisStatus, AnalysisType
+from core.text import utf8_page
 
 from .. import analyzer_client, selectors, services
 from ..analyzer_client import ServiceUnavailable
 from ..filters import AnalysisFilter
 from ..models import AnalysisRecord
-from ..outputs import log_from_store, read_results, whole_characters
+from ..outputs import log_from_store, read_results
 from .serializers import (
     AnalysisCreateInputSerializer, AnalysisSerializer, LogsSerializer, PluginListSerializer,
     PluginSerializer, ResultsSerializer, request_errors,
@@ -263,22 +264,28 @@ class AnalysisLogsView(APIView):
         limit = _int_param(request, "limit", default=LOG_DEFAULT_LIMIT, minimum=1,
                            maximum=LOG_MAX_LIMIT)
         record = selectors.analysis_get(analysis_id=analysis_id)
-        try:
-            logs = analyzer_client.get_analysis_logs(analysis_id=analysis_id, offset=offset,
-                                                     limit_bytes=limit)
-            content, next_offset = logs.content, logs.next_offset
-            complete, note = logs.complete, logs.note
-        except ServiceUnavailable:
-            content, note = log_from_store(record, offset, limit)
-            next_offset = offset + len(content)
-            # As the controller answers: a full page may have more after it.
-            complete = record.is_terminal and len(content) < limit
+        first: dict = {}
+
+        def read(start: int, size: int) -> bytes:
+            # The first read's answer decides `complete` and `note`; a later one (the rest of a
+            # character the limit cut) only adds bytes.
+            try:
+                logs = analyzer_client.get_analysis_logs(analysis_id=analysis_id, offset=start,
+                                                         limit_bytes=size)
+                content, complete, note = logs.content, logs.complete, logs.note
+            except ServiceUnavailable:
+                content, note = log_from_store(record, start, size)
+                # As the controller answers: a full page may have more after it.
+                complete = record.is_terminal and len(content) < size
+            first.setdefault("complete", complete)
+            first.setdefault("note", note)
+            return content
+
+        # Whole characters only, by the rule of every log page (`core.text.utf8_page`).
+        start, content = utf8_page(read, offset, limit, growing=not record.is_terminal)
+        next_offset, complete, note = start + len(content), first["complete"], first["note"]
         if not content and record.status == AnalysisStatus.PENDING:
             note = pending_note(record)
-        if not complete:
-            whole = whole_characters(content)
-            next_offset -= len(content) - len(whole)
-            content = whole
         return Response(LogsSerializer({
             "content": content.decode("utf-8", "replace").replace("\x00", "\ufffd"),
             "next_offset": next_offset, "complete": complete, "note": note}).data)

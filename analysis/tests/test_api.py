@@ -471,9 +471,10 @@ def test_log_pages_end_on_whole_characters(alice, settings):
     record.refresh_from_db()
     for limit in (4, 5, 6, 7, 1000):
         assert read_all(limit) == text, limit
-    # A page too small for one character still moves on (the character is replaced).
-    body = client.get(f"{url}?offset={text.encode().index('🎉'.encode())}&limit=2").json()
-    assert body["next_offset"] > text.encode().index("🎉".encode())
+    # A page too small for one character holds that whole character.
+    at = text.encode().index("🎉".encode())
+    body = client.get(f"{url}?offset={at}&limit=2").json()
+    assert body["content"] == "🎉" and body["next_offset"] == at + 4
 
 
 def test_what_works_while_the_analyzer_is_down_is_what_the_readme_says(alice, no_analyzer):

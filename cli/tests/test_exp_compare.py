@@ -82,12 +82,14 @@ def test_diff_three_experiments_by_key_path(logged_in, files):
     b = _json(_create(logged_in, files, "-o", "json", name="b",
                       config="steps: 10\nwarmup: 5\nmodel: m\nlr: 0.2\n"))
     c = _json(_create(logged_in, files, "-o", "json", name="c", config="not: [yaml\n"))
-    body = _json(logged_in("exp", "diff", str(a["id"]), str(b["id"]), "-o", "json"))
+    result = logged_in("exp", "diff", str(a["id"]), str(b["id"]), "-o", "json")
+    assert result.exit_code == 1, result.output  # they differ, as `diff` says
+    body = json.loads(result.stdout)
     paths = {row["path"]: row["values"] for row in body["differences"]}
     assert paths["config.lr"] == [0.1, 0.2] and paths["config.warmup"] == [None, 5]
     assert "config.steps" not in paths and "config.model" not in paths
     result = logged_in("exp", "diff", str(a["id"]), str(b["id"]), str(c["id"]))
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output
     assert "config is not YAML" in result.stdout and "+not: [yaml" in result.stdout
     result = logged_in("exp", "diff", str(a["id"]), str(b["id"]))
     assert "config.warmup" in result.stdout and "<absent>" in result.stdout
@@ -98,6 +100,49 @@ def test_diff_three_experiments_by_key_path(logged_in, files):
     result = logged_in("exp", "diff", str(a["id"]), str(b["id"]), str(a["id"]))
     assert result.exit_code == ExitCode.USAGE
     assert f"experiment {a['id']} is given more than once" in result.stderr
+
+
+def test_diff_reads_configs_as_yaml_1_2_and_exits_as_diff_does(logged_in, files):
+    """`010`/`8`, `on`/`true`, `0755`/`493` differ by YAML 1.2 (the tasks file's reader);
+    `3.10`/`3.1` are equal floats written differently, shown with their text; a NaN equals
+    a NaN. Exit 1 when they differ, 0 when not, 3 for an unknown id."""
+    a = _json(_create(logged_in, files, "-o", "json", name="a", config=(
+        "workers: 010\nflag: on\nversion: 3.10\nmode: 0755\nloss_floor: .nan\n")))
+    b = _json(_create(logged_in, files, "-o", "json", name="b", config=(
+        "workers: 8\nflag: true\nversion: 3.1\nmode: 493\nloss_floor: .nan\n")))
+    result = logged_in("exp", "diff", str(a["id"]), str(b["id"]), "-o", "json")
+    assert result.exit_code == 1, result.output
+    rows = {row["path"]: row for row in json.loads(result.stdout)["differences"]
+            if row["path"].startswith("config")}
+    assert {p: r["values"] for p, r in rows.items()} == {
+        "config.workers": [10, 8], "config.flag": ["on", True], "config.version": [3.1, 3.1],
+        "config.mode": [755, 493]}
+    assert rows["config.version"]["written"] == ["3.10", "3.1"]
+    assert rows["config.version"]["equal"] is False
+    table = logged_in("exp", "diff", str(a["id"]), str(b["id"]))
+    assert table.exit_code == 1 and "3.1 (written 3.10)" in table.stdout, table.output
+    assert "loss_floor" not in table.stdout
+
+    c = _json(_create(logged_in, files, "-o", "json", name="a", config=(
+        "workers: 010\nflag: on\nversion: 3.10\nmode: 0755\nloss_floor: .nan\n")))
+    same = logged_in("exp", "diff", str(a["id"]), str(c["id"]))
+    assert same.exit_code == 0 and "No differences." in same.stdout, same.output
+    missing = logged_in("exp", "diff", str(a["id"]), "999999")
+    assert missing.exit_code == ExitCode.NOT_FOUND, missing.output
+
+
+def test_diff_failures_never_exit_1(logged_in, files, monkeypatch):
+    from cli import output
+
+    a = _json(_create(logged_in, files, "-o", "json", name="a"))
+    b = _json(_create(logged_in, files, "-o", "json", name="b"))
+
+    def broken(console, diff):
+        raise KeyError("differences")
+
+    monkeypatch.setattr(output, "exp_diff_table", broken)
+    result = logged_in("exp", "diff", str(a["id"]), str(b["id"]))
+    assert result.exit_code == ExitCode.DIFF_FAILED and "unexpected KeyError" in result.stderr
 
 
 def test_clone_with_set_keeps_every_other_byte(logged_in, files):
@@ -116,6 +161,22 @@ def test_clone_with_set_keeps_every_other_byte(logged_in, files):
         "  betas: [0.9, 0.99]\n", "  betas: [0.9, 0.99]\n  warmup: true\n")
     shown = logged_in("exp", "get", str(clone["id"])).stdout
     assert re.search(rf"cloned from +{src['id']}\b", shown), shown
+
+
+def test_clone_set_through_an_alias_is_refused_and_beside_it_changes_one_path(logged_in, files):
+    import yaml
+
+    aliased = ("defaults: &d\n  opt: {lr: 0.1}\nbaseline: *d\ncandidate: *d\n"
+               "other:\n  lr: 0.1\n")
+    src = _json(_create(logged_in, files, "-o", "json", config=aliased))
+    before = Experiment.objects.count()
+    result = logged_in("exp", "clone", str(src["id"]), "--set", "candidate.opt.lr=0.5")
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert "candidate is an alias (*d) of the anchor &d written at defaults" in result.stderr
+    assert Experiment.objects.count() == before
+    clone = _json(logged_in("exp", "clone", str(src["id"]), "--set", "other.lr=0.5",
+                            "-o", "json"))
+    assert yaml.safe_load(clone["config"]) == {**yaml.safe_load(aliased), "other": {"lr": 0.5}}
 
 
 def test_clone_with_a_new_config_and_tasks(logged_in, files):

@@ -165,3 +165,26 @@ def test_logs_escape_control_characters_on_a_terminal_only(logged_in, alice, tmp
     result = logged_in("exp", "logs", str(exp.pk))
     assert result.exit_code == 0, result.output
     assert logged_in.stdout.getvalue() == "\\x1b[2Jred\n"
+
+
+def test_logs_tail_counts_only_newlines_and_pages_keep_characters_whole(logged_in, alice,
+                                                                        tmp_path, monkeypatch):
+    """`--tail 6` after five lines and a progress bar redrawn with `\\r` prints the five lines
+    and the bar; a log of multi-byte characters read in small pages comes back unchanged."""
+    from cli import exp_files
+
+    losses = "".join(f"loss={i / 10}\n" for i in range(5))
+    bar = "".join(f"\r[{'#' * (i // 5):<20}] {i}%" for i in range(100)) + "\n"
+    exp = make_exp(creator=alice, name="bar")
+    put(replica_log_url(exp.artifact_path, "main", 0), (losses + bar).encode(), tmp_path)
+    result = logged_in("exp", "logs", str(exp.pk), "--tail", "6")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == losses + bar
+
+    text = "日本語\n" * 3
+    exp = make_exp(creator=alice, name="utf8")
+    put(replica_log_url(exp.artifact_path, "main", 0), text.encode(), tmp_path)
+    monkeypatch.setattr(exp_files, "LOG_CHUNK", 4)  # pages cut inside characters
+    result = logged_in("exp", "logs", str(exp.pk))
+    assert result.exit_code == 0, result.output
+    assert result.stdout == text

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cli.yaml_set import SetError, set_path, split_path
 
@@ -82,3 +84,87 @@ def test_a_value_that_is_not_yaml_is_refused():
 def test_split_path():
     assert split_path("a.b[0].c") == ["a", "b", "0", "c"] == split_path("a.b.0.c")
     assert split_path("a\\.b.c") == ["a.b", "c"]
+
+
+ALIASED = """\
+defaults: &d
+  opt: {lr: 0.1}
+baseline: *d
+candidate: *d
+other: {lr: 0.1}
+"""
+
+
+def _leaves(value, path=()):
+    """Every leaf path of a parsed config with its value (aliases walked as often as named)."""
+    if isinstance(value, dict):
+        return {p: v for k, sub in value.items() for p, v in _leaves(sub, path + (str(k),)).items()}
+    if isinstance(value, list):
+        return {p: v for i, sub in enumerate(value) for p, v in _leaves(sub, path + (str(i),)).items()}
+    return {path: value}
+
+
+@pytest.mark.parametrize("path,words", [
+    ("candidate.opt.lr", "candidate is an alias (*d) of the anchor &d written at defaults"),
+    ("baseline", "baseline is an alias (*d) of the anchor &d"),
+    ("defaults.opt.lr", "defaults is the anchor &d that baseline, candidate name again"),
+])
+def test_a_set_through_an_alias_or_its_anchor_is_refused_naming_both(path, words):
+    with pytest.raises(SetError) as caught:
+        set_path(ALIASED, path, "0.5")
+    assert words in str(caught.value) and "copy" in str(caught.value)
+
+
+def test_a_set_beside_the_aliases_changes_only_its_path():
+    out = set_path(ALIASED, "other.lr", "0.5")
+    before, after = _leaves(yaml.safe_load(ALIASED)), _leaves(yaml.safe_load(out))
+    assert after.pop(("other", "lr")) == 0.5 and before.pop(("other", "lr")) == 0.1
+    assert after == before and "&d" in out and out.count("*d") == 2
+
+
+def test_an_alias_chain_is_bounded_not_expanded():
+    chain = "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
+        f"{c}: &{c} [{', '.join([f'*{p}'] * 10)}]\n"
+        for p, c in zip("abcdefghi", "bcdefghij"))  # 10**10 leaves if expanded
+    out = set_path(chain + "x: 1\n", "x", "2")
+    assert out == chain + "x: 2\n"
+    with pytest.raises(SetError, match=r"b is the anchor &b that c\.0, c\.1, c\.2, \.\.\. name"):
+        set_path(chain, "b.0", "2")
+
+
+def test_a_config_deeper_than_the_readers_limit_is_refused():
+    from core.boundedyaml import MAX_DEPTH
+
+    deep = "a: " + "[" * (MAX_DEPTH + 1) + "1" + "]" * (MAX_DEPTH + 1) + "\nx: 1\n"
+    with pytest.raises(SetError, match="deeper than"):
+        set_path(deep, "x", "2")
+
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_only_the_named_path_changes_or_the_set_is_refused(data):
+    """Configs with shared values (dumped as anchors and aliases), any leaf path: a refusal
+    names an alias or an anchor exactly when the path meets a shared value; otherwise every
+    other path keeps its value."""
+    leaf = st.integers(-5, 5) | st.sampled_from(["x", "on", "3.10"])
+    shared = data.draw(st.dictionaries(st.sampled_from("pq"), leaf, min_size=1, max_size=2))
+    keys = data.draw(st.lists(st.sampled_from("abcde"), min_size=1, max_size=5, unique=True))
+    config = {k: (shared if data.draw(st.booleans()) else data.draw(
+        st.dictionaries(st.sampled_from("pq"), leaf, min_size=1, max_size=2)))
+        for k in keys}
+    text = yaml.safe_dump(config, default_flow_style=data.draw(st.sampled_from([False, None])),
+                          sort_keys=False)
+    before = _leaves(yaml.safe_load(text))
+    path = data.draw(st.sampled_from(sorted(before)))
+    through_shared = sum(v is config[path[0]] for v in config.values()) > 1
+    try:
+        out = set_path(text, ".".join(path), "12345")
+    except SetError as exc:
+        assert through_shared and ("alias" in str(exc) or "anchor" in str(exc)), str(exc)
+        return
+    assert not through_shared
+    after = _leaves(yaml.safe_load(out))
+    assert after.pop(path) == 12345
+    before.pop(path)
+    assert after == before

@@ -242,8 +242,10 @@ class ExpDiffView(APIView):
     @extend_schema(summary="DiffExps", parameters=DIFF_PARAMETERS, responses={
         200: OpenApiResponse(response={"type": "object"}, description=(
             "`experiments` (id, name), `config_format` (yaml or text), `differences` "
-            "(path, values one per experiment, absent: the positions without a value, equal) "
-            "and `config_text_diffs` (unified diffs against the first when a config is not "
+            "(path, values one per experiment, absent: the positions without a value, equal; "
+            "written: each config scalar's text where the spellings differ, e.g. 3.10 and 3.1, "
+            "which is a difference even when the values are equal; configs are read by the "
+            "YAML 1.2 core schema and a NaN equals a NaN) and `config_text_diffs` (unified diffs against the first when a config is not "
             "YAML).")),
         400: OpenApiResponse(description="Fewer than 2 or more than the maximum ids, or an "
                                          "id is not a positive integer."),

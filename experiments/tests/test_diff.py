@@ -150,3 +150,30 @@ def test_diff_is_in_the_openapi_schema(auth_api):
     assert schema.status_code == 200
     paths = schema.json()["paths"]
     assert "/api/v1/exps/diff" in paths and "/api/v1/exps/{exp_id}/labels" in paths
+
+
+@pytest.mark.parametrize("a,b,values", [
+    ("workers: 010", "workers: 8", [10, 8]),  # YAML 1.1 read both as 8
+    ("flag: on", "flag: true", ["on", True]),  # 1.1: both booleans
+    ("mode: 0755", "mode: 493", [755, 493]),  # 1.1: octal 493
+    ("at: 22:22", "at: 1342", ["22:22", 1342]),  # 1.1: sexagesimal
+    ("version: 3.10", "version: 3.1", [3.1, 3.1]),  # equal floats, written differently
+])
+def test_configs_compare_as_yaml_1_2_reads_them_with_the_text_where_spellings_differ(a, b,
+                                                                                     values):
+    (row,) = [r for r in diff_experiments([exp(1, a), exp(2, b)], now=NOW)["differences"]
+              if r["path"].startswith("config")]
+    assert row["values"] == values and row["equal"] is False
+    assert row["written"] == [a.split(": ")[1], b.split(": ")[1]]
+
+
+def test_nan_equals_nan_and_one_spelling_is_no_difference():
+    a = "loss_floor: .nan\nlr: 0.1\nmeta: {floor: .nan}\n"
+    result = diff_experiments([exp(1, a), exp(2, a)], now=NOW)
+    assert not [p for p in rows(result) if p.startswith("config")]
+    everything = diff_experiments([exp(1, a), exp(2, a)], now=NOW, include_equal=True)
+    nan_row = next(r for r in everything["differences"] if r["path"] == "config.loss_floor")
+    assert nan_row["equal"] is True and "written" not in nan_row
+    other = diff_experiments([exp(1, a), exp(2, a.replace(".nan\nlr", ".NaN\nlr"))], now=NOW)
+    (row,) = [r for r in other["differences"] if r["path"].startswith("config")]
+    assert row["path"] == "config.loss_floor" and row["written"] == [".nan", ".NaN"]
