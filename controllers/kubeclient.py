@@ -227,22 +227,53 @@ class KubeCaller:
         Raises:
             ApiException: as `call`, or 410 after the restarts ran out.
         """
+        return self.list_all_versioned(fn, *args, page_size=page_size, **kwargs)[0]
+
+    def list_all_versioned(self, fn: Callable[..., Any], *args: Any, page_size: int = 500,
+                           **kwargs: Any) -> tuple[list[Any], str]:
+        """`list_all`, with the list's `metadata.resourceVersion` (its first page's: every
+        page of one list is read at the same version), "" when the server sent none.
+
+        A caller that must know whether a list is newer than a write it made compares the two
+        versions (`compare_resource_versions`) instead of trusting the list's absences.
+        """
         restarts = 0
         while True:
             items: list[Any] = []
             token: str | None = None
+            version = ""
             try:
                 while True:
                     page = self.call(fn, *args, limit=page_size, _continue=token, **kwargs)
                     items.extend(page.items or [])
+                    if not version and page.metadata:
+                        version = page.metadata.resource_version or ""
                     token = page.metadata.var_continue if page.metadata else None
                     if not token:
-                        return items
+                        return items, version
             except ApiException as exc:
                 if exc.status != GONE or restarts >= self.conn.retries:
                     raise
                 restarts += 1
                 self._sleep(min(self.conn.backoff_max, self.conn.backoff_initial * restarts))
+
+
+def compare_resource_versions(a: str | None, b: str | None) -> int | None:
+    """-1, 0 or 1 as resourceVersion `a` is older than, equal to or newer than `b`; None when
+    they cannot be compared.
+
+    Kubernetes 1.35 made resourceVersions of one resource comparable (KEP-5504, client-go's
+    `k8s.io/apimachinery/pkg/util/resourceversion.CompareResourceVersion`): a positive integer
+    written without leading zeros. Anything else (an older or a non-etcd server's opaque
+    string, "0", "") is not comparable, and the caller must read the object itself instead.
+    """
+    def valid(rv: str | None) -> bool:
+        return bool(rv) and rv.isdigit() and rv.isascii() and rv[0] != "0"
+
+    if not (valid(a) and valid(b)):
+        return None
+    x, y = int(a), int(b)
+    return (x > y) - (x < y)
 
 
 # Fields that are maps of strings in the API (models keep them as dicts, not objects).

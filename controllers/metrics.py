@@ -57,7 +57,10 @@ def observe_tick(name: str, seconds: float, *, failed: bool, stats: Any = None) 
         stats: what `tick()` returned: an object or dict with `skipped` (rows skipped), if any.
     """
     TICK_SECONDS.labels(name).observe(seconds)
-    if failed:
+    # A tick that caught a cluster outage itself (the analyzer's `cluster_errors`) failed too.
+    cluster_errors = (stats.get("cluster_errors") if isinstance(stats, dict)
+                      else getattr(stats, "cluster_errors", None))
+    if failed or (isinstance(cluster_errors, int) and cluster_errors > 0):
         TICK_ERRORS.labels(name).inc()
     skipped = (stats.get("skipped") if isinstance(stats, dict)
                else getattr(stats, "skipped", None))

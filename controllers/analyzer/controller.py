@@ -11,8 +11,11 @@ runs' states (one backend scan), and moves each analysis one step:
    artifact types map, CreateAnalysisRecord offline for each triple; ALREADY_EXISTS is fine),
    and pending records not queued yet are queued;
 3. observe the running records' runs and write outcomes (expected_status running, so a cancel
-   that raced wins); a run gone without an exit status is started again after a capped
-   exponential back-off, at most `max_attempts` runs in all, then the record fails (RunLost);
+   that raced wins); a run whose object is gone ends by the outcome it stored itself
+   (`AnalysisBackend.stored_outcome`), else failed as the backend says (a Pod deleted or
+   vanished) or, never seen by this process, it is started again after a capped exponential
+   back-off, at most `max_attempts` runs in all, then the record fails (RunLost); a run the
+   backend could not read (unknown) is left as it is;
 4. stop runs whose record is no longer running (cancelled, failed, deleted); a slot is released
    only when the backend says nothing of the run is alive;
 5. admit from the queues while slots are free, users taking turns under a per-user cap
@@ -20,6 +23,13 @@ runs' states (one backend scan), and moves each analysis one step:
    expected_status pending, then start the run.
 
 One analysis never has two runs: a run is (re)started only when the backend reports none alive.
+
+The cluster's failures are transient (docs/analyzer.md, "Only what the controller knows"): a
+`BackendError` out of recovery, the scan or a stop fails the tick's cluster work (logged,
+`cluster_errors` in the stats, counted by `controllers.metrics`), nothing is concluded from it,
+and the next cluster work waits the capped back-off; a start the cluster refused for now
+(`BackendError` but not `RunRefused`) is tried again after the same back-off without counting
+an attempt, at most `max_start_retries` times, while a refusal for good fails the analysis.
 AnalyzerService (`server.py`) shares this object: every access holds `self.lock`.
 
 Every step about one analysis runs inside its `about` block (`core.logs.log_context`), so every
@@ -40,7 +50,7 @@ from typing import Any
 from core.errors import Conflict, NotFound
 from core.logs import log_context
 
-from .backends.base import MISSING, AnalysisBackend, BackendError, RunSpec
+from .backends.base import MISSING, UNKNOWN, AnalysisBackend, BackendError, RunRefused, RunSpec
 from .backends.base import PENDING as RUN_PENDING
 from .backends.base import RUNNING as RUN_RUNNING
 from .backends.base import SUCCEEDED as RUN_SUCCEEDED
@@ -73,6 +83,9 @@ class AnalyzerConfig:
             run is started again: min(backoff * 2**(attempts - 1), max), in seconds.
         online_timeout_seconds: the time limit of a command without a plugin.
         discovery_limit: triples asked for per offline poll.
+        max_start_retries: starts the cluster refused for now (429, 5xx, no answer) tried
+            again, after the same back-off, before the analysis fails StartFailed; they do not
+            count as attempts (no run started).
     """
 
     result_root: str
@@ -84,6 +97,7 @@ class AnalyzerConfig:
     online_timeout_seconds: int = ONLINE_TIMEOUT_SECONDS
     discovery_limit: int = 100
     max_running_per_user: int | None = None
+    max_start_retries: int = 10
 
     @classmethod
     def from_settings(cls) -> AnalyzerConfig:
@@ -96,7 +110,8 @@ class AnalyzerConfig:
                    max_attempts=settings.FALCON_ANALYSIS_MAX_ATTEMPTS,
                    backoff_seconds=settings.FALCON_ANALYSIS_BACKOFF_SECONDS,
                    backoff_max_seconds=settings.FALCON_ANALYSIS_BACKOFF_MAX_SECONDS,
-                   max_running_per_user=settings.FALCON_ANALYZER_MAX_RUNNING_PER_USER)
+                   max_running_per_user=settings.FALCON_ANALYZER_MAX_RUNNING_PER_USER,
+                   max_start_retries=settings.FALCON_ANALYSIS_MAX_START_RETRIES)
 
     def per_user_limits(self) -> dict[str, int]:
         """Queue -> runs one user may have at once in it: `max_running_per_user`, else half
@@ -146,6 +161,10 @@ class AnalyzerController:
         self.retry_at: dict[str, float] = {}  # lost runs to start again, at this clock time
         self.created: dict[str, Any] = {}     # analysis id -> created_at (queue order)
         self.exp_ids: dict[str, int] = {}     # analysis id -> exp id, of the records read
+        # Starts refused for now: analysis id -> (clock time to try again, refusals so far).
+        self.start_retry: dict[str, tuple[float, int]] = {}
+        self.cluster_failures = 0             # cluster work failed this many ticks in a row
+        self.cluster_retry_at = 0.0           # no cluster work before this clock time
         self.recovered = False
         self.next_poll = 0.0
 
@@ -164,6 +183,9 @@ class AnalyzerController:
             self.retry_at.clear()
             self.created.clear()
             self.exp_ids.clear()
+            self.start_retry.clear()
+            self.cluster_failures = 0
+            self.cluster_retry_at = 0.0
             self.recovered = False
             self.next_poll = 0.0
             backend_reset = getattr(self.backend, "reset", None)
@@ -243,22 +265,42 @@ class AnalyzerController:
             ApiUnavailable: the API server cannot be reached (transient: the loop retries).
         """
         stats = {"created": 0, "admitted": 0, "succeeded": 0, "failed": 0, "restarted": 0,
-                 "stopped": 0}
+                 "stopped": 0, "cluster_errors": 0}
         with self.lock:
-            if not self.recovered:
-                self.recover()
-                self.recovered = True
             now = self.clock()
-            if now >= self.next_poll:
-                stats["created"] = self.discover()
-                self.next_poll = now + self.config.poll_seconds
-            self.observe(stats)
-            self.stop_finished(stats)
-            stats["admitted"] = self.admit()
+            if now < self.cluster_retry_at:
+                return stats  # backing off after a failed cluster call
+            try:
+                if not self.recovered:
+                    self.recover()
+                    self.recovered = True
+                if now >= self.next_poll:
+                    stats["created"] = self.discover()
+                    self.next_poll = now + self.config.poll_seconds
+                self.observe(stats)
+                self.stop_finished(stats)
+                stats["admitted"] = self.admit()
+            except BackendError as exc:
+                # The cluster did not answer (or refused a read): a failed tick, not a fact
+                # about any run. The process stays up; what was written stays written.
+                stats["cluster_errors"] += 1
+                self.cluster_failures += 1
+                wait = self.config.backoff(self.cluster_failures)
+                self.cluster_retry_at = self.clock() + wait
+                log.warning("analyzer: cluster call failed (%d in a row), nothing concluded; "
+                            "next try in %.1f s: %s", self.cluster_failures, wait, exc)
+                return stats
+            self.cluster_failures = 0
         return stats
 
     def recover(self) -> None:
-        """Rebuild the queues and the slots after a start (docs/analyzer.md, "Recovery")."""
+        """Rebuild the queues and the slots after a start (docs/analyzer.md, "Recovery").
+
+        Raises:
+            BackendError: the backend's runs could not be listed (read first, so nothing
+                was rebuilt: the next tick recovers again).
+        """
+        runs = self.backend.list_runs()
         for record in self.api.list_records(statuses=(PENDING,)):
             self.enqueue(record)
         running = {r.analysis_id: r for r in self.api.list_running()}
@@ -266,7 +308,7 @@ class AnalyzerController:
             self.exp_ids[analysis_id] = record.exp_id
             self.queues.hold(record.analysis_type, analysis_id, record.creator_email)
             self.active[analysis_id] = record.analysis_type
-        for analysis_id in self.backend.list_runs():
+        for analysis_id in runs:
             if analysis_id in running:
                 continue
             with self.about(analysis_id):
@@ -353,8 +395,26 @@ class AnalyzerController:
         if analysis_id not in self.active:  # running with no slot: re-attach
             self.queues.hold(record.analysis_type, analysis_id)
             self.active[analysis_id] = record.analysis_type
+        if state.phase == UNKNOWN:
+            return  # could not be read: nothing concluded, it keeps its slot
+        if state.phase == MISSING and analysis_id in self.start_retry:
+            self._retry_start(record, now, stats)
+            return
+        if state.gone or state.phase == MISSING:
+            try:
+                stored = self.backend.stored_outcome(analysis_id, record.result_path,
+                                                     record.attempts)
+            except BackendError as exc:
+                log.warning("analysis %s: its run is gone and its stored outcome cannot be "
+                            "read, nothing concluded this tick: %s", analysis_id, exc)
+                return
+            if stored is not None:
+                log.info("analysis %s: its run is gone; it had finished (%s, exit code %s)",
+                         analysis_id, stored.reason or "succeeded", stored.exit_code)
+                state = stored
         if state.phase in (RUN_PENDING, RUN_RUNNING):
             self.retry_at.pop(analysis_id, None)
+            self.start_retry.pop(analysis_id, None)
         elif state.ended:
             if state.phase == RUN_SUCCEEDED:
                 try:
@@ -404,16 +464,51 @@ class AnalyzerController:
         self._start(full, attempt)
         stats["restarted"] += 1
 
+    def _retry_start(self, record: AnalysisView, now: float, stats: dict[str, int]) -> None:
+        """Start again, once its back-off passed, a run whose start the cluster refused for
+        now; the same attempt (no run was started)."""
+        due, _refusals = self.start_retry[record.analysis_id]
+        if now < due:
+            return
+        try:
+            full = self.api.get_record(record.analysis_id, with_script=True)
+        except NotFound:
+            return  # deleted meanwhile: the next tick stops it
+        self._start(full, full.attempts)
+        stats["restarted"] += 1
+
     def _start(self, record: AnalysisView, attempt: int) -> None:
-        with self.about(record.analysis_id, record.exp_id):
+        """Start the record's run; a refusal for good fails it (StartFailed), a refusal for
+        now is tried again after the back-off (`start_retry`), at most `max_start_retries`
+        times."""
+        analysis_id = record.analysis_id
+        with self.about(analysis_id, record.exp_id):
             try:
                 self.backend.start(self.spec_for(record, attempt))
-                log.info("analysis %s: run %s started (attempt %d)", record.analysis_id,
-                         self.backend.run_name(record.analysis_id), attempt)
+                log.info("analysis %s: run %s started (attempt %d)", analysis_id,
+                         self.backend.run_name(analysis_id), attempt)
+                self.start_retry.pop(analysis_id, None)
+            except RunRefused as exc:
+                log.error("analysis %s: cannot start its run: %s", analysis_id, exc)
+                self.start_retry.pop(analysis_id, None)
+                self._fail(analysis_id, START_FAILED, f"cannot start the run: {exc}")
+                self.stopping.add(analysis_id)
             except BackendError as exc:
-                log.error("analysis %s: cannot start its run: %s", record.analysis_id, exc)
-                self._fail(record.analysis_id, START_FAILED, f"cannot start the run: {exc}")
-                self.stopping.add(record.analysis_id)
+                refusals = self.start_retry.get(analysis_id, (0.0, 0))[1] + 1
+                if refusals > self.config.max_start_retries:
+                    log.error("analysis %s: cannot start its run (%d tries): %s", analysis_id,
+                              refusals, exc)
+                    self.start_retry.pop(analysis_id, None)
+                    self._fail(analysis_id, START_FAILED,
+                               f"cannot start the run ({refusals} tries, "
+                               f"FALCON_ANALYSIS_MAX_START_RETRIES): {exc}")
+                    self.stopping.add(analysis_id)
+                    return
+                wait = self.config.backoff(refusals)
+                self.start_retry[analysis_id] = (self.clock() + wait, refusals)
+                log.warning("analysis %s: the cluster refused its run for now (%d of %d); "
+                            "trying again in %.1f s: %s", analysis_id, refusals,
+                            self.config.max_start_retries, wait, exc)
 
     def stop_finished(self, stats: dict[str, int]) -> None:
         """Stop the runs of records no longer running; release a slot when nothing is left."""
@@ -426,6 +521,7 @@ class AnalyzerController:
             self.stopping.discard(analysis_id)
             self.active.pop(analysis_id, None)
             self.retry_at.pop(analysis_id, None)
+            self.start_retry.pop(analysis_id, None)
             self.overrides.pop(analysis_id, None)
             self.created.pop(analysis_id, None)
             self.exp_ids.pop(analysis_id, None)

@@ -16,9 +16,13 @@ design's order (docs/analyzer.md, "Runs on the local backend"):
    be appended);
 4. stop it after `timeout_seconds` (SIGTERM to its group, SIGKILL after `grace_seconds`);
 5. put `{plugin or "result"}.jsonl` from the output folder to `{result_path}`;
-6. write the exit status (`exit_code`, `reason`, `message`, `finished_at`) to `exit_file`,
-   atomically. Reasons: NonZeroExit, Timeout, NoResults (a plugin exited 0 without results),
-   FetchFailed, Stopped (SIGTERM from the backend).
+6. write the exit status (`exit_code`, `reason`, `message`, `finished_at`, `attempt`) to
+   `exit_file`, atomically. Reasons: NonZeroExit, Timeout, NoResults (a plugin exited 0
+   without results), FetchFailed, Stopped (SIGTERM from the backend);
+7. when the spec names `exit_url` (the Pod backend: `{result_path}exit.json`), put the exit
+   status there too, last: once it is in the store the results and output.log are complete,
+   and the run's outcome outlives its Pod (a Pod garbage-collected before the controller read
+   its status still ends the analysis by what the run did, not as "deleted").
 
 In an analysis Pod (`--spec-env FALCON_RUN_SPEC --termination-log /dev/termination-log`, the
 Kubernetes backend) the spec comes from the environment, the exit status is also written as the
@@ -211,6 +215,17 @@ class Run:
         else:
             writer_for(url).put(results)
 
+    def put_outcome(self, exit_file: Path, url: str) -> None:
+        """Put the exit status file to `url` (beside the results), as the results are put.
+
+        Raises:
+            OSError, UploadConflict, google.api_core.exceptions.GoogleAPICallError: not put.
+        """
+        if url.startswith("file:"):
+            store_for(url).put_file(exit_file, url)
+        else:
+            writer_for(url).put(exit_file)
+
     def terminate(self) -> None:
         """SIGTERM to the command's group, SIGKILL after `grace_seconds` (in a thread)."""
         proc = self.proc
@@ -385,7 +400,13 @@ def _run(spec: dict, termination_log: str) -> int:
         if log_tail:
             status["message"] = f"{status['message']}; log tail:\n{log_tail}"
     status["finished_at"] = time.time()
+    status["attempt"] = spec.get("attempt", 1)
     write_atomic(spec["exit_file"], json.dumps(status))
+    if spec.get("exit_url"):
+        try:
+            run.put_outcome(Path(spec["exit_file"]), spec["exit_url"])
+        except Exception as exc:  # the termination message still carries it, while the Pod lives
+            log.error("cannot put the exit status to %s: %s", spec["exit_url"], exc)
     if termination_log:
         try:
             Path(termination_log).write_text(termination_message(status), encoding="utf-8")

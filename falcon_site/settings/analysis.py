@@ -45,6 +45,9 @@ Environment variables:
 - `FALCON_ANALYSIS_MAX_ATTEMPTS`: runs started for one analysis before recovery gives up
   (default 3); `FALCON_ANALYSIS_BACKOFF_SECONDS` and `FALCON_ANALYSIS_BACKOFF_MAX_SECONDS`: the
   capped exponential back-off between two of them (defaults 2 and 60).
+- `FALCON_ANALYSIS_MAX_START_RETRIES`: starts of one run the cluster refused for now (429,
+  5xx, no answer) tried again after the same back-off before the analysis fails
+  `StartFailed` (default 10); they count no attempt (docs/analyzer.md).
 """
 from __future__ import annotations
 
@@ -110,6 +113,7 @@ FALCON_ANALYSIS_POLL_SECONDS = _positive("FALCON_ANALYSIS_POLL_SECONDS", 10.0, f
 FALCON_ANALYSIS_MAX_ATTEMPTS = _positive("FALCON_ANALYSIS_MAX_ATTEMPTS", 3)
 FALCON_ANALYSIS_BACKOFF_SECONDS = _positive("FALCON_ANALYSIS_BACKOFF_SECONDS", 2.0, float)
 FALCON_ANALYSIS_BACKOFF_MAX_SECONDS = _positive("FALCON_ANALYSIS_BACKOFF_MAX_SECONDS", 60.0, float)
+FALCON_ANALYSIS_MAX_START_RETRIES = _positive("FALCON_ANALYSIS_MAX_START_RETRIES", 10)
 
 
 FALCON_ANALYZER_BACKEND = os.environ.get("FALCON_ANALYZER_BACKEND", "local").strip() or "local"

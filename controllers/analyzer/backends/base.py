@@ -14,9 +14,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-# RunState.phase values.
-PENDING, RUNNING, SUCCEEDED, FAILED, MISSING = (
-    "pending", "running", "succeeded", "failed", "missing")
+# RunState.phase values. UNKNOWN: the run could not be read this time (the cluster did not
+# answer); nothing about it may be concluded, it keeps its slot and is read again next tick.
+PENDING, RUNNING, SUCCEEDED, FAILED, MISSING, UNKNOWN = (
+    "pending", "running", "succeeded", "failed", "missing", "unknown")
 # RunState.reason values the runner and the backends write.
 NON_ZERO_EXIT, TIMEOUT, KILLED, NO_RESULTS, FETCH_FAILED, STOPPED = (
     "NonZeroExit", "Timeout", "Killed", "NoResults", "FetchFailed", "Stopped")
@@ -30,7 +31,13 @@ class BackendError(RuntimeError):
     """A backend call failed (cannot spawn, cannot read its state): the message says why."""
 
 
-class RunConflict(BackendError):
+class RunRefused(BackendError):
+    """The cluster refused the run for good (an invalid spec, forbidden): starting it again
+    cannot help, so the analysis fails. A plain `BackendError` from `start` is transient (the
+    cluster did not answer, 429, 5xx): the run is started again after a back-off."""
+
+
+class RunConflict(RunRefused):
     """A run of this name exists but belongs to another analysis: it is never adopted."""
 
 
@@ -87,6 +94,9 @@ class RunState:
         exit_code: the command's exit code once it ended (None otherwise or when unknown).
         reason: why it failed: NonZeroExit, Timeout, Killed, NoResults, FetchFailed, Stopped.
         message: a sentence, with the tail of the run's log on failure.
+        gone: the run's object vanished without the cluster saying how it ended (a Pod
+            deleted or garbage-collected): the outcome the run stored itself
+            (`stored_outcome`) decides over this state.
     """
 
     phase: str
@@ -94,6 +104,7 @@ class RunState:
     exit_code: int | None = None
     reason: str = ""
     message: str = ""
+    gone: bool = False
 
     @property
     def ended(self) -> bool:
@@ -102,6 +113,7 @@ class RunState:
 
 
 MISSING_STATE = RunState(phase=MISSING)
+UNKNOWN_STATE = RunState(phase=UNKNOWN, alive=True)
 
 
 def run_name_for(analysis_id: str) -> str:
@@ -146,12 +158,30 @@ class AnalysisBackend(ABC):
 
         Raises:
             RunConflict: the run of that name belongs to another analysis id.
-            BackendError: the run cannot be started.
+            RunRefused: the cluster refused the run for good.
+            BackendError: the run cannot be started now (transient: try again later).
         """
 
     @abstractmethod
     def observe(self, analysis_ids: Iterable[str]) -> dict[str, RunState]:
-        """The state of each analysis' run, from one scan of the cluster (missing: no run)."""
+        """The state of each analysis' run, from one scan of the cluster (missing: no run;
+        unknown: it could not be read this time).
+
+        Raises:
+            BackendError: the scan failed: nothing may be concluded about any run.
+        """
+
+    def stored_outcome(self, analysis_id: str, result_path: str,
+                       attempt: int) -> RunState | None:
+        """The outcome run `attempt` of the analysis stored beside its results, when its
+        object is gone (`RunState.gone`, or missing); None when it stored none (it did not
+        finish). Backends whose run state outlives the run (the local backend's exit.json)
+        have nothing more to say: None.
+
+        Raises:
+            BackendError: the store could not be read (nothing may be concluded).
+        """
+        return None
 
     @abstractmethod
     def stop(self, analysis_id: str) -> bool:

@@ -21,8 +21,19 @@ so a silent watch stream cannot stall it) and maps its status (`pod_state`):
 | Failed | failed: `Evicted`, `DeadlineExceeded`, `OOMKilled`, or the runner's reason (its termination message) with the exit code and the log tail |
 | waiting CreateContainerConfigError / CreateContainerError / InvalidImageName for `config_error_seconds` | failed, `CreateContainerConfigError` (an image whose user is root says how to fix it) |
 | waiting ErrImagePull / ImagePullBackOff for `start_timeout_seconds` | failed, `ImagePullFailed`, naming the image |
-| gone (or Terminating) though this process saw it and did not delete it | failed, `PodDeleted` |
-| gone, never seen by this process | missing (recovery starts it again) |
+| gone (or Terminating while it runs) though this process created or saw it and did not delete it | failed, `PodDeleted` (`PodDisappeared` when the API was unreachable meanwhile), `gone`: the run's stored outcome decides first |
+| gone, never seen by this process | missing (recovery starts it again, unless the run stored its outcome) |
+| could not be read (the API did not answer) | unknown: nothing is concluded |
+
+What this process knows is never overruled by a read that may be older (docs/analyzer.md,
+"Only what the controller knows"): a Pod it created or saw is absent from a LIST only as far as
+that LIST is newer than the create or the sighting (resourceVersions compared as KEP-5504
+allows) or a direct GET answers 404; otherwise the GET's Pod is used. A LIST that fails raises
+`BackendError` and concludes nothing; a GET that fails leaves that run `unknown`.
+
+`start` classifies the API's refusals: 400, 403, 422 and other 4xx (except 408, 409, 429) are
+for good (`RunRefused`); 429, 5xx, timeouts and resets are transient (`BackendError`), and the
+controller tries again after a back-off. A 409 is adopted when the Pod is this analysis'.
 
 `stop` deletes the Pod (grace period `grace_seconds`) and answers True only once it is gone, so
 a Terminating Pod keeps its queue slot; after `stuck_terminating_seconds` of Terminating (a
@@ -42,13 +53,13 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from artifacts.store import store_for
-from controllers.kubeclient import KubeCaller
+from controllers.kubeclient import KubeCaller, compare_resource_versions, is_transient
 from controllers.pod_security import RESTRICTED, security_contexts
 from core.logs import log_context
 
 from .base import (
-    FAILED, MISSING_STATE, PENDING, RUNNING, SUCCEEDED, AnalysisBackend, BackendError,
-    RunConflict, RunSpec, RunState, StartResult, log_tail,
+    FAILED, MISSING_STATE, PENDING, RUNNING, SUCCEEDED, UNKNOWN_STATE, AnalysisBackend,
+    BackendError, RunConflict, RunRefused, RunSpec, RunState, StartResult, log_tail,
 )
 
 log = logging.getLogger("falcon.controllers.analyzer.kubernetes")
@@ -68,8 +79,11 @@ WORK, HOME, TMP = "/work", "/home/falcon", "/tmp"
 CONFIG_ERRORS = frozenset({"CreateContainerConfigError", "CreateContainerError",
                            "InvalidImageName"})
 PULL_ERRORS = frozenset({"ErrImagePull", "ImagePullBackOff"})
-POD_DELETED, EVICTED, DEADLINE_EXCEEDED, OOM_KILLED = (
-    "PodDeleted", "Evicted", "DeadlineExceeded", "OOMKilled")
+POD_DELETED, POD_DISAPPEARED, EVICTED, DEADLINE_EXCEEDED, OOM_KILLED = (
+    "PodDeleted", "PodDisappeared", "Evicted", "DeadlineExceeded", "OOMKilled")
+# The run's exit status, put by the runner beside its results once they are complete.
+OUTCOME_FILE = "exit.json"
+OUTCOME_MAX_BYTES = 64 * 1024
 CONFIG_ERROR, IMAGE_PULL_FAILED = "CreateContainerConfigError", "ImagePullFailed"
 RUNNER_REASONS = frozenset({"NonZeroExit", "Timeout", "NoResults", "FetchFailed", "Stopped",
                             "RunnerFailed"})
@@ -133,7 +147,10 @@ class PodAnalysisBackend(AnalysisBackend):
         self.env = dict(env or {})
         self.clock = clock
         self._lock = threading.Lock()
-        self._seen: set[str] = set()              # Pods this process saw (not deleted by it)
+        # analysis id -> the resourceVersion at which this process last knew its Pod existed
+        # (the create's answer, or the LIST it was in): it is gone only by a newer read.
+        self._known: dict[str, str] = {}
+        self._gap: set[str] = set()               # known Pods unread since a failed read
         self._deleting: dict[str, float] = {}     # analysis id -> clock time of our delete
         self._waiting: dict[tuple[str, str], float] = {}  # (id, kind) -> first seen
 
@@ -168,7 +185,8 @@ class PodAnalysisBackend(AnalysisBackend):
     def reset(self) -> None:
         """Forget what this process saw (a new leadership term starts from the cluster)."""
         with self._lock:
-            self._seen.clear()
+            self._known.clear()
+            self._gap.clear()
             self._deleting.clear()
             self._waiting.clear()
 
@@ -182,7 +200,7 @@ class PodAnalysisBackend(AnalysisBackend):
                     child_file=f"{WORK}/child.json", plugin_dir=self.plugin_dir,
                     log_upload_seconds=self.log_upload_seconds,
                     grace_seconds=self.grace_seconds, backend=self.name,
-                    enforces_resources=True)
+                    enforces_resources=True, exit_url=spec.result_path + OUTCOME_FILE)
         return data
 
     def build_pod(self, spec: RunSpec) -> client.V1Pod:
@@ -257,23 +275,30 @@ class PodAnalysisBackend(AnalysisBackend):
         """Create the analysis Pod, or adopt the Pod of that name when it is this analysis'
         (409 AlreadyExists: a create whose reply was lost, or a restart).
 
+        The create's resourceVersion is remembered: until a read newer than it says otherwise,
+        the Pod exists (a LIST that lags behind the create does not make it lost).
+
         Raises:
             RunConflict: a Pod of that name belongs to another analysis (not adopted, not
                 deleted).
-            BackendError: the API refused the Pod (its message) or did not answer.
+            RunRefused: the API refused the Pod for good (400/422 invalid, 403 forbidden, any
+                4xx but 408, 409, 429), with its message.
+            BackendError: the API did not answer or answered 408, 429 or 5xx (transient).
         """
         with log_context(analysis_id=spec.analysis_id, exp_id=spec.exp_id):
             name = self.run_name(spec.analysis_id)
             try:
-                self._call(self.core.create_namespaced_pod, self.namespace,
-                           self.build_pod(spec))
+                pod = self._call(self.core.create_namespaced_pod, self.namespace,
+                                 self.build_pod(spec))
+                self._remember(spec.analysis_id, pod)
                 log.info("analysis %s: created Pod %s/%s (attempt %d)", spec.analysis_id,
                          self.namespace, name, spec.attempt)
                 return StartResult(run_name=name, adopted=False, object_name=name)
             except ApiException as exc:
                 if exc.status != 409:
-                    raise BackendError(f"cannot create Pod {self.namespace}/{name}: "
-                                       f"{exc.status} {_api_message(exc)}") from exc
+                    error = RunRefused if not is_transient(exc) else BackendError
+                    raise error(f"cannot create Pod {self.namespace}/{name}: "
+                                f"{exc.status} {_api_message(exc)}") from exc
             try:
                 pod = self._call(self.core.read_namespaced_pod, name, self.namespace)
             except ApiException as exc:
@@ -285,54 +310,143 @@ class PodAnalysisBackend(AnalysisBackend):
                                   f"{'analysis ' + owner if owner else 'something else'}, "
                                   f"not for analysis {spec.analysis_id}; it was left alone "
                                   "(name collision: delete it or rename the analysis)")
+            self._remember(spec.analysis_id, pod)
             log.info("analysis %s: adopted its Pod %s/%s", spec.analysis_id, self.namespace,
                      name)
             return StartResult(run_name=name, adopted=True, object_name=name)
 
-    def _pods(self) -> dict[str, client.V1Pod]:
+    def _remember(self, analysis_id: str, pod: client.V1Pod, version: str = "") -> None:
+        """This process knows the Pod existed at `version` (default: the Pod's own)."""
+        with self._lock:
+            self._known[analysis_id] = version or (pod.metadata.resource_version or "")
+            self._gap.discard(analysis_id)
+
+    def _pods(self) -> tuple[dict[str, client.V1Pod], str]:
+        """Every analysis Pod by analysis id, and the LIST's resourceVersion.
+
+        Raises:
+            BackendError: the LIST failed (after the caller's retries and 410 restarts); the
+                Pods this process knows are marked as unread since (`_gap`).
+        """
         try:
-            pods = self.caller.list_all(self.core.list_namespaced_pod, self.namespace,
-                                        label_selector=SELECTOR)
-        except ApiException as exc:
-            raise BackendError(f"cannot list analysis Pods: {exc.status} "
-                               f"{_api_message(exc)}") from exc
+            pods, version = self.caller.list_all_versioned(
+                self.core.list_namespaced_pod, self.namespace, label_selector=SELECTOR)
         except Exception as exc:
+            with self._lock:
+                self._gap.update(self._known)
+            if isinstance(exc, ApiException):
+                raise BackendError(f"cannot list analysis Pods: {exc.status} "
+                                   f"{_api_message(exc)}") from exc
             raise BackendError(f"the Kubernetes API did not answer: {exc}") from exc
         out = {}
         for pod in pods:
             analysis_id = (pod.metadata.annotations or {}).get(ANNOTATION_ANALYSIS)
             if analysis_id:
                 out[analysis_id] = pod
-        return out
+        return out, version
 
     def observe(self, analysis_ids: Iterable[str]) -> dict[str, RunState]:
-        """The RunState of each analysis from one LIST of analysis Pods (module docstring)."""
-        pods = self._pods()
+        """The RunState of each analysis from one LIST of analysis Pods (module docstring);
+        a Pod absent from it is read directly unless the LIST is known to be newer than what
+        this process knows of it.
+
+        Raises:
+            BackendError: the LIST failed: nothing is concluded about any run.
+        """
+        pods, version = self._pods()
         now = self.clock()
         out = {}
-        with self._lock:
-            for analysis_id in analysis_ids:
-                pod = pods.get(analysis_id)
-                if pod is None:
-                    if analysis_id in self._seen and analysis_id not in self._deleting:
-                        out[analysis_id] = RunState(
-                            phase=FAILED, alive=False, reason=POD_DELETED,
-                            message=f"the Pod {self.run_name(analysis_id)} was deleted from "
-                            "outside the analyzer (e.g. kubectl delete) while it ran; "
-                            "output.log holds what it printed until then")
-                    else:
-                        out[analysis_id] = MISSING_STATE
-                    continue
-                self._seen.add(analysis_id)
+        for analysis_id in analysis_ids:
+            pod = pods.get(analysis_id)
+            if pod is None:
+                out[analysis_id] = self._absent(analysis_id, version, now)
+                continue
+            self._remember(analysis_id, pod, version)
+            with self._lock:
                 out[analysis_id] = self.pod_state(analysis_id, pod, now)
         return out
+
+    def _absent(self, analysis_id: str, list_version: str, now: float) -> RunState:
+        """The state of a run whose Pod a LIST (at `list_version`) did not show."""
+        with self._lock:
+            if analysis_id in self._deleting:
+                return MISSING_STATE  # our delete: `stop` confirms it is gone
+            known = self._known.get(analysis_id)
+        if known is not None and compare_resource_versions(list_version, known) == 1:
+            return self._gone(analysis_id)
+        # The LIST may be older than what this process knows (a lagging cache, another API
+        # server), or this process never saw the Pod (a restart): a GET is read from etcd.
+        name = self.run_name(analysis_id)
+        try:
+            pod = self._call(self.core.read_namespaced_pod, name, self.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return self._gone(analysis_id) if known is not None else MISSING_STATE
+            log.warning("analysis %s: Pod %s absent from the list and unreadable (%s): "
+                        "nothing concluded this tick", analysis_id, name, exc.status)
+            return UNKNOWN_STATE
+        except BackendError as exc:
+            log.warning("analysis %s: Pod %s absent from the list and unreadable (%s): "
+                        "nothing concluded this tick", analysis_id, name, exc)
+            return UNKNOWN_STATE
+        if (pod.metadata.annotations or {}).get(ANNOTATION_ANALYSIS) != analysis_id:
+            return MISSING_STATE  # another's Pod of that name: `start` refuses it
+        log.info("analysis %s: Pod %s exists though the list (version %s) did not show it",
+                 analysis_id, name, list_version or "?")
+        self._remember(analysis_id, pod)
+        with self._lock:
+            return self.pod_state(analysis_id, pod, now)
+
+    def _gone(self, analysis_id: str) -> RunState:
+        """A Pod this process knew and did not delete is gone; the run's stored outcome, read
+        by the controller (`stored_outcome`), decides before this."""
+        name = self.run_name(analysis_id)
+        with self._lock:
+            in_gap = analysis_id in self._gap
+        if in_gap:
+            return RunState(
+                phase=FAILED, alive=False, reason=POD_DISAPPEARED, gone=True,
+                message=f"Pod disappeared: the Pod {name} was gone when the Kubernetes API "
+                "answered again after an outage, and the run stored no exit status (it did "
+                "not finish); output.log holds what it printed until then")
+        return RunState(
+            phase=FAILED, alive=False, reason=POD_DELETED, gone=True,
+            message=f"the Pod {name} was deleted from outside the analyzer (e.g. kubectl "
+            "delete) while it ran, and the run stored no exit status (it did not finish); "
+            "output.log holds what it printed until then")
+
+    def stored_outcome(self, analysis_id: str, result_path: str,
+                       attempt: int) -> RunState | None:
+        """The exit status run `attempt` put to `{result_path}exit.json` (the runner's last
+        write, after the results and output.log), as a RunState; None when there is none or
+        it is an earlier attempt's.
+
+        Raises:
+            BackendError: the store could not be read.
+        """
+        url = (result_path if result_path.endswith("/") else result_path + "/") + OUTCOME_FILE
+        try:
+            data = store_for(url).read_range(url, 0, OUTCOME_MAX_BYTES)
+        except FileNotFoundError:
+            return None
+        except Exception as exc:
+            raise BackendError(f"cannot read {url}: {exc}") from exc
+        status = _runner_status(data.decode("utf-8", errors="replace"))
+        if status is None or status.get("attempt", 1) != attempt:
+            return None
+        if not status.get("reason") and status.get("exit_code") == 0:
+            return RunState(phase=SUCCEEDED, alive=False, exit_code=0)
+        return RunState(phase=FAILED, alive=False, exit_code=status.get("exit_code"),
+                        reason=status.get("reason") or "NonZeroExit",
+                        message=status.get("message") or
+                        f"exited with code {status.get('exit_code')}")
 
     def pod_state(self, analysis_id: str, pod: client.V1Pod, now: float) -> RunState:
         """Map one Pod's status to a RunState (the module docstring's table)."""
         status = pod.status or client.V1PodStatus()
         phase = status.phase or "Pending"
         if pod.metadata.deletion_timestamp and analysis_id not in self._deleting \
-                and phase != "Succeeded":
+                and phase not in ("Succeeded", "Failed"):
             return RunState(phase=FAILED, alive=True, reason=POD_DELETED,
                             message=f"the Pod {pod.metadata.name} was deleted from outside "
                             "the analyzer (e.g. kubectl delete) while it ran")
@@ -473,14 +587,15 @@ class PodAnalysisBackend(AnalysisBackend):
 
     def _forget(self, analysis_id: str) -> None:
         with self._lock:
-            self._seen.discard(analysis_id)
+            self._known.pop(analysis_id, None)
+            self._gap.discard(analysis_id)
             self._deleting.pop(analysis_id, None)
             for key in [k for k in self._waiting if k[0] == analysis_id]:
                 del self._waiting[key]
 
     def list_runs(self) -> list[str]:
         """The analysis ids of every analysis Pod in the namespace (one LIST)."""
-        return sorted(self._pods())
+        return sorted(self._pods()[0])
 
     def read_log(self, analysis_id: str, result_path: str, offset: int = 0,
                  limit: int = 1 << 20) -> bytes:

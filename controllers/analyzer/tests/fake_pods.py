@@ -5,14 +5,20 @@ analyzer's Pods need on top, kept apart from the Job-focused parts:
   kubelet's log endpoint does;
 - the kubelet is played by the test: `run`, `succeed`, `fail`, `wait` and `evict` set a Pod's
   status in the shapes the kubelet writes; `linger_pods=True` keeps deleted Pods Terminating
-  (with a deletionTimestamp) until `reap()`.
+  (with a deletionTimestamp) until `reap()`;
+- a Pod LIST that lags behind (a watch cache, another API server): `freeze_list()` makes every
+  Pod LIST answer the snapshot of that moment, with that moment's resourceVersion (as a stale
+  cache does), until `thaw_list()`; GET of one Pod stays current (read from etcd);
+- `gc_pods` plays the Pod garbage collector (terminated Pods removed, with no controller
+  asked); `end_faults` ends every `inject`ed fault (an outage that is over).
 """
 from __future__ import annotations
 
+import copy
 import re
 from urllib.parse import parse_qs, urlsplit
 
-from controllers.tests.fake_k8s import FakeKube, _Handler, status_body
+from controllers.tests.fake_k8s import FakeKube, _Handler, label_matcher, status_body
 
 _LOG = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log$")
 
@@ -39,6 +45,34 @@ class FakePodKube(FakeKube):
                                        name="fake-k8s-pods")
         self.thread.start()
         return self
+
+    frozen: tuple[int, list[dict]] | None = None
+
+    def freeze_list(self) -> None:
+        """Make Pod LISTs answer what is stored now, at today's resourceVersion, until
+        `thaw_list`: Pods created, changed or deleted meanwhile are not seen by a LIST."""
+        with self.lock:
+            self.frozen = (self.rv, [copy.deepcopy(o) for (r, _n, _name), o in
+                                     sorted(self.objects.items()) if r == "pods"])
+
+    def thaw_list(self) -> None:
+        with self.lock:
+            self.frozen = None
+
+    def gc_pods(self, ns: str) -> list[str]:
+        """Remove every Succeeded or Failed Pod of `ns` (the Pod GC); return their names."""
+        with self.lock:
+            names = [key[2] for key, obj in list(self.objects.items())
+                     if key[0] == "pods" and key[1] == ns
+                     and (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed")]
+            for name in names:
+                del self.objects[("pods", ns, name)]
+            return names
+
+    def end_faults(self) -> None:
+        """Drop every fault still planned (`inject`): the outage is over."""
+        with self.lock:
+            self.faults.clear()
 
     def set_log(self, ns: str, name: str, text: str) -> None:
         with self.lock:
@@ -88,6 +122,17 @@ class FakePodKube(FakeKube):
 
 
 class _PodHandler(_Handler):
+    def _list(self, res: str, ns: str, query: dict[str, str]):
+        frozen = getattr(self.kube, "frozen", None)
+        if res != "pods" or frozen is None:
+            return super()._list(res, ns, query)
+        version, pods = frozen
+        match = label_matcher(query.get("labelSelector", ""))
+        items = [p for p in pods if p["metadata"].get("namespace") == ns
+                 and match(p["metadata"].get("labels"))]
+        return 200, {"kind": "PodList", "apiVersion": "v1",
+                     "metadata": {"resourceVersion": str(version)}, "items": items}
+
     def _dispatch(self, method: str) -> None:
         url = urlsplit(self.path)
         m = _LOG.match(url.path)

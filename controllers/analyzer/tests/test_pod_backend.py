@@ -325,3 +325,88 @@ def test_list_runs_and_log_reads(kube, tmp_path):
     (out / "output.log").write_bytes(b"hello\n")
     assert backend.read_log("an-1", out.as_uri() + "/", 1, 3) == b"ell"
     assert backend.read_log("an-1", (tmp_path / "none").as_uri(), 0) == b""
+
+
+# -- what the backend knows: lagging lists, failed reads, the run's stored outcome -----------
+
+def test_a_pod_absent_from_a_lagging_list_is_read_directly_or_left_unknown(kube, tmp_path):
+    backend = make_backend(kube, tmp_path)
+    kube.freeze_list()  # the list lags behind the create
+    backend.start(spec())
+    assert state(backend).phase == "pending"  # read directly: it exists
+    kube.run(NS, "analysis-an-1")
+    assert state(backend).phase == "running"
+    kube.inject("GET", "pods", name="analysis-an-1", status=503, times=100)
+    s = state(backend)
+    assert (s.phase, s.alive) == ("unknown", True)  # nothing concluded
+    kube.end_faults()
+    kube.kubectl_delete(NS, "analysis-an-1")
+    s = state(backend)
+    assert (s.phase, s.reason, s.gone) == ("failed", "PodDeleted", True)
+
+
+def test_a_failed_list_raises_and_a_pod_gone_meanwhile_disappeared(kube, tmp_path):
+    from controllers.analyzer.backends.base import BackendError
+
+    backend = make_backend(kube, tmp_path)
+    backend.start(spec())
+    assert state(backend).phase == "pending"
+    kube.inject("GET", "pods", status=500, times=100)
+    with pytest.raises(BackendError, match="cannot list analysis Pods: 500"):
+        state(backend)
+    kube.kubectl_delete(NS, "analysis-an-1")
+    kube.end_faults()
+    s = state(backend)
+    assert (s.phase, s.reason, s.gone) == ("failed", "PodDisappeared", True)
+    assert s.message.startswith("Pod disappeared")
+
+
+@pytest.mark.parametrize("status,permanent", [(400, True), (403, True), (422, True),
+                                              (429, False), (500, False), (503, False)])
+def test_create_refusals_are_classified(kube, tmp_path, status, permanent):
+    from controllers.analyzer.backends.base import BackendError, RunRefused
+
+    backend = make_backend(kube, tmp_path)
+    kube.inject("POST", "pods", status=status, times=10)
+    with pytest.raises(BackendError) as caught:
+        backend.start(spec())
+    assert isinstance(caught.value, RunRefused) is permanent
+    assert str(status) in str(caught.value)
+
+
+def test_a_terminating_pod_that_failed_keeps_its_own_outcome(tmp_path):
+    kube = FakePodKube(linger_pods=True).serve()
+    try:
+        backend = make_backend(kube, tmp_path)
+        backend.start(spec())
+        kube.fail(NS, "analysis-an-1", 3, message=json.dumps(
+            {"exit_code": 3, "reason": "NonZeroExit", "message": "exited with code 3"}))
+        kube.kubectl_delete(NS, "analysis-an-1")  # the Pod GC, or kubectl, after it ended
+        s = state(backend)
+        assert (s.phase, s.reason, s.exit_code) == ("failed", "NonZeroExit", 3)
+    finally:
+        kube.close()
+
+
+def test_the_stored_outcome_of_the_same_attempt_decides(kube, tmp_path):
+    backend = make_backend(kube, tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    url = out.as_uri() + "/"
+    assert backend.stored_outcome("an-1", url, 1) is None  # it did not finish
+    (out / "exit.json").write_text(json.dumps({"exit_code": 0, "reason": "", "attempt": 1}))
+    assert backend.stored_outcome("an-1", url, 1).phase == "succeeded"
+    assert backend.stored_outcome("an-1", url, 2) is None  # an earlier attempt's
+    (out / "exit.json").write_text(json.dumps(
+        {"exit_code": 2, "reason": "NonZeroExit", "message": "exited with code 2",
+         "attempt": 2}))
+    s = backend.stored_outcome("an-1", url, 2)
+    assert (s.phase, s.reason, s.exit_code) == ("failed", "NonZeroExit", 2)
+
+
+def test_resource_versions_compare_only_as_kep_5504_allows():
+    from controllers.kubeclient import compare_resource_versions as cmp
+
+    assert (cmp("1001", "999"), cmp("5", "5"), cmp("12", "100")) == (1, 0, -1)
+    for a, b in [("", "5"), ("0", "5"), ("05", "5"), ("abc", "5"), (None, "5"), ("5", "-1")]:
+        assert cmp(a, b) is None

@@ -311,8 +311,11 @@ def test_the_runner_in_the_pod_writes_log_and_results_to_gcs_that_outlive_the_po
     assert "exited with code 3" in rec.error_message and "about to fail" in rec.error_message
     assert b"about to fail" in log_from_store(rec, 0, 1 << 20)[0]
 
+    # The run's exit status lies beside its results (it decides once the Pod is gone).
+    outcome = json.loads(store.read_range(prefix + "exit.json"))
+    assert (outcome["exit_code"], outcome["reason"], outcome["attempt"]) == (0, "", 1)
     # Purge on delete removes the analysis' prefix.
-    assert store.delete_tree(prefix) == 2
+    assert store.delete_tree(prefix) == 3
     assert store.list_files(prefix) == []
 
 
