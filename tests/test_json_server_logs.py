@@ -99,16 +99,19 @@ def _wait_for_log(log: Path, written: Callable[[str], bool], seconds: float = 60
 
 
 def _served(command: list[str], env: dict[str, str], port: int, log: Path,
-            client: Callable[[int], Any], written: Callable[[Any, str], bool]) -> Any:
+            client: Callable[[int], Any],
+            written: Callable[[Any, str], bool] | None = None) -> Any:
     """Prepare the database, serve `command` (which listens on `port`), run `client(port)`
-    against it, wait until `written(answer, log text)` holds, stop the server, and return what
-    `client` returned (its output is in `log`)."""
+    against it, wait until `written(answer, log text)` holds (when given: a client that waits
+    for its lines itself passes none), stop the server, and return what `client` returned (its
+    output is in `log`)."""
     subprocess.run([sys.executable, str(ROOT / "manage.py"), "prepare"], cwd=ROOT, env=env,
                    check=True, capture_output=True)
     proc = _serve(command, env, port, log)
     try:
         answer = client(port)
-        _wait_for_log(log, lambda text: written(answer, text))
+        if written is not None:
+            _wait_for_log(log, lambda text: written(answer, text))
         return answer
     finally:
         _stop(proc)

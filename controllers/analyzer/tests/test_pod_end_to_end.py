@@ -91,7 +91,10 @@ class Cluster:
         config = AnalyzerConfig(result_root=self.root,
                                 limits={"offline": self.limit, "online": self.limit},
                                 poll_seconds=0.0, max_attempts=3, backoff_seconds=2.0,
-                                backoff_max_seconds=3.0)
+                                backoff_max_seconds=3.0,
+                                # One user owns every analysis here: these tests are about
+                                # Pods and failover, not the per-user share (test_queues.py).
+                                max_running_per_user=self.limit)
         return AnalyzerController(api, backend, {}, config, clock=self.clock)
 
     def elector(self, identity: str) -> LeaseElector:
