@@ -9,6 +9,7 @@ from experiments.api.events import ExpEventsView, bad_events_exp_id
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from . import health
+from .api_root import ApiRootView
 
 # The admin's lists must fit a 1400-pixel screen: no app sidebar beside them (the breadcrumbs
 # and the index page link every model).
@@ -22,6 +23,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/exps/<id:exp_id>/events", ExpEventsView.as_view(), name="exp-events"),
     re_path(r"^api/v1/exps/(?P<raw>[^/]+)/events$", bad_events_exp_id),
+    path("api/v1/", ApiRootView.as_view(), name="api-root"),
     path("api/v1/", include("experiments.api.urls")),
     path("api/v1/", include("analysis.api.urls")),
     path("api/v1/auth/", include("accounts.api.urls")),

@@ -65,6 +65,18 @@ def test_landing_page_links_docs_browsable_api_and_admin(client):
         assert href in text
 
 
+def test_the_api_root_names_every_collection_and_each_answers(client):
+    """The landing page says the API is under /api/v1/: that URL answers with a map of it,
+    and every URL of the map is served (401 without a token, never 404)."""
+    res = client.get("/api/v1/", HTTP_ACCEPT="application/json")
+    assert res.status_code == 200
+    links = res.json()
+    assert links["exps"] == "http://testserver/api/v1/exps"
+    assert {"analyses", "plugins", "schema", "docs", "whoami"} <= set(links)
+    for url in links.values():
+        assert client.get(url).status_code in (200, 401), url
+
+
 def test_operators_edit_and_pause_a_schedule_in_the_admin(staff_client):
     import importlib
 
