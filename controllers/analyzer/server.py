@@ -261,7 +261,10 @@ class AnalyzerServicer(analysis_pb2_grpc.AnalyzerServiceServicer):
                     plugin_name=request.plugin_name, command=command,
                     script_content=request.script_content, script_name=request.script_name,
                     creator_email=request.creator_email, name=request.name,
-                    result_root=c.config.result_root)
+                    result_root=c.config.result_root,
+                    # The API server refuses an artifact the plugin does not read, before any
+                    # record exists or anything is queued.
+                    plugin_artifact_types=plugin.artifact_types if request.plugin_name else ())
                 if override:
                     c.overrides[record.analysis_id] = override
                 with c.about(record.analysis_id, record.exp_id):
