@@ -122,6 +122,12 @@ class AnalysisRecord(StatefulModel):
         """pending | running -> failed: the run failed, was lost, or could not start."""
         return self.transition(AnalysisStatus.FAILED, reason=reason, message=message)
 
+    def mark_skipped(self, *, reason: str | None = "NoInputs",
+                     message: str | None = None) -> bool:
+        """pending -> skipped: offline discovery found none of the plugin's inputs in the
+        artifact; nothing runs, and the record keeps the pair from being offered again."""
+        return self.transition(AnalysisStatus.SKIPPED, reason=reason, message=message)
+
     def cancel(self, *, reason: str | None = "Cancelled", message: str | None = None) -> bool:
         """pending | running -> cancelled: a user asked; the controller stops the run."""
         return self.transition(AnalysisStatus.CANCELLED, reason=reason, message=message)
