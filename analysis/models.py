@@ -76,7 +76,8 @@ class AnalysisRecord(StatefulModel):
         ]
 
     # pending -> running -> succeeded | failed; pending -> failed (it could not start);
-    # any non-terminal -> cancelled.
+    # any non-terminal -> cancelled; pending -> skipped (offline, none of the plugin's inputs
+    # in the artifact: the record stays so discovery does not ask again).
     machine = StateMachine(
         name="Analysis",
         transitions={
@@ -86,11 +87,13 @@ class AnalysisRecord(StatefulModel):
             AnalysisStatus.FAILED: frozenset({AnalysisStatus.PENDING, AnalysisStatus.RUNNING}),
             AnalysisStatus.CANCELLED: frozenset({AnalysisStatus.PENDING,
                                                  AnalysisStatus.RUNNING}),
+            AnalysisStatus.SKIPPED: frozenset({AnalysisStatus.PENDING}),
         },
         terminal=ANALYSIS_TERMINAL,
         set_on_enter={AnalysisStatus.SUCCEEDED: ("finished_at",),
                       AnalysisStatus.FAILED: ("finished_at",),
-                      AnalysisStatus.CANCELLED: ("finished_at",)},
+                      AnalysisStatus.CANCELLED: ("finished_at",),
+                      AnalysisStatus.SKIPPED: ("finished_at",)},
         set_once_on_enter={AnalysisStatus.RUNNING: ("started_at",)},
     )
 
@@ -118,6 +121,12 @@ class AnalysisRecord(StatefulModel):
     def mark_failed(self, *, reason: str | None = None, message: str | None = None) -> bool:
         """pending | running -> failed: the run failed, was lost, or could not start."""
         return self.transition(AnalysisStatus.FAILED, reason=reason, message=message)
+
+    def mark_skipped(self, *, reason: str | None = "NoInputs",
+                     message: str | None = None) -> bool:
+        """pending -> skipped: offline discovery found none of the plugin's inputs in the
+        artifact; nothing runs, and the record keeps the pair from being offered again."""
+        return self.transition(AnalysisStatus.SKIPPED, reason=reason, message=message)
 
     def cancel(self, *, reason: str | None = "Cancelled", message: str | None = None) -> bool:
         """pending | running -> cancelled: a user asked; the controller stops the run."""

@@ -163,7 +163,8 @@ def _existing_duplicate(*, analysis_id: str, dedupe_key: str | None) -> Analysis
 def analysis_record_create(*, name: Any = "", exp_id: int, analysis_type: Any,
                            plugin_name: Any = "", command: Any = "", script_content: Any = "",
                            script_name: Any = "", artifact_id: int = 0, creator_email: Any,
-                           result_root: Any, analysis_id: Any = "") -> AnalysisRecord:
+                           result_root: Any, analysis_id: Any = "",
+                           plugin_artifact_types: tuple[str, ...] = ()) -> AnalysisRecord:
     """CreateAnalysisRecord: write one pending record, in one transaction.
 
     Args:
@@ -180,13 +181,17 @@ def analysis_record_create(*, name: Any = "", exp_id: int, analysis_type: Any,
             `{result_root}/analysis/{exp_id}/{analysis_id}/`.
         analysis_id: optional id chosen by the caller, a DNS-1123 label of at most 40
             characters; empty makes one (`an-` and 16 hex digits).
+        plugin_artifact_types: the artifact types the plugin reads (its catalog entry, which
+            the analyzer controller holds); the artifact must be of one of them. Empty: not
+            checked (a command, or a caller without a catalog).
 
     Returns:
         The created record (pending).
 
     Raises:
         ValidationFailed: a field is missing or malformed, naming it (the script over 1 MiB is
-            named `script_content` with the limit).
+            named `script_content` with the limit); the plugin does not read the artifact's
+            type (`plugin_name`, naming the plugin and both types).
         NotFound: no such experiment.
         Conflict: offline and the experiment or its artifact is not Succeeded; online and the
             experiment has not finished (Succeeded, Failed or Aborted) (gRPC
@@ -220,8 +225,16 @@ def analysis_record_create(*, name: Any = "", exp_id: int, analysis_type: Any,
         raise ValidationFailed({"creator_email": [exc.message]}) from None
     exp, artifact = _experiment_and_artifact(exp_id=exp_id, analysis_type=analysis_type,
                                              artifact_id=artifact_id)
-    analysis_id = analysis_id or new_analysis_id()
     plugin_name = plugin_name.strip()
+    if plugin_name and plugin_artifact_types \
+            and artifact.artifact_type not in plugin_artifact_types:
+        # Refused before the record exists: a run would only find none of its inputs.
+        raise ValidationFailed({"plugin_name": [
+            f"plugin {plugin_name!r} reads artifacts of type "
+            f"{', '.join(repr(t) for t in plugin_artifact_types)}; experiment {exp.pk}'s "
+            f"artifact is of type {artifact.artifact_type!r}. Pick a plugin for that type "
+            "(falcon plugins list) or give a command."]})
+    analysis_id = analysis_id or new_analysis_id()
     dedupe_key = (f"{artifact.pk}/{plugin_name}"
                   if analysis_type == AnalysisType.OFFLINE and plugin_name else None)
     try:

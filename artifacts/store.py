@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -210,6 +211,18 @@ class ArtifactStore(ABC):
             ValueError: `url` is not of this store's scheme, or `limit` < 1.
         """
 
+    @abstractmethod
+    def find_first(self, url: str, accept: Callable[[str], bool]) -> str | None:
+        """Return the relative POSIX path of the first file under `url` that `accept` takes,
+        None when none does (a missing path holds none).
+
+        Lazy: the listing stops at the first match, so an artifact holding a matching file
+        costs a page or so whatever its size; one without reads its whole listing once.
+
+        Raises:
+            ValueError: `url` is not of this store's scheme.
+        """
+
     # Objects: single files by URL, used by the Data Analyzer for its outputs
     # ({root}/analysis/{exp-id}/{analysis-id}/{plugin}.jsonl and output.log).
 
@@ -346,6 +359,11 @@ class LocalArtifactStore(ArtifactStore):
     def has_files(self, url: str) -> bool:
         """Return True when a regular file exists anywhere below the directory of `url`."""
         return next(self._walk(url), None) is not None
+
+    def find_first(self, url: str, accept: Callable[[str], bool]) -> str | None:
+        """The first regular file below the directory of `url` that `accept` takes (see
+        `ArtifactStore.find_first`); links are not followed."""
+        return next((rel for rel, _st in self._walk(url) if accept(rel)), None)
 
     def list_page(self, url: str, *, after: str | None = None,
                   limit: int = DEFAULT_LIST_LIMIT) -> FilePage:
@@ -563,6 +581,12 @@ class GCSArtifactStore(ArtifactStore):
     def has_files(self, url: str) -> bool:
         """Return True when an object (not a folder placeholder) exists under `url`."""
         return next(self._blobs(url, page_size=100), None) is not None
+
+    def find_first(self, url: str, accept: Callable[[str], bool]) -> str | None:
+        """The first object under `url` (folder placeholders skipped) that `accept` takes
+        (see `ArtifactStore.find_first`); pages are fetched only until it is found."""
+        return next((rel for rel, _size in self._blobs(url, page_size=1000) if accept(rel)),
+                    None)
 
     def list_page(self, url: str, *, after: str | None = None,
                   limit: int = DEFAULT_LIST_LIMIT) -> FilePage:

@@ -119,7 +119,7 @@ def analysis_group() -> None:
               help="Memory request, a Kubernetes quantity (512Mi, 2Gi).")
 @click.option("--memory-limit", metavar="Q", help="Memory limit, a Kubernetes quantity.")
 @click.option("--wait", is_flag=True,
-              help="Wait until the analysis ends; exit code 11 when it failed or was cancelled.")
+              help="Wait until the analysis ends; exit code 11 when it failed, was cancelled or skipped.")
 @click.option("--timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
               help="With --wait: give up after this many seconds (exit code 7).")
 @output_option
@@ -200,7 +200,7 @@ def _progress_line(analysis: dict[str, Any], elapsed: float) -> str:
 
 def wait_for(env, client, analysis_id: str, *, interval: float, timeout: float | None,
              output: str) -> dict[str, Any]:
-    """Poll GET /api/v1/analyses/{id} until the analysis is succeeded, failed or cancelled.
+    """Poll GET /api/v1/analyses/{id} until the analysis is succeeded, failed, cancelled or skipped.
 
     One line is printed per change of status or queue position (`[12s] analysis
     an-127d556979606b76 pending (queue position 3)`), on stdout for `table` and on stderr for
@@ -218,7 +218,7 @@ def wait_for(env, client, analysis_id: str, *, interval: float, timeout: float |
         The final analysis, when it succeeded.
 
     Raises:
-        CLIError: ANALYSIS_FAILED when it ended failed or cancelled, TIMEOUT when `timeout`
+        CLIError: ANALYSIS_FAILED when it ended failed, cancelled or skipped, TIMEOUT when `timeout`
             elapses, UNAVAILABLE when the server stays unreachable for `UNAVAILABLE_GRACE`
             seconds, INTERRUPTED on Ctrl-C (the analysis goes on), or the request's error.
     """

@@ -32,7 +32,7 @@ STATUS_STYLES = {
     ExpStatus.ABORTED: "magenta",
     AnalysisStatus.PENDING: "cyan", AnalysisStatus.RUNNING: "yellow",
     AnalysisStatus.SUCCEEDED: "green", AnalysisStatus.FAILED: "red",
-    AnalysisStatus.CANCELLED: "magenta",
+    AnalysisStatus.CANCELLED: "magenta", AnalysisStatus.SKIPPED: "dim",
 }
 
 

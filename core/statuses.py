@@ -46,13 +46,16 @@ class ArtifactStatus(StrEnum):
 
 class AnalysisStatus(StrEnum):
     """Analysis states, lower case as the analyzer's design names them: pending -> running ->
-    succeeded | failed; any non-terminal state -> cancelled."""
+    succeeded | failed; any non-terminal state -> cancelled; pending -> skipped (offline
+    discovery found none of the plugin's inputs in the artifact: nothing ran, nothing failed).
+    """
 
     PENDING = "pending"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    SKIPPED = "skipped"
 
 
 class AnalysisType(StrEnum):
@@ -68,7 +71,7 @@ EXP_TERMINAL = frozenset({ExpStatus.SUCCEEDED, ExpStatus.FAILED, ExpStatus.ABORT
 JOB_TERMINAL = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.ABORTED})
 ARTIFACT_TERMINAL = frozenset({ArtifactStatus.SUCCEEDED, ArtifactStatus.FAILED})
 ANALYSIS_TERMINAL = frozenset({AnalysisStatus.SUCCEEDED, AnalysisStatus.FAILED,
-                               AnalysisStatus.CANCELLED})
+                               AnalysisStatus.CANCELLED, AnalysisStatus.SKIPPED})
 
 # Open states: not terminal, so a controller still has work to do on the row.
 EXP_OPEN = frozenset(ExpStatus) - EXP_TERMINAL

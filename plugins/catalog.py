@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,9 @@ NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 # A non-negative Kubernetes quantity: decimal number, optional binary/decimal suffix or exponent.
 QUANTITY_RE = re.compile(r"^(\d+(\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE][+-]?\d+)?$")
 
-FIELDS = ("name", "description", "command", "artifact_types", "resources", "timeout_seconds")
+FIELDS = ("name", "description", "command", "artifact_types", "resources", "timeout_seconds",
+          "inputs")
+OPTIONAL_FIELDS = frozenset({"inputs"})
 RESOURCE_KEYS = ("cpu_request", "cpu_limit", "memory_request", "memory_limit")
 
 
@@ -39,7 +42,10 @@ class Plugin:
     """One catalog entry.
 
     ``command`` is run by ``sh -c`` with the plugin folder on PATH; ``artifact_types`` are the
-    artifact types offline analysis runs the plugin on; ``timeout_seconds`` is positive.
+    artifact types offline analysis runs the plugin on; ``timeout_seconds`` is positive;
+    ``inputs`` are globs (relative to the artifact, see :func:`glob_matches`) of the files the
+    plugin reads: offline analysis starts it only on an artifact holding one (empty: any
+    artifact).
     """
 
     name: str
@@ -48,6 +54,42 @@ class Plugin:
     artifact_types: tuple[str, ...]
     resources: Resources
     timeout_seconds: int
+    inputs: tuple[str, ...] = ()
+
+    def reads(self, rel_path: str) -> bool:
+        """Whether the artifact file ``rel_path`` (relative, ``/``-separated) is one of the
+        plugin's inputs; True for every file when the plugin declares none."""
+        return not self.inputs or any(glob_matches(p, rel_path) for p in self.inputs)
+
+
+@lru_cache(maxsize=256)
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:[^/]+/)*")
+            i += 3
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out), re.IGNORECASE | re.DOTALL)
+
+
+def glob_matches(pattern: str, rel_path: str) -> bool:
+    """Whether the relative POSIX path ``rel_path`` matches the glob ``pattern``.
+
+    ``*`` and ``?`` stay within one path component, ``**/`` is any number of leading folders
+    (none included), and case is ignored, as the built-in plugins' own file filters ignore it
+    (``**/*.json.gz`` matches ``x.json.gz`` and ``a/b/X.JSON.GZ``). ``fnmatch`` lets ``*``
+    cross ``/`` and has no ``**``; ``PurePath.full_match`` needs Python 3.13.
+    """
+    return _glob_regex(pattern).fullmatch(rel_path) is not None
 
 
 def _where(index: int, entry: Mapping[str, Any]) -> str:
@@ -99,6 +141,16 @@ def _resources(entry: Mapping[str, Any], where: str) -> Resources:
     return Resources(**q)
 
 
+def _inputs(entry: Mapping[str, Any], where: str) -> tuple[str, ...]:
+    value = entry.get("inputs", [])
+    if (not isinstance(value, list)
+            or not all(isinstance(p, str) and p.strip() and not p.startswith("/")
+                       and ".." not in p.split("/") for p in value)):
+        raise ValueError(f"{where}: inputs must be a list of globs relative to the artifact "
+                         f"(e.g. '**/*.json'), got {value!r}")
+    return tuple(value)
+
+
 def _timeout(entry: Mapping[str, Any], where: str) -> int:
     value = entry["timeout_seconds"]
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -109,7 +161,8 @@ def _timeout(entry: Mapping[str, Any], where: str) -> int:
 def parse_entry(index: int, entry: Any) -> Plugin:
     """Validate one catalog entry (``index`` is 0-based) and return its Plugin.
 
-    Raises ValueError naming the entry and the field: missing or unknown fields, a name that is
+    Raises ValueError naming the entry and the field: missing or unknown fields (every field
+    but ``inputs`` is required), inputs that are not relative globs, a name that is
     not DNS-label-like (``[a-z0-9-]+``), a non-positive timeout, resources that are not
     Kubernetes quantities or whose request exceeds the limit.
     """
@@ -119,7 +172,7 @@ def parse_entry(index: int, entry: Any) -> Plugin:
     unknown = sorted(set(entry) - set(FIELDS))
     if unknown:
         raise ValueError(f"{where}: unknown field {unknown[0]!r} (known: {', '.join(FIELDS)})")
-    missing = [f for f in FIELDS if f not in entry]
+    missing = [f for f in FIELDS if f not in entry and f not in OPTIONAL_FIELDS]
     if missing:
         raise ValueError(f"{where}: missing field {missing[0]!r}")
     name = _string(entry, "name", where)
@@ -129,7 +182,8 @@ def parse_entry(index: int, entry: Any) -> Plugin:
     return Plugin(name=name, description=_string(entry, "description", where),
                   command=_string(entry, "command", where),
                   artifact_types=_artifact_types(entry, where),
-                  resources=_resources(entry, where), timeout_seconds=_timeout(entry, where))
+                  resources=_resources(entry, where), timeout_seconds=_timeout(entry, where),
+                  inputs=_inputs(entry, where))
 
 
 def parse_catalog(document: Any, source: str = "catalog") -> dict[str, Plugin]:

@@ -42,7 +42,7 @@ from falcon_site.grpc.testing import INTERNAL_TOKEN, running_server
 ROOT = Path(__file__).resolve().parent.parent
 ANALYZER_TOKEN = "e2e-analyzer-token-0123456789abcdef0123456789"
 USER = "alice@example.com"
-TERMINAL = ("succeeded", "failed", "cancelled")
+TERMINAL = ("succeeded", "failed", "cancelled", "skipped")
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -335,6 +335,53 @@ def test_offline_bench_summary_of_a_succeeded_benchmark(platform):
     until(lambda: AnalysisRecord.objects.filter(experiment=second).exists(),
           what="the second experiment's offline analysis")
     assert AnalysisRecord.objects.filter(experiment=exp).count() == 1
+
+
+def test_offline_starts_only_the_plugins_whose_inputs_the_artifact_holds(platform):
+    from analysis.selectors import exps_awaiting_analysis
+    from plugins.catalog import load_catalog
+
+    trace = {"traceEvents": [{"ph": "X", "name": "step 1", "ts": 0, "dur": 5, "pid": 1,
+                              "tid": 1}]}
+    # A profile without HLO dumps (the usual case), and a benchmark that wrote no JSON.
+    profile = finished_exp(platform.user, platform.tmp, exp_type="profiling", name="no-hlo",
+                           files={"host.xplane.pb": "xplane", "host.trace.json": json.dumps(trace)})
+    bench = finished_exp(platform.user, platform.tmp, exp_type="benchmark", name="no-json",
+                         files={"stdout.txt": "ran, wrote nothing\n"})
+
+    def record(exp, plugin: str, status: str):
+        return AnalysisRecord.objects.filter(experiment=exp, plugin_name=plugin,
+                                             status=status).first()
+
+    hlo = until(lambda: record(profile, "hlo-stats", "skipped"), what="hlo-stats skipped")
+    summary = until(lambda: record(bench, "bench-summary", "skipped"),
+                    what="bench-summary skipped")
+    until(lambda: record(profile, "trace-summary", "succeeded"), what="trace-summary ran")
+    for skipped, globs in ((hlo, "**/*.txt, **/*.hlo"),
+                           (summary, "**/*.jsonl, **/*.json, **/*.csv")):
+        assert skipped.analysis_type == "offline" and skipped.reason == "NoInputs"
+        assert globs in skipped.error_message and skipped.attempts == 0
+        assert skipped.finished_at and not skipped.started_at
+    assert not AnalysisRecord.objects.filter(status="failed").exists()
+    resp = platform.http.get("/api/v1/analyses", status="skipped")
+    assert resp.status_code == 200, resp.text
+    assert {r["id"] for r in resp.json()["results"]} == {hlo.analysis_id, summary.analysis_id}
+    # The decision is kept: discovery is never offered these (artifact, plugin) pairs again,
+    # so their artifacts are not listed on every poll.
+    catalog = load_catalog()
+    owed = exps_awaiting_analysis(limit=100, plugins=[
+        (p.name, p.artifact_types) for p in catalog.values()])
+    assert not [t for t in owed if t.experiment.pk in (profile.pk, bench.pk)]
+
+
+def test_an_online_plugin_of_another_artifact_type_is_refused_before_queuing(platform):
+    exp = finished_exp(platform.user, platform.tmp, exp_type="benchmark", name="matmul",
+                       files={"matmul-replica-0.json": json.dumps(matmul_result(0))})
+    resp = platform.http.post("/api/v1/analyses", {"exp_id": exp.pk, "plugin": "hlo-stats"})
+    assert resp.status_code == 400, resp.text
+    message = resp.json()["plugin"][0]
+    assert "'hlo-stats'" in message and "'profiling'" in message and "'benchmark'" in message
+    assert not AnalysisRecord.objects.filter(experiment=exp, analysis_type="online").exists()
 
 
 SCRIPT = """\

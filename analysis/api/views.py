@@ -180,8 +180,8 @@ class AnalysisDetailView(APIView):
         purge = _bool_param(request, "purge")
         record = _get_for_change(request, analysis_id, "delete")
         if not record.is_terminal:
-            raise Conflict(f"Analysis {analysis_id} is {record.status}; only succeeded, failed "
-                           "or cancelled analyses can be deleted. Cancel it first.")
+            raise Conflict(f"Analysis {analysis_id} is {record.status}; only succeeded, failed, "
+                           "cancelled or skipped analyses can be deleted. Cancel it first.")
         try:
             analyzer_client.delete_analysis(analysis_id=analysis_id, purge=purge)
         except ServiceUnavailable:

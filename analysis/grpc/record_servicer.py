@@ -99,7 +99,8 @@ class AnalysisRecordServicer(analysis_pb2_grpc.AnalysisRecordServiceServicer):
             script_content=request.script_content, script_name=request.script_name,
             artifact_id=request.artifact_id,
             creator_email=request.creator_email, result_root=request.result_root,
-            analysis_id=request.analysis_id)
+            analysis_id=request.analysis_id,
+            plugin_artifact_types=tuple(request.plugin_artifact_types))
         record = selectors.analysis_get(analysis_id=record.analysis_id)
         return analysis_pb2.AnalysisRecordResp(record=record_to_proto(record), changed=True)
 

@@ -76,6 +76,23 @@ def test_create_errors(records):
         analysis_id="an-nope")).code() == grpc.StatusCode.NOT_FOUND
 
 
+def test_create_refuses_a_plugin_of_another_artifact_type_before_any_record(records):
+    from analysis.models import AnalysisRecord
+
+    exp = make_finished_exp(exp_type="benchmark")
+    err = rpc_error(records.CreateAnalysisRecord, create_req(
+        exp, analysis_type="online", plugin_name="hlo-stats",
+        plugin_artifact_types=["profiling"]))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "plugin_name" in err.details() and "'hlo-stats'" in err.details()
+    assert "'profiling'" in err.details() and "'benchmark'" in err.details()
+    assert not AnalysisRecord.objects.filter(experiment=exp).exists()
+    made = records.CreateAnalysisRecord(create_req(
+        exp, analysis_type="online", plugin_name="bench-summary",
+        plugin_artifact_types=["benchmark"]), timeout=10, metadata=MD)
+    assert made.record.status == "pending"
+
+
 def update(records, analysis_id, paths, expected=None, **record):
     req = pb.UpdateAnalysisRecordReq(analysis_id=analysis_id, record=pb.AnalysisRecord(**record),
                                      update_mask=FieldMask(paths=paths))

@@ -163,6 +163,22 @@ def test_state_machine_guards():
     assert row.status == "cancelled" and not changed
 
 
+def test_skipped_is_entered_from_pending_only_and_is_terminal():
+    record = make_analysis()
+    row, changed = services.analysis_record_update(
+        record.analysis_id, {"status": "skipped", "reason": "NoInputs",
+                             "error_message": "none of **/*.hlo"}, expected_status="pending")
+    assert changed and row.status == "skipped" and row.finished_at and not row.started_at
+    for target in ("pending", "running", "failed", "succeeded", "cancelled"):
+        with pytest.raises(InvalidTransition):
+            services.analysis_record_update(record.analysis_id, {"status": target})
+    services.analysis_record_delete(record.analysis_id)  # terminal: may be deleted (asks again)
+    running = make_analysis()
+    services.analysis_record_update(running.analysis_id, {"status": "running"})
+    with pytest.raises(InvalidTransition):
+        services.analysis_record_update(running.analysis_id, {"status": "skipped"})
+
+
 def test_expected_status_race():
     record = make_analysis()
     with pytest.raises(TransitionRace):

@@ -98,6 +98,31 @@ def test_gcs_list_files_is_relative_and_prefix_safe(gcs):
     assert store.list_files("gs://bkt/runs/3") == []
 
 
+def test_find_first_stops_at_the_first_match_on_both_stores(gcs, tmp_path):
+    _server, store = gcs
+    seen: list[str] = []
+
+    def accept(rel: str) -> bool:
+        seen.append(rel)
+        return rel.endswith(".txt")
+
+    assert store.find_first("gs://bkt/runs/1", accept) == "a.txt" and seen == ["a.txt"]
+    assert store.find_first("gs://bkt/runs/1", lambda rel: rel.endswith(".pb")) is None
+    assert store.find_first("gs://bkt/runs/2", lambda rel: True) is None  # placeholder only
+    assert store.find_first("gs://no-such-bucket/x", lambda rel: True) is None
+    local = LocalArtifactStore()
+    root = tmp_path / "art"
+    (root / "p" / "q").mkdir(parents=True)
+    (root / "p" / "q" / "host.xplane.pb").write_bytes(b"x")
+    (root / "elsewhere.txt").write_text("outside")
+    (root / "p" / "link.txt").symlink_to(root / "elsewhere.txt")
+    (root / "elsewhere.txt").unlink()
+    assert local.find_first(root.as_uri(), lambda rel: rel.endswith(".pb")) == \
+        "p/q/host.xplane.pb"
+    assert local.find_first(root.as_uri(), lambda rel: rel.endswith(".txt")) is None  # a link
+    assert local.find_first((tmp_path / "missing").as_uri(), lambda rel: True) is None
+
+
 def test_store_for_gs_uses_the_emulator(gcs):
     assert store_for("gs://bkt/runs/10").list_files("gs://bkt/runs/10") == [("c.txt", 9)]
 

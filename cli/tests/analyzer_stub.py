@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-TERMINAL = {"succeeded", "failed", "cancelled"}
+TERMINAL = {"succeeded", "failed", "cancelled", "skipped"}
 PAGE_SIZE = 2  # small, so that lists of a few analyses already span pages
 RESOURCE_KEYS = ("cpu_request", "cpu_limit", "memory_request", "memory_limit")
 T0 = datetime(2025, 4, 15, 12, 0, 0, tzinfo=timezone.utc)
@@ -182,8 +182,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._need_controller()
             if analysis["status"] not in TERMINAL:
                 raise _Answer(409, {"detail": f"Analysis {analysis['id']} is "
-                                              f"{analysis['status']}; only succeeded, failed or "
-                                              "cancelled analyses can be deleted. Cancel it "
+                                              f"{analysis['status']}; only succeeded, failed, "
+                                              "cancelled or skipped analyses can be deleted. "
+                                              "Cancel it "
                                               "first.", "code": "conflict"})
             del state.analyses[analysis["id"]]
             if query.get("purge") == "true":

@@ -635,8 +635,8 @@ def test_delete_a_finished_analysis_and_refuse_a_running_one(cli, state):
     result = cli("analysis", "delete", A1)
     assert result.exit_code == ExitCode.CONFLICT
     assert one_line(result.stderr) == (
-        f"error: Analysis {A1} is running; only succeeded, failed or cancelled analyses can be "
-        f"deleted. Cancel it first (`falcon analysis cancel {A1}`)")
+        f"error: Analysis {A1} is running; only succeeded, failed, cancelled or skipped "
+        f"analyses can be deleted. Cancel it first (`falcon analysis cancel {A1}`)")
     result = cli("analysis", "delete", A2)
     assert result.exit_code == 0, result.output
     assert result.stdout == f"deleted analysis {A2}\n"

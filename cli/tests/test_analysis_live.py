@@ -145,8 +145,8 @@ def test_create_list_get_cancel_delete(cli, analyzer, exp):
     result = cli("analysis", "delete", analysis_id)
     assert result.exit_code == ExitCode.CONFLICT, result.output
     assert one_line(result.stderr) == (
-        f"error: Analysis {analysis_id} is pending; only succeeded, failed or cancelled analyses "
-        f"can be deleted. Cancel it first (`falcon analysis cancel {analysis_id}`)")
+        f"error: Analysis {analysis_id} is pending; only succeeded, failed, cancelled or "
+        f"skipped analyses can be deleted. Cancel it first (`falcon analysis cancel {analysis_id}`)")
     assert AnalysisRecord.objects.filter(pk=analysis_id).exists()
 
     # cancel, through the controller; again is harmless.

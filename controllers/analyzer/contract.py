@@ -13,9 +13,9 @@ from typing import Protocol
 
 from core.errors import Conflict
 
-PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED = (
-    "pending", "running", "succeeded", "failed", "cancelled")
-TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
+PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, SKIPPED = (
+    "pending", "running", "succeeded", "failed", "cancelled", "skipped")
+TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED, SKIPPED})
 OFFLINE, ONLINE = "offline", "online"
 QUEUES = (OFFLINE, ONLINE)
 # UpdateAnalysisRecord's writable paths (analysis.proto, UpdateAnalysisRecordReq).
@@ -74,7 +74,7 @@ class AnalysisView:
 
     @property
     def terminal(self) -> bool:
-        """Whether the status is succeeded, failed or cancelled."""
+        """Whether the status is succeeded, failed, cancelled or skipped."""
         return self.status in TERMINAL
 
 
@@ -123,7 +123,8 @@ class AnalysisRecordAPI(Protocol):
     def create_record(self, *, exp_id: int, analysis_type: str, result_root: str,
                       plugin_name: str = "", command: str = "", script_content: str = "",
                       artifact_id: int = 0, creator_email: str = "", name: str = "",
-                      analysis_id: str = "", script_name: str = "") -> AnalysisView: ...
+                      analysis_id: str = "", script_name: str = "",
+                      plugin_artifact_types: tuple[str, ...] = ()) -> AnalysisView: ...
 
     def get_record(self, analysis_id: str, with_script: bool = False) -> AnalysisView: ...
 

@@ -47,6 +47,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from artifacts.store import store_for
 from core.errors import Conflict, NotFound
 from core.logs import log_context
 
@@ -55,7 +56,8 @@ from .backends.base import PENDING as RUN_PENDING
 from .backends.base import RUNNING as RUN_RUNNING
 from .backends.base import SUCCEEDED as RUN_SUCCEEDED
 from .contract import (
-    FAILED, OFFLINE, PENDING, RUNNING, SUCCEEDED, AlreadyExists, AnalysisRecordAPI, AnalysisView,
+    FAILED, OFFLINE, PENDING, RUNNING, SKIPPED, SUCCEEDED, AlreadyExists, AnalysisRecordAPI,
+    AnalysisView, AwaitingView,
 )
 from .queues import Admission, AnalysisQueues
 
@@ -64,6 +66,7 @@ log = logging.getLogger("falcon.controllers.analyzer")
 ONLINE_TIMEOUT_SECONDS = 3600
 RUN_LOST = "RunLost"
 START_FAILED = "StartFailed"
+NO_INPUTS = "NoInputs"
 MESSAGE_MAX = 4000
 RESOURCE_KEYS = ("cpu_request", "cpu_limit", "memory_request", "memory_limit")
 
@@ -351,19 +354,63 @@ class AnalyzerController:
                 continue
             with log_context(exp_id=item.exp_id, artifact_id=item.artifact_id):
                 try:
+                    found = self.input_present(plugin, item)
+                except Exception as exc:  # noqa: BLE001 - a store error: asked again next poll
+                    log.warning("offline %s of exp %s not created: cannot list its artifact "
+                                "%s: %s", plugin.name, item.exp_id, item.artifact_path, exc)
+                    continue
+                try:
                     record = self.api.create_record(
                         exp_id=item.exp_id, analysis_type=OFFLINE, plugin_name=plugin.name,
                         command=plugin.command, artifact_id=item.artifact_id,
                         creator_email=item.creator_email, result_root=self.config.result_root,
-                        name=f"{plugin.name} of {item.exp_name}"[:200])
+                        name=f"{plugin.name} of {item.exp_name}"[:200],
+                        plugin_artifact_types=tuple(plugin.artifact_types))
                 except AlreadyExists:
                     continue  # idempotent on (artifact, plugin)
                 created += 1
                 with self.about(record.analysis_id, record.exp_id):
+                    if found is None:
+                        self._skip(record, plugin)
+                        continue
                     log.info("analysis %s: created offline (%s of exp %s)", record.analysis_id,
                              plugin.name, item.exp_id)
                     self.enqueue(record)
         return created
+
+    @staticmethod
+    def input_present(plugin, item: AwaitingView) -> str | None:
+        """The first file of the artifact `plugin` reads (its catalog `inputs` globs), or None.
+
+        The listing stops at the first match (`ArtifactStore.find_first`); a plugin that
+        declares no inputs takes any artifact ("" is returned without listing).
+
+        Raises:
+            ValueError, OSError, google.api_core.exceptions.GoogleAPICallError: the artifact
+                cannot be listed (the caller asks again on the next poll).
+        """
+        if not plugin.inputs:
+            return ""
+        return store_for(item.artifact_path).find_first(item.artifact_path, plugin.reads)
+
+    def _skip(self, record: AnalysisView, plugin) -> None:
+        """pending -> skipped: the artifact holds none of the plugin's inputs.
+
+        The record is kept, in a terminal state, so ListExpsAwaitingAnalysis never offers this
+        (artifact, plugin) again: the artifact is listed once, not on every poll. A failed
+        transition (the API server is down) leaves the record pending; the next poll queues it
+        like any other, and the plugin then runs and fails as it would have.
+        """
+        message = (f"the artifact holds none of the files {plugin.name} reads "
+                   f"({', '.join(plugin.inputs)}); nothing was run")
+        try:
+            self.api.update_record(record.analysis_id, expected_status=PENDING,
+                                   status=SKIPPED, reason=NO_INPUTS, error_message=message)
+        except (Conflict, NotFound) as exc:
+            log.info("analysis %s: not marked skipped: %s", record.analysis_id, exc)
+            return
+        log.info("analysis %s: skipped (%s of exp %s): %s", record.analysis_id, plugin.name,
+                 record.exp_id, message)
 
     def observe(self, stats: dict[str, int]) -> None:
         """Re-attach, finish or recover every running record's run; mark runs to stop."""

@@ -147,8 +147,10 @@ class GrpcAnalysisRecordAPI(GrpcClient):
     def create_record(self, *, exp_id: int, analysis_type: str, result_root: str,
                       plugin_name: str = "", command: str = "", script_content: str = "",
                       artifact_id: int = 0, creator_email: str = "", name: str = "",
-                      analysis_id: str = "", script_name: str = "") -> AnalysisView:
-        """CreateAnalysisRecord (a pending record).
+                      analysis_id: str = "", script_name: str = "",
+                      plugin_artifact_types: tuple[str, ...] = ()) -> AnalysisView:
+        """CreateAnalysisRecord (a pending record); with `plugin_artifact_types`, refused
+        (ValidationFailed on plugin_name) for an artifact of another type.
 
         Raises:
             AlreadyExists: an offline record of (artifact, plugin), or one with `analysis_id`,
@@ -159,7 +161,7 @@ class GrpcAnalysisRecordAPI(GrpcClient):
             name=name, exp_id=exp_id, analysis_type=analysis_type, plugin_name=plugin_name,
             command=command, script_content=script_content, artifact_id=artifact_id,
             creator_email=creator_email, result_root=result_root, analysis_id=analysis_id,
-            script_name=script_name)
+            script_name=script_name, plugin_artifact_types=list(plugin_artifact_types))
         return analysis_view(self.call(self.stub.CreateAnalysisRecord, request).record)
 
     def get_record(self, analysis_id: str, with_script: bool = False) -> AnalysisView:

@@ -54,6 +54,7 @@ from pathlib import Path
 
 from artifacts.store import fetch_tree, local_path, store_for
 from core.logs import configure, log_context
+from core.proctree import become_subreaper, describe_exit, reap_orphans, signal_descendants
 
 from .upload import writer_for
 
@@ -146,6 +147,24 @@ class Run:
         backend = self.spec.get("backend") or "this"
         return f"the {backend} backend does not enforce resources (requested: {requested})"
 
+    def open_log(self):
+        """Open a new, empty output.log for this attempt, for appending.
+
+        It replaces a previous attempt's log whole, as a gs:// put does: written under a
+        temporary name, then renamed over output.log (a reader sees the old log or the new
+        one, never the two run together). A file:// log is written live in the store; a
+        gs:// run's local log is new anyway (its work folder is).
+        """
+        tmp = self.log_file.with_name(f".{self.log_file.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_NOFOLLOW
+                     | os.O_CLOEXEC, 0o644)
+        try:
+            os.replace(tmp, self.log_file)
+        except OSError:
+            os.close(fd)
+            raise
+        return open(fd, "ab", buffering=0)
+
     def upload_log(self) -> None:
         """Put the local log to the store (gs:// result folders only); failures are printed."""
         if self.local_log:
@@ -195,6 +214,9 @@ class Run:
             "FALCON_RESULT_FILE": str(output_dir / f"{plugin or 'result'}.jsonl"),
             "FALCON_ANALYSIS_ID": self.spec["analysis_id"],
             "FALCON_EXP_ID": str(self.spec["exp_id"]),
+            # A Python command's prints reach output.log as they happen, not when its buffer
+            # fills or it exits (its stdout is a file, not a terminal).
+            "PYTHONUNBUFFERED": "1",
         })
         env.pop("FALCON_SCRIPT", None)
         if script is not None:
@@ -227,7 +249,12 @@ class Run:
             writer_for(url).put(exit_file)
 
     def terminate(self) -> None:
-        """SIGTERM to the command's group, SIGKILL after `grace_seconds` (in a thread)."""
+        """SIGTERM to the command's group and to every process below this runner, SIGKILL to
+        both after `grace_seconds` (in a thread).
+
+        The runner is a child subreaper (`core.proctree`), so a process the command detached
+        with `setsid` (out of its group) is still below the runner and is stopped too.
+        """
         proc = self.proc
         if proc is None or proc.poll() is not None:
             return
@@ -235,7 +262,8 @@ class Run:
         try:
             os.killpg(proc.pid, signal.SIGTERM)
         except ProcessLookupError:
-            return
+            pass
+        signal_descendants(signal.SIGTERM)
 
         def later():
             try:
@@ -246,6 +274,7 @@ class Run:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+            signal_descendants(signal.SIGKILL)
 
         threading.Thread(target=later, daemon=True).start()
 
@@ -261,7 +290,10 @@ class Run:
         for folder in (input_dir, output_dir):
             folder.mkdir(parents=True, exist_ok=True)
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_file, "ab", buffering=0) as log:
+        with self.open_log() as log:
+            if int(self.spec.get("attempt") or 1) > 1:
+                self.say(log, f"attempt {self.spec['attempt']}: this log replaces the one of "
+                              "the earlier attempt")
             if note := self.resources_note():
                 self.say(log, note)
             try:
@@ -295,6 +327,11 @@ class Run:
                         self.say(log, f"timed out after {timeout:g} s: stopping the command")
                         self.terminate()
                         deadline = float("inf")
+            # The run is over when its command is: what it left running (a `setsid` helper,
+            # adopted by this subreaper) is stopped now, as a container's processes end with
+            # the container.
+            signal_descendants(signal.SIGKILL)
+            reap_orphans()
             plugin = self.spec.get("plugin_name") or ""
             results = output_dir / f"{plugin or 'result'}.jsonl"
             put_error = ""
@@ -304,16 +341,19 @@ class Run:
                 except Exception as exc:
                     put_error = f"cannot put {results.name} to {self.result_path}: {exc}"
                     self.say(log, put_error)
-            self.say(log, f"the command ended with exit code {code}")
+            self.say(log, f"the command ended with exit code {code}" if code >= 0
+                     else f"the command was {describe_exit(code)}")
         self.upload_log()
         if timed_out:
             return {"exit_code": code, "reason": TIMEOUT,
                     "message": f"timed out after {timeout:g} s"}
         if self.stopping.is_set():
-            return {"exit_code": code, "reason": STOPPED, "message": "stopped"}
+            return {"exit_code": code, "reason": STOPPED,
+                    "message": f"stopped ({describe_exit(code)})"}
         if code != 0:
+            # A negative code is a signal (Popen's -N): "terminated by SIGKILL", not "code -9".
             return {"exit_code": code, "reason": NON_ZERO_EXIT,
-                    "message": f"exited with code {code}"}
+                    "message": f"exited with code {code}" if code >= 0 else describe_exit(code)}
         if put_error:
             return {"exit_code": code, "reason": NO_RESULTS, "message": put_error}
         if plugin and not results.is_file():
@@ -384,6 +424,8 @@ def _run(spec: dict, termination_log: str) -> int:
     for key in ("work_dir", "exit_file", "child_file"):
         Path(spec[key]).parent.mkdir(parents=True, exist_ok=True)
     run = Run(spec)
+    # Before the command starts: whatever it detaches stays below this runner (core.proctree).
+    become_subreaper()
     signal.signal(signal.SIGTERM, run.on_sigterm)
     log.info("analysis %s: run started (attempt %s)", spec.get("analysis_id"),
              spec.get("attempt", 1))
@@ -393,8 +435,8 @@ def _run(spec: dict, termination_log: str) -> int:
         log.exception("analysis %s: the runner failed", spec.get("analysis_id"))
         status = {"exit_code": None, "reason": "RunnerFailed",
                   "message": f"{type(exc).__name__}: {exc}"}
-    log.info("analysis %s: run ended: %s (exit code %s)", spec.get("analysis_id"),
-             status["reason"] or "succeeded", status.get("exit_code"))
+    log.info("analysis %s: run ended: %s (%s)", spec.get("analysis_id"),
+             status["reason"] or "succeeded", describe_exit(status.get("exit_code")))
     if status["reason"]:
         log_tail = tail(run.log_file)
         if log_tail:

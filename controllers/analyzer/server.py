@@ -263,7 +263,11 @@ class AnalyzerServicer(analysis_pb2_grpc.AnalyzerServiceServicer):
                         script_content=request.script_content,
                         script_name=request.script_name, creator_email=request.creator_email,
                         name=request.name, result_root=c.config.result_root,
-                        analysis_id=request.analysis_id)
+                        analysis_id=request.analysis_id,
+                        # The API server refuses an artifact the plugin does not read, before
+                        # any record exists or anything is queued.
+                        plugin_artifact_types=(plugin.artifact_types if request.plugin_name
+                                               else ()))
                 except AlreadyExists as exc:
                     record = self._retried_create(request, exc)
                 if override:

@@ -9,20 +9,26 @@ Both writes are atomic (temp file, fsync, rename), so a resource manager that re
 moment reads either nothing or a whole value. The runner exists because a restarted resource
 manager is no longer the parent of the command and could not learn its exit status otherwise.
 
-The runner is also a child subreaper (prctl PR_SET_CHILD_SUBREAPER, Linux 3.4+): a process the
-command detaches with `setsid cmd &` or a double fork is reparented to the runner instead of
-init, so it is still found and stopped when the replica ends or is stopped, as a container's
-processes all end with the container.
+The runner is also a child subreaper (`core.proctree`, shared with the analyzer's runner): a
+process the command detaches with `setsid cmd &` or a double fork is reparented to the runner
+instead of init, so it is still found and stopped when the replica ends or is stopped, as a
+container's processes all end with the container.
 
-Standard library only and no Django: it starts in milliseconds and does not depend on settings.
+Standard library only (and `core.proctree`, itself standard library only) and no Django: it
+starts in milliseconds and does not depend on settings.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
+
+if not __package__:  # started by path (`python local_runner.py`): the project is not on sys.path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from core.proctree import become_subreaper, reap_orphans, signal_descendants  # noqa: E402
 
 # Signals that ask the replica to stop; forwarded to the command so that killing only the runner
 # (not the whole group) does not leave the command orphaned.
@@ -37,58 +43,6 @@ def write_atomic(path: str, text: str) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
-
-
-PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
-
-
-def become_subreaper() -> None:
-    """Adopt orphaned descendants (best effort: without it only the process group is stopped)."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-
-
-def descendants(root: int) -> list[int]:
-    """Return the pids below `root` in the process tree (read from /proc/<pid>/stat)."""
-    parent_of: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parent_of[int(entry)] = int(fields[1])
-    found, frontier = [], [root]
-    while frontier:
-        pid = frontier.pop()
-        children = [p for p, ppid in parent_of.items() if ppid == pid]
-        found.extend(children)
-        frontier.extend(children)
-    return found
-
-
-def signal_descendants(sig: int) -> None:
-    """Send `sig` to every process below this runner, escaped from its group or not."""
-    for pid in descendants(os.getpid()):
-        try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def reap_orphans() -> None:
-    """Collect every exited child (adopted orphans included) so none stays a zombie."""
-    while True:
-        try:
-            pid, _status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
 
 
 def exit_code_of(returncode: int) -> int:

@@ -76,6 +76,9 @@ def bad(**changes):
      "memory_request 4Gi exceeds resources.memory_limit 2Gi"),
     (bad(artifact_types=[]), "artifact_types"),
     (bad(description=""), "description must be a non-empty string"),
+    (bad(inputs="*.json"), "'x-1': inputs must be a list of globs"),
+    (bad(inputs=["/etc/*.json"]), "inputs must be a list of globs relative to the artifact"),
+    (bad(inputs=["../*.json"]), "inputs must be a list of globs"),
 ])
 def test_bad_entries_are_refused_naming_entry_and_field(tmp_path, entry, message):
     with pytest.raises(ValueError, match=None) as err:
@@ -106,3 +109,38 @@ def test_not_a_catalog(tmp_path):
 def test_integer_quantities_are_accepted(tmp_path):
     entry = bad(resources={**GOOD["resources"], "cpu_request": 1, "cpu_limit": 2})
     assert load_catalog(write(tmp_path, [entry]))["x-1"].resources.cpu_limit == "2"
+
+
+NAMES = ["t.json", "a/b/host.trace.json.gz", "X.JSON", "p/host.xplane.pb", "m.json.bak",
+         "module_0001.jit_f.before_optimizations.txt", "d/x.HLO", "x.hlo.pb", "results.jsonl",
+         "r/bench.csv", "notes.md", "json", "a.json/inner.bin"]
+
+
+def test_each_plugins_declared_inputs_are_the_files_it_reads():
+    """The catalog's globs (what offline discovery looks for) and each plugin's own file
+    filter (what it reads in a folder) must agree, or discovery skips work a plugin could do
+    or starts one that finds nothing."""
+    from plugins import bench_summary, hlo_stats, trace_summary
+
+    catalog = load_catalog()
+    for module, name in ((trace_summary, "trace-summary"), (hlo_stats, "hlo-stats"),
+                         (bench_summary, "bench-summary")):
+        for rel in NAMES:
+            assert catalog[name].reads(rel) == module.accepts(Path(rel)), (name, rel)
+
+
+def test_inputs_are_optional_and_no_inputs_reads_every_file(tmp_path):
+    plugin = load_catalog(write(tmp_path, [GOOD]))["x-1"]
+    assert plugin.inputs == () and plugin.reads("anything/at.all")
+
+
+@pytest.mark.parametrize("pattern, path, expected", [
+    ("**/*.json", "a.json", True), ("**/*.json", "a/b/c.json", True),
+    ("**/*.json", "a.json.gz", False), ("*.json", "a/b.json", False),
+    ("**/bench*.json", "out/bench-1.json", True), ("**/*.txt", "A/B.TXT", True),
+    ("a/?.csv", "a/1.csv", True), ("a/?.csv", "a/12.csv", False),
+])
+def test_glob_matches(pattern, path, expected):
+    from plugins.catalog import glob_matches
+
+    assert glob_matches(pattern, path) is expected

@@ -13,12 +13,12 @@ import threading
 from datetime import datetime, timedelta, timezone
 
 from controllers.analyzer.contract import (
-    CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, TERMINAL, AlreadyExists, AnalysisView,
-    AwaitingView,
+    CANCELLED, FAILED, PENDING, RUNNING, SKIPPED, SUCCEEDED, TERMINAL, AlreadyExists,
+    AnalysisView, AwaitingView,
 )
-from core.errors import Conflict, InvalidTransition, NotFound, TransitionRace
+from core.errors import Conflict, InvalidTransition, NotFound, TransitionRace, ValidationFailed
 
-ALLOWED = {PENDING: {RUNNING, FAILED, CANCELLED}, RUNNING: {SUCCEEDED, FAILED, CANCELLED}}
+ALLOWED = {PENDING: {RUNNING, FAILED, CANCELLED, SKIPPED}, RUNNING: {SUCCEEDED, FAILED, CANCELLED}}
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
@@ -32,6 +32,7 @@ class FakeRecordAPI:
         self._ids = itertools.count(1)
         self.calls: list[str] = []
         self.artifact_paths: dict[int, str] = {}  # exp id -> its artifact (online creates)
+        self.artifact_types: dict[int, str] = {}  # exp id -> its artifact's type (online)
 
     def add(self, **fields) -> AnalysisView:
         """Insert a record directly (as the database would hold it)."""
@@ -56,9 +57,18 @@ class FakeRecordAPI:
 
     def create_record(self, *, exp_id, analysis_type, result_root, plugin_name="", command="",
                       script_content="", artifact_id=0, creator_email="", name="",
-                      analysis_id="", script_name=""):
+                      analysis_id="", script_name="", plugin_artifact_types=()):
         self.calls.append("create_record")
         with self.lock:
+            artifact_type = next((a.artifact_type for a in self.awaiting
+                                  if a.artifact_id == artifact_id), "") or \
+                self.artifact_types.get(exp_id, "")
+            # Checked when the test told the artifact's type (the real service always knows it).
+            if plugin_artifact_types and artifact_type \
+                    and artifact_type not in plugin_artifact_types:
+                raise ValidationFailed({"plugin_name": [
+                    f"plugin {plugin_name!r} reads {', '.join(plugin_artifact_types)} artifacts; "
+                    f"this one is {artifact_type}"]})
             if analysis_type == "offline":
                 for r in self.records.values():
                     if r.artifact_id == artifact_id and r.plugin_name == plugin_name \

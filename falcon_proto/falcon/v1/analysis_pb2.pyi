@@ -105,7 +105,7 @@ class AnalysisRecord(_message.Message):
     def __init__(self, analysis_id: _Optional[str] = ..., name: _Optional[str] = ..., exp_id: _Optional[int] = ..., analysis_type: _Optional[str] = ..., plugin_name: _Optional[str] = ..., status: _Optional[str] = ..., result_path: _Optional[str] = ..., error_message: _Optional[str] = ..., command: _Optional[str] = ..., script_content: _Optional[str] = ..., script_bytes: _Optional[int] = ..., artifact_id: _Optional[int] = ..., artifact_path: _Optional[str] = ..., artifact_type: _Optional[str] = ..., creator_email: _Optional[str] = ..., attempts: _Optional[int] = ..., cluster_object_name: _Optional[str] = ..., reason: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., script_name: _Optional[str] = ...) -> None: ...
 
 class CreateAnalysisRecordReq(_message.Message):
-    __slots__ = ("name", "exp_id", "analysis_type", "plugin_name", "command", "script_content", "artifact_id", "creator_email", "result_root", "analysis_id", "script_name")
+    __slots__ = ("name", "exp_id", "analysis_type", "plugin_name", "command", "script_content", "artifact_id", "creator_email", "result_root", "analysis_id", "script_name", "plugin_artifact_types")
     NAME_FIELD_NUMBER: _ClassVar[int]
     EXP_ID_FIELD_NUMBER: _ClassVar[int]
     ANALYSIS_TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -117,6 +117,7 @@ class CreateAnalysisRecordReq(_message.Message):
     RESULT_ROOT_FIELD_NUMBER: _ClassVar[int]
     ANALYSIS_ID_FIELD_NUMBER: _ClassVar[int]
     SCRIPT_NAME_FIELD_NUMBER: _ClassVar[int]
+    PLUGIN_ARTIFACT_TYPES_FIELD_NUMBER: _ClassVar[int]
     name: str
     exp_id: int
     analysis_type: str
@@ -128,7 +129,8 @@ class CreateAnalysisRecordReq(_message.Message):
     result_root: str
     analysis_id: str
     script_name: str
-    def __init__(self, name: _Optional[str] = ..., exp_id: _Optional[int] = ..., analysis_type: _Optional[str] = ..., plugin_name: _Optional[str] = ..., command: _Optional[str] = ..., script_content: _Optional[str] = ..., artifact_id: _Optional[int] = ..., creator_email: _Optional[str] = ..., result_root: _Optional[str] = ..., analysis_id: _Optional[str] = ..., script_name: _Optional[str] = ...) -> None: ...
+    plugin_artifact_types: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., exp_id: _Optional[int] = ..., analysis_type: _Optional[str] = ..., plugin_name: _Optional[str] = ..., command: _Optional[str] = ..., script_content: _Optional[str] = ..., artifact_id: _Optional[int] = ..., creator_email: _Optional[str] = ..., result_root: _Optional[str] = ..., analysis_id: _Optional[str] = ..., script_name: _Optional[str] = ..., plugin_artifact_types: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GetAnalysisRecordReq(_message.Message):
     __slots__ = ("analysis_id", "with_script")

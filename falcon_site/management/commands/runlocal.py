@@ -48,6 +48,7 @@ from django.core.management.base import BaseCommand, CommandError
 from core.commands import LoggedOutputMixin
 from core.logs import log_format
 from core.ports import bind_problem, local_bind_problem, split_addr
+from core.proctree import describe_exit
 from falcon_site.startup import prepare_local_state
 
 GRACE_SECONDS = 10.0
@@ -226,7 +227,7 @@ class Command(LoggedOutputMixin, BaseCommand):
                     if proc.poll() is None:
                         continue
                     if name in servers:
-                        failed = f"{name} exited with code {proc.returncode}"
+                        failed = f"{name} ended: {describe_exit(proc.returncode)}"
                         stop.set()
                         break
                     # A controller is restarted, as a Deployment's kubelet would (restartPolicy
@@ -237,7 +238,7 @@ class Command(LoggedOutputMixin, BaseCommand):
                         wait = min(RESTART_BACKOFF_SECONDS * 2 ** (restarts[name] - 1),
                                    RESTART_BACKOFF_MAX_SECONDS)
                         due[name] = time.monotonic() + wait
-                        self.stderr.write(f"{name} exited with code {proc.returncode}; "
+                        self.stderr.write(f"{name} ended ({describe_exit(proc.returncode)}); "
                                           f"restarting it in {wait:.0f} s")
                     elif time.monotonic() >= due[name]:
                         del due[name]
@@ -314,8 +315,8 @@ class Command(LoggedOutputMixin, BaseCommand):
         while waiting and not stop.is_set():
             for name, proc in list(waiting.items()):
                 if proc.poll() is not None:
-                    return (f"{name} exited with code {proc.returncode} before listening on "
-                            f"{addrs[name]}")
+                    return (f"{name} ended ({describe_exit(proc.returncode)}) before listening "
+                            f"on {addrs[name]}")
                 if listens(proc.pid, split_addr(addrs[name])[1], split_addr(addrs[name])[0]):
                     del waiting[name]
             if waiting and time.monotonic() > deadline:
