@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import time
 
 import grpc
 import pytest
@@ -106,14 +105,17 @@ def test_a_timed_out_cluster_job_is_deleted_only_once_the_timeout_is_recorded(
     """When the write of a pending timeout does not reach the API server, the cluster job is
     kept: a later tick records PendingTimeout and deletes it, never ClusterJobMissing."""
     exp = make_exp(name="slow", cluster_name="k8s-a", image=IMAGE)
-    manager = ResourceManager(falcon_api, backends, pending_timeout=0.2, orphan_grace=0)
+    now = [1000.0]  # the manager's clock: the timeout passes when the test says, not under load
+    manager = ResourceManager(falcon_api, backends, pending_timeout=0.2, orphan_grace=0,
+                              clock=lambda: now[0])
     manager.tick()
     job = Job.objects.get(experiment=exp)
     fake_kube.put_pod(NS, job.cluster_job_name, 0, real_pod_status(
         {"phase": "Pending", "conditions": [UNSCHEDULABLE]}))
     fake_kube.set_job_status(NS, job.cluster_job_name, {"active": 1, "ready": 0})
     manager.tick()
-    time.sleep(0.3)
+    assert fresh(job).status == "Pending"
+    now[0] += 0.3
 
     class Down:
         """The API server unreachable for writes."""
