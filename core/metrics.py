@@ -5,7 +5,9 @@ the raw path), method and status; gRPC calls by method and code. Every label val
 a closed set, whatever a client sends: a method outside RFC 9110's registered ones and a
 status outside `http.HTTPStatus` count as `other`, a path no pattern matched as `unmatched`,
 so unauthenticated requests with made-up methods or paths cannot grow the number of series
-(each series costs memory here and in Prometheus, for ever). With several gunicorn workers the metrics must be added up across processes:
+(each series costs memory here and in Prometheus, for ever).
+
+With several gunicorn workers the metrics must be added up across processes:
 prometheus-client's multiprocess mode, switched on by `PROMETHEUS_MULTIPROC_DIR` (a folder each
 worker writes its values to; gunicorn.conf.py empties it at start and marks exited workers
 dead), is used whenever that variable is set. No Django imports.

@@ -104,12 +104,13 @@ def metrics_port() -> int:
     return port
 
 
-def test_the_analyzer_gauges_equal_the_api_counts(grpc_server, metrics_port, tmp_path):  # noqa: F811
+def test_the_analyzer_gauges_equal_the_api_counts(
+        grpc_server, metrics_port, tmp_path):  # noqa: F811
     """Two analyses wait while a third holds the only slot: the analyzer lists `pending` and
     `running` records in two calls, and neither zeroes what the other counted."""
     from analysis.tests.factories import make_finished_exp
     from controllers.analyzer.grpc_client import GrpcAnalysisRecordAPI
-    from controllers.analyzer.tests.helpers import make_controller
+    from controllers.analyzer.tests.helpers import make_controller, until
     from falcon_site.grpc.testing import INTERNAL_TOKEN
 
     exp = make_finished_exp(exp_type="profiling")
@@ -136,7 +137,7 @@ def test_the_analyzer_gauges_equal_the_api_counts(grpc_server, metrics_port, tmp
                 (("controller", "analyzer"), ("status", "succeeded"))) not in found
     finally:
         for analysis_id in analyzer.backend.list_runs():
-            analyzer.backend.stop(analysis_id)
+            until(lambda: analyzer.backend.stop(analysis_id), timeout=30)
         api.close()
 
 
