@@ -6,12 +6,14 @@ their code stays free of metrics:
 - `observe_tick` (called by `controllers.runner.run_loop`): tick duration and errors, and the
   rows a tick skipped because they could not be mapped (its stats' `skipped`);
 - `instrument(controller, elector)` (called by `runcontroller`): wraps the controller's API
-  client (jobs and analyses by status, as last listed) and its cluster backends (cluster API
-  calls and errors by verb), and registers the leader status, the analyzer's queue depths and
-  the slots in use, read at scrape time;
+  client (jobs and analyses by status, as last read: `ObservedAPI`) and its cluster backends
+  (cluster API calls and errors by verb), and registers the leader status, the analyzer's
+  queue depths and the slots in use, read at scrape time;
 - `serve(port)`: `prometheus_client.start_http_server`.
 
 Names follow Prometheus's conventions (`_total` counters, `_seconds` durations, base units).
+Every label value comes from a closed set: the registry's controller names, the verbs of
+`VERBS`, the statuses of `core.statuses`, the configured queues.
 """
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ from typing import Any
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
+
+from core.statuses import AnalysisStatus, JobStatus
 
 log = logging.getLogger("falcon.controllers")
 
@@ -40,10 +44,13 @@ CLUSTER_CALLS = Counter("falcon_cluster_api_calls_total",
                         ["controller", "verb"])
 CLUSTER_ERRORS = Counter("falcon_cluster_api_errors_total",
                          "Cluster calls that raised, by verb.", ["controller", "verb"])
-JOBS = Gauge("falcon_controller_jobs", "Jobs by status in the controller's last list.",
+JOBS = Gauge("falcon_controller_jobs",
+             "Jobs by status in the controller's last read of them (resources: the open jobs "
+             "of its clusters; exp: every job of the open experiments).",
              ["controller", "status"])
 ANALYSES = Gauge("falcon_controller_analyses",
-                 "Analyses by status in the controller's last list.", ["controller", "status"])
+                 "Analyses by status in the controller's last read of that status.",
+                 ["controller", "status"])
 
 # Backend methods -> the verb they are on the cluster (Kubernetes API verbs).
 VERBS = {"submit": "create", "start": "create", "observe": "list", "list_runs": "list",
@@ -70,27 +77,61 @@ def observe_tick(name: str, seconds: float, *, failed: bool, stats: Any = None) 
         ROWS_SKIPPED.labels(name)  # the series exists (at 0) from the first tick
 
 
-def _count_by_status(gauge: Gauge, name: str, rows: Any) -> Any:
-    """Set `gauge{controller=name, status}` from `rows` (a list of views with `status`)."""
-    if isinstance(rows, list):
-        tally = Tally(str(getattr(row, "status", "")) for row in rows)
-        for (controller, status), _child in list(_known(gauge).items()):
-            if controller == name and status not in tally:
-                gauge.labels(name, status).set(0)
-        for status, count in tally.items():
-            gauge.labels(name, status).set(count)
-    return rows
+JOB_STATUSES = tuple(str(status) for status in JobStatus)
+ANALYSIS_STATUSES = tuple(str(status) for status in AnalysisStatus)
 
 
-def _known(gauge: Gauge) -> dict:
-    return getattr(gauge, "_metrics", {})
+def _count_by_status(gauge: Gauge, name: str, rows: Any,
+                     covered: tuple[str, ...] | None) -> None:
+    """Set `gauge{controller=name, status}` for every status in `covered` from `rows`.
+
+    A list filtered to some statuses says how many rows are in those, and nothing of the
+    others: only the `covered` statuses are set (0 when none of `rows` has it), every other
+    series keeps its value. (The analyzer lists `pending` and `running` records in two calls;
+    zeroing what one call did not return read `pending` 0 while analyses were pending.)
+
+    Args:
+        rows: the list call's result (views with `status`); anything but a list is left.
+        covered: the statuses the call read completely (its status filter, or every status
+            when it had none); None for a call about some rows only (ids, one experiment),
+            which sets nothing.
+    """
+    if covered is None or not isinstance(rows, list):
+        return
+    tally = Tally(str(getattr(row, "status", "")) for row in rows)
+    for status in covered:  # labels from the enum only: a closed set
+        gauge.labels(name, status).set(tally.get(status, 0))
+
+
+def _covered(statuses: Any, every: tuple[str, ...]) -> tuple[str, ...]:
+    """The statuses of `every` a list call filtered to `statuses` read (all when no filter)."""
+    asked = {str(s) for s in statuses or ()}
+    return tuple(s for s in every if s in asked) if asked else every
+
+
+def _jobs_covered(flt: Any) -> tuple[str, ...] | None:
+    """The job statuses a ListJobs/ListJobStates call with filter `flt` reads completely,
+    within the controller's scope (its clusters, the open experiments); None for a call about
+    some jobs only (ids, experiments, experiment types, a time window)."""
+    if flt is None:
+        return JOB_STATUSES
+    if (getattr(flt, "ids", ()) or getattr(flt, "exp_ids", ()) or getattr(flt, "exp_types", ())
+            or getattr(flt, "updated_since", None) is not None):
+        return None
+    return _covered(getattr(flt, "statuses", ()), JOB_STATUSES)
 
 
 class ObservedAPI:
     """The controller's API client, counting the jobs and analyses its lists return by status.
 
-    Every attribute is the client's own; `list_jobs`, `list_job_states`, `list_records` and
-    `list_running` pass their result through unchanged after counting it.
+    Every attribute is the client's own; the list calls below pass their result through
+    unchanged after counting it (`_count_by_status`: only the statuses each call read):
+
+    - `list_jobs`, `list_job_states` (the resource manager: the open jobs of its clusters) and
+      `list_exp_states` (the exp controller: every job of the open experiments) set
+      `falcon_controller_jobs`;
+    - `list_records` without `exp_id` or `analysis_type`, and `list_running` (the analyzer)
+      set `falcon_controller_analyses`.
     """
 
     def __init__(self, api: Any, name: str):
@@ -98,10 +139,36 @@ class ObservedAPI:
 
     def __getattr__(self, attr: str) -> Any:
         value = getattr(self._api, attr)
+        name = self._name
         if attr in ("list_jobs", "list_job_states"):
-            return lambda *a, **k: _count_by_status(JOBS, self._name, value(*a, **k))
-        if attr in ("list_records", "list_running"):
-            return lambda *a, **k: _count_by_status(ANALYSES, self._name, value(*a, **k))
+            def list_jobs(flt=None, *args, **kwargs):
+                rows = value(flt, *args, **kwargs)
+                _count_by_status(JOBS, name, rows, _jobs_covered(flt))
+                return rows
+            return list_jobs
+        if attr == "list_exp_states":
+            def list_exp_states(*args, **kwargs):
+                states = value(*args, **kwargs)
+                if isinstance(states, list):
+                    jobs = [job for state in states for job in getattr(state, "jobs", ())]
+                    _count_by_status(JOBS, name, jobs, JOB_STATUSES)
+                return states
+            return list_exp_states
+        if attr == "list_records":
+            def list_records(*, statuses=(), exp_id=0, analysis_type="", **kwargs):
+                rows = value(statuses=statuses, exp_id=exp_id, analysis_type=analysis_type,
+                             **kwargs)
+                scoped = exp_id or analysis_type
+                _count_by_status(ANALYSES, name, rows,
+                                 None if scoped else _covered(statuses, ANALYSIS_STATUSES))
+                return rows
+            return list_records
+        if attr == "list_running":
+            def list_running(*args, **kwargs):
+                rows = value(*args, **kwargs)
+                _count_by_status(ANALYSES, name, rows, (str(AnalysisStatus.RUNNING),))
+                return rows
+            return list_running
         return value
 
 

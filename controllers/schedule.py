@@ -1,8 +1,10 @@
-"""Follow a loop's schedule: read it from the API server before each tick, apply it at once.
+"""Follow a loop's schedule: read it from the API server while waiting, apply it at once.
 
 Operators edit or pause the loops' schedules in the admin (django-celery-beat periodic tasks,
 `core.schedules`); a controller reads its own with `ScheduleService.GetSchedule` over gRPC (never
-the tables) before every tick, so a change applies within one tick:
+the tables) before its first tick and after every slice of its wait for the next one
+(`runner.SLICE_SECONDS`, 1 s), so a change applies within a second whatever the previous
+interval (the loop does not wait out a long interval it read before):
 
 - the exp controller (`exp-reconcile`) and the resource manager (`resource-sync`): the loop's
   interval; paused: the tick is skipped (the heartbeat still beats);
@@ -71,7 +73,7 @@ class ScheduleClient(GrpcClient):
 
 
 class ScheduleFollower:
-    """Read one schedule before each tick and apply it to a controller (module docstring).
+    """Read one schedule while the loop waits and apply it to a controller (module docstring).
 
     Args:
         controller: the reconciler; its `name` picks the schedule (`SCHEDULE_OF`).
@@ -87,7 +89,9 @@ class ScheduleFollower:
         self.current: Schedule | None = None
 
     def before_tick(self) -> tuple[bool, float]:
-        """Read the schedule and apply it; return `(run this tick?, seconds until the next)`."""
+        """Read the schedule and apply it; return `(run the next tick?, seconds between two
+        ticks)`. Called by `runner.run_loop` before the first tick and after each slice of a
+        wait."""
         try:
             schedule = self.read()
         except FalconError as exc:

@@ -1,8 +1,13 @@
 """Prometheus metrics of the API server: HTTP requests and gRPC calls, served at `/metrics`.
 
 Request count and latency by route (the URL pattern, e.g. `api/v1/exps/<id:exp_id>`, never
-the raw path, so the number of series stays bounded) and status; gRPC calls by method and
-code. With several gunicorn workers the metrics must be added up across processes:
+the raw path), method and status; gRPC calls by method and code. Every label value comes from
+a closed set, whatever a client sends: a method outside RFC 9110's registered ones and a
+status outside `http.HTTPStatus` count as `other`, a path no pattern matched as `unmatched`,
+so unauthenticated requests with made-up methods or paths cannot grow the number of series
+(each series costs memory here and in Prometheus, for ever).
+
+With several gunicorn workers the metrics must be added up across processes:
 prometheus-client's multiprocess mode, switched on by `PROMETHEUS_MULTIPROC_DIR` (a folder each
 worker writes its values to; gunicorn.conf.py empties it at start and marks exited workers
 dead), is used whenever that variable is set. No Django imports.
@@ -10,6 +15,7 @@ dead), is used whenever that variable is set. No Django imports.
 from __future__ import annotations
 
 import os
+from http import HTTPStatus
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest,
@@ -28,14 +34,43 @@ GRPC_SECONDS = Histogram("falcon_grpc_call_duration_seconds", "gRPC call latency
                          ["method"], buckets=BUCKETS)
 
 
-def observe_http(route: str, method: str, status: int, seconds: float) -> None:
-    """Count one HTTP request and its latency (`route` = URL pattern or `unmatched`)."""
-    HTTP_REQUESTS.labels(route, method, str(status)).inc()
-    HTTP_SECONDS.labels(route, method).observe(seconds)
+# The label of anything outside a closed set: a made-up method, a status no RFC defines.
+OTHER = "other"
+# The label of a request no URL pattern matched.
+UNMATCHED = "unmatched"
+# The methods the API serves or answers (RFC 9110 section 9, plus PATCH of RFC 5789); CONNECT
+# and TRACE are never served, so they count as `other` too.
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+HTTP_STATUSES = frozenset(str(int(code)) for code in HTTPStatus)
+
+
+def http_labels(route: str | None, method: str, status: int) -> tuple[str, str, str]:
+    """Return the `(route, method, status)` labels of a request, each from a closed set.
+
+    Args:
+        route: the matched URL pattern (`ResolverMatch.route`); None or "" when none matched.
+        method: the request's method as sent (Django upper-cases it).
+        status: the response's status code.
+    """
+    return (route or UNMATCHED, method if method in HTTP_METHODS else OTHER,
+            str(status) if str(status) in HTTP_STATUSES else OTHER)
+
+
+def observe_http(route: str | None, method: str, status: int, seconds: float) -> None:
+    """Count one HTTP request and its latency, labelled by `http_labels`."""
+    route_label, method_label, status_label = http_labels(route, method, status)
+    HTTP_REQUESTS.labels(route_label, method_label, status_label).inc()
+    HTTP_SECONDS.labels(route_label, method_label).observe(seconds)
 
 
 def observe_grpc(method: str, code: str, seconds: float) -> None:
-    """Count one gRPC call (`method` = `/falcon.v1.Service/Rpc`) and its latency."""
+    """Count one gRPC call and its latency.
+
+    Args:
+        method: `/falcon.v1.Service/Rpc`, one the server registered, else `unknown` (the
+            caller folds it: `falcon_site.grpc.interceptors`).
+        code: a `grpc.StatusCode` name (a closed set).
+    """
     GRPC_CALLS.labels(method, code).inc()
     GRPC_SECONDS.labels(method).observe(seconds)
 

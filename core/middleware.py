@@ -98,8 +98,10 @@ class RequestContextMiddleware:
                         response.status_code, seconds * 1000, extra={**ids, **fields})
             from .metrics import observe_http
 
-            observe_http(match.route if match and match.route else "unmatched",
-                         request.method, response.status_code, seconds)
+            # Labels from closed sets only (core.metrics.http_labels): a made-up method or an
+            # unmatched path is one series, not one per value sent.
+            observe_http(match.route if match else None, request.method,
+                         response.status_code, seconds)
         finally:
             reset_actor(actor_token)
             reset_request_id(id_token)

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from falcon_site.grpc.testing import grpc_channel, grpc_server  # noqa: F401  (fixtures)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -42,6 +44,80 @@ def test_requests_are_counted_by_route_method_and_status(auth_api, client):
                  method="GET") >= 2
     # Raw paths never become labels: one series for every id.
     assert not any("424242" in str(labels) for _name, labels in after)
+
+
+def series(found, name: str) -> set[tuple]:
+    """The label sets of every sample of `name`."""
+    return {labels for sample, labels in found if sample == name}
+
+
+HTTP_SERIES = ("falcon_http_requests_total", "falcon_http_request_duration_seconds_count")
+
+
+@pytest.mark.django_db
+def test_made_up_methods_and_paths_add_a_constant_number_of_series(client):
+    """200 unauthenticated requests, methods M1...M200 on made-up paths and on real routes:
+    every label comes from a closed set, so the series grow by a bounded few, not by 200."""
+    # Warm up the folded series once (each is created by its first request).
+    client.generic("M0", "/api/v1/exps")
+    client.generic("M0", "/no/such/path-0")
+    client.get("/no/such/path-0")
+    before = samples(client.get("/metrics").content.decode())
+    for n in range(1, 201):
+        assert client.generic(f"M{n}", "/api/v1/exps").status_code in (401, 403, 405)
+        assert client.generic(f"M{n}", f"/no/such/path-{n}").status_code == 404
+        assert client.get(f"/random-{n}/{n * 7919}").status_code == 404
+    after = samples(client.get("/metrics").content.decode())
+    for name in HTTP_SERIES:
+        added = series(after, name) - series(before, name)
+        # At most the scrape's own series: nothing per method or path sent.
+        assert len(added) <= 2, sorted(added)
+        assert not any(f"M{n}" in str(labels) or f"path-{n}" in str(labels)
+                       for labels in series(after, name) for n in range(1, 201))
+    other = {"route": "api/v1/exps", "method": "other"}
+    assert value(after, "falcon_http_request_duration_seconds_count", **other) == value(
+        before, "falcon_http_request_duration_seconds_count", **other) + 200
+    unmatched = {"route": "unmatched", "method": "other", "status": "404"}
+    assert value(after, "falcon_http_requests_total", **unmatched) == value(
+        before, "falcon_http_requests_total", **unmatched) + 200
+
+
+def test_http_labels_fold_statuses_outside_the_registry():
+    from core.metrics import http_labels
+
+    assert http_labels("healthz", "GET", 200) == ("healthz", "GET", "200")
+    assert http_labels(None, "get", 799) == ("unmatched", "other", "other")
+    assert http_labels("", "TRACE", 404) == ("unmatched", "other", "404")
+
+
+def test_grpc_methods_no_service_defines_add_no_series(grpc_channel, client):
+    """A call of a method the server does not register is answered UNIMPLEMENTED and counted
+    under no series of its own; a registered one is counted under its name."""
+    import grpc
+
+    before = samples(client.get("/metrics").content.decode())
+    for n in range(20):
+        call = grpc_channel.unary_unary(f"/falcon.v1.ExperimentService/Made{n}",
+                                        request_serializer=lambda b: b,
+                                        response_deserializer=lambda b: b)
+        with pytest.raises(grpc.RpcError) as info:
+            call(b"", timeout=10)
+        assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    known = grpc_channel.unary_unary("/falcon.v1.ExperimentService/GetExp",
+                                     request_serializer=lambda b: b,
+                                     response_deserializer=lambda b: b)
+    with pytest.raises(grpc.RpcError) as info:
+        known(b"", timeout=10)  # no token: UNAUTHENTICATED, still a served method
+    assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    after = samples(client.get("/metrics").content.decode())
+    added = series(after, "falcon_grpc_calls_total") - series(before, "falcon_grpc_calls_total")
+    assert added <= {(("code", "UNAUTHENTICATED"),
+                      ("method", "/falcon.v1.ExperimentService/GetExp"))}
+    assert value(after, "falcon_grpc_calls_total", code="UNAUTHENTICATED",
+                 method="/falcon.v1.ExperimentService/GetExp") == value(
+        before, "falcon_grpc_calls_total", code="UNAUTHENTICATED",
+        method="/falcon.v1.ExperimentService/GetExp") + 1
+    assert not any("Made" in str(labels) for labels in series(after, "falcon_grpc_calls_total"))
 
 
 def free_port() -> int:

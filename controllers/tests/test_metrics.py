@@ -92,3 +92,71 @@ def test_resource_manager_metrics_on_its_port(falcon_api, tmp_path):
         assert time.monotonic() < deadline, "the job stayed Pending"
         run_loop(manager, interval=0.05, stop=threading.Event(), max_ticks=1)
         time.sleep(0.2)
+
+
+# -- every gauge equals what the API reports for the same moment ------------------------------
+
+@pytest.fixture(scope="module")
+def metrics_port() -> int:
+    """One /metrics server of this process (the default registry) for the tests below."""
+    port = free_port()
+    metrics.serve(port, "127.0.0.1")
+    return port
+
+
+def test_the_analyzer_gauges_equal_the_api_counts(
+        grpc_server, metrics_port, tmp_path):  # noqa: F811
+    """Two analyses wait while a third holds the only slot: the analyzer lists `pending` and
+    `running` records in two calls, and neither zeroes what the other counted."""
+    from analysis.tests.factories import make_finished_exp
+    from controllers.analyzer.grpc_client import GrpcAnalysisRecordAPI
+    from controllers.analyzer.tests.helpers import make_controller, until
+    from falcon_site.grpc.testing import INTERNAL_TOKEN
+
+    exp = make_finished_exp(exp_type="profiling")
+    api = GrpcAnalysisRecordAPI(f"127.0.0.1:{grpc_server.port}", INTERNAL_TOKEN, timeout=10)
+    analyzer = make_controller(api, tmp_path, limits={"offline": 1, "online": 1},
+                               catalog={}, poll_seconds=0.0)
+    metrics.instrument(analyzer, registry=CollectorRegistry())
+    for _ in range(3):
+        api.create_record(exp_id=exp.pk, analysis_type="online", command="sleep 60",
+                          result_root=(tmp_path / "results").as_uri(),
+                          creator_email=exp.creator.email)
+    try:
+        run_loop(analyzer, interval=0.0, stop=threading.Event(), max_ticks=2)
+        found = scrape(metrics_port)
+        pending = len(api.list_records(statuses=("pending",)))
+        running = len(api.list_running())
+        assert (pending, running) == (2, 1)
+        assert value(found, "falcon_controller_analyses", controller="analyzer",
+                     status="pending") == pending
+        assert value(found, "falcon_controller_analyses", controller="analyzer",
+                     status="running") == running
+        # Statuses no call read are not made up (no zero for succeeded, say).
+        assert ("falcon_controller_analyses",
+                (("controller", "analyzer"), ("status", "succeeded"))) not in found
+    finally:
+        for analysis_id in analyzer.backend.list_runs():
+            until(lambda: analyzer.backend.stop(analysis_id), timeout=30)
+        api.close()
+
+
+def test_the_exp_controller_exports_its_jobs_by_status(falcon_api, metrics_port):  # noqa: F811
+    """The README lists `falcon_controller_jobs` for every controller: the exp controller counts
+    every job of the open experiments it reconciles, each status of the enum set every tick."""
+    from controllers.contract import ListFilter
+    from controllers.exp_controller import EXP_NON_TERMINAL, ExpController
+    from core.statuses import JobStatus
+
+    controller = ExpController(falcon_api, has_files=lambda url: True)
+    metrics.instrument(controller, registry=CollectorRegistry())
+    make_exp(roles=("main", "worker"))
+    make_exp(roles=("main",))
+    run_loop(controller, interval=0.0, stop=threading.Event(), max_ticks=1)
+    found = scrape(metrics_port)
+    jobs = falcon_api.list_jobs(ListFilter(exp_statuses=EXP_NON_TERMINAL))
+    assert len(jobs) == 3
+    for status in map(str, JobStatus):
+        assert ("falcon_controller_jobs", (("controller", "exp"), ("status", status))) in found
+        assert value(found, "falcon_controller_jobs", controller="exp", status=status) == sum(
+            1 for job in jobs if job.status == status), status

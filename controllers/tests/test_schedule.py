@@ -1,5 +1,6 @@
 """The loops' schedules: stored as django-celery-beat periodic tasks, read over real gRPC by the
-controllers before each tick, applied within one tick (pause, resume, a new interval)."""
+controllers before the first tick and after every slice of a wait, applied within one slice
+(pause, resume, a new interval), with the heartbeat written every slice."""
 from __future__ import annotations
 
 import importlib
@@ -143,3 +144,68 @@ def test_without_an_answer_the_loop_keeps_what_it_had(schedules):
     assert follower.before_tick() == (True, 2.0)
     assert follower.before_tick() == (True, 2.0)  # the last schedule read
     assert ScheduleFollower(controller, read, 60.0).before_tick() == (True, 60.0)
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_change_applies_within_one_slice_and_the_heartbeat_never_waits_for_a_tick(
+        schedules, tmp_path, monkeypatch):
+    """`exp-reconcile` 2 s -> 300 s -> 2 s, then paused and resumed, on a fake clock: the loop
+    reads its schedule and beats after every slice of its wait (at most `SLICE_SECONDS`), so
+    the 2 s are back within one slice of the change, not after the 300 s, and
+    `checkheartbeat` passes throughout."""
+    from django.core.management import call_command
+
+    from controllers.runner import SLICE_SECONDS
+
+    heartbeat = tmp_path / "heartbeat"
+    monkeypatch.setenv("FALCON_HEARTBEAT_FILE", str(heartbeat))
+    clock = FakeClock()
+    start = clock.now
+    ticks: list[float] = []
+    stop = threading.Event()
+
+    class Exp:
+        name = "exp"
+
+        def tick(self):
+            ticks.append(clock.now - start)
+            if clock.now - start >= 202:  # two ticks after the resume
+                stop.set()
+
+    # (fake second, change): the admin edits of the report.
+    changes = [(5.0, dict(seconds=300)), (100.0, dict(seconds=2)),
+               (110.0, dict(enabled=False)), (200.0, dict(enabled=True))]
+    applied: dict[float, float] = {}
+
+    def pause(seconds: float) -> bool:
+        assert 0 < seconds <= SLICE_SECONDS
+        # The loop beat since the last slice: the liveness probe passes, then forget the beat.
+        call_command("checkheartbeat", "--max-age", "60", stdout=open(tmp_path / "out", "w"))
+        heartbeat.unlink()
+        clock.now += seconds
+        while changes and clock.now - start >= changes[0][0]:
+            at, change = changes.pop(0)
+            set_schedule("exp-reconcile", **change)
+            applied[at] = clock.now - start
+        return False
+
+    follower = ScheduleFollower(Exp(), lambda: schedules.get("exp-reconcile"), 60.0)
+    run_loop(Exp(), interval=60.0, stop=stop, schedule=follower.before_tick, clock=clock,
+             pause=pause)
+    assert ticks[:3] == [0.0, 2.0, 4.0]
+    # 300 s read at 5 s: no tick until the change back to 2 s, then one within a slice.
+    back = applied[100.0]
+    assert ticks[3] >= back and ticks[3] - back <= SLICE_SECONDS, ticks
+    assert ticks[4] == ticks[3] + 2.0
+    # Paused at 110 s: no tick until resumed at 200 s, then within a slice; the heartbeat was
+    # checked at every slice meanwhile.
+    assert not [t for t in ticks if applied[110.0] + SLICE_SECONDS < t < applied[200.0]], ticks
+    resumed = [t for t in ticks if t >= applied[200.0]]
+    assert resumed and resumed[0] - applied[200.0] <= SLICE_SECONDS, ticks

@@ -7,6 +7,7 @@ wrapper around the method's behaviour, which grpcio runs on the worker.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import time
@@ -63,7 +64,25 @@ def _log_call(method: str, request: Any, context: grpc.ServicerContext, started:
               extra=call_ids(method, request))
     from core.metrics import observe_grpc
 
-    observe_grpc(method, name, seconds)
+    observe_grpc(method if method in served_methods() else UNKNOWN_METHOD, name, seconds)
+
+
+# The metrics' label of a method no falcon.v1 service defines.
+UNKNOWN_METHOD = "unknown"
+
+
+@functools.cache
+def served_methods() -> frozenset[str]:
+    """Every `/falcon.v1.Service/Rpc` the API server registers (`server.SERVICE_NAMES`, read
+    from the protos): the closed set of the `method` label of `falcon_grpc_calls_total`;
+    anything else counts as `unknown`."""
+    from google.protobuf import descriptor_pool
+
+    from .server import SERVICE_NAMES
+
+    pool = descriptor_pool.Default()
+    return frozenset(f"/{name}/{rpc.name}" for name in SERVICE_NAMES
+                     for rpc in pool.FindServiceByName(name).methods)
 
 # Called without credentials: load balancers and `grpc_health_probe` know no token, and
 # reflection only describes the API (grpcurl, debugging).

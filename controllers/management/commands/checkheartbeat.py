@@ -1,7 +1,8 @@
 """`manage.py checkheartbeat`: the exec livenessProbe of the controller Deployments.
 
-`runner.run_loop` touches `FALCON_HEARTBEAT_FILE` after every tick, and a replica waiting for
-the Lease touches it every retry period (`leader.run_elected`). This command exits 0 when the
+`runner.run_loop` touches `FALCON_HEARTBEAT_FILE` after every tick and every second while it
+waits for the next one (whatever the schedule's interval), and a replica waiting for the Lease
+touches it every retry period (`leader.run_elected`). This command exits 0 when the
 file was touched within `--max-age` seconds and 1 otherwise, which is what an exec probe reads
 (Kubernetes "Configure Liveness, Readiness and Startup Probes": a non-zero exit is a failure).
 It touches no database and no network, so it answers within the probe's timeout.
@@ -21,8 +22,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--max-age", type=float, default=120.0,
-                            help="Seconds since the last tick (or Lease attempt) that still "
-                            "count as alive.")
+                            help="Seconds since the last beat (a tick, a second of waiting "
+                            "for the next, a Lease attempt) that still count as alive.")
         parser.add_argument("--file", default="",
                             help="Heartbeat file (default: FALCON_HEARTBEAT_FILE).")
 

@@ -177,7 +177,7 @@ class Command(LoggedOutputMixin, BaseCommand):
                             help="Seconds between two acquire or renew attempts.")
         parser.add_argument("--no-schedule", action="store_true",
                             help="Keep --interval instead of following the loop's schedule "
-                                 "(edited in the admin, read over gRPC before each tick).")
+                                 "(edited in the admin, read over gRPC every second).")
         parser.add_argument("--metrics-port", type=int, default=None,
                             help="Serve Prometheus /metrics on this port (default "
                                  "FALCON_METRICS_PORT; 0 or unset: off).")
