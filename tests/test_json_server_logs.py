@@ -117,9 +117,20 @@ def _served(command: list[str], env: dict[str, str], port: int, log: Path,
         _stop(proc)
 
 
-def _ids_logged(ids: dict[str, str], text: str) -> bool:
-    return all(f'"request_id": "{value}"' in text or f'"request_id":"{value}"' in text
-               for value in ids.values())
+def _access_logged(logger: str) -> Callable[[dict[str, str], str], bool]:
+    """Whether `logger` wrote the access line of every request id (other lines of a request,
+    the application's, come before its access line)."""
+    def written(ids: dict[str, str], text: str) -> bool:
+        seen = set()
+        for line in text.splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # a line being written
+            if isinstance(record, dict) and record.get("logger") == logger:
+                seen.add(record.get("request_id"))
+        return set(ids.values()) <= seen
+    return written
 
 
 def _gunicorn(port: int) -> list[str]:
@@ -152,7 +163,7 @@ def test_runserver_writes_only_json_lines_with_access_fields(tmp_path):
     log = tmp_path / "runserver.log"
     ids = _served([sys.executable, str(ROOT / "manage.py"), "runserver", "--noreload",
                    "--insecure", f"127.0.0.1:{port}"], _env(tmp_path), port, log, _requests,
-                   lambda ids, text: _ids_logged(ids, text) and '"status": 400' in text)
+                   lambda ids, text: _access_logged("django.server")(ids, text) and '"status": 400' in text)
     records = _records(log)
 
     exps = _access(records, "django.server", ids["exps"])
@@ -178,7 +189,8 @@ def test_runserver_writes_only_json_lines_with_access_fields(tmp_path):
 def test_gunicorn_writes_only_json_lines_with_access_fields(tmp_path):
     port = free_port()
     log = tmp_path / "gunicorn.log"
-    ids = _served(_gunicorn(port), _env(tmp_path), port, log, _requests, _ids_logged)
+    ids = _served(_gunicorn(port), _env(tmp_path), port, log, _requests,
+                  _access_logged("gunicorn.access"))
     records = _records(log)
 
     exps = _access(records, "gunicorn.access", ids["exps"])
