@@ -21,10 +21,12 @@ issue "Controllers act only on what they know":
 - `stall_jobs_watch`: every Jobs WATCH goes silent (no event, no bookmark), then is released;
 - `relist_410`: every watch ends with 410 Gone and the Jobs re-LIST answers 500 for a while;
 - `pod_list_outage`: every Pod LIST answers 500 (or 410 Expired);
-- `pod_post_outage`: every Pod create answers 500 (past its scheduled end until it refused
-  one, while the chaos lasts);
+- `pod_post_outage`: every Pod create answers 500;
 - `pod_gc`: the Pod garbage collector removes every analysis Pod right after it completed
   (and a quarter of them outside these windows, `GC_ANYWAY`).
+
+An outage that refused nothing by its scheduled end (no leader was listing, no analysis was
+starting) lasts until it refused one request, at most until the chaos ends.
 
 Experiments are created, and some aborted, all along the chaos (the schedule says when).
 
@@ -481,9 +483,8 @@ def main() -> int:
         def end() -> bool:
             with fake.lock:
                 refused = 10**9 - failing.times
-                if not refused and event.kind == "pod_post_outage" and \
-                        time.monotonic() - started < chaos_s:
-                    return False  # no create came yet: it lasts until one is refused
+                if not refused and time.monotonic() - started < chaos_s:
+                    return False  # no request came yet (e.g. no leader): until one is refused
                 hits[event.kind] = hits.get(event.kind, 0) + refused
                 failing.times = 0
             return True
