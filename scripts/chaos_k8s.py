@@ -283,7 +283,9 @@ def main() -> int:
     from experiments.services import exp_abort, exp_create
     from jobs.models import Job
 
-    port = 50000 + rng.randrange(10000)
+    # Below Linux's ephemeral range (32768-60999): an analyzer started again after a kill
+    # must find its port free, not taken as the local end of some client connection.
+    port = 20000 + rng.randrange(10000)
     base_env = {**os.environ, "FALCON_GRPC_TARGET": f"127.0.0.1:{port}",
                 "FALCON_LEASE_NAMESPACE": NS, "FALCON_PENDING_TIMEOUT_SECONDS": "8",
                 "FALCON_PROGRESS_DEADLINE_SECONDS": "5", "FALCON_ORPHAN_GRACE_SECONDS": "2",
