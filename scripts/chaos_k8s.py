@@ -4,7 +4,7 @@ misbehaves, then checked.
 
     .venv/bin/python scripts/chaos_k8s.py            # short: 20 experiments, ~40 s of chaos
     .venv/bin/python scripts/chaos_k8s.py --long     # 60 experiments, ~150 s of chaos
-    .venv/bin/python scripts/chaos_k8s.py --seed 7   # the same schedule again
+    .venv/bin/python scripts/chaos_k8s.py --seed 7   # the same schedule (timing varies)
 
 Everything runs on this machine: the fake API server (controllers/tests/fake_k8s.py) on
 loopback in this process, the gRPC API (`manage.py rungrpc`) on a fresh SQLite database, and the
@@ -28,7 +28,8 @@ issue "Controllers act only on what they know":
 An outage that refused nothing by its scheduled end (no leader was listing, no analysis was
 starting) lasts until it refused one request, at most until the chaos ends.
 
-Experiments are created, and some aborted, all along the chaos (the schedule says when).
+Experiments are created during the first 60 % of the chaos, and a quarter of them aborted
+(the schedule says when); `--no-faults` keeps the kills and drops the API faults.
 
 Then it stops the chaos, lets the controllers converge, and checks:
 
