@@ -40,7 +40,11 @@ Kubernetes API conventions:
   releases them and only then take effect (a POST that lands after its client gave up); a
   fault's `where(name, query)` narrows it further (only the re-LIST of a watch cache, not the
   one-item probe); `bulk_put` stores thousands of objects at once (a load test's cluster);
-  `requests` records every request (method, resource, name, query, token).
+  `requests` records every request (method, resource, name, query, token, when it arrived,
+  the status answered);
+- the kubelet and the Pod GC are played by the test: `run`, `succeed`, `fail` write a Pod's
+  status in the kubelet's shapes; `gc_pod` / `gc_pods` remove terminated Pods as the Pod
+  garbage collector does, with no controller asked; `end_faults` ends every injected fault.
 """
 from __future__ import annotations
 
@@ -166,6 +170,8 @@ class Request:
     query: dict[str, str] = field(default_factory=dict)
     token: str = ""  # the bearer token that sent it (which client)
     holders: dict[str, str] = field(default_factory=dict)  # Lease name -> holder, when sent
+    at: float = field(default_factory=time.time)  # when it arrived (wall clock, as the DB's)
+    code: int | None = None  # the status answered (None: not answered yet)
 
 
 class _Encoded(bytes):
@@ -504,6 +510,56 @@ class FakeKube:
                                      "status": status})
         return name
 
+    # -- the kubelet and the Pod garbage collector, played by the test ----------------------
+
+    def _container(self, state: dict, **extra) -> dict:
+        return {"phase": extra.pop("phase"), **extra,
+                "containerStatuses": [{"name": "analysis", "image": "img", "imageID": "",
+                                       "ready": False, "restartCount": 0, "state": state}]}
+
+    def run(self, ns: str, name: str) -> None:
+        """The kubelet started the Pod's container (phase Running)."""
+        self.set_pod_status(ns, name, self._container(
+            {"running": {"startedAt": "2026-01-01T00:00:00Z"}}, phase="Running"))
+
+    def succeed(self, ns: str, name: str) -> None:
+        """The Pod's container exited 0 (phase Succeeded, terminated Completed)."""
+        self.set_pod_status(ns, name, self._container(
+            {"terminated": {"exitCode": 0, "reason": "Completed"}}, phase="Succeeded"))
+
+    def fail(self, ns: str, name: str, code: int, *, reason: str = "Error",
+             message: str = "") -> None:
+        """The Pod's container exited `code` with termination message `message`."""
+        self.set_pod_status(ns, name, self._container(
+            {"terminated": {"exitCode": code, "reason": reason, "message": message}},
+            phase="Failed"))
+
+    def gc_pod(self, ns: str, name: str) -> bool:
+        """Remove one Pod if it is Succeeded or Failed, as the Pod GC does (no controller is
+        asked, no finalizer of Falcon's holds a Pod); True if it was removed."""
+        with self.lock:
+            obj = self.objects.get(("pods", ns, name))
+            if obj is None or (obj.get("status") or {}).get("phase") not in ("Succeeded",
+                                                                              "Failed"):
+                return False
+            del self.objects[("pods", ns, name)]
+            return True
+
+    def gc_pods(self, ns: str) -> list[str]:
+        """Remove every Succeeded or Failed Pod of `ns` (the Pod GC); return their names."""
+        with self.lock:
+            names = [key[2] for key, obj in list(self.objects.items())
+                     if key[0] == "pods" and key[1] == ns
+                     and (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed")]
+            for name in names:
+                del self.objects[("pods", ns, name)]
+            return names
+
+    def end_faults(self) -> None:
+        """Drop every fault still planned (`inject`): the outage is over."""
+        with self.lock:
+            self.faults.clear()
+
     def reap(self) -> None:
         """Finish terminating Pods and the foreground deletions waiting on them."""
         with self.lock:
@@ -714,7 +770,8 @@ class _Handler(BaseHTTPRequestHandler):
             token = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
             holders = {key[2]: (obj.get("spec") or {}).get("holderIdentity") or ""
                        for key, obj in kube.objects.items() if key[0] == "leases"}
-            kube.requests.append(Request(method, res, ns, name, query, token, holders))
+            req = Request(method, res, ns, name, query, token, holders)
+            kube.requests.append(req)
             fault = next((f for f in kube.faults if f.times > 0
                           and f.method in (None, method) and f.resource in (None, res)
                           and f.name in (None, name) and f.token in (None, token)
@@ -730,15 +787,18 @@ class _Handler(BaseHTTPRequestHandler):
             if fault.hold is not None:
                 fault.hold.wait(fault.hold_timeout)
             if fault.status:
+                req.code = fault.status
                 return self._send(fault.status, status_body(
                     fault.status, fault.reason or "InternalError",
                     f"injected {fault.status}"))
         if method == "GET" and name is None and query.get("watch") in ("true", "1"):
+            req.code = 200
             return self._watch(res, ns, query)
         try:
             code, out = self._handle(method, res, ns, name, query, body)
         except ValueError as exc:
             code, out = 400, status_body(400, "BadRequest", str(exc))
+        req.code = code
         self._send(code, out)
 
     def _handle(self, method, res, ns, name, query, body):

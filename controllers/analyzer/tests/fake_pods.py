@@ -3,14 +3,14 @@ analyzer's Pods need on top, kept apart from the Job-focused parts:
 
 - `GET .../pods/{name}/log` answers the text set by `set_log` (`tailLines` honoured), as the
   kubelet's log endpoint does;
-- the kubelet is played by the test: `run`, `succeed`, `fail`, `wait` and `evict` set a Pod's
-  status in the shapes the kubelet writes; `linger_pods=True` keeps deleted Pods Terminating
-  (with a deletionTimestamp) until `reap()`;
+- the kubelet is played by the test: `wait`, `evict` and `deadline` (with `FakeKube`'s `run`,
+  `succeed`, `fail`) set a Pod's status in the shapes the kubelet writes; `linger_pods=True`
+  keeps deleted Pods Terminating (with a deletionTimestamp) until `reap()`;
 - a Pod LIST that lags behind (a watch cache, another API server): `freeze_list()` makes every
   Pod LIST answer the snapshot of that moment, with that moment's resourceVersion (as a stale
   cache does), until `thaw_list()`; GET of one Pod stays current (read from etcd);
-- `gc_pods` plays the Pod garbage collector (terminated Pods removed, with no controller
-  asked); `end_faults` ends every `inject`ed fault (an outage that is over).
+- `gc_pods` (the Pod garbage collector) and `end_faults` (an outage that is over) are
+  `FakeKube`'s, shared with `scripts/chaos_k8s.py`.
 """
 from __future__ import annotations
 
@@ -59,21 +59,6 @@ class FakePodKube(FakeKube):
         with self.lock:
             self.frozen = None
 
-    def gc_pods(self, ns: str) -> list[str]:
-        """Remove every Succeeded or Failed Pod of `ns` (the Pod GC); return their names."""
-        with self.lock:
-            names = [key[2] for key, obj in list(self.objects.items())
-                     if key[0] == "pods" and key[1] == ns
-                     and (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed")]
-            for name in names:
-                del self.objects[("pods", ns, name)]
-            return names
-
-    def end_faults(self) -> None:
-        """Drop every fault still planned (`inject`): the outage is over."""
-        with self.lock:
-            self.faults.clear()
-
     def set_log(self, ns: str, name: str, text: str) -> None:
         with self.lock:
             self.logs[(ns, name)] = text
@@ -86,25 +71,6 @@ class FakePodKube(FakeKube):
 
     def pods(self, ns: str) -> list[dict]:
         return self.list("pods", ns)
-
-    def _container(self, state: dict, **extra) -> dict:
-        return {"phase": extra.pop("phase"), **extra,
-                "containerStatuses": [{"name": "analysis", "image": "img", "imageID": "",
-                                       "ready": False, "restartCount": 0, "state": state}]}
-
-    def run(self, ns: str, name: str) -> None:
-        self.set_pod_status(ns, name, self._container(
-            {"running": {"startedAt": "2026-01-01T00:00:00Z"}}, phase="Running"))
-
-    def succeed(self, ns: str, name: str) -> None:
-        self.set_pod_status(ns, name, self._container(
-            {"terminated": {"exitCode": 0, "reason": "Completed"}}, phase="Succeeded"))
-
-    def fail(self, ns: str, name: str, code: int, *, reason: str = "Error",
-             message: str = "") -> None:
-        self.set_pod_status(ns, name, self._container(
-            {"terminated": {"exitCode": code, "reason": reason, "message": message}},
-            phase="Failed"))
 
     def wait(self, ns: str, name: str, reason: str, message: str = "") -> None:
         self.set_pod_status(ns, name, self._container(
