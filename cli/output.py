@@ -199,6 +199,7 @@ def exp_summary(exp: dict[str, Any]) -> Table:
         ("created", plain(when(exp.get("created_at")))),
         ("started", plain(when(exp.get("started_at")))),
         ("finished", plain(when(exp.get("finished_at")))),
+        ("duration", plain(run_time(exp))),
     ])
 
 
@@ -292,12 +293,14 @@ def _parse_time(value: Any) -> datetime | None:
 
 
 def run_time(analysis: dict[str, Any], now: datetime | None = None) -> str:
-    """Return how long an analysis ran: `finished_at - started_at`, or up to `now` while running.
+    """Return how long a run ran: `finished_at - started_at`, or up to `now` while running.
 
-    The one duration of an analysis: `analysis list` and `analysis get` both show it.
+    The one duration of an analysis or an experiment: `analysis list`, `analysis get`,
+    `exp list` and `exp get` all show it.
 
     Args:
-        analysis: the analysis as the API returns it (ISO-8601 `started_at`, `finished_at`).
+        analysis: the analysis or experiment as the API returns it (ISO-8601 `started_at`,
+            `finished_at`).
         now: the current time (aware); None means the wall clock.
 
     Returns:

@@ -122,13 +122,18 @@ class ExpStatusUpdate:
 
 @dataclass(frozen=True)
 class JobStatusUpdate:
-    """One job transition of a batch (`FalconAPI.update_job_statuses`); None keeps a field."""
+    """One job transition of a batch (`FalconAPI.update_job_statuses`); None keeps a field.
+
+    `started_at` is when the cluster started the job (`ClusterJobState.started_at`), sent with
+    Running, Succeeded or Failed; the server records it if the job has no start yet.
+    """
 
     job_id: int
     status: str
     reason: str | None = None
     message: str | None = None
     cluster_job_name: str | None = None
+    started_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -201,8 +206,11 @@ class FalconAPI(Protocol):
         ...
 
     def update_job_status(self, *, job_id: int, status: str, reason: str | None = None,
-                          message: str | None = None,
-                          cluster_job_name: str | None = None) -> JobView: ...
+                          message: str | None = None, cluster_job_name: str | None = None,
+                          started_at: datetime | None = None) -> JobView:
+        """UpdateJobStatus (`started_at` as `JobStatusUpdate` has it; callers pass it only
+        when they have one)."""
+        ...
 
     def update_job_statuses(self, updates: list[JobStatusUpdate]) -> list[ItemResult]:
         """UpdateJobStatuses: one guarded transition per item, one result per item, in as

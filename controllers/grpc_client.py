@@ -25,6 +25,7 @@ import grpc
 import orjson
 
 from core.grpc.channel import CHANNEL_OPTIONS, auth_metadata
+from core.grpc.from_proto import timestamp
 from core.errors import FalconError
 from core.grpc.errors import error_class_for_code, error_from_rpc_error
 from core.text import truncate
@@ -381,17 +382,19 @@ class GrpcFalconAPI(GrpcClient):
              for u in updates])
 
     def update_job_status(self, *, job_id: int, status: str, reason: str | None = None,
-                          message: str | None = None,
-                          cluster_job_name: str | None = None) -> JobView:
+                          message: str | None = None, cluster_job_name: str | None = None,
+                          started_at: datetime | None = None) -> JobView:
         """UpdateJobStatus; None leaves reason/message/cluster_job_name unchanged; text is
-        bounded first, as the server bounds it (`_sendable`).
+        bounded first, as the server bounds it (`_sendable`). `started_at`: the cluster's
+        start of the job, with Running, Succeeded or Failed (`JobStatusUpdate`).
 
         Raises:
             NotFound, InvalidTransition, ValidationFailed, ApiCallFailed: as the server says.
         """
         request = job_pb2.UpdateJobStatusReq(id=job_id, status=status, reason=_reason(reason),
                                              message=_message(message),
-                                             cluster_job_name=_reason(cluster_job_name))
+                                             cluster_job_name=_reason(cluster_job_name),
+                                             started_at=timestamp(started_at))
         return job_view(self.call(self.jobs.UpdateJobStatus, request).job)
 
     def update_job_statuses(self, updates: list[JobStatusUpdate]) -> list[ItemResult]:
@@ -408,7 +411,8 @@ class GrpcFalconAPI(GrpcClient):
             self.jobs.UpdateJobStatuses, job_pb2.UpdateJobStatusesReq,
             [job_pb2.UpdateJobStatusReq(id=u.job_id, status=u.status, reason=_reason(u.reason),
                                         message=_message(u.message),
-                                        cluster_job_name=_reason(u.cluster_job_name))
+                                        cluster_job_name=_reason(u.cluster_job_name),
+                                        started_at=timestamp(u.started_at))
              for u in updates])
 
     def update_artifact_status(self, *, artifact_id: int, status: str, reason: str | None = None,

@@ -10,7 +10,9 @@ read, and then:
   whatever the interrupted `submit` did not finish (a Kubernetes headless Service) is made;
 - the cluster state is mapped back: Running only when every replica runs,
   Succeeded when all succeeded, Failed when any failed (exit code and stderr tail in the
-  message), a cluster job that vanished -> Failed with a reason that says so (CB-12);
+  message), a cluster job that vanished -> Failed with a reason that says so (CB-12); a move
+  to Running, Succeeded or Failed carries the start the cluster reported (CB-25), so a job
+  that went Pending -> Succeeded between two ticks still has its start and a duration;
 - an Aborting job's cluster job is deleted (with its processes or pods), and the job is set
   Aborted once nothing of it is left (CB-13; a job already gone counts as done, CB-14).
 The tick's writes to the API server are sent together once a cluster's jobs are handled, in
@@ -66,6 +68,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from core.errors import FalconError
 from core.logs import log_context
@@ -91,6 +94,8 @@ JOB_NON_TERMINAL = tuple(s for s in JobStatus if s in JOB_OPEN)
 JOB_ENDED = tuple(s for s in JobStatus if s in JOB_TERMINAL)
 # The reason of a job whose cluster job was deleted on abort: the status, as a word.
 REASON_ABORTED = JobStatus.ABORTED.value
+# The statuses a write carries the cluster's start with (the Job table's `reported_start`).
+REPORTED_START = (JobStatus.RUNNING, JobStatus.SUCCEEDED, JobStatus.FAILED)
 # Items per update_job_statuses call: the server's limit (docs/limits.md). The manager sends
 # each batch as its own call, so the Lease fences every 1,000 writes (controllers.leader.Fenced).
 WRITE_BATCH = 1000
@@ -374,7 +379,7 @@ class ResourceManager:
 
     def _update(self, job: JobView, stats: ResourceTickStats, status: str, *,
                 reason: str | None = None, message: str | None = None,
-                cluster_job_name: str | None = None,
+                cluster_job_name: str | None = None, started_at: datetime | None = None,
                 then: Callable[[], None] | None = None) -> None:
         """Queue a write of `job` for `_flush` (none when nothing would change).
 
@@ -383,15 +388,19 @@ class ResourceManager:
             stats: this tick's counters (counted when the write is recorded).
             status: the target status (the job's own to refresh its reason and message).
             reason, message, cluster_job_name: set with it; None keeps the recorded one.
+            started_at: the cluster's start of the job (`ClusterJobState.started_at`), sent
+                only with a move to Running, Succeeded or Failed (the server keeps the first).
             then: cluster work to run once the write is recorded (skipped if it is refused).
         """
         if (status == job.status and (reason is None or reason == job.reason)
                 and (message is None or message == job.message)
                 and (cluster_job_name is None or cluster_job_name == job.cluster_job_name)):
             return  # nothing new: no write
+        if status == job.status or status not in REPORTED_START:
+            started_at = None
         self._writes.append(_Write(job, JobStatusUpdate(
             job_id=job.id, status=status, reason=reason, message=message,
-            cluster_job_name=cluster_job_name), then))
+            cluster_job_name=cluster_job_name, started_at=started_at), then))
 
     def _flush(self, stats: ResourceTickStats) -> None:
         """Send the queued writes: `update_job_statuses` per `WRITE_BATCH` items, or one
@@ -426,8 +435,11 @@ class ResourceManager:
 
     def _write_one(self, write: _Write, stats: ResourceTickStats) -> None:
         u = write.update
+        # The start only when there is one: a client of the older contract takes none.
+        start = {} if u.started_at is None else {"started_at": u.started_at}
         self.api.update_job_status(job_id=u.job_id, status=u.status, reason=u.reason,
-                                   message=u.message, cluster_job_name=u.cluster_job_name)
+                                   message=u.message, cluster_job_name=u.cluster_job_name,
+                                   **start)
         self._recorded(write, stats)
 
     def _recorded(self, write: _Write, stats: ResourceTickStats) -> None:
@@ -492,7 +504,8 @@ class ResourceManager:
             if state.terminal:
                 keep_logs(backend, job)  # the Pods' output, before they may go (k8s_logs)
             self._update(job, stats, state.status, reason=state.reason,
-                         message=state.message, cluster_job_name=cluster_job_name)
+                         message=state.message, cluster_job_name=cluster_job_name,
+                         started_at=state.started_at)
 
     def _sync_degraded(self, job: JobView, state: ClusterJobState, stats: ResourceTickStats,
                        *, cluster_job_name: str | None) -> None:
@@ -513,7 +526,7 @@ class ResourceManager:
             self._update(job, stats, JobStatus.FAILED, reason=state.reason or "ReplicaLost",
                          message=f"not every replica ran for {self.progress_deadline:g} s "
                          f"(progress deadline): {state.message}",
-                         cluster_job_name=cluster_job_name)
+                         cluster_job_name=cluster_job_name, started_at=state.started_at)
             return
         self._update(job, stats, job.status, reason=state.reason, message=state.message,
                      cluster_job_name=cluster_job_name)

@@ -14,6 +14,7 @@ transaction of the change (docs/decisions.md, "Transition history").
 """
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 from typing import Any, ClassVar, Self
 
@@ -58,7 +59,8 @@ class StatefulModel(models.Model):
     @classmethod
     def transition_pk(cls, pk: int, target: str, *, reason: str | None = None,
                       message: str | None = None, expected: str | None = None,
-                      extra: dict[str, Any] | None = None) -> tuple[Self, bool]:
+                      extra: dict[str, Any] | None = None,
+                      started_at: datetime | None = None) -> tuple[Self, bool]:
         """Move row `pk` to `target` (one guarded transition by pk); return `(row, changed)`.
 
         See `core.statemachine.apply_transition` for the arguments.
@@ -67,9 +69,11 @@ class StatefulModel(models.Model):
             NotFound: no row has this pk.
             InvalidTransition: the table does not allow the row's state to move to `target`.
             TransitionRace: `expected` was given and the row had already left it.
+            ValidationFailed: `started_at` with a target that takes none.
         """
         return apply_transition(cls.machine, cls._default_manager, pk=pk, target=target,
-                                reason=reason, message=message, expected=expected, extra=extra)
+                                reason=reason, message=message, expected=expected, extra=extra,
+                                started_at=started_at)
 
     def transition(self, target: str, *, reason: str | None = None, message: str | None = None,
                    expected: str | None = None, extra: dict[str, Any] | None = None) -> bool:

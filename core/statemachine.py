@@ -18,6 +18,15 @@ column's length, and `message` to `MAX_STATUS_MESSAGE_BYTES`, ending with a visi
 `… [truncated N bytes]` (`core.text.truncate`). Otherwise one 5 MiB message would be stored and
 sent in every reply and page that carries its row.
 
+It is also the one place that records a run's start as its cluster reported it: a transition
+to a state in `StateMachine.reported_start` (a Job's Running, Succeeded, Failed) may carry the
+time the cluster started the run (Kubernetes Job `status.startTime`, the local backend's first
+replica start). It becomes the row's `started_at` only if none is recorded (the first start
+wins), clamped to [the row's `created_at`, now] (`clamp_start`): never in the future, never
+after `finished_at` (which a terminal state sets to now), never before the row existed. Without
+it, `started_at` is the time Falcon first saw the row Running, and a run that went Pending ->
+Succeeded between two reads had none at all.
+
 And it is the one place that records the transition history: every status change writes a
 `core.models.TransitionEvent` (entity, from, to, reason, message, actor, time to the
 microsecond) in the same transaction as the UPDATE, single rows and batches alike, so no change
@@ -124,6 +133,8 @@ class StateMachine:
         terminal: states that never change once reached.
         set_on_enter: `{target: timestamp field}` set to "now" when the row enters `target`.
         set_once_on_enter: like `set_on_enter` but kept if already set (`started_at`).
+        reported_start: targets whose transition may carry the run's start as the cluster
+            reported it (`START_COLUMN`, set once; see `clamp_start`).
     """
 
     name: str
@@ -131,6 +142,7 @@ class StateMachine:
     terminal: frozenset[str]
     set_on_enter: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     set_once_on_enter: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    reported_start: frozenset[str] = frozenset()
 
     def sources(self, target: str) -> frozenset[str]:
         """Return the states a row may leave to enter `target`.
@@ -160,6 +172,67 @@ class StateMachine:
         return updates
 
 
+# The column a reported start sets (`StateMachine.reported_start`).
+START_COLUMN = "started_at"
+# Rows per `CASE WHEN pk = ...` of reported starts: a statement's parameters stay few.
+START_CASE_ROWS = 200
+
+
+def start_update(starts: Mapping[Any, datetime]) -> Any:
+    """Return the `START_COLUMN` value of an UPDATE of the rows `starts` names.
+
+    Args:
+        starts: `{pk: start}` of every row the UPDATE writes, each already clamped.
+
+    Returns:
+        An expression keeping a recorded start (the first start wins), else the row's own
+        reported start (one `CASE WHEN pk = ...` when they differ).
+    """
+    values = set(starts.values())
+    if len(values) == 1:
+        return Coalesce(models.F(START_COLUMN), models.Value(values.pop()))
+    return Coalesce(models.F(START_COLUMN), models.Case(
+        *[models.When(pk=pk, then=models.Value(value)) for pk, value in starts.items()],
+        output_field=models.DateTimeField()))
+
+
+def clamp_start(reported: datetime, *, created: datetime, now: datetime,
+                what: str = "") -> datetime:
+    """Return a reported start no later than `now` and no earlier than `created`.
+
+    A cluster's clock may run ahead of the API server's (a start "in the future" is recorded as
+    now, and logged) or its start may be cut to the second (Kubernetes `startTime`), before the
+    row was created within that second: a start before the row existed is recorded as its
+    creation. So a duration is never negative and `started_at <= finished_at` holds.
+
+    Args:
+        reported: the start the cluster reported (aware).
+        created: the row's `created_at`.
+        now: the time of the transition (a terminal state's `finished_at`).
+        what: the row, for the log line (`Job 12`).
+    """
+    if reported > now:
+        log.warning("%s: the cluster reported a start %s after the API server's now %s (a "
+                    "clock ahead?); recorded as now", what, reported.isoformat(),
+                    now.isoformat())
+        return now
+    return max(reported, created)
+
+
+def check_reported_start(machine: StateMachine, target: str, started_at: datetime | None,
+                         *, key: str = "started_at") -> None:
+    """Refuse a reported start with a transition that does not take one.
+
+    Raises:
+        ValidationFailed: `started_at` is given with a target outside
+            `machine.reported_start`, keyed `key`.
+    """
+    if started_at is not None and target not in machine.reported_start:
+        allowed = ", ".join(sorted(machine.reported_start)) or "no status"
+        raise ValidationFailed({key: [
+            f"a start is recorded only with {allowed}; leave it unset with {target}"]})
+
+
 def apply_transition(
     machine: StateMachine,
     queryset: models.QuerySet,
@@ -170,6 +243,7 @@ def apply_transition(
     message: str | None = None,
     expected: str | None = None,
     extra: Mapping[str, Any] | None = None,
+    started_at: datetime | None = None,
 ) -> tuple[models.Model, bool]:
     """Move row `pk` of `queryset` to `target`: lock it by pk, check its state, UPDATE by pk.
 
@@ -186,6 +260,9 @@ def apply_transition(
             state raises `TransitionRace` instead of `InvalidTransition`.
         extra: further columns to set in the same UPDATE (for example `cluster_job_name`);
             text is cut to its column with a marker.
+        started_at: when the run started as its cluster reported it (aware), for a target in
+            `machine.reported_start`: recorded if the row has no start yet, clamped
+            (`clamp_start`).
 
     Returns:
         `(row, changed)`: the fresh row and whether this call changed its status. Repeating a
@@ -196,8 +273,10 @@ def apply_transition(
         NotFound: no row has this pk.
         InvalidTransition: the table does not allow the row's state to move to `target`.
         TransitionRace: `expected` was given and the row had already left it.
+        ValidationFailed: `started_at` with a target that takes none.
     """
     sources = machine.sources(target)
+    check_reported_start(machine, target, started_at)
     now = timezone.now()
     updates = machine.updates_for(target, now)
     model = queryset.model
@@ -220,6 +299,9 @@ def apply_transition(
         if row is None:
             raise NotFound(f"{machine.name} {pk} does not exist.")
         if row.status in guard:
+            if started_at is not None:
+                updates[START_COLUMN] = start_update({pk: clamp_start(
+                    started_at, created=row.created_at, now=now, what=f"{machine.name} {pk}")})
             queryset.filter(pk=pk).update(**updates)
             fresh = queryset.get(pk=pk)
             exp_id = fresh.pk if experiment_column(model) == "pk" else fresh.experiment_id
@@ -294,7 +376,8 @@ def check_batch_size(count: int) -> None:
 
 
 def validate_status_batch(statuses: type[StrEnum], changes: list[StatusChange], *,
-                          extra_columns: frozenset[str] = frozenset()) -> None:
+                          extra_columns: frozenset[str] = frozenset(),
+                          machine: StateMachine | None = None) -> None:
     """Check a batch status call's items before any is applied.
 
     Args:
@@ -302,11 +385,14 @@ def validate_status_batch(statuses: type[StrEnum], changes: list[StatusChange], 
         changes: the items.
         extra_columns: the columns an item's `extra` may set (`{"cluster_job_name"}` for a
             job); none by default.
+        machine: the entity's table, whose `reported_start` says which statuses take a
+            `started_at` (None: none do).
 
     Raises:
         ValidationFailed: more than `MAX_STATUS_BATCH` items (keyed `items`), a status or
             expected status that is not one of `statuses` (keyed `items.status`,
-            `items.expected`), or an `extra` column not allowed (keyed `items.extra`).
+            `items.expected`), an `extra` column not allowed (keyed `items.extra`), or a
+            `started_at` with a status that takes none (keyed `items.started_at`).
     """
     check_batch_size(len(changes))
     known = set(statuses)
@@ -319,6 +405,9 @@ def validate_status_batch(statuses: type[StrEnum], changes: list[StatusChange], 
             raise ValidationFailed({"items.extra": [
                 f"cannot set {', '.join(sorted(bad))} with a status; allowed: "
                 f"{', '.join(sorted(extra_columns)) or 'none'}"]})
+        if change.started_at is not None:
+            check_reported_start(machine or StateMachine("", {}, frozenset()), change.status,
+                                 change.started_at, key="items.started_at")
 
 
 @dataclass(frozen=True)
@@ -333,6 +422,7 @@ class StatusChange:
             `TransitionRace`.
         extra: further columns set with the transition, as `((column, value), ...)`
             (`cluster_job_name`); text is cut to its column.
+        started_at: the run's start as its cluster reported it (see `apply_transition`).
     """
 
     pk: int
@@ -341,6 +431,7 @@ class StatusChange:
     message: str | None = None
     expected: str | None = None
     extra: tuple[tuple[str, Any], ...] = ()
+    started_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -398,12 +489,15 @@ def apply_transitions(machine: StateMachine, model: type[models.Model],
     # statements.
     moves: dict[tuple, list[int]] = {}
     refreshes: dict[tuple, list[int]] = {}
+    # The reported starts of the moved rows, clamped (`clamp_start`); set in the moves' UPDATEs.
+    starts: dict[int, datetime] = {}
     with transaction.atomic(using=manager.db):
         locked = (manager.select_for_update().filter(pk__in=sorted(counts)).order_by("pk")
-                  .values_list("pk", exp_column, "status", "reason", "message"))
-        status_of = {pk: status for pk, _exp, status, _reason, _message in locked}
-        exp_of = {pk: exp for pk, exp, _status, _reason, _message in locked}
-        detail_of = {pk: (reason, message) for pk, _exp, _status, reason, message in locked}
+                  .values_list("pk", exp_column, "status", "reason", "message", "created_at"))
+        status_of = {pk: status for pk, _exp, status, _reason, _message, _c in locked}
+        exp_of = {pk: exp for pk, exp, _status, _reason, _message, _c in locked}
+        detail_of = {pk: (reason, message) for pk, _exp, _status, reason, message, _c in locked}
+        created_of = {pk: created for pk, _exp, _status, _reason, _message, created in locked}
         # The transition history of the applied items, by the state entered (one INSERT each).
         events: dict[str, list[tuple]] = {}
         for change in changes:
@@ -427,11 +521,19 @@ def apply_transitions(machine: StateMachine, model: type[models.Model],
             # (Coalesce for started_at), whose hash is costly.
             key = tuple(sorted(detail.items()))
             if current in guard:
+                start = None
+                if change.started_at is not None and change.status in machine.reported_start:
+                    start = clamp_start(change.started_at, created=created_of[change.pk],
+                                        now=now, what=f"{machine.name} {change.pk}")
                 if repeated:
-                    manager.filter(pk=change.pk).update(**machine.updates_for(change.status, now),
-                                                        **detail)
+                    updates = machine.updates_for(change.status, now)
+                    if start is not None:
+                        updates[START_COLUMN] = start_update({change.pk: start})
+                    manager.filter(pk=change.pk).update(**updates, **detail)
                 else:
                     moves.setdefault((change.status, key), []).append(change.pk)
+                    if start is not None:
+                        starts[change.pk] = start
                 reason, message = detail_of[change.pk]
                 reason, message = detail.get("reason", reason), detail.get("message", message)
                 detail_of[change.pk] = (reason, message)
@@ -454,8 +556,21 @@ def apply_transitions(machine: StateMachine, model: type[models.Model],
                 outcomes.append(StatusOutcome(change.pk, False, refusal(
                     machine, change, current, sources), status=current))
         for (target, detail_items), pks in moves.items():
-            manager.filter(pk__in=pks).update(**machine.updates_for(target, now),
-                                              **dict(detail_items))
+            reported = [pk for pk in pks if pk in starts]
+            if not reported:
+                manager.filter(pk__in=pks).update(**machine.updates_for(target, now),
+                                                  **dict(detail_items))
+                continue
+            # Each row's own start: the rows with one in CASE-by-pk UPDATEs of
+            # `START_CASE_ROWS`, the others together, as without starts.
+            if others := [pk for pk in pks if pk not in starts]:
+                manager.filter(pk__in=others).update(**machine.updates_for(target, now),
+                                                     **dict(detail_items))
+            for first in range(0, len(reported), START_CASE_ROWS):
+                chunk = reported[first:first + START_CASE_ROWS]
+                manager.filter(pk__in=chunk).update(**{
+                    **machine.updates_for(target, now), **dict(detail_items),
+                    START_COLUMN: start_update({pk: starts[pk] for pk in chunk})})
         for values, pks in refreshes.items():
             manager.filter(pk__in=pks).update(updated_at=now, **dict(values))
         for target, changed in events.items():
@@ -509,7 +624,10 @@ def run_lifecycle(name: str, statuses: type[StrEnum], *, terminal: frozenset[str
     `<initial> -> Running -> Succeeded | Failed`; the initial state (the enum's first member,
     Created or Pending) may go straight to Succeeded or Failed, because polling can miss
     Running; any non-terminal state -> Aborting -> Aborted. `started_at` is set the first time
-    the row runs, `finished_at` when it ends, `aborting_at` and `aborted_at` on the way out.
+    the row runs, `finished_at` when it ends, `aborting_at` and `aborted_at` on the way out. A
+    move to Running, Succeeded or Failed may carry the start the cluster reported
+    (`reported_start`), which then becomes `started_at` if none is recorded: a run that went
+    straight from its initial state to Succeeded still has a start.
 
     Args:
         name: the entity's name for messages ("Experiment").
@@ -539,5 +657,6 @@ def run_lifecycle(name: str, statuses: type[StrEnum], *, terminal: frozenset[str
         terminal=frozenset(terminal),
         set_on_enter={succeeded: ("finished_at",), failed: ("finished_at",),
                       aborting: ("aborting_at",), aborted: ("aborted_at", "finished_at")},
-        set_once_on_enter={running: ("started_at",)},
+        set_once_on_enter={running: (START_COLUMN,)},
+        reported_start=frozenset({running, succeeded, failed}),
     )

@@ -15,11 +15,14 @@ import re
 import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Min
 from django.utils import timezone
 
 from accounts.models import User
@@ -401,20 +404,50 @@ def exp_delete(*, exp_id: int, actor) -> None:
         Experiment.objects.filter(pk=exp_id, status__in=EXP_TERMINAL).delete()
 
 
+def _first_job_starts(exp_ids: list[int]) -> dict[int, datetime]:
+    """Return the earliest `started_at` of each experiment's jobs (none: not in the dict).
+
+    An experiment's start is its first job's start: the one rule of its `started_at`, so a
+    short run that went Created -> Succeeded between two ticks of the exp controller has the
+    start its job's cluster reported, and a Running one the time its first role started, not
+    the tick that saw every role running. Without any job start (jobs moved by an older
+    resource manager) entering Running records now, as before.
+    """
+    return dict(Job.objects.filter(experiment_id__in=exp_ids, started_at__isnull=False)
+                .values("experiment_id").annotate(first=Min("started_at"))
+                .values_list("experiment_id", "first"))
+
+
+def _with_first_job_starts(changes: list[StatusChange]) -> list[StatusChange]:
+    """Return `changes` with each move to Running, Succeeded or Failed carrying its
+    experiment's first job start (`_first_job_starts`) as its `started_at`."""
+    starting = [c.pk for c in changes if c.status in Experiment.machine.reported_start]
+    if not starting:
+        return changes
+    first = _first_job_starts(starting)
+    return [replace(c, started_at=first[c.pk]) if c.pk in first
+            and c.status in Experiment.machine.reported_start else c for c in changes]
+
+
 @retry_on_lock_conflict
 def exp_update_status(*, exp_id: int, status: str, reason: str | None = None,
                       message: str | None = None, expected: str | None = None
                       ) -> tuple[Experiment, bool]:
     """UpdateExpStatus: apply a guarded transition of the Experiment state machine.
 
+    A move to Running, Succeeded or Failed records the experiment's start, if none is
+    recorded yet, as its first job's start (`_first_job_starts`).
+
     Returns `(experiment, changed)`.
 
     Raises:
         NotFound, InvalidTransition, TransitionRace: see `StatefulModel.transition_pk`.
     """
+    started_at = None
+    if status in Experiment.machine.reported_start:
+        started_at = _first_job_starts([exp_id]).get(exp_id)
     return Experiment.transition_pk(exp_id, status, reason=reason, message=message,
-                                    expected=expected)
-
+                                    expected=expected, started_at=started_at)
 
 
 
@@ -426,7 +459,8 @@ def exp_update_statuses(changes: list[StatusChange]) -> list[StatusOutcome]:
     all (`core.statemachine.apply_transitions`: one locking read, rows moved with the same
     values in one UPDATE), so a tick's 10,000 changes cost a few statements per row instead of
     a call each. A refused item is reported in its result and never fails the others. Two
-    items of the same experiment apply in order.
+    items of the same experiment apply in order. Starts are recorded as `exp_update_status`
+    records them (one query for the batch's first job starts).
 
     Args:
         changes: at most `MAX_STATUS_BATCH` items (`core.statemachine.StatusChange`, `pk` the
@@ -439,7 +473,7 @@ def exp_update_statuses(changes: list[StatusChange]) -> list[StatusOutcome]:
         ValidationFailed: more than `MAX_STATUS_BATCH` items, or an unknown status.
     """
     validate_status_batch(ExpStatus, changes)
-    return apply_transitions(Experiment.machine, Experiment, changes)
+    return apply_transitions(Experiment.machine, Experiment, _with_first_job_starts(changes))
 
 
 def _validate_new_job(*, exp_id: int, role: Any, task_spec: Any) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 row to an experiment, so it lives with the experiment: `experiments.services.job_create`)."""
 from __future__ import annotations
 
+from datetime import datetime
+
 from core.db import retry_on_lock_conflict
 from core.statemachine import (
     StatusChange,
@@ -17,7 +19,8 @@ from .models import Job
 @retry_on_lock_conflict
 def job_update_status(*, job_id: int, status: str, reason: str | None = None,
                       message: str | None = None, expected: str | None = None,
-                      cluster_job_name: str | None = None) -> tuple[Job, bool]:
+                      cluster_job_name: str | None = None,
+                      started_at: datetime | None = None) -> tuple[Job, bool]:
     """UpdateJobStatus: apply a guarded transition of the Job state machine.
 
     Args:
@@ -26,16 +29,21 @@ def job_update_status(*, job_id: int, status: str, reason: str | None = None,
         reason, message: cause and detail, kept unchanged when None.
         expected: the status the caller read; a row found elsewhere raises `TransitionRace`.
         cluster_job_name: the cluster object's name, recorded with the transition.
+        started_at: when the cluster started the job (Kubernetes Job `status.startTime`, the
+            local backend's first replica start), with Running, Succeeded or Failed: the
+            job's `started_at` if it has none yet, clamped to [its creation, now]
+            (`core.statemachine.clamp_start`).
 
     Returns:
         `(job, changed)`.
 
     Raises:
         NotFound, InvalidTransition, TransitionRace: see `StatefulModel.transition_pk`.
+        ValidationFailed: `started_at` with another status (keyed `started_at`).
     """
     extra = {"cluster_job_name": cluster_job_name} if cluster_job_name is not None else None
     return Job.transition_pk(job_id, status, reason=reason, message=message, expected=expected,
-                             extra=extra)
+                             extra=extra, started_at=started_at)
 
 
 @retry_on_lock_conflict
@@ -52,15 +60,18 @@ def job_update_statuses(changes: list[StatusChange]) -> list[StatusOutcome]:
 
     Args:
         changes: at most `MAX_STATUS_BATCH` items (`core.statemachine.StatusChange`, `pk` the
-            job id; `extra` may set `cluster_job_name`).
+            job id; `extra` may set `cluster_job_name`; `started_at` as `job_update_status`
+            takes it).
 
     Returns:
         One `core.statemachine.StatusOutcome` per item, in order (`pk` is the job id).
 
     Raises:
-        ValidationFailed: more than `MAX_STATUS_BATCH` items, or an unknown status.
+        ValidationFailed: more than `MAX_STATUS_BATCH` items, an unknown status, or a
+            `started_at` with a status that takes none.
     """
-    validate_status_batch(JobStatus, changes, extra_columns=frozenset({"cluster_job_name"}))
+    validate_status_batch(JobStatus, changes, extra_columns=frozenset({"cluster_job_name"}),
+                          machine=Job.machine)
     return apply_transitions(Job.machine, Job, changes)
 
 

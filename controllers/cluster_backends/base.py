@@ -19,6 +19,7 @@ import hashlib
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -75,6 +76,10 @@ class ClusterJobState:
             its node lost) or is being deleted before it finished: the job cannot run as it
             is, whether it ran before or not, so the resource manager's progress deadline
             (CB-21) runs for it, not only the optional pending timeout.
+        started_at: when the cluster started the job (aware UTC), None before it did or when
+            unknown: Kubernetes Job `status.startTime`, the local backend's first replica
+            start. The resource manager sends it with the job's move to Running, Succeeded or
+            Failed, so a run that ended between two ticks still has its real start (CB-25).
     """
 
     name: str
@@ -84,6 +89,7 @@ class ClusterJobState:
     exit_code: int | None = None
     suspended: bool = False
     replica_lost: bool = False
+    started_at: datetime | None = None
 
     @property
     def terminal(self) -> bool:

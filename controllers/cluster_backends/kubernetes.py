@@ -44,7 +44,7 @@ import weakref
 from datetime import datetime, timezone
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import urllib3
@@ -499,6 +499,24 @@ def all_ready(job: client.V1Job, pods_total: int,
     return bool(ready) and ready + succeeded >= pods_total
 
 
+def start_time(job: client.V1Job) -> datetime | None:
+    """Return the Job's `status.startTime` (aware UTC), None when unset or unreadable.
+
+    batch/v1 JobStatus `startTime`: when the Job controller started processing the Job (unset
+    while it is suspended). A client model holds a datetime, a decoded LIST item (`Raw`) the
+    RFC 3339 text; a value that is neither is no start, never an error (CB-25).
+    """
+    value = job.status.start_time if job.status is not None else None
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    if not isinstance(value, datetime):
+        return None
+    return value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
 def _missing_state(name: str) -> ClusterJobState:
     """Return the state of a Job that does not exist: Missing.
 
@@ -665,6 +683,7 @@ def job_state(name: str, job: client.V1Job | None, pods: list[client.V1Pod], *,
       reason `ReplicaLost` naming the Pod and the cause;
     - otherwise Pending, with the Pods' reasons (`Unschedulable`, `ImagePullBackOff` and the
       image, ...) in the message.
+    Every state of an existing Job carries its `status.startTime` as `started_at` (CB-25).
 
     Args:
         name: the Job's name, for messages.
@@ -675,12 +694,14 @@ def job_state(name: str, job: client.V1Job | None, pods: list[client.V1Pod], *,
     """
     if job is None:
         return _missing_state(name)
-    return (_succeeded_state(name, job, pods_total)
-            or _failed_state(name, job, pods)
-            or _deleted_state(name, job)
-            or _suspended_state(name, job)
-            or _running_state(name, job, pods_total, pods)
-            or _pending_state(name, job, pods, pods_total, image))
+    state = (_succeeded_state(name, job, pods_total)
+             or _failed_state(name, job, pods)
+             or _deleted_state(name, job)
+             or _suspended_state(name, job)
+             or _running_state(name, job, pods_total, pods)
+             or _pending_state(name, job, pods, pods_total, image))
+    started = start_time(job)
+    return state if started is None else replace(state, started_at=started)
 
 
 def _deleted_state(name: str, job: client.V1Job) -> ClusterJobState | None:

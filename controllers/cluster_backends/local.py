@@ -9,7 +9,8 @@ Layout of `state_dir` (one folder per cluster job, named by `cluster_job_name`):
                                     time per replica
         replica-0.log               the replica's stdout and stderr, interleaved as written
         replica-0.copied            written once the log was copied to the artifact store
-        replica-0.started           written by the runner once the command runs (its pid)
+        replica-0.started           written by the runner once the command runs (its pid); its
+                                    mtime is the replica's start (CB-25)
         replica-0.exit              written by the runner when the command ended (exit code)
 
 Every file is written atomically, so a resource manager that restarts (a new `LocalBackend` on
@@ -47,7 +48,8 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +174,14 @@ def _stderr_tail(path: Path) -> str:
     return "\n".join(text.rstrip("\n").splitlines()[-STDERR_TAIL_LINES:])
 
 
+def _mtime(path: Path) -> float | None:
+    """Return the mtime of `path` in seconds since the epoch, None when it does not exist."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
+
+
 def _read_int(path: Path) -> int | None:
     try:
         return int(path.read_text().strip())
@@ -189,12 +199,25 @@ class _ReplicaScan:
         running: replicas whose runner is alive and whose command has started.
         waiting: replicas not spawned yet, or whose runner has not started the command.
         lost: replicas whose runner is gone without an exit file.
+        started: index -> when its command started (the mtime of `replica-<i>.started`, in
+            seconds since the epoch), for every replica whose runner wrote it.
     """
 
     exited: dict[int, tuple[int, float]] = field(default_factory=dict)
     running: list[int] = field(default_factory=list)
     waiting: list[int] = field(default_factory=list)
     lost: list[int] = field(default_factory=list)
+    started: dict[int, float] = field(default_factory=dict)
+
+    def first_start(self) -> datetime | None:
+        """Return when the first replica's command started (aware UTC), None before any did.
+
+        The job's start as Kubernetes' `status.startTime` is a Job's: the first replica's, not
+        the last one's (CB-25).
+        """
+        if not self.started:
+            return None
+        return datetime.fromtimestamp(min(self.started.values()), tz=timezone.utc)
 
     def first_failure(self) -> tuple[int, int] | None:
         """Return `(index, exit code)` of the replica that exited non-zero first, or None."""
@@ -217,6 +240,9 @@ def _scan_replicas(folder: Path, manifest: dict[str, Any],
         exit_file = folder / f"replica-{index}.exit"
         code = _read_int(exit_file)
         rec = manifest["replicas"].get(str(index))
+        started = _mtime(folder / f"replica-{index}.started") if rec is not None else None
+        if started is not None:
+            scan.started[index] = started
         if code is not None:
             try:
                 scan.exited[index] = (code, exit_file.stat().st_mtime)
@@ -225,8 +251,7 @@ def _scan_replicas(folder: Path, manifest: dict[str, Any],
         elif rec is None:
             scan.waiting.append(index)
         elif _runner_alive(table, rec):
-            started = (folder / f"replica-{index}.started").exists()
-            (scan.running if started else scan.waiting).append(index)
+            (scan.running if started is not None else scan.waiting).append(index)
         else:
             # The process table was read before the exit file: a runner already gone then
             # had written its exit file (if it ever would) before we looked for it.
@@ -635,7 +660,8 @@ class LocalBackend(ClusterBackend):
             # folder and logs stay for the user (only delete() removes them).
             self._signal_groups((manifest["replicas"][str(i)] for i in scan.running + scan.waiting
                                  if str(i) in manifest["replicas"]), signal.SIGKILL)
-        return failed or _progress_state(name, count, scan, manifest.get("note") or "")
+        return replace(failed or _progress_state(name, count, scan, manifest.get("note") or ""),
+                       started_at=scan.first_start())
 
     # -- delete -----------------------------------------------------------------------------
 

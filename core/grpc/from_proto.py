@@ -139,7 +139,8 @@ def parse_items(items: Iterable[Any], parse: Callable[[Any], Any]) -> list[Any]:
 
 
 def status_changes(items: Sequence[Any], statuses: Iterable[str], *,
-                   extra_fields: tuple[str, ...] = ()) -> list[StatusChange]:
+                   extra_fields: tuple[str, ...] = (),
+                   with_start: bool = False) -> list[StatusChange]:
     """The `core.statemachine.StatusChange`s of a batch status call's items
     (UpdateExpStatuses, UpdateJobStatuses: repeated `Update<X>StatusReq`).
 
@@ -148,10 +149,12 @@ def status_changes(items: Sequence[Any], statuses: Iterable[str], *,
         statuses: the entity's status names (`JobStatus`).
         extra_fields: optional text fields of an item set with the transition
             (`("cluster_job_name",)`).
+        with_start: items have a Timestamp `started_at` (UpdateJobStatusReq).
 
     Raises:
         ValidationFailed: more than `MAX_STATUS_BATCH` items (keyed `items`), or a malformed
-            item (keyed `items[<index>].<field>`: a bad id, status or expected).
+            item (keyed `items[<index>].<field>`: a bad id, status, expected or
+            started_at).
     """
     from core.statemachine import StatusChange, check_batch_size
 
@@ -165,7 +168,8 @@ def status_changes(items: Sequence[Any], statuses: Iterable[str], *,
             reason=optional(item, "reason"), message=optional(item, "message"),
             expected=None if expected is None else require_choice(expected, "expected", known),
             extra=tuple((name, value) for name in extra_fields
-                        if (value := optional(item, name)) is not None))
+                        if (value := optional(item, name)) is not None),
+            started_at=datetime_of(item, "started_at") if with_start else None)
 
     return parse_items(items, parse)
 

@@ -12,6 +12,7 @@ from jobs import selectors, services
 from jobs.filters import JobFilter
 from jobs.grpc.to_proto import job_state_to_item, job_to_item
 from core.grpc.from_proto import (
+    datetime_of,
     json_value,
     list_filters,
     optional,
@@ -65,14 +66,15 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
             reason=optional(request, "reason"), message=optional(request, "message"),
             expected=None if expected is None else require_choice(expected, "expected",
                                                                   list(JobStatus)),
-            cluster_job_name=optional(request, "cluster_job_name"))
+            cluster_job_name=optional(request, "cluster_job_name"),
+            started_at=datetime_of(request, "started_at"))
         return job_pb2.JobCommonResp(job=_summary(job.pk), changed=changed, id=job.pk)
 
     def UpdateJobStatuses(self, request, context):
         """UpdateJobStatuses -> `services.job_update_statuses`: one guarded transition per item,
         one result per item (a refused item never fails the call)."""
         outcomes = services.job_update_statuses(status_changes(
-            request.items, JobStatus, extra_fields=("cluster_job_name",)))
+            request.items, JobStatus, extra_fields=("cluster_job_name",), with_start=True))
         return job_pb2.UpdateJobStatusesResp(results=[
             job_pb2.UpdateJobStatusResult(
                 id=o.pk, changed=o.changed, status=o.status,

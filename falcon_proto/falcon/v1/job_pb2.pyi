@@ -77,20 +77,22 @@ class CreateJobReq(_message.Message):
     def __init__(self, exp_id: _Optional[int] = ..., role: _Optional[str] = ..., task_spec_json: _Optional[str] = ...) -> None: ...
 
 class UpdateJobStatusReq(_message.Message):
-    __slots__ = ("id", "status", "reason", "message", "expected", "cluster_job_name")
+    __slots__ = ("id", "status", "reason", "message", "expected", "cluster_job_name", "started_at")
     ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_JOB_NAME_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     id: int
     status: str
     reason: str
     message: str
     expected: str
     cluster_job_name: str
-    def __init__(self, id: _Optional[int] = ..., status: _Optional[str] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., expected: _Optional[str] = ..., cluster_job_name: _Optional[str] = ...) -> None: ...
+    started_at: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[int] = ..., status: _Optional[str] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., expected: _Optional[str] = ..., cluster_job_name: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class UpdateJobStatusesReq(_message.Message):
     __slots__ = ("items",)
