@@ -274,11 +274,17 @@ class SearchFilter(django_filters.CharFilter):
 
     Args:
         fields: the model paths searched (`("name",)`, `("experiment__name", "role")`).
+        max_length: the longest text accepted (the longest column searched); a longer one is
+            a 400 naming the limit.
     """
 
-    def __init__(self, *, fields: Sequence[str], **kwargs: Any):
+    def __init__(self, *, fields: Sequence[str], max_length: int = MAX_NAME_CHARS,
+                 **kwargs: Any):
+        # A text longer than every field searched matches nothing, and on SQLite a LIKE
+        # pattern over 50,000 bytes is an error ("LIKE or GLOB pattern too complex") that was
+        # answered as a database outage: the form field refuses it first, naming the limit.
         self.search_fields = tuple(fields)
-        super().__init__(**kwargs)
+        super().__init__(max_length=max_length, **kwargs)
 
     def filter(self, qs: QuerySet, value: str) -> QuerySet:
         """Return the rows of `qs` matching every term of `value`; `qs` when it has none."""

@@ -10,6 +10,23 @@ from django.http import HttpResponse, JsonResponse
 from .parsers import too_large_message
 
 
+class EmptyQueryValueMiddleware:
+    """Answer 400 `invalid` naming each query parameter given with an empty value (/api/ only).
+
+    See `empty_query_values`; the body is the one every field error has
+    (`{"status": ["is empty; ..."], "code": "invalid"}`).
+    """
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if request.path.startswith("/api/") and request.GET:
+            if errors := empty_query_values(request.GET):
+                return JsonResponse({**errors, "code": "invalid"}, status=400)
+        return self.get_response(request)
+
+
 class BodySizeLimitMiddleware:
     """Answer 413 when `Content-Length` is over `DATA_UPLOAD_MAX_MEMORY_SIZE`.
 
@@ -33,6 +50,21 @@ class BodySizeLimitMiddleware:
                 return JsonResponse({"detail": message, "code": "too_large"}, status=413)
             return HttpResponse(message, status=413, content_type="text/plain; charset=utf-8")
         return self.get_response(request)
+
+
+def empty_query_values(query) -> dict[str, list[str]]:
+    """Return the refusal of every query parameter given with an empty value, by name.
+
+    `?status=`, `?page_size=`, `?search=%20`: a parameter with nothing (or only spaces) after
+    its `=` (or no `=` at all) was read as "not given", so `?status=` listed everything and
+    `?page_size=` gave the default page while the client meant something. One rule for every
+    parameter of every API endpoint, so no view can read it its own way. A blank item inside a
+    comma list (`?status=Running,`) is not an empty value: list filters drop it
+    (`core.filters.MultiValueField`).
+    """
+    return {name: ["is empty; give it a value, or leave the parameter out to get its "
+                   "default."]
+            for name, values in query.lists() if any(not value.strip() for value in values)}
 
 
 def _actor_of(request) -> str | None:
