@@ -128,7 +128,8 @@ def exp_log_chunk(*, exp: Experiment, role: str | None = None, replica: int = 0,
     exp_path = job_path[:-len(job.role) - 1] if job_path.endswith(f"/{job.role}") else job_path
     logs_root, log_name = artifact_logs_url(exp_path), f"{job.role}/replica-{replica}.log"
     store = store_for(logs_root)
-    size = store.size_in(logs_root, log_name)
+    with safefs.request_errors(field="role", what=f"{log_name!r} of experiment {exp.pk}"):
+        size = store.size_in(logs_root, log_name)
     if size is None and replica >= count:
         # (A multi-host slice keeps one log per Pod, `replica * hosts + host`: those indexes
         # are served when stored, beyond the TaskSpec's replica count.)
@@ -144,8 +145,10 @@ def exp_log_chunk(*, exp: Experiment, role: str | None = None, replica: int = 0,
         try:
             # The run folder's log, opened without following a link (a task may replace its
             # log by one) and read from that descriptor.
-            log_fd = safefs.open_in(path.parent, path.name) if path is not None else None
-        except (FileNotFoundError, safefs.UnsafeName):
+            with safefs.request_errors(field="role", what=f"{log_name!r} of experiment "
+                                                          f"{exp.pk}"):
+                log_fd = safefs.open_in(path.parent, path.name) if path is not None else None
+        except NotFound:
             log_fd = None
         if log_fd is None:
             where = ("it has not started yet" if job.status not in JOB_TERMINAL else
@@ -161,7 +164,8 @@ def exp_log_chunk(*, exp: Experiment, role: str | None = None, replica: int = 0,
         source, complete = "run", job.status in JOB_TERMINAL
 
     try:
-        return _chunk(job, replica, offset, limit, tail, size, read, source, complete)
+        with safefs.request_errors(field="role", what=f"{log_name!r} of experiment {exp.pk}"):
+            return _chunk(job, replica, offset, limit, tail, size, read, source, complete)
     finally:
         if source == "run":
             os.close(log_fd)
@@ -202,8 +206,10 @@ def exp_artifact_page(*, exp: Experiment, after: str | None, limit: int) -> tupl
     if not 1 <= limit <= 1000:
         raise ValidationFailed({"page_size": [f"must be 1 to 1000; got {limit}."]})
     artifact = _artifact_of(exp)
-    return artifact, store_for(artifact.path).list_page(artifact.path, after=after or None,
-                                                         limit=limit)
+    with safefs.request_errors(field="after", what=f"under the artifact path of experiment "
+                                                   f"{exp.pk}"):
+        return artifact, store_for(artifact.path).list_page(artifact.path, after=after or None,
+                                                             limit=limit)
 
 
 def exp_artifact_file(*, exp: Experiment, name: str) -> OpenFile:
@@ -215,8 +221,9 @@ def exp_artifact_file(*, exp: Experiment, name: str) -> OpenFile:
     swapped for a link after it was listed.
 
     Raises:
-        ValidationFailed: `name` is empty, absolute or leaves the artifact path ('..').
-        NotFound: no artifact, or no such regular file.
+        ValidationFailed: `name` is empty, absolute, leaves the artifact path ('..') or is
+            longer than any file's (255 bytes a component: `core.safefs.request_errors`).
+        NotFound: no artifact, no such regular file, or one the server may not read.
     """
     norm = posixpath.normpath(name) if name else ""
     if not name or name.startswith("/") or norm.startswith("..") or norm in (".", "") \
@@ -225,10 +232,9 @@ def exp_artifact_file(*, exp: Experiment, name: str) -> OpenFile:
                                          f"artifacts` lists it, e.g. main/trace.json; got "
                                          f"{name[:200]!r}."]})
     artifact = _artifact_of(exp)
-    try:
+    with safefs.request_errors(field="name", what=f"{name[:200]!r} under the artifact path of "
+                                                  f"experiment {exp.pk}"):
         opened = store_for(artifact.path).open_in(artifact.path, name)
-    except safefs.UnsafeName as exc:
-        raise ValidationFailed({"name": [str(exc)]}) from None
     if opened is None:
         raise NotFound(f"No file {name!r} under the artifact path of experiment {exp.pk}.")
     return opened

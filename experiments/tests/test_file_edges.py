@@ -1,0 +1,46 @@
+"""Artifact files at their edges, over HTTP and the CLI: names no file system can hold, and
+downloads of two experiments' files of the same name into one folder."""
+from __future__ import annotations
+
+import pytest
+
+from core.safefs import NAME_MAX_BYTES, PATH_MAX_BYTES
+from experiments.tests.factories import make_exp
+from experiments.tests.test_exp_files import EXPS, alice, gcs_server, put, store_root  # noqa: F401
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize("name,limit", [
+    ("a" * (NAME_MAX_BYTES + 1), NAME_MAX_BYTES),
+    ("main/" + "\u00e9" * 128, NAME_MAX_BYTES),  # 128 characters, 256 bytes
+    ("/".join(["d" * 200] * 5) + "/x", None),     # each part fits, 1,006 bytes in all
+])
+def test_a_file_name_over_the_file_systems_limits_is_a_400_naming_the_limit(
+        auth_api, alice, store_root, tmp_path, name, limit):
+    """An artifact file name over 255 bytes answered 500 ("File name too long")."""
+    exp = make_exp(creator=alice, name="long-names")
+    put(f"{exp.artifact_path}/main/f.txt", b"data", tmp_path)
+    res = auth_api.get(f"{EXPS}/{exp.pk}/artifacts/file", {"name": name})
+    if limit is None:  # within every limit: simply no such file
+        assert res.status_code == 404, res.content
+        return
+    assert res.status_code == 400, res.content
+    assert f"at most {limit} bytes" in res.json()["name"][0]
+
+
+def test_a_path_over_4096_bytes_is_refused_by_the_name_check():
+    from core.safefs import UnsafeName, name_parts
+
+    with pytest.raises(UnsafeName, match=f"at most {PATH_MAX_BYTES} bytes"):
+        name_parts("/".join(["d" * 250] * 17))
+
+
+@pytest.mark.parametrize("name", ["main", "main/f.txt/x", "main/f.txt/"])
+def test_a_folder_or_a_file_used_as_a_folder_is_no_file(auth_api, alice, tmp_path, name):
+    """EISDIR and ENOTDIR from the file system are a 404 (or a 400 for an empty component),
+    never a 500."""
+    exp = make_exp(creator=alice, name="odd-names")
+    put(f"{exp.artifact_path}/main/f.txt", b"data", tmp_path)
+    res = auth_api.get(f"{EXPS}/{exp.pk}/artifacts/file", {"name": name})
+    assert res.status_code in (400, 404), res.content
