@@ -140,8 +140,8 @@ class AnalysisListCreateView(generics.ListAPIView):
         body = data.validated_data
         # The experiment's existence and state are the API server's data: answered here, also
         # while the controller is down (the record's creation checks them again).
-        exp = services.analysable_experiment(exp_id=body["exp_id"],
-                                             analysis_type=AnalysisType.ONLINE)
+        exp, _artifact = services.analysable_artifact(exp_id=body["exp_id"],
+                                                      analysis_type=AnalysisType.ONLINE)
         try:
             created = analyzer_client.create_analysis(
                 exp_id=exp.pk, creator_email=request.user.email, analysis_type="online",
