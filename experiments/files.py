@@ -8,7 +8,7 @@
 - Artifact files (`exp_artifact_page`, `exp_artifact_file`): listed from and read from the
   store under the artifact path, a page at a time.
 - Cleanup on DeleteExp (`exp_cleanup_files`): run folders of the local backend always go; with
-  `purge`, the stored files and logs too.
+  `purge`, the stored files, logs and analysis outputs too.
 """
 from __future__ import annotations
 
@@ -244,7 +244,9 @@ def exp_cleanup_files(*, exp: Experiment, purge: bool) -> list[str]:
     """Remove what a deleted experiment leaves outside the database, before its rows go.
 
     Always: the run folders of its jobs on local clusters (their logs are copied to the store
-    first). With `purge`: also the stored artifact files and every replica log.
+    first). With `purge`: also the stored artifact files, every replica log and every
+    analysis output (results and `output.log`: `exp_analysis_output_urls`), so nothing stored
+    for the experiment is left.
 
     Returns what could not be removed yet (a sentence each; a run folder whose replica is still
     being stopped), which the caller reports; store errors propagate so that a purge that failed
@@ -258,7 +260,33 @@ def exp_cleanup_files(*, exp: Experiment, purge: bool) -> list[str]:
         artifact = Artifact.objects.filter(experiment_id=exp.pk).first()
         if artifact is not None:
             artifact_purge_files(artifact=artifact)
+        for url in exp_analysis_output_urls(exp=exp):
+            store_for(url).delete_tree(url)
     return left
+
+
+def exp_analysis_output_urls(*, exp: Experiment) -> list[str]:
+    """The folders holding an experiment's analysis outputs: `{root}/analysis/{exp_id}/`.
+
+    The analyzer writes each analysis' results and `output.log` under
+    `{root}/analysis/{exp_id}/{analysis_id}/` (docs/analyzer.md, "Storage layout"). The
+    folder is taken under `FALCON_ANALYSIS_ROOT` and under the root of every analysis record
+    of the experiment (a controller configured with another root wrote there), so a purge
+    removes the outputs of analyses deleted earlier without purge too: their records are
+    gone, their files are still in the experiment's folder.
+
+    The records are read through the experiment's reverse relation (`exp.analyses`):
+    experiments sit below analysis in the layers and do not import it.
+    """
+    from django.conf import settings
+
+    tail = f"/analysis/{exp.pk}/"
+    urls = {settings.FALCON_ANALYSIS_ROOT.rstrip("/") + tail}
+    for result_path in exp.analyses.values_list("result_path", flat=True):
+        folder = result_path.rstrip("/").rsplit("/", 1)[0] + "/"
+        if folder.endswith(tail):  # anything else is not this layout: never deleted
+            urls.add(folder)
+    return sorted(urls)
 
 
 def exp_delete_with_files(*, exp_id: int, actor, purge: bool = False) -> list[str]:
