@@ -44,3 +44,37 @@ def test_a_folder_or_a_file_used_as_a_folder_is_no_file(auth_api, alice, tmp_pat
     put(f"{exp.artifact_path}/main/f.txt", b"data", tmp_path)
     res = auth_api.get(f"{EXPS}/{exp.pk}/artifacts/file", {"name": name})
     assert res.status_code in (400, 404), res.content
+
+
+def test_the_listing_gives_a_validator_and_if_range_honours_it(auth_api, alice, store_root,
+                                                               tmp_path):
+    """Two experiments' files of the same name and size have different ETags; a Range sent
+    with another version's ETag as If-Range gets the whole file (200), RFC 9110 13.1.5."""
+    one = make_exp(creator=alice, name="one")
+    two = make_exp(creator=alice, name="two")
+    put(f"{one.artifact_path}/main/t.bin", b"1" * 100, tmp_path)
+    put(f"{two.artifact_path}/main/t.bin", b"2" * 100, tmp_path)
+    [listed_one] = auth_api.get(f"{EXPS}/{one.pk}/artifacts").json()["results"]
+    [listed_two] = auth_api.get(f"{EXPS}/{two.pk}/artifacts").json()["results"]
+    assert listed_one["etag"].startswith('"') and listed_one["etag"] != listed_two["etag"]
+
+    url = f"{EXPS}/{two.pk}/artifacts/file"
+    whole = auth_api.get(url, {"name": "main/t.bin"})
+    assert whole["ETag"] == listed_two["etag"]
+    other = auth_api.get(url, {"name": "main/t.bin"}, HTTP_RANGE="bytes=40-",
+                         HTTP_IF_RANGE=listed_one["etag"])
+    assert other.status_code == 200 and b"".join(other.streaming_content) == b"2" * 100
+    same = auth_api.get(url, {"name": "main/t.bin"}, HTTP_RANGE="bytes=40-",
+                        HTTP_IF_RANGE=listed_two["etag"])
+    assert same.status_code == 206 and b"".join(same.streaming_content) == b"2" * 60
+    weak = auth_api.get(url, {"name": "main/t.bin"}, HTTP_RANGE="bytes=40-",
+                        HTTP_IF_RANGE="W/" + listed_two["etag"])
+    assert weak.status_code == 200
+
+    # A rewrite under the same name is another version.
+    put(f"{two.artifact_path}/main/t.bin", b"3" * 100, tmp_path)
+    [relisted] = auth_api.get(f"{EXPS}/{two.pk}/artifacts").json()["results"]
+    assert relisted["etag"] != listed_two["etag"]
+    stale = auth_api.get(url, {"name": "main/t.bin"}, HTTP_RANGE="bytes=40-",
+                         HTTP_IF_RANGE=listed_two["etag"])
+    assert stale.status_code == 200 and b"".join(stale.streaming_content) == b"3" * 100
