@@ -3,9 +3,11 @@
 - `GET /api/v1/exps/{id}/logs?role=&replica=&offset=&limit=&tail=`: a piece of one replica's
   log as JSON; follow a live log by asking again from `next_offset` until `complete`.
 - `GET /api/v1/exps/{id}/artifacts?after=&page_size=`: one page of the files under the artifact
-  path (name, size in bytes, modified time), `next` links to the following page.
-- `GET /api/v1/exps/{id}/artifacts/file?name=`: one file's bytes; a `Range: bytes=N-` request
-  (RFC 9110, section 14) answers 206 with the rest from byte N, so a download resumes.
+  path (name, size in bytes, modified time, `etag`), `next` links to the following page.
+- `GET /api/v1/exps/{id}/artifacts/file?name=`: one file's bytes and its `ETag`; a
+  `Range: bytes=N-` request (RFC 9110, section 14) answers 206 with the rest from byte N, so a
+  download resumes; with `If-Range: <etag>` only while the file is still that version, else
+  the whole file (200), so a partial file of another version is never completed.
 """
 from __future__ import annotations
 
