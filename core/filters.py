@@ -123,6 +123,11 @@ class MultiValueField(forms.Field):
                 items.extend(part.strip() for part in raw.split(","))
             else:
                 items.append(raw)
+        if raw_items and all(isinstance(item, str) and not item.strip() for item in items):
+            # `?status=,` or `?status=%20,`: nothing but blanks is an empty value, refused as
+            # `?status=` is (core.middleware.EmptyQueryValueMiddleware), never "no filter".
+            raise forms.ValidationError("has no value, only blanks; give a value, or leave the "
+                                        "parameter out.", code="invalid")
         items = [item for item in items if item not in EMPTY_VALUES]
         # Counted before any item is parsed: a refused list costs one split.
         if (problem := too_many_values(len(items))) is not None:

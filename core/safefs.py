@@ -46,6 +46,11 @@ class UnsafeName(ValueError):
     that no file can have (a component over 255 bytes, over 4096 bytes in all)."""
 
 
+class NameTooLong(UnsafeName):
+    """A name no file can have: a component over `NAME_MAX_BYTES` or over `PATH_MAX_BYTES` in
+    all. A request for it is answered as for a missing file (404), naming the limit."""
+
+
 # What a request for a stored file is told when the system refuses to open or read it. A
 # missing or odd entry is "no such file" (a link, a FIFO, a folder where a file was asked);
 # one the server may not read says so; anything else (EIO, a full descriptor table) is a
@@ -66,22 +71,24 @@ def request_errors(*, field: str, what: str) -> Iterator[None]:
         what: the file for the message, e.g. "'main/x' under the artifact path of experiment 3".
 
     Raises:
-        core.errors.ValidationFailed: an `UnsafeName`, or ENAMETOOLONG (a name no file can
-            have), under `field`, naming the limit.
-        core.errors.NotFound: no such file (ENOENT, ENOTDIR, EISDIR, ELOOP, ENXIO), or the
+        core.errors.ValidationFailed: an `UnsafeName` (`..`, absolute, ...), under `field`.
+        core.errors.NotFound: no such file (ENOENT, ENOTDIR, EISDIR, ELOOP, ENXIO), a name no
+            file can have (`NameTooLong`, ENAMETOOLONG: the message names the limit), or the
             server may not read it (EACCES, EPERM), said as such.
     """
     from core.errors import NotFound, ValidationFailed
 
     try:
         yield
+    except NameTooLong as exc:
+        raise NotFound(f"No file {what}: {exc}.") from None
     except UnsafeName as exc:
         raise ValidationFailed({field: [str(exc)]}) from None
     except OSError as exc:
         if exc.errno == errno.ENAMETOOLONG:
-            raise ValidationFailed({field: [
-                f"names a path the file system refuses as too long; a file or folder name is "
-                f"at most {NAME_MAX_BYTES} bytes and a path {PATH_MAX_BYTES} (UTF-8)."]}) from None
+            raise NotFound(f"No file {what}: the file system refuses the name as too long; a "
+                           f"file or folder name is at most {NAME_MAX_BYTES} bytes and a path "
+                           f"{PATH_MAX_BYTES} (UTF-8).") from None
         if exc.errno in _ABSENT:
             raise NotFound(f"No file {what}.") from None
         if exc.errno in _DENIED:
@@ -111,11 +118,11 @@ def name_parts(name: str) -> list[str]:
                              "relative path such as main/trace.json")
         # Checked here, before any system call: the file system's ENAMETOOLONG was a 500.
         if (size := _bytes(part)) > NAME_MAX_BYTES:
-            raise UnsafeName(f"{name[:200]!r} has a component of {size} bytes; a file or "
+            raise NameTooLong(f"{name[:200]!r} has a component of {size} bytes; a file or "
                              f"folder name is at most {NAME_MAX_BYTES} bytes (UTF-8), so no "
                              "such file can exist")
     if (size := _bytes(name)) > PATH_MAX_BYTES:
-        raise UnsafeName(f"{name[:200]!r} is {size} bytes; a path is at most {PATH_MAX_BYTES} "
+        raise NameTooLong(f"{name[:200]!r} is {size} bytes; a path is at most {PATH_MAX_BYTES} "
                          "bytes (UTF-8)")
     return parts
 

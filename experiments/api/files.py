@@ -62,7 +62,7 @@ def _validated(serializer_class, request) -> dict:
 
 
 class LogQuerySerializer(serializers.Serializer):
-    role = serializers.CharField(required=False, allow_blank=True, max_length=63,
+    role = serializers.CharField(required=False, max_length=63,
                                  help_text="The job's role; optional when there is one role.")
     replica = QueryIntegerField(required=False, default=0, min_value=0, max_value=1 << 20,
                                 help_text="Replica index (0-based).")
@@ -108,7 +108,7 @@ class ExpLogsView(APIView):
 
 
 class ArtifactQuerySerializer(serializers.Serializer):
-    after = serializers.CharField(required=False, allow_blank=True, max_length=1024,
+    after = serializers.CharField(required=False, max_length=1024,
                                   help_text="List names after this one (from `next`).")
     page_size = QueryIntegerField(required=False, default=200, min_value=1, max_value=1000,
                                   help_text="Files per page.")

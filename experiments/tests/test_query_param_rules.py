@@ -108,3 +108,10 @@ def test_a_search_longer_than_every_searched_column_is_refused_before_any_query(
     assert "at most" in caught.value.errors["search"][0]
     values = cls.validate({"search": "a"})
     list(cls.apply(cls._meta.model.objects.all(), values))
+
+
+@pytest.mark.parametrize("value", [",", " , ", ",,"])
+def test_a_list_of_only_blanks_is_empty_too(api, value):
+    response = api.get("/api/v1/exps", {"status": value})
+    assert response.status_code == 400, response.content
+    assert "only blanks" in response.json()["status"][0]
