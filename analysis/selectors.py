@@ -17,7 +17,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from accounts.models import User
 from accounts.principals import ServiceIdentity, actor_label
-from artifacts.models import Artifact
+from artifacts.models import Artifact, PruneState
 from core.errors import NotFound, PermissionDenied, ValidationFailed
 from core.statuses import AnalysisStatus, AnalysisType, ArtifactStatus, ExpStatus
 from experiments.models import Experiment
@@ -156,8 +156,8 @@ def exps_awaiting_analysis(*, limit: int,
                            plugins: Sequence[tuple[str, Iterable[str]]]) -> list[AwaitingTriple]:
     """ListExpsAwaitingAnalysis: (experiment, artifact, plugin) triples offline analysis owes.
 
-    A triple is owed when the experiment is Succeeded, its artifact is Succeeded and of one of
-    the plugin's artifact types, and no offline record of that artifact and plugin exists, in
+    A triple is owed when the experiment is Succeeded, its artifact is Succeeded, kept (not
+    pruned: its files are gone) and of one of the plugin's artifact types, and no offline record of that artifact and plugin exists, in
     any status (a cancelled or failed offline analysis is not redone by the poller). Ordered by
     the experiment's `finished_at`, then its id, then the plugins' order; at most `limit`.
 
@@ -191,7 +191,7 @@ def exps_awaiting_analysis(*, limit: int,
         artifacts = list(
             Artifact.objects.filter(status=ArtifactStatus.SUCCEEDED,
                                     experiment__status=ExpStatus.SUCCEEDED,
-                                    artifact_type__in=types)
+                                    artifact_type__in=types, prune_state=PruneState.KEPT)
             .filter(~Exists(analysed))
             .select_related("experiment", "experiment__creator")
             .order_by("experiment__finished_at", "experiment_id")[:limit])

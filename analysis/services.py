@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 from accounts.models import User
 from accounts.principals import actor_label
 from accounts.selectors import user_get_by_email
-from artifacts.models import Artifact
+from artifacts.models import Artifact, PruneState
 from core.db import retry_on_lock_conflict
 from core.errors import (
     AlreadyExists, Conflict, InvalidTransition, NotFound, TransitionRace, ValidationFailed,
@@ -133,8 +133,27 @@ def analysable_experiment(*, exp_id: int, analysis_type: str) -> Experiment:
     return exp
 
 
-def _experiment_and_artifact(*, exp_id: int, analysis_type: str,
-                             artifact_id: int) -> tuple[Experiment, Artifact]:
+def analysable_artifact(*, exp_id: int, analysis_type: str,
+                        artifact_id: int = 0) -> tuple[Experiment, Artifact]:
+    """The experiment and artifact an analysis of `analysis_type` may read.
+
+    `analysable_experiment`'s rules, and the artifact's: it belongs to the experiment, offline
+    analysis reads Succeeded artifacts only, and no analysis reads a pruned (or pruning)
+    artifact: its files are gone (`prune_artifacts`), so a run would "succeed" on no input.
+    The HTTP API asks this before it calls the analyzer controller; `analysis_record_create`
+    applies it again.
+
+    Args:
+        exp_id: the experiment.
+        analysis_type: "online" or "offline".
+        artifact_id: the experiment's artifact to read; 0 for the experiment's artifact.
+
+    Raises:
+        NotFound: no experiment `exp_id`.
+        ValidationFailed: `artifact_id` is not the experiment's.
+        Conflict: the experiment or artifact is not in a state this analysis runs on, the
+            experiment has no artifact, or the artifact was pruned (named, with when).
+    """
     exp = analysable_experiment(exp_id=exp_id, analysis_type=analysis_type)
     if artifact_id:
         artifact = Artifact.objects.filter(pk=artifact_id).first()
@@ -149,6 +168,11 @@ def _experiment_and_artifact(*, exp_id: int, analysis_type: str,
     if analysis_type == AnalysisType.OFFLINE and artifact.status != ArtifactStatus.SUCCEEDED:
         raise Conflict(f"Artifact {artifact.pk} of experiment {exp_id} is {artifact.status}; "
                        "offline analysis runs on Succeeded artifacts only.")
+    if artifact.prune_state != PruneState.KEPT:
+        when = (f" on {artifact.pruned_at:%Y-%m-%d %H:%M} UTC" if artifact.pruned_at else "")
+        raise Conflict(f"Artifact {artifact.pk} of experiment {exp_id} is "
+                       f"{artifact.prune_state}{when}: its stored files were deleted by "
+                       "prune_artifacts (retention), so there is nothing to analyse.")
     return exp, artifact
 
 
@@ -194,8 +218,8 @@ def analysis_record_create(*, name: Any = "", exp_id: int, analysis_type: Any,
             type (`plugin_name`, naming the plugin and both types).
         NotFound: no such experiment.
         Conflict: offline and the experiment or its artifact is not Succeeded; online and the
-            experiment has not finished (Succeeded, Failed or Aborted) (gRPC
-            FAILED_PRECONDITION, HTTP 409).
+            experiment has not finished (Succeeded, Failed or Aborted); the artifact was
+            pruned (gRPC FAILED_PRECONDITION, HTTP 409).
         AlreadyExists: an offline record of this artifact and plugin, or a record with this id,
             exists; its id is in `metadata["falcon-analysis-id"]` (the analyzer design:
             offline analyses are never duplicated; a retried create is recognised).
@@ -223,8 +247,8 @@ def analysis_record_create(*, name: Any = "", exp_id: int, analysis_type: Any,
         creator = user_get_by_email(email=creator_email)
     except NotFound as exc:
         raise ValidationFailed({"creator_email": [exc.message]}) from None
-    exp, artifact = _experiment_and_artifact(exp_id=exp_id, analysis_type=analysis_type,
-                                             artifact_id=artifact_id)
+    exp, artifact = analysable_artifact(exp_id=exp_id, analysis_type=analysis_type,
+                                        artifact_id=artifact_id)
     plugin_name = plugin_name.strip()
     if plugin_name and plugin_artifact_types \
             and artifact.artifact_type not in plugin_artifact_types:

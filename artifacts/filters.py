@@ -43,7 +43,7 @@ class ArtifactFilter(FalconFilterSet):
     exp_id = IdListFilter(field_name="experiment_id", help_text="Only the artifacts of these "
                                                                 "experiments.")
     updated_since = UpdatedSinceFilter()
-    search = SearchFilter(fields=("experiment__name", "path"),
+    search = SearchFilter(fields=("experiment__name", "path"), max_length=512,
                           help_text="Every term in the experiment's name or the path.")
 
     class Meta:

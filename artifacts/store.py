@@ -74,11 +74,31 @@ class StoredFile:
         name: the relative POSIX path under the artifact path, e.g. `main/trace.json`.
         size: bytes.
         modified: last modification time (UTC), None when the store does not say.
+        etag: a strong validator of this version of the file (RFC 9110 8.8.3, quotes
+            included): another content under the same name has another one
+            (`local_etag`, `gcs_etag`); "" when the store cannot say.
     """
 
     name: str
     size: int
     modified: datetime | None
+    etag: str = ""
+
+
+def local_etag(st: os.stat_result) -> str:
+    """The ETag of a local file version: its size, modification time (ns) and inode.
+
+    Not a content hash: hashing every file of a listing (gigabytes of traces) per request
+    costs far more than it saves. A rewrite changes the time (and `put_file`'s rename the
+    inode), so the same name from another experiment or another run never shares it; a
+    rewrite that keeps size, nanosecond time and inode is the one case it misses.
+    """
+    return f'"{st.st_size:x}-{st.st_mtime_ns:x}-{st.st_ino:x}"'
+
+
+def gcs_etag(generation: int | None) -> str:
+    """The ETag of a GCS object version: its generation, which every write changes."""
+    return f'"g{generation}"' if generation else ""
 
 
 @dataclass(frozen=True)
@@ -102,8 +122,8 @@ class OpenFile:
     name. Close it (or use it as a context manager).
     """
 
-    def __init__(self, size: int, read, close=lambda: None):
-        self.size = size
+    def __init__(self, size: int, read, close=lambda: None, etag: str = ""):
+        self.size, self.etag = size, etag
         self._read, self._close = read, close
 
     def read(self, offset: int, limit: int) -> bytes:
@@ -381,7 +401,8 @@ class LocalArtifactStore(ArtifactStore):
                 more = True
                 break
             rows.append(StoredFile(rel, st.st_size,
-                                   datetime.fromtimestamp(st.st_mtime, tz=timezone.utc)))
+                                   datetime.fromtimestamp(st.st_mtime, tz=timezone.utc),
+                                   local_etag(st)))
         return FilePage(rows, rows[-1].name if more else None)
 
     def summarize(self, url: str) -> tuple[int, int]:
@@ -451,9 +472,9 @@ class LocalArtifactStore(ArtifactStore):
             fd = safefs.open_in(local_path(root_url), name)
         except FileNotFoundError:
             return None
-        return OpenFile(os.fstat(fd).st_size,
-                        lambda offset, limit: safefs.read_at(fd, offset, limit),
-                        lambda: os.close(fd))
+        st = os.fstat(fd)
+        return OpenFile(st.st_size, lambda offset, limit: safefs.read_at(fd, offset, limit),
+                        lambda: os.close(fd), local_etag(st))
 
     def read_in(self, root_url: str, name: str, offset: int = 0,
                 limit: int | None = None) -> bytes:
@@ -612,7 +633,8 @@ class GCSArtifactStore(ArtifactStore):
                 if len(rows) >= limit:
                     more = True
                     break
-                rows.append(StoredFile(rel, int(blob.size or 0), blob.updated))
+                rows.append(StoredFile(rel, int(blob.size or 0), blob.updated,
+                                       gcs_etag(blob.generation)))
         except NotFound:
             return FilePage([], None)
         return FilePage(rows, rows[-1].name if more else None)
@@ -632,6 +654,38 @@ class GCSArtifactStore(ArtifactStore):
                 break
         return out
 
+
+    def open_in(self, root_url: str, name: str) -> OpenFile | None:
+        """Open the object `name` below the prefix `root_url`: its size and generation read
+        once, and every read pinned to that generation, so a download never mixes two
+        versions (an object rewritten meanwhile reads as gone).
+
+        Raises:
+            core.safefs.UnsafeName: as `size_in`.
+        """
+        from google.api_core.exceptions import NotFound, RequestRangeNotSatisfiable
+
+        safefs.name_parts(name)
+        url = f"{root_url.rstrip('/')}/{name}"
+        current = self._blob(url)
+        try:
+            current.reload(timeout=self.timeout)
+        except NotFound:
+            return None
+        pinned = current.bucket.blob(current.name, generation=current.generation)
+
+        def read(offset: int, limit: int) -> bytes:
+            if limit == 0:
+                return b""
+            try:
+                return pinned.download_as_bytes(start=offset, end=offset + limit - 1,
+                                                timeout=self.timeout)
+            except NotFound:
+                raise FileNotFoundError(f"{url} changed while it was read") from None
+            except RequestRangeNotSatisfiable:
+                return b""
+
+        return OpenFile(int(current.size or 0), read, etag=gcs_etag(current.generation))
 
     def _blob(self, url: str):
         parts = urlsplit(url)

@@ -238,11 +238,14 @@ class FalconClient:
         raise error_from_response(response.status_code, body, url=url)
 
     def stream_to(self, path: str, fh, *, params: Any = None,
-                  headers: Mapping[str, str] | None = None) -> int:
+                  headers: Mapping[str, str] | None = None,
+                  on_response: Callable[[int, Mapping[str, str]], None] | None = None) -> int:
         """GET `path` and write the body's bytes to the binary file `fh` as they arrive.
 
         For file downloads (`falcon exp artifacts --download`): the body is not JSON. Sends the
         bearer token as `request` does; `headers` adds e.g. `Range: bytes=N-`.
+        `on_response(status, headers)` is called once the answer's headers are in, before
+        any byte of the body is written (to record the file's `ETag` first).
 
         Returns the HTTP status (200 or 206).
 
@@ -264,6 +267,8 @@ class FalconClient:
                         body = None
                     raise error_from_response(response.status_code, body,
                                               url=f"{self.server}{path}")
+                if on_response is not None:
+                    on_response(response.status_code, response.headers)
                 for data in response.iter_bytes():
                     fh.write(data)
                 return response.status_code

@@ -101,7 +101,9 @@ def _print_logs(env, client, exp_id, path, params, tail, follow, interval) -> No
 @click.option("--download", "download_dir", metavar="DIR",
               type=click.Path(file_okay=False, writable=True),
               help="Fetch every file into DIR (keeping relative paths); files already complete "
-                   "are skipped and partial ones resumed, so running it again finishes it.")
+                   "are skipped and partial ones resumed, so running it again finishes it. "
+                   "Which version each file is is kept in DIR/.falcon-download: a file left "
+                   "by another experiment or an older run is fetched whole.")
 @click.option("--limit", type=click.IntRange(min=1), default=None,
               help="List at most this many files (default: all).")
 @output_option
@@ -164,9 +166,53 @@ def _check_writable(dest: str) -> None:
                        "writable directory", ExitCode.USAGE) from None
 
 
+# The validators of downloaded files, one small file per downloaded file at the same relative
+# path below this folder of DIR: which version of the stored file the bytes in DIR are.
+VERSIONS_DIR = ".falcon-download"
+
+
+def _recorded_version(root, name: str) -> str | None:
+    """The ETag recorded for `name` in DIR, None when there is none (or it cannot be read)."""
+    import os
+
+    from core import safefs
+
+    try:
+        fd = safefs.open_in(root, f"{VERSIONS_DIR}/{name}")
+    except (OSError, safefs.UnsafeName):
+        return None
+    try:
+        return safefs.read_at(fd, 0, 1024).decode("ascii", "replace").strip() or None
+    finally:
+        os.close(fd)
+
+
+def _record_version(root, name: str, etag: str) -> None:
+    """Record (replace) the ETag of the bytes in DIR for `name`; written below DIR with no
+    link followed, as the files are. Raises OSError, safefs.UnsafeName."""
+    import os
+
+    from core import safefs
+
+    fd = safefs.open_for_append_in(root, f"{VERSIONS_DIR}/{name}")
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, etag.encode("ascii", "replace") + b"\n")
+    finally:
+        os.close(fd)
+
+
 def _download(env, client, exp_id: int, files, dest: str) -> tuple[int, int, int]:
-    """Fetch `files` into `dest`: complete files (same size) are skipped, a shorter one is
-    resumed with `Range: bytes=<its size>-`, a longer one fetched again.
+    """Fetch `files` into `dest`, skipping complete files and resuming partial ones, but
+    only when they are the version listed.
+
+    Size alone cannot tell: a half-downloaded file of experiment A and experiment B's file
+    of the same name would be "resumed" into a file mixing both. So every file's `etag` from
+    the listing (`DIR/.falcon-download/<name>`, written before its first byte) says which
+    version the bytes in DIR are: a file of the listed size and version is skipped; a shorter
+    one of that version is resumed with `Range: bytes=<its size>-` and `If-Range: <etag>`, so
+    a server whose file changed meanwhile sends it whole (200); any other is fetched whole.
+    A server that gives no `etag` is trusted by size, as before.
 
     Returns `(files fetched, files skipped, bytes transferred)`.
 
@@ -182,7 +228,7 @@ def _download(env, client, exp_id: int, files, dest: str) -> tuple[int, int, int
     root = Path(dest).resolve()
     fetched = skipped = moved = 0
     for item in files:
-        name, size = item["name"], int(item["size"])
+        name, size, etag = item["name"], int(item["size"]), str(item.get("etag") or "")
         try:
             safefs.name_parts(name)
         except safefs.UnsafeName as exc:
@@ -205,16 +251,27 @@ def _download(env, client, exp_id: int, files, dest: str) -> tuple[int, int, int
                            ExitCode.USAGE) from None
         with os.fdopen(fd, "ab") as fh:
             have = os.fstat(fd).st_size
-            if have == size:
+            same = not etag or _recorded_version(root, name) == etag
+            if have == size and same:
                 skipped += 1
                 continue
             try:
-                if have > size:
-                    fh.truncate(0)
+                if have > size or not same:
+                    fh.truncate(0)  # another version (or longer): fetched whole
                     have = 0
-                headers = {"Range": f"bytes={have}-"} if have else None
+                headers = {"Range": f"bytes={have}-"} if have else {}
+                if have and etag:
+                    headers["If-Range"] = etag
+
+                def remember(status, answer_headers, name=name):
+                    # Before the first byte: the bytes about to be written are this version.
+                    version = answer_headers.get("ETag") or etag
+                    if version:
+                        _record_version(root, name, version)
+
                 status = client.stream_to(f"{EXPS}/{exp_id}/artifacts/file", fh,
-                                          params={"name": name}, headers=headers)
+                                          params={"name": name}, headers=headers or None,
+                                          on_response=remember)
                 fh.flush()
                 end = os.fstat(fd).st_size
                 moved += end - have
@@ -222,8 +279,9 @@ def _download(env, client, exp_id: int, files, dest: str) -> tuple[int, int, int
                     data = os.pread(fd, end - have, have)
                     fh.truncate(0)
                     fh.write(data)
-            except OSError as exc:  # a full disk, a name the file system refuses, ...
-                raise CLIError(f"--download: cannot write {target}: {exc.strerror or exc}; "
+            except (OSError, safefs.UnsafeName) as exc:  # a full disk, a refused name, ...
+                raise CLIError(f"--download: cannot write {target}: "
+                               f"{getattr(exc, 'strerror', None) or exc}; "
                                f"{fetched} files fetched so far (run it again to resume)",
                                ExitCode.USAGE) from None
         fetched += 1

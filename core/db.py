@@ -39,6 +39,37 @@ def is_lock_conflict(exc: BaseException) -> bool:
             and exc.args[0] in RETRYABLE_ERRORS)
 
 
+# Errors that say "the database cannot serve you now, try again": the server is gone or
+# restarting, the connection was lost or refused, too many connections, and the lock conflicts
+# above. MySQL/MariaDB client errors 2002, 2003, 2006, 2013, 2055 (no connection, lost), server
+# errors 1040 (too many connections), 1053 (shutting down), 1927 (connection killed), 4031
+# (idle connection closed by the server).
+UNAVAILABLE_ERRORS = RETRYABLE_ERRORS | frozenset({1040, 1053, 1927, 2002, 2003, 2006, 2013,
+                                                   2055, 4031})
+# SQLite says the same in words: another connection holds the lock, or the file cannot be
+# opened (a full or vanished disk).
+SQLITE_UNAVAILABLE = ("database is locked", "database table is locked",
+                      "unable to open database file", "disk i/o error")
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """True when `exc` is a database error that retrying later can cure (a lost or refused
+    connection, an overloaded or restarting server, a lock conflict).
+
+    Every other `OperationalError` is not: SQLite's "LIKE or GLOB pattern too complex", "too
+    many SQL variables", "string or blob too big" or MariaDB's "Out of range value" are caused
+    by the query, and would fail the same way on every retry. Those must be bounded before the
+    query is made (`core.filters`); one that is not is a server error (INTERNAL, HTTP 500),
+    never UNAVAILABLE, which tells a client to retry what cannot succeed.
+    """
+    if not isinstance(exc, OperationalError) or not exc.args:
+        return False
+    first = exc.args[0]
+    if isinstance(first, int):
+        return first in UNAVAILABLE_ERRORS
+    return str(first).lower().startswith(SQLITE_UNAVAILABLE)
+
+
 def _log_retry(state: tenacity.RetryCallState) -> None:
     exc = state.outcome.exception() if state.outcome else None
     log.info("lock conflict in %s (attempt %d of %d), retrying: %s",

@@ -123,6 +123,11 @@ class MultiValueField(forms.Field):
                 items.extend(part.strip() for part in raw.split(","))
             else:
                 items.append(raw)
+        if raw_items and all(isinstance(item, str) and not item.strip() for item in items):
+            # `?status=,` or `?status=%20,`: nothing but blanks is an empty value, refused as
+            # `?status=` is (core.middleware.EmptyQueryValueMiddleware), never "no filter".
+            raise forms.ValidationError("has no value, only blanks; give a value, or leave the "
+                                        "parameter out.", code="invalid")
         items = [item for item in items if item not in EMPTY_VALUES]
         # Counted before any item is parsed: a refused list costs one split.
         if (problem := too_many_values(len(items))) is not None:
@@ -274,11 +279,17 @@ class SearchFilter(django_filters.CharFilter):
 
     Args:
         fields: the model paths searched (`("name",)`, `("experiment__name", "role")`).
+        max_length: the longest text accepted (the longest column searched); a longer one is
+            a 400 naming the limit.
     """
 
-    def __init__(self, *, fields: Sequence[str], **kwargs: Any):
+    def __init__(self, *, fields: Sequence[str], max_length: int = MAX_NAME_CHARS,
+                 **kwargs: Any):
+        # A text longer than every field searched matches nothing, and on SQLite a LIKE
+        # pattern over 50,000 bytes is an error ("LIKE or GLOB pattern too complex") that was
+        # answered as a database outage: the form field refuses it first, naming the limit.
         self.search_fields = tuple(fields)
-        super().__init__(**kwargs)
+        super().__init__(max_length=max_length, **kwargs)
 
     def filter(self, qs: QuerySet, value: str) -> QuerySet:
         """Return the rows of `qs` matching every term of `value`; `qs` when it has none."""

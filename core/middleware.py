@@ -10,6 +10,83 @@ from django.http import HttpResponse, JsonResponse
 from .parsers import too_large_message
 
 
+class ChunkedBodyWSGIMiddleware:
+    """Give a chunked request body (no `Content-Length`) to Django, bounded, or refuse it.
+
+    Django reads `Content-Length` bytes of `wsgi.input`, so a body sent with
+    `Transfer-Encoding: chunked` was read as empty: a valid create answered 400 "This field is
+    required" for every field, and a 9 MiB body the same instead of 413. Wrapped around the WSGI
+    application (`falcon_site.wsgi`), this reads such a body before Django sees the request:
+
+    - when the server ends the input at the body's end (`wsgi.input_terminated`, PEP 3333's
+      extension that gunicorn sets), up to `DATA_UPLOAD_MAX_MEMORY_SIZE` bytes are read and
+      handed on with their `Content-Length`, so the body is parsed like any other; one byte
+      more is a 413 `too_large`, as a declared length over the limit is
+      (`BodySizeLimitMiddleware`);
+    - otherwise (Django's `runserver`, whose input has no end to read to) it is a 411
+      `length_required` saying to send `Content-Length`, never a body read as empty.
+    """
+
+    def __init__(self, app):
+        self.app = app
+
+    def __call__(self, environ, start_response):
+        chunked = "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower()
+        if not chunked or environ.get("CONTENT_LENGTH"):
+            return self.app(environ, start_response)
+        if not environ.get("wsgi.input_terminated"):
+            return _refuse(environ, start_response, 411, "length_required",
+                           "This server cannot read a chunked request body (Transfer-Encoding: "
+                           "chunked): send the body with a Content-Length header.")
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        stream, parts, size = environ["wsgi.input"], [], 0
+        while limit is None or size <= limit:
+            data = stream.read(1 << 16 if limit is None else min(1 << 16, limit + 1 - size))
+            if not data:
+                break
+            parts.append(data)
+            size += len(data)
+        if limit is not None and size > limit:
+            return _refuse(environ, start_response, 413, "too_large", too_large_message())
+        import io
+
+        environ["wsgi.input"] = io.BytesIO(b"".join(parts))
+        environ["CONTENT_LENGTH"] = str(size)
+        return self.app(environ, start_response)
+
+
+def _refuse(environ, start_response, status: int, code: str, message: str):
+    """Answer a WSGI request before Django: JSON under /api/, plain text elsewhere."""
+    import json
+    from http import HTTPStatus
+
+    if environ.get("PATH_INFO", "").startswith("/api/"):
+        body, kind = json.dumps({"detail": message, "code": code}).encode(), "application/json"
+    else:
+        body, kind = message.encode(), "text/plain; charset=utf-8"
+    # (No `Connection: close`: a hop-by-hop header is the server's, PEP 3333.)
+    start_response(f"{status} {HTTPStatus(status).phrase}",
+                   [("Content-Type", kind), ("Content-Length", str(len(body)))])
+    return [body]
+
+
+class EmptyQueryValueMiddleware:
+    """Answer 400 `invalid` naming each query parameter given with an empty value (/api/ only).
+
+    See `empty_query_values`; the body is the one every field error has
+    (`{"status": ["is empty; ..."], "code": "invalid"}`).
+    """
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if request.path.startswith("/api/") and request.GET:
+            if errors := empty_query_values(request.GET):
+                return JsonResponse({**errors, "code": "invalid"}, status=400)
+        return self.get_response(request)
+
+
 class BodySizeLimitMiddleware:
     """Answer 413 when `Content-Length` is over `DATA_UPLOAD_MAX_MEMORY_SIZE`.
 
@@ -33,6 +110,21 @@ class BodySizeLimitMiddleware:
                 return JsonResponse({"detail": message, "code": "too_large"}, status=413)
             return HttpResponse(message, status=413, content_type="text/plain; charset=utf-8")
         return self.get_response(request)
+
+
+def empty_query_values(query) -> dict[str, list[str]]:
+    """Return the refusal of every query parameter given with an empty value, by name.
+
+    `?status=`, `?page_size=`, `?search=%20`: a parameter with nothing (or only spaces) after
+    its `=` (or no `=` at all) was read as "not given", so `?status=` listed everything and
+    `?page_size=` gave the default page while the client meant something. One rule for every
+    parameter of every API endpoint, so no view can read it its own way. A blank item inside a
+    comma list (`?status=Running,`) is not an empty value: list filters drop it
+    (`core.filters.MultiValueField`).
+    """
+    return {name: ["is empty; give it a value, or leave the parameter out to get its "
+                   "default."]
+            for name, values in query.lists() if any(not value.strip() for value in values)}
 
 
 def _actor_of(request) -> str | None:

@@ -58,6 +58,18 @@ def _nullable_to_type_list(node) -> None:
             _nullable_to_type_list(value)
 
 
+def _refuse_empty(schema) -> None:
+    """State the empty-value rule (`core.middleware.EmptyQueryValueMiddleware`) in a query
+    parameter's schema: a text value holds a character other than a space (`pattern: \\S`,
+    JSON Schema's unanchored search), an array each of its items."""
+    if not isinstance(schema, dict):
+        return
+    if schema.get("type") == "array":
+        _refuse_empty(schema.get("items"))
+    elif schema.get("type") == "string" and "pattern" not in schema and "enum" not in schema:
+        schema["pattern"] = r"\S"
+
+
 def add_error_responses(result, generator, request, public):
     """drf-spectacular postprocessing hook (SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"])."""
     _nullable_to_type_list(result)
@@ -67,6 +79,9 @@ def add_error_responses(result, generator, request, public):
             if method not in _METHODS:
                 continue
             params = operation.get("parameters", [])
+            for param in params:
+                if param.get("in") == "query":
+                    _refuse_empty(param.get("schema"))
             has_body = "requestBody" in operation
             secured = any(requirement for requirement in operation.get("security", [{}]))
             codes = set()

@@ -14,7 +14,8 @@ checks that descriptor with `fstat`:
 - Opening a named file refuses (`FileNotFoundError`, as if it did not exist) a link in any
   component and a final component that is not a regular file; `O_NONBLOCK` keeps a FIFO from
   blocking the open.
-- A name with `..`, `.`, an empty component, a NUL or a leading `/` is refused (`UnsafeName`).
+- A name with `..`, `.`, an empty component, a NUL or a leading `/` is refused (`UnsafeName`),
+  as is one with a component over 255 bytes or over 4096 bytes in all (UTF-8).
 
 The folder itself (the last component of `root`) is opened with `O_NOFOLLOW` too: a task that
 replaces its own artifact folder by a link finds it treated as missing. The components above it
@@ -24,27 +25,85 @@ Django-free: the CLI, the controllers and the API server use it.
 """
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+# The longest name of one file or folder, and of a whole path, in bytes (Linux NAME_MAX and
+# PATH_MAX; ext4, XFS and GCS-fuse alike). A longer name cannot exist: it is refused as unsafe.
+NAME_MAX_BYTES = 255
+PATH_MAX_BYTES = 4096
 MAX_WALK_DEPTH = 64  # directory levels below the root a walk descends; deeper ones are skipped
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 class UnsafeName(ValueError):
-    """A relative name that could leave its folder: absolute, `..`, `.`, empty part, NUL."""
+    """A relative name that could leave its folder (absolute, `..`, `.`, empty part, NUL) or
+    that no file can have (a component over 255 bytes, over 4096 bytes in all)."""
+
+
+class NameTooLong(UnsafeName):
+    """A name no file can have: a component over `NAME_MAX_BYTES` or over `PATH_MAX_BYTES` in
+    all. A request for it is answered as for a missing file (404), naming the limit."""
+
+
+# What a request for a stored file is told when the system refuses to open or read it. A
+# missing or odd entry is "no such file" (a link, a FIFO, a folder where a file was asked);
+# one the server may not read says so; anything else (EIO, a full descriptor table) is a
+# server error and propagates.
+_ABSENT = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.ELOOP, errno.ENXIO})
+_DENIED = frozenset({errno.EACCES, errno.EPERM})
+
+
+@contextmanager
+def request_errors(*, field: str, what: str) -> Iterator[None]:
+    """Turn the errors of opening or reading a stored file for a request into domain errors.
+
+    The one mapping of the file system's refusals on request paths (the artifact listing and
+    file download, a replica's log): a request never reaches a 500 through them.
+
+    Args:
+        field: the request field that named the file (`name`, `role`), for a 400.
+        what: the file for the message, e.g. "'main/x' under the artifact path of experiment 3".
+
+    Raises:
+        core.errors.ValidationFailed: an `UnsafeName` (`..`, absolute, ...), under `field`.
+        core.errors.NotFound: no such file (ENOENT, ENOTDIR, EISDIR, ELOOP, ENXIO), a name no
+            file can have (`NameTooLong`, ENAMETOOLONG: the message names the limit), or the
+            server may not read it (EACCES, EPERM), said as such.
+    """
+    from core.errors import NotFound, ValidationFailed
+
+    try:
+        yield
+    except NameTooLong as exc:
+        raise NotFound(f"No file {what}: {exc}.") from None
+    except UnsafeName as exc:
+        raise ValidationFailed({field: [str(exc)]}) from None
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            raise NotFound(f"No file {what}: the file system refuses the name as too long; a "
+                           f"file or folder name is at most {NAME_MAX_BYTES} bytes and a path "
+                           f"{PATH_MAX_BYTES} (UTF-8).") from None
+        if exc.errno in _ABSENT:
+            raise NotFound(f"No file {what}.") from None
+        if exc.errno in _DENIED:
+            raise NotFound(f"The file {what} cannot be read by the API server (permission "
+                           "denied); an operator must make it readable.") from None
+        raise
 
 
 def name_parts(name: str) -> list[str]:
     """Split a relative POSIX name (`main/trace.json`) into its components.
 
     Raises:
-        UnsafeName: the name is empty, absolute, holds a NUL, or has an empty, `.` or `..`
-            component (the message names the problem).
+        UnsafeName: the name is empty, absolute, holds a NUL, has an empty, `.` or `..`
+            component, a component over `NAME_MAX_BYTES` or is over `PATH_MAX_BYTES` in all
+            (the message names the problem and the limit).
     """
     if not name:
         raise UnsafeName("the name is empty")
@@ -57,7 +116,20 @@ def name_parts(name: str) -> list[str]:
         if part in ("", ".", ".."):
             raise UnsafeName(f"{name[:200]!r} has a {part or 'empty'!r} component; give a plain "
                              "relative path such as main/trace.json")
+        # Checked here, before any system call: the file system's ENAMETOOLONG was a 500.
+        if (size := _bytes(part)) > NAME_MAX_BYTES:
+            raise NameTooLong(f"{name[:200]!r} has a component of {size} bytes; a file or "
+                             f"folder name is at most {NAME_MAX_BYTES} bytes (UTF-8), so no "
+                             "such file can exist")
+    if (size := _bytes(name)) > PATH_MAX_BYTES:
+        raise NameTooLong(f"{name[:200]!r} is {size} bytes; a path is at most {PATH_MAX_BYTES} "
+                         "bytes (UTF-8)")
     return parts
+
+
+def _bytes(text: str) -> int:
+    """The length of `text` as the file system sees it (UTF-8)."""
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def _not_found(what: str) -> FileNotFoundError:

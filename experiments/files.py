@@ -8,7 +8,7 @@
 - Artifact files (`exp_artifact_page`, `exp_artifact_file`): listed from and read from the
   store under the artifact path, a page at a time.
 - Cleanup on DeleteExp (`exp_cleanup_files`): run folders of the local backend always go; with
-  `purge`, the stored files and logs too.
+  `purge`, the stored files, logs and analysis outputs too.
 """
 from __future__ import annotations
 
@@ -130,7 +130,8 @@ def exp_log_chunk(*, exp: Experiment, role: str | None = None, replica: int = 0,
     exp_path = job_path[:-len(job.role) - 1] if job_path.endswith(f"/{job.role}") else job_path
     logs_root, log_name = artifact_logs_url(exp_path), f"{job.role}/replica-{replica}.log"
     store = store_for(logs_root)
-    size = store.size_in(logs_root, log_name)
+    with safefs.request_errors(field="role", what=f"{log_name!r} of experiment {exp.pk}"):
+        size = store.size_in(logs_root, log_name)
     if size is None and replica >= count:
         # (A multi-host slice keeps one log per Pod, `replica * hosts + host`: those indexes
         # are served when stored, beyond the TaskSpec's replica count.)
@@ -146,8 +147,10 @@ def exp_log_chunk(*, exp: Experiment, role: str | None = None, replica: int = 0,
         try:
             # The run folder's log, opened without following a link (a task may replace its
             # log by one) and read from that descriptor.
-            log_fd = safefs.open_in(path.parent, path.name) if path is not None else None
-        except (FileNotFoundError, safefs.UnsafeName):
+            with safefs.request_errors(field="role", what=f"{log_name!r} of experiment "
+                                                          f"{exp.pk}"):
+                log_fd = safefs.open_in(path.parent, path.name) if path is not None else None
+        except NotFound:
             log_fd = None
         if log_fd is None:
             where = ("it has not started yet" if job.status not in JOB_TERMINAL else
@@ -163,7 +166,8 @@ def exp_log_chunk(*, exp: Experiment, role: str | None = None, replica: int = 0,
         source, complete = "run", job.status in JOB_TERMINAL
 
     try:
-        return _chunk(job, replica, offset, limit, tail, size, read, source, complete)
+        with safefs.request_errors(field="role", what=f"{log_name!r} of experiment {exp.pk}"):
+            return _chunk(job, replica, offset, limit, tail, size, read, source, complete)
     finally:
         if source == "run":
             os.close(log_fd)
@@ -216,8 +220,10 @@ def exp_artifact_page(*, exp: Experiment, after: str | None, limit: int) -> tupl
     if not 1 <= limit <= 1000:
         raise ValidationFailed({"page_size": [f"must be 1 to 1000; got {limit}."]})
     artifact = _artifact_of(exp)
-    return artifact, store_for(artifact.path).list_page(artifact.path, after=after or None,
-                                                         limit=limit)
+    with safefs.request_errors(field="after", what=f"under the artifact path of experiment "
+                                                   f"{exp.pk}"):
+        return artifact, store_for(artifact.path).list_page(artifact.path, after=after or None,
+                                                             limit=limit)
 
 
 def exp_artifact_file(*, exp: Experiment, name: str) -> OpenFile:
@@ -229,8 +235,9 @@ def exp_artifact_file(*, exp: Experiment, name: str) -> OpenFile:
     swapped for a link after it was listed.
 
     Raises:
-        ValidationFailed: `name` is empty, absolute or leaves the artifact path ('..').
-        NotFound: no artifact, or no such regular file.
+        ValidationFailed: `name` is empty, absolute, leaves the artifact path ('..') or is
+            longer than any file's (255 bytes a component: `core.safefs.request_errors`).
+        NotFound: no artifact, no such regular file, or one the server may not read.
     """
     norm = posixpath.normpath(name) if name else ""
     if not name or name.startswith("/") or norm.startswith("..") or norm in (".", "") \
@@ -239,10 +246,9 @@ def exp_artifact_file(*, exp: Experiment, name: str) -> OpenFile:
                                          f"artifacts` lists it, e.g. main/trace.json; got "
                                          f"{name[:200]!r}."]})
     artifact = _artifact_of(exp)
-    try:
+    with safefs.request_errors(field="name", what=f"{name[:200]!r} under the artifact path of "
+                                                  f"experiment {exp.pk}"):
         opened = store_for(artifact.path).open_in(artifact.path, name)
-    except safefs.UnsafeName as exc:
-        raise ValidationFailed({"name": [str(exc)]}) from None
     if opened is None:
         raise NotFound(f"No file {name!r} under the artifact path of experiment {exp.pk}.")
     return opened
@@ -252,7 +258,9 @@ def exp_cleanup_files(*, exp: Experiment, purge: bool) -> list[str]:
     """Remove what a deleted experiment leaves outside the database, before its rows go.
 
     Always: the run folders of its jobs on local clusters (their logs are copied to the store
-    first). With `purge`: also the stored artifact files and every replica log.
+    first). With `purge`: also the stored artifact files, every replica log and every
+    analysis output (results and `output.log`: `exp_analysis_output_urls`), so nothing stored
+    for the experiment is left.
 
     Returns what could not be removed yet (a sentence each; a run folder whose replica is still
     being stopped), which the caller reports; store errors propagate so that a purge that failed
@@ -266,7 +274,33 @@ def exp_cleanup_files(*, exp: Experiment, purge: bool) -> list[str]:
         artifact = Artifact.objects.filter(experiment_id=exp.pk).first()
         if artifact is not None:
             artifact_purge_files(artifact=artifact)
+        for url in exp_analysis_output_urls(exp=exp):
+            store_for(url).delete_tree(url)
     return left
+
+
+def exp_analysis_output_urls(*, exp: Experiment) -> list[str]:
+    """The folders holding an experiment's analysis outputs: `{root}/analysis/{exp_id}/`.
+
+    The analyzer writes each analysis' results and `output.log` under
+    `{root}/analysis/{exp_id}/{analysis_id}/` (docs/analyzer.md, "Storage layout"). The
+    folder is taken under `FALCON_ANALYSIS_ROOT` and under the root of every analysis record
+    of the experiment (a controller configured with another root wrote there), so a purge
+    removes the outputs of analyses deleted earlier without purge too: their records are
+    gone, their files are still in the experiment's folder.
+
+    The records are read through the experiment's reverse relation (`exp.analyses`):
+    experiments sit below analysis in the layers and do not import it.
+    """
+    from django.conf import settings
+
+    tail = f"/analysis/{exp.pk}/"
+    urls = {settings.FALCON_ANALYSIS_ROOT.rstrip("/") + tail}
+    for result_path in exp.analyses.values_list("result_path", flat=True):
+        folder = result_path.rstrip("/").rsplit("/", 1)[0] + "/"
+        if folder.endswith(tail):  # anything else is not this layout: never deleted
+            urls.add(folder)
+    return sorted(urls)
 
 
 def exp_delete_with_files(*, exp_id: int, actor, purge: bool = False) -> list[str]:

@@ -17,6 +17,7 @@ from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 from django.db.models.lookups import Exact
 from drf_spectacular.utils import extend_schema_field
 
+from accounts.emails import MAX_EMAIL_CHARS
 from accounts.models import User
 from core.filters import (
     ChoiceListFilter, FalconFilterSet, IdListFilter, MultiValueField, MultiValueFilter,
@@ -149,9 +150,12 @@ class ExperimentFilter(FalconFilterSet):
     cluster_name = MultiValueFilter(help_text="Only these clusters (repeat it, or a comma list).")
     id = IdListFilter(help_text="Only these experiment ids (repeat it, or a comma list).")
     updated_since = UpdatedSinceFilter()
-    creator = django_filters.CharFilter(method="filter_creator",
+    # Bounded by the email column (RFC 5321) before any query: a 70,000-character value once
+    # reached the database whole.
+    creator = django_filters.CharFilter(method="filter_creator", max_length=MAX_EMAIL_CHARS,
                                         help_text="Only the experiments of this creator (email "
-                                                  "or user id).")
+                                                  f"or user id); at most {MAX_EMAIL_CHARS} "
+                                                  "characters.")
     # No name is longer than its column: a longer prefix is a mistake, told as such.
     search = PrefixSearchFilter(fields=("name",), help_text=SEARCH_HELP,
                                 max_length=SEARCH_MAX_CHARS)

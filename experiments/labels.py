@@ -40,6 +40,9 @@ VALUE_PATTERN = rf"({_NAME})?"
 SELECTOR_PATTERN = rf"{KEY_PATTERN}(==?{VALUE_PATTERN})?"
 # A `label` query value: selectors separated by commas (the list filters' comma lists).
 SELECTOR_LIST_PATTERN = rf"^ *({SELECTOR_PATTERN})? *(, *({SELECTOR_PATTERN})? *)*$"
+# The same with at least one selector: a value of blanks only is empty, a 400.
+NON_EMPTY_SELECTOR_LIST_PATTERN = (rf"^( *,)* *({SELECTOR_PATTERN}) *"
+                                   rf"(, *({SELECTOR_PATTERN})? *)*$")
 
 NAME_RULE = ("at most 63 characters: letters, digits, '-', '_' or '.', starting and ending "
              "with a letter or digit")

@@ -13,6 +13,11 @@ from django.core.wsgi import get_wsgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "falcon_site.settings")
 application = get_wsgi_application()
 
+# A chunked request body is read (bounded) or refused before Django, which reads none.
+from core.middleware import ChunkedBodyWSGIMiddleware  # noqa: E402  (needs the apps loaded)
+
+application = ChunkedBodyWSGIMiddleware(application)
+
 from core.user_code import require_isolated_user_code  # noqa: E402  (needs the apps loaded)
 
 require_isolated_user_code(tasks=True, analyses=False,

@@ -32,9 +32,9 @@ def test_repeated_values_and_comma_lists_are_the_same(query):
     assert ExperimentFilter.validate(QueryDict(query)) == {"status": ["Running", "Created"]}
 
 
-def test_validate_returns_typed_values_and_drops_empty_ones():
+def test_validate_returns_typed_values_and_refuses_empty_ones():
     values = ExperimentFilter.validate(QueryDict(
-        "id=3,5&id=3&exp_type=&cluster_name=c1&updated_since=2024-05-01T12:00:00Z&search=x"))
+        "id=3,5&id=3&cluster_name=c1&updated_since=2024-05-01T12:00:00Z&search=x"))
     assert values == {"id": [3, 5], "cluster_name": ["c1"], "search": "x",
                       "updated_since": datetime(2024, 5, 1, 12, tzinfo=timezone.utc)}
     # A dict of lists (what gRPC maps its request onto) gives the same values.
@@ -42,6 +42,10 @@ def test_validate_returns_typed_values_and_drops_empty_ones():
         == {"id": [3, 5], "exp_status": ["Created"], "cluster_name": ["c1"]}
     assert ExperimentFilter.validate(QueryDict("")) == {}
     assert ExperimentFilter.validate(QueryDict("page_size=3&ordering=name")) == {}
+    # An empty list value is refused, never read as "no filter" (it listed everything).
+    with pytest.raises(ValidationFailed) as info:
+        ExperimentFilter.validate(QueryDict("exp_type=&cluster_name=c1"))
+    assert list(info.value.errors) == ["exp_type"]
 
 
 def test_invalid_values_raise_one_validation_failed_naming_each_filter():

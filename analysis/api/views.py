@@ -63,15 +63,15 @@ def _list_param(name: str, items: dict, description: str) -> OpenApiParameter:
 
 
 LIST_PARAMETERS = [
-    # "" is no filter (the server skips blank values), so the schema allows it.
-    _list_param("status", {"type": "string", "enum": [*AnalysisStatus, ""]},
+    # An empty value is a 400 (core.middleware.EmptyQueryValueMiddleware): no "" here.
+    _list_param("status", {"type": "string", "enum": [*AnalysisStatus]},
                 "Only analyses in these statuses (repeat it, or a comma list)."),
-    _list_param("analysis_type", {"type": "string", "enum": [*AnalysisType, ""]},
+    _list_param("analysis_type", {"type": "string", "enum": [*AnalysisType]},
                 "Only offline or only online analyses."),
     _list_param("exp", {"type": "integer", "minimum": 1, "maximum": MAX_ID},
                 "Only the analyses of these experiments (repeat it, or a comma list)."),
     _list_param("plugin", {"type": "string", "maxLength": MAX_NAME_CHARS,
-                           "pattern": "^[^,\\x00]*$"},
+                           "pattern": "^[^,\\x00]*[^,\\s\\x00][^,\\x00]*$"},
                 "Only analyses by these plugins (repeat it, or a comma list)."),
     OpenApiParameter("page_size", {"type": "integer", "minimum": 1,
                                    "maximum": AnalysisCursorPagination.max_page_size},
@@ -141,8 +141,8 @@ class AnalysisListCreateView(generics.ListAPIView):
         body = data.validated_data
         # The experiment's existence and state are the API server's data: answered here, also
         # while the controller is down (the record's creation checks them again).
-        exp = services.analysable_experiment(exp_id=body["exp_id"],
-                                             analysis_type=AnalysisType.ONLINE)
+        exp, _artifact = services.analysable_artifact(exp_id=body["exp_id"],
+                                                      analysis_type=AnalysisType.ONLINE)
         try:
             created = analyzer_client.create_analysis(
                 exp_id=exp.pk, creator_email=request.user.email, analysis_type="online",

@@ -188,3 +188,38 @@ def test_logs_tail_counts_only_newlines_and_pages_keep_characters_whole(logged_i
     result = logged_in("exp", "logs", str(exp.pk))
     assert result.exit_code == 0, result.output
     assert result.stdout == text
+
+
+def test_a_partial_file_from_another_experiment_is_fetched_whole_not_resumed(
+        logged_in, alice, tmp_path):
+    """A half-downloaded file of experiment A, then `--download` of experiment B into the
+    same folder: size alone said "resume" and left a file mixing both."""
+    first = make_exp(creator=alice, name="a")
+    second = make_exp(creator=alice, name="b")
+    put(f"{first.artifact_path}/main/trace.bin", b"A" * 4000, tmp_path)
+    put(f"{second.artifact_path}/main/trace.bin", b"B" * 4000, tmp_path)
+    put(f"{second.artifact_path}/main/same.bin", b"S" * 100, tmp_path)
+    dest = tmp_path / "out"
+    assert logged_in("exp", "artifacts", str(first.pk), "--download", str(dest)).exit_code == 0
+    (dest / "main/trace.bin").write_bytes(b"A" * 1500)  # A's download, interrupted
+    (dest / "main/same.bin").write_bytes(b"X" * 100)  # the listed size, another file's bytes
+
+    logged_in.transport.requests.clear()
+    result = logged_in("exp", "artifacts", str(second.pk), "--download", str(dest))
+    assert result.exit_code == 0, result.output
+    assert (dest / "main/trace.bin").read_bytes() == b"B" * 4000
+    assert (dest / "main/same.bin").read_bytes() == b"S" * 100
+    assert "2 fetched, 0 already complete" in result.stdout
+    sent = [r.headers.get("range") for r in logged_in.transport.requests
+            if r.url.path.endswith("/artifacts/file")]
+    assert sent == [None, None]  # fetched whole: nothing of A's was kept
+
+    # B's own interrupted download resumes with If-Range, and is then complete.
+    (dest / "main/trace.bin").write_bytes(b"B" * 1000)
+    logged_in.transport.requests.clear()
+    result = logged_in("exp", "artifacts", str(second.pk), "--download", str(dest))
+    assert "1 fetched, 1 already complete" in result.stdout
+    assert (dest / "main/trace.bin").read_bytes() == b"B" * 4000
+    [request] = [r for r in logged_in.transport.requests
+                 if r.url.path.endswith("/artifacts/file")]
+    assert request.headers["range"] == "bytes=1000-" and request.headers["if-range"]

@@ -3,9 +3,11 @@
 - `GET /api/v1/exps/{id}/logs?role=&replica=&offset=&limit=&tail=`: a piece of one replica's
   log as JSON; follow a live log by asking again from `next_offset` until `complete`.
 - `GET /api/v1/exps/{id}/artifacts?after=&page_size=`: one page of the files under the artifact
-  path (name, size in bytes, modified time), `next` links to the following page.
-- `GET /api/v1/exps/{id}/artifacts/file?name=`: one file's bytes; a `Range: bytes=N-` request
-  (RFC 9110, section 14) answers 206 with the rest from byte N, so a download resumes.
+  path (name, size in bytes, modified time, `etag`), `next` links to the following page.
+- `GET /api/v1/exps/{id}/artifacts/file?name=`: one file's bytes and its `ETag`; a
+  `Range: bytes=N-` request (RFC 9110, section 14) answers 206 with the rest from byte N, so a
+  download resumes; with `If-Range: <etag>` only while the file is still that version, else
+  the whole file (200), so a partial file of another version is never completed.
 """
 from __future__ import annotations
 
@@ -60,7 +62,7 @@ def _validated(serializer_class, request) -> dict:
 
 
 class LogQuerySerializer(serializers.Serializer):
-    role = serializers.CharField(required=False, allow_blank=True, max_length=63,
+    role = serializers.CharField(required=False, max_length=63,
                                  help_text="The job's role; optional when there is one role.")
     replica = QueryIntegerField(required=False, default=0, min_value=0, max_value=1 << 20,
                                 help_text="Replica index (0-based).")
@@ -106,7 +108,7 @@ class ExpLogsView(APIView):
 
 
 class ArtifactQuerySerializer(serializers.Serializer):
-    after = serializers.CharField(required=False, allow_blank=True, max_length=1024,
+    after = serializers.CharField(required=False, max_length=1024,
                                   help_text="List names after this one (from `next`).")
     page_size = QueryIntegerField(required=False, default=200, min_value=1, max_value=1000,
                                   help_text="Files per page.")
@@ -116,6 +118,11 @@ class StoredFileSerializer(serializers.Serializer):
     name = serializers.CharField(help_text="Relative path under the artifact path.")
     size = serializers.IntegerField(help_text="Bytes.")
     modified = serializers.DateTimeField(allow_null=True)
+    etag = serializers.CharField(help_text=(
+        "A strong validator of this version of the file (quotes included): send it as "
+        "`If-Range` with a `Range` to resume a partial download only if it is still this "
+        "file. Local store: size, modification time and inode; GCS: the object's "
+        "generation."))
 
 
 class ArtifactPageSerializer(serializers.Serializer):
@@ -143,8 +150,8 @@ class ExpArtifactsView(APIView):
                 {"after": page.next_after, "page_size": query["page_size"]})
         return Response({
             "path": artifact.path, "prune_state": artifact.prune_state, "next": next_url,
-            "results": [{"name": f.name, "size": f.size, "modified": f.modified}
-                        for f in page.files]})
+            "results": [{"name": f.name, "size": f.size, "modified": f.modified,
+                         "etag": f.etag} for f in page.files]})
 
 
 class FileQuerySerializer(serializers.Serializer):
@@ -181,7 +188,11 @@ class ExpArtifactFileView(APIView):
     @extend_schema(summary="GetExpArtifactFile", parameters=[
         EXP_ID_PARAM, FileQuerySerializer,
         OpenApiParameter("Range", OpenApiTypes.STR, OpenApiParameter.HEADER,
-                         description="`bytes=N-` or `bytes=N-M` (RFC 9110): only that part.")],
+                         description="`bytes=N-` or `bytes=N-M` (RFC 9110): only that part."),
+        OpenApiParameter("If-Range", OpenApiTypes.STR, OpenApiParameter.HEADER,
+                         description="An `etag` the listing gave: the `Range` is served only "
+                                     "if the file is still that version, else the whole "
+                                     "file (200), RFC 9110 13.1.5.")],
         responses={(200, "application/octet-stream"): OpenApiTypes.BINARY,
                    (206, "application/octet-stream"): OpenApiTypes.BINARY,
                    416: OpenApiResponse(description="The range starts past the end.")})
@@ -199,6 +210,11 @@ class ExpArtifactFileView(APIView):
         size = opened.size
         start, end, status = 0, size - 1, 200
         header = request.headers.get("Range", "")
+        validator = request.headers.get("If-Range")
+        if header and validator is not None and not _same_version(validator, opened.etag):
+            # RFC 9110 13.1.5: the part the client has is of another version (another
+            # experiment's file of the same name, a rewrite): send the whole file instead.
+            header = ""
         if header:
             match = _RANGE.match(header.strip())
             if match is None:
@@ -219,9 +235,19 @@ class ExpArtifactFileView(APIView):
                                     content_type="application/octet-stream")
         res["Content-Length"] = str(max(end - start + 1, 0))
         res["Accept-Ranges"] = "bytes"
+        if opened.etag:
+            res["ETag"] = opened.etag
         if status == 206:
             res["Content-Range"] = f"bytes {start}-{end}/{size}"
         return res
+
+
+def _same_version(validator: str, etag: str) -> bool:
+    """True when an `If-Range` value names the file's current version: a strong comparison
+    (RFC 9110 8.8.3.2) of entity tags; a weak tag, a date or a store with no ETag never
+    matches, so the whole file is sent."""
+    validator = validator.strip()
+    return bool(etag) and not validator.startswith("W/") and validator == etag
 
 
 def bad_exp_id(request, raw: str, sub: str):

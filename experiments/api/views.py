@@ -14,6 +14,7 @@ from rest_framework import generics, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts.emails import MAX_EMAIL_CHARS
 from core.drf import StrictCursorPagination, represent
 from core.errors import ValidationFailed
 from core.filters import MAX_ID, MAX_NAME_CHARS
@@ -22,7 +23,7 @@ from .. import selectors, services
 from ..filters import SEARCH_HELP, SEARCH_MAX_CHARS, ExperimentFilter
 from ..diff import MAX_EXPERIMENTS
 from ..filters import LABEL_HELP
-from ..labels import SELECTOR_LIST_PATTERN
+from ..labels import NON_EMPTY_SELECTOR_LIST_PATTERN
 from ..services import IDEMPOTENCY_HEADER
 from .serializers import (
     ARTIFACT_SUMMARY_FIELDS, JOB_SUMMARY_FIELDS, ExpCreatedSerializer, ExpCreateInputSerializer,
@@ -41,7 +42,9 @@ class ExpCursorPagination(StrictCursorPagination):
 
 
 ORDERING_FIELDS = ["created_at", "updated_at", "name", "status", "priority", "id"]
-NO_NUL = "^[^\\x00]*$"  # Django's text fields refuse NUL characters
+# Django's text fields refuse NUL characters, and an empty (or blank) value is a 400
+# (core.middleware.EmptyQueryValueMiddleware).
+NON_BLANK = "^[^\\x00]*[^\\s\\x00][^\\x00]*$"
 _ORDER_KEY = f"-?({'|'.join(ORDERING_FIELDS)})"
 
 
@@ -65,19 +68,20 @@ LIST_EXPS_PARAMETERS = [
                                  f"{ExpCursorPagination.max_page_size} (default "
                                  f"{ExpCursorPagination.page_size})."),
     OpenApiParameter("ordering", {"type": "string",
-                                  "pattern": f"^({_ORDER_KEY}(,{_ORDER_KEY})*)?$"},
+                                  "pattern": f"^{_ORDER_KEY}(,{_ORDER_KEY})*$"},
                      description="Sort keys, comma separated, '-' for descending: "
                                  f"{', '.join(ORDERING_FIELDS)} (default -created_at)."),
-    OpenApiParameter("updated_since", {"type": "string", "anyOf": [{"format": "date-time"},
-                                                                   {"maxLength": 0}]},
+    OpenApiParameter("updated_since", {"type": "string", "format": "date-time"},
                      description="Only rows updated at or after this instant (ISO 8601, e.g. "
-                                 "2024-05-01T12:00:00Z); empty for no bound."),
-    OpenApiParameter("creator", {"type": "string", "pattern": NO_NUL},
+                                 "2024-05-01T12:00:00Z)."),
+    OpenApiParameter("creator", {"type": "string", "pattern": NON_BLANK,
+                                 "maxLength": MAX_EMAIL_CHARS},
                      description="Only the experiments of this creator (email or user id)."),
-    OpenApiParameter("search", {"type": "string", "pattern": NO_NUL,
+    OpenApiParameter("search", {"type": "string", "pattern": NON_BLANK,
                                 "maxLength": SEARCH_MAX_CHARS},
                      description=SEARCH_HELP),
-    _list_param("label", {"type": "string", "pattern": SELECTOR_LIST_PATTERN}, LABEL_HELP),
+    _list_param("label", {"type": "string", "pattern": NON_EMPTY_SELECTOR_LIST_PATTERN},
+                LABEL_HELP),
     OpenApiParameter("cursor", OpenApiTypes.STR,
                      description="The cursor of a page, from a `next` or `previous` link; any "
                                  "other value is a 400."),

@@ -532,7 +532,7 @@ def test_rungrpc_serves_health_and_stops_cleanly_on_sigterm():
             proc.wait()
 
 
-def test_unexpected_errors_are_internal_and_database_errors_unavailable(stubs, monkeypatch):
+def test_unexpected_errors_are_internal_and_database_outages_unavailable(stubs, monkeypatch):
     from django.db import OperationalError
 
     from experiments import selectors
@@ -548,12 +548,22 @@ def test_unexpected_errors_are_internal_and_database_errors_unavailable(stubs, m
     assert trailers(err)[ERROR_CODE_KEY] == "internal"
 
     def locked(**kwargs):
-        raise OperationalError("(1205, 'Lock wait timeout exceeded')")
+        raise OperationalError(1205, "Lock wait timeout exceeded")  # as mysqlclient raises it
 
     monkeypatch.setattr(selectors, "exp_get", locked)
     err = rpc_error(stubs.exps.GetExp, experiment_pb2.GetExpReq(id=exp.pk), metadata=stubs.md)
     assert err.code() == grpc.StatusCode.UNAVAILABLE
     assert trailers(err)[ERROR_CODE_KEY] == "unavailable"
+
+    def too_complex(**kwargs):
+        # SQLite's answer to a 70,000-character LIKE pattern: caused by the input, so no retry
+        # can cure it; it was answered UNAVAILABLE "database unavailable, retry".
+        raise OperationalError("LIKE or GLOB pattern too complex")
+
+    monkeypatch.setattr(selectors, "exp_get", too_complex)
+    err = rpc_error(stubs.exps.GetExp, experiment_pb2.GetExpReq(id=exp.pk), metadata=stubs.md)
+    assert err.code() == grpc.StatusCode.INTERNAL and "LIKE" not in err.details()
+    assert trailers(err)[ERROR_CODE_KEY] == "internal"
 
 
 def _free_loopback_port() -> int:

@@ -19,6 +19,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import OperationalError, close_old_connections
 
 from core.context import reset_actor, reset_request_id, set_actor, set_request_id
+from core.db import is_unavailable
 from core.errors import FalconError
 from core.logs import log_context
 
@@ -106,8 +107,10 @@ class FalconServerInterceptor(grpc.ServerInterceptor):
        not allowed; the principal is current during the call;
     3. the servicer; a `FalconError` it raises ends the call with
        `core.grpc.errors.abort_with_error` (the one mapping), a database
-       `OperationalError` (lock wait timeout, deadlock, lost connection) with UNAVAILABLE so
-       clients retry, and anything else with INTERNAL (logged, details not leaked).
+       `OperationalError` that retrying can cure (lock wait timeout, deadlock, lost or refused
+       connection: `core.db.is_unavailable`) with UNAVAILABLE so clients retry, and anything
+       else (a query error caused by the input included) with INTERNAL (logged, details not
+       leaked).
 
     Only unary-unary methods are served (every falcon.v1 RPC is); another kind answers
     UNIMPLEMENTED rather than running unauthenticated.
@@ -182,7 +185,11 @@ def _wrap(behaviour: Callable, method: str) -> Callable:
                 abort_with_status(context, grpc.StatusCode.UNAUTHENTICATED,
                                   UNAUTHENTICATED_CODE,
                                   "the server's authentication is misconfigured")
-            except OperationalError:
+            except OperationalError as exc:
+                if not is_unavailable(exc):
+                    log.exception("database error while authenticating %s", method)
+                    abort_with_status(context, grpc.StatusCode.INTERNAL, INTERNAL_CODE,
+                                      "internal error; see the API server's log")
                 log.warning("database unavailable while authenticating %s", method,
                             exc_info=True)
                 abort_with_status(context, grpc.StatusCode.UNAVAILABLE, UNAVAILABLE_CODE,
@@ -205,7 +212,12 @@ def _wrap(behaviour: Callable, method: str) -> Callable:
                     return behaviour(request, context)
             except FalconError as exc:
                 abort_with_error(context, exc)
-            except OperationalError:
+            except OperationalError as exc:
+                if not is_unavailable(exc):
+                    # Caused by the query (an input no check bounded): retrying cannot help.
+                    log.exception("gRPC %s failed on a database error", method)
+                    abort_with_status(context, grpc.StatusCode.INTERNAL, INTERNAL_CODE,
+                                      "internal error; see the API server's log")
                 log.warning("database unavailable during %s", method, exc_info=True)
                 abort_with_status(context, grpc.StatusCode.UNAVAILABLE, UNAVAILABLE_CODE,
                                   "the database is unavailable or busy; retry shortly")

@@ -116,6 +116,8 @@ MIDDLEWARE = [
     "core.middleware.RequestContextMiddleware",
     # First: a body over DATA_UPLOAD_MAX_MEMORY_SIZE is answered 413 before anything reads it.
     "core.middleware.BodySizeLimitMiddleware",
+    # A query parameter with an empty value (`?status=`) is a 400 naming it, on every endpoint.
+    "core.middleware.EmptyQueryValueMiddleware",
     # The local mode answers loopback peers only, whatever the Host header says.
     "accounts.middleware.LocalModeLoopbackOnlyMiddleware",
     "django.middleware.security.SecurityMiddleware",
