@@ -221,9 +221,16 @@ class ExpArtifactFileView(APIView):
                 raise ValidationFailed({"Range": ["only one range `bytes=N-` or `bytes=N-M` is "
                                                   f"supported; got {header[:80]!r}."]})
             start = int(match.group(1))
-            if match.group(2):
-                end = min(int(match.group(2)), size - 1)
-            if start >= size and size > 0 or (size == 0 and start > 0) or end < start - 1:
+            last = int(match.group(2)) if match.group(2) else None
+            if last is not None and last < start:
+                # RFC 9110, section 14.1.1: a last position before the first is not a range.
+                raise ValidationFailed({"Range": [f"the last byte ({last}) comes before the "
+                                                  f"first ({start}); got {header[:80]!r}."]})
+            if last is not None:
+                end = min(last, size - 1)
+            # Section 14.1.2: satisfiable only when the first byte is inside the file, so
+            # never for an empty one (206 there would need `Content-Range: bytes 0--1/0`).
+            if start >= size:
                 res = Response({"detail": f"range starts at {start}; the file has {size} bytes",
                                 "code": "range_not_satisfiable"}, status=416)
                 res["Content-Range"] = f"bytes */{size}"

@@ -181,6 +181,35 @@ def test_artifact_files_are_listed_by_page_and_fetched_by_range(auth_api, alice,
     assert auth_api.get(f"{url}/file", {"name": "main/none"}).status_code == 404
 
 
+def test_a_range_on_an_empty_file_is_unsatisfiable_and_a_reversed_one_refused(auth_api, alice,
+                                                                            tmp_path):
+    # RFC 9110, section 14.1: a range is satisfiable only when its first byte is below the
+    # length (never for an empty file: 416, `bytes */0`), and `bytes=N-M` with M < N is not a
+    # valid range; answering 206 with `bytes 0--1/0` broke clients (Azure SDK, huggingface.js).
+    exp = make_exp(creator=alice, name="ranges")
+    put(f"{exp.artifact_path}/main/empty.bin", b"", tmp_path)
+    put(f"{exp.artifact_path}/main/two.txt", b"ab", tmp_path)
+    url = f"{EXPS}/{exp.pk}/artifacts/file"
+
+    whole = auth_api.get(url, {"name": "main/empty.bin"})
+    assert whole.status_code == 200 and b"".join(whole.streaming_content) == b""
+    for header in ("bytes=0-", "bytes=0-0"):
+        empty = auth_api.get(url, {"name": "main/empty.bin"}, HTTP_RANGE=header)
+        assert empty.status_code == 416, header
+        assert empty["Content-Range"] == "bytes */0"
+        assert empty.json()["code"] == "range_not_satisfiable"
+    for header in ("bytes=1-0", "bytes=2-1"):
+        reversed_ = auth_api.get(url, {"name": "main/two.txt"}, HTTP_RANGE=header)
+        assert reversed_.status_code == 400, header
+        assert "Range" in reversed_.json()
+    first = auth_api.get(url, {"name": "main/two.txt"}, HTTP_RANGE="bytes=0-0")
+    assert first.status_code == 206 and first["Content-Range"] == "bytes 0-0/2"
+    assert b"".join(first.streaming_content) == b"a"
+    last = auth_api.get(url, {"name": "main/two.txt"}, HTTP_RANGE="bytes=1-9")
+    assert last.status_code == 206 and last["Content-Range"] == "bytes 1-1/2"
+    assert b"".join(last.streaming_content) == b"b"
+
+
 def test_a_succeeded_artifact_records_its_manifest_shown_by_get(auth_api, alice, store_root,
                                                                tmp_path):
     exp = make_exp(creator=alice, name="manifest")
