@@ -41,9 +41,35 @@ def dump_json(data: Any) -> str:
     return json.dumps(data, indent=2, ensure_ascii=False)
 
 
+# Plain scalars some YAML reader types even though PyYAML (YAML 1.1) reads them as strings: the
+# YAML 1.2 core schema's numbers (`0o10`, `1e3`; yq, Go's yaml.v3, ruamel) and YAML 1.1's
+# one-letter booleans, which PyYAML leaves out and Go's yaml.v2 (kubectl) reads as true/false.
+_ONE_LETTER_BOOLS = frozenset("yYnN")
+
+
+class _PortableDumper(yaml.SafeDumper):
+    """A SafeDumper that quotes every string a YAML 1.1 or 1.2 reader would read as another
+    type, so the output means the same to every reader."""
+
+
+def _represent_str(dumper: _PortableDumper, text: str) -> Any:
+    from core.boundedyaml import BOOL_RE, FLOAT_RE, INT_RE, NULL_RE
+
+    node = dumper.represent_scalar("tag:yaml.org,2002:str", text)
+    if text in _ONE_LETTER_BOOLS or any(rule.match(text)
+                                        for rule in (NULL_RE, BOOL_RE, INT_RE, FLOAT_RE)):
+        node.style = "'"
+    return node
+
+
+_PortableDumper.add_representer(str, _represent_str)
+
+
 def dump_yaml(data: Any) -> str:
-    """Return `data` as block-style YAML, keys in the server's order."""
-    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=False)
+    """Return `data` as block-style YAML, keys in the server's order; a string any YAML 1.1 or
+    1.2 reader would type (`0o10`, `1e3`, `y`, `on`, `010`) is quoted."""
+    return yaml.dump(data, Dumper=_PortableDumper, sort_keys=False, allow_unicode=True,
+                     default_flow_style=False)
 
 
 def emit(env, data: Any, output: str, table: Callable[[Console, Any], None]) -> None:

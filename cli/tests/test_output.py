@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from cli.env import Environment, columns_from
 from cli.exit_codes import ExitCode
@@ -211,3 +212,28 @@ def test_exp_get_escapes_on_a_terminal_and_json_yaml_stay_exact(logged_in, files
     assert wait.exit_code == ExitCode.EXP_FAILED
     assert "\x1b" not in wait.stdout + wait.stderr
     assert "ended Failed (Task\\x1bFailed)" in wait.stderr
+
+
+def test_yaml_output_quotes_every_string_another_reader_would_type(logged_in, files):
+    # PyYAML quotes only what YAML 1.1 would type, so `0o10` and `1e3` came out plain and a
+    # YAML 1.2 reader (yq, Go's yaml.v3, ruamel) read 8 and 1000.0; `y` came out plain and
+    # YAML 1.1 readers other than PyYAML (Go's yaml.v2 under kubectl) read true (pyyaml#791).
+    from core import boundedyaml
+
+    labels = {"a": "0o10", "b": "1e3", "c": "y", "d": "N", "e": "0x1F", "f": "on", "g": "010",
+              "h": "Null", "i": "1.0", "j": "plain"}
+    args = [arg for key, text in labels.items() for arg in ("--label", f"{key}={text}")]
+    result = logged_in("exp", "create", "--name", "quoted", "--cluster", "c", "--type", "t",
+                       "--role-to-task-spec", files("t.yaml", TASKS_YAML),
+                       "--config", files("c.yaml", "size: 1\n"), *args, "-o", "json")
+    assert result.exit_code == 0, result.output
+    exp_id = json.loads(result.stdout)["id"]
+
+    as_json = json.loads(logged_in("exp", "get", str(exp_id), "-o", "json").stdout)
+    text = logged_in("exp", "get", str(exp_id), "-o", "yaml").stdout
+    assert as_json["labels"] == labels
+    assert yaml.safe_load(text)["labels"] == labels  # YAML 1.1, as PyYAML reads it
+    assert boundedyaml.load(text)["labels"] == labels  # YAML 1.2 core
+    for key in ("c", "d"):
+        assert f"{key}: '{labels[key]}'\n" in text
+    assert "j: plain\n" in text  # a string no reader types stays plain
