@@ -63,9 +63,13 @@ def flatten(value: Any, path: str = "") -> Iterator[Record]:
 
 
 def is_number(value: Any) -> bool:
-    """True for finite ints and floats; booleans are not numbers."""
-    return (not isinstance(value, bool) and isinstance(value, (int, float))
-            and math.isfinite(value))
+    """True for ints and floats a double holds as a finite number; booleans are not numbers."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:  # an integer past a double's range: skipped and counted, as inf
+        return False
 
 
 @dataclass
@@ -137,13 +141,27 @@ def _metric(record: Record, key: str) -> str:
 
 
 def summarise(values: list[float]) -> dict[str, float]:
-    """count, mean, min, max and p50/p90/p99 (numpy's linear interpolation) of ``values``."""
+    """count, mean, min, max and p50/p90/p99 (numpy's linear interpolation) of ``values``.
+
+    Every statistic lies between the (finite) min and max, so it is finite too: when a sum or a
+    difference on the way overflows (values near a double's limit, 1.7e308), the figures are
+    computed again on the values divided by a power of two, which is exact, and scaled back.
+    """
     array = np.asarray(values, dtype=np.float64)
-    result = {"count": int(array.size), "mean": float(array.mean()), "min": float(array.min()),
-              "max": float(array.max())}
+    with np.errstate(over="ignore", invalid="ignore"):
+        result = _statistics(array, 0)
+        if not all(math.isfinite(v) for v in result.values()):
+            exponent = math.frexp(float(np.abs(array).max()))[1]
+            result = _statistics(np.ldexp(array, -exponent), exponent)
+    return {"count": int(array.size), **result}
+
+
+def _statistics(array: np.ndarray, exponent: int) -> dict[str, float]:
+    """The figures of `array`, each multiplied by 2**exponent."""
+    result = {"mean": array.mean(), "min": array.min(), "max": array.max()}
     for q in PERCENTILES:
-        result[f"p{q}"] = float(np.percentile(array, q))
-    return result
+        result[f"p{q}"] = np.percentile(array, q)
+    return {key: math.ldexp(float(value), exponent) for key, value in result.items()}
 
 
 def analyse(sources: Sequence[InputFile], group_by: str | None) -> list[dict[str, Any]]:

@@ -81,6 +81,26 @@ def test_no_numbers_is_no_usable_input_and_broken_json_a_parse_error(tmp_path, o
     assert run.returncode == 1 and "bad.json: not JSON at byte offset 12" in run.stderr
 
 
+def test_numbers_at_the_edge_of_float_range_are_summarised_or_skipped(tmp_path, out):
+    # An integer past a double's range stopped the whole run with OverflowError (mlflow#3586
+    # crashed on large metric values), and a sum past it made the mean null.
+    huge = 10 ** 400
+    (tmp_path / "a.jsonl").write_text(f'{{"lat": 1e308}}\n{{"lat": 1.7e308}}\n'
+                                      f'{{"lat": {huge}}}\n{{"lat": -{huge}}}\n'
+                                      '{"spread": -1.7e308}\n{"spread": 1.7e308}\n')
+    (tmp_path / "b.csv").write_text(f"name,ops\nx,{huge}\ny,3\n")
+    run = run_plugin("bench-summary", "--input", tmp_path, output=out)
+    assert run.returncode == 0, run.stderr
+    lat, ops = metrics(run)[("lat", None)], metrics(run)[("ops", None)]
+    assert (lat["count"], lat["non_numeric"]) == (2, 2)
+    assert lat["mean"] == pytest.approx(1.35e308) and lat["max"] == 1.7e308
+    assert (ops["count"], ops["non_numeric"], ops["mean"]) == (1, 1, 3.0)
+    spread = metrics(run)[("spread", None)]
+    assert (spread["mean"], spread["p50"]) == (0.0, 0.0)
+    assert spread["p90"] == pytest.approx(0.8 * 1.7e308)
+    assert "Warning" not in run.stderr
+
+
 def test_flatten_yields_one_record_per_list_element():
     records = list(flatten({"a": 1, "r": [{"b": 2, "s": [{"c": 3}]}, {"b": 4}]}))
     assert [(r.path, r.fields) for r in records] == [
