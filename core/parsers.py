@@ -50,3 +50,11 @@ class StrictJSONParser(JSONParser):
             return jsoninput.loads(text)
         except jsoninput.JSONInputError as exc:
             raise ParseError(f"JSON parse error: {exc}") from None
+
+
+class MergePatchParser(StrictJSONParser):
+    """`application/merge-patch+json` (RFC 7396, section 4), read as `StrictJSONParser` reads
+    JSON: what `kubectl patch --type merge` and Kubernetes clients send for a merge patch.
+    Only views whose PATCH is a JSON merge patch list it."""
+
+    media_type = "application/merge-patch+json"

@@ -18,6 +18,7 @@ from accounts.emails import MAX_EMAIL_CHARS
 from core.drf import StrictCursorPagination, represent
 from core.errors import ValidationFailed
 from core.filters import MAX_ID, MAX_NAME_CHARS
+from core.parsers import MergePatchParser, StrictJSONParser
 
 from .. import selectors, services
 from ..filters import SEARCH_HELP, SEARCH_MAX_CHARS, ExperimentFilter
@@ -202,6 +203,8 @@ class ExpAbortView(APIView):
 class ExpLabelsView(APIView):
     """Change an experiment's labels (creator or staff), in one transaction."""
 
+    parser_classes = [StrictJSONParser, MergePatchParser]
+
     @extend_schema(summary="UpdateExpLabels", parameters=[EXP_ID_PARAM],
                    request=ExpLabelsPatchSerializer, responses={
                        200: OpenApiResponse(
@@ -212,7 +215,8 @@ class ExpLabelsView(APIView):
                        403: OpenApiResponse(description="Only the creator or a staff user may "
                                                         "label it.")})
     def patch(self, request, exp_id: int):
-        """A JSON merge patch (RFC 7396) of the labels: `{"labels": {"a": "1", "b": null}}`."""
+        """A JSON merge patch (RFC 7396) of the labels: `{"labels": {"a": "1", "b": null}}`, sent
+        as `application/json` or `application/merge-patch+json`."""
         data = ExpLabelsPatchSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         patch = data.validated_data["labels"]

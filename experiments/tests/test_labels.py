@@ -157,6 +157,28 @@ def test_http_create_get_and_patch_labels(auth_api, user):
     assert bad.status_code == 400 and "labels" in bad.json()
 
 
+def test_http_patch_labels_takes_the_merge_patch_media_type(auth_api):
+    # RFC 7396's media type is application/merge-patch+json, what `kubectl patch --type merge`
+    # and Kubernetes clients send; a 415 for it broke them (kubernetes/kubernetes#61103).
+    import json
+
+    body = {"name": "mp", "cluster_name": "local", "exp_type": "profiling",
+            "role_to_task_spec": {"main": {"command": "x"}}, "labels": {"baseline": "true"}}
+    created = auth_api.post("/api/v1/exps", body, format="json")
+    assert created.status_code == 201, created.content
+    url = f"/api/v1/exps/{created.json()['id']}/labels"
+    res = auth_api.patch(url, json.dumps({"labels": {"baseline": None, "team": "infra"}}),
+                         content_type="application/merge-patch+json")
+    assert res.status_code == 200, res.content
+    assert res.json() == {"labels": {"team": "infra"}}
+    # The same strict reading as application/json: a key given twice is refused.
+    twice = auth_api.patch(url, '{"labels": {"a": "1", "a": "2"}}',
+                           content_type="application/merge-patch+json; charset=utf-8")
+    assert twice.status_code == 400 and twice.json()["code"] == "parse_error"
+    other = auth_api.patch(url, "labels: {}", content_type="application/yaml")
+    assert other.status_code == 415
+
+
 def test_label_filter_is_an_index_lookup(labelled):
     from experiments.filters import ExperimentFilter
     from django.http import QueryDict
