@@ -158,7 +158,8 @@ class FileQuerySerializer(serializers.Serializer):
     name = serializers.CharField(max_length=1024, help_text="A name `artifacts` listed.")
 
 
-_RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
+# RFC 9110, section 14.1: the unit in any case (`Bytes=`), positions in ASCII digits.
+_RANGE = re.compile(r"^bytes=(\d+)-(\d*)$", re.IGNORECASE | re.ASCII)
 
 
 class _Chunks:

@@ -208,6 +208,10 @@ def test_a_range_on_an_empty_file_is_unsatisfiable_and_a_reversed_one_refused(au
     last = auth_api.get(url, {"name": "main/two.txt"}, HTTP_RANGE="bytes=1-9")
     assert last.status_code == 206 and last["Content-Range"] == "bytes 1-1/2"
     assert b"".join(last.streaming_content) == b"b"
+    # Range unit names are case-insensitive (RFC 9110, section 14.1; aiohttp#13580).
+    for header in ("Bytes=1-", "BYTES=1-1"):
+        upper = auth_api.get(url, {"name": "main/two.txt"}, HTTP_RANGE=header)
+        assert upper.status_code == 206 and upper["Content-Range"] == "bytes 1-1/2", header
 
 
 def test_a_succeeded_artifact_records_its_manifest_shown_by_get(auth_api, alice, store_root,
