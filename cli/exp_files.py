@@ -284,6 +284,15 @@ def _download(env, client, exp_id: int, files, dest: str) -> tuple[int, int, int
                                f"{getattr(exc, 'strerror', None) or exc}; "
                                f"{fetched} files fetched so far (run it again to resume)",
                                ExitCode.USAGE) from None
+            except CLIError as exc:
+                if exc.code == ExitCode.NOT_FOUND and not os.fstat(fd).st_size:
+                    # Gone since it was listed: leave no empty file behind, the next listing
+                    # will not name it.
+                    safefs.remove_empty_in(root, name)
+                    raise CLIError(f"{name} was listed but is gone from the artifact store "
+                                   f"({exc}); {fetched} files fetched so far; run it again "
+                                   "to fetch what is listed now", exc.code) from None
+                raise
         fetched += 1
     return fetched, skipped, moved
 

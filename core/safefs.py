@@ -283,6 +283,29 @@ def open_for_append_in(root: str | os.PathLike, name: str) -> int:
     return fd
 
 
+def remove_empty_in(root: str | os.PathLike, name: str) -> bool:
+    """Remove the file `name` below `root` if it is an empty regular file, with no link
+    followed on the way (a link at the name is left alone). Returns True when removed.
+
+    Raises:
+        UnsafeName: `name` could leave `root`.
+    """
+    parts = name_parts(name)
+    try:
+        with opened_root(root) as root_fd:
+            dir_fd = _open_dir_below(root_fd, parts[:-1])
+            try:
+                st = os.stat(parts[-1], dir_fd=dir_fd, follow_symlinks=False)
+                if not stat.S_ISREG(st.st_mode) or st.st_size:
+                    return False
+                os.unlink(parts[-1], dir_fd=dir_fd)
+                return True
+            finally:
+                os.close(dir_fd)
+    except FileNotFoundError:
+        return False
+
+
 def _list_dir(fd: int) -> tuple[list[tuple[str, os.stat_result]], list[str]]:
     """Return the regular files (name, lstat) and the directories (names) of an open folder,
     sorted by name; links and special files are left out. One step of `walk_files`."""

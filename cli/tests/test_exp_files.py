@@ -113,6 +113,34 @@ def test_artifacts_lists_and_downloads_resumably(logged_in, alice, tmp_path):
     assert sorted(filter(None, ranges)) == ["bytes=1500-"]
 
 
+def test_a_listed_file_gone_when_fetched_leaves_no_empty_file(logged_in, alice, tmp_path):
+    # The file was opened (created) before the GET, so a 404 left an empty file that the next
+    # listing no longer names (googleapis/python-storage#1342): it is removed, and the error
+    # says which file went.
+    from cli.client import error_from_response
+    from cli.errors import CLIError
+    from cli.exp_files import _download
+
+    class Client:
+        def stream_to(self, path, fh, params, headers, **kwargs):
+            raise error_from_response(404, {"detail": f"No file {params['name']!r}.",
+                                            "code": "not_found"}, url=path)
+
+    dest = tmp_path / "dl"
+    (dest / "main").mkdir(parents=True)
+    listed = [{"name": "main/gone.bin", "size": 4, "modified": "2026-01-01T00:00:00Z"},
+              {"name": "main/part.bin", "size": 9, "modified": "2026-01-01T00:00:00Z"}]
+    with pytest.raises(CLIError) as caught:
+        _download(None, Client(), 1, listed, str(dest))
+    assert caught.value.code == ExitCode.NOT_FOUND and "main/gone.bin" in str(caught.value)
+    assert not (dest / "main" / "gone.bin").exists()
+    # A part fetched earlier from the listed version is kept: its bytes are still right.
+    (dest / "main" / "part.bin").write_bytes(b"old")
+    with pytest.raises(CLIError):
+        _download(None, Client(), 1, listed[1:], str(dest))
+    assert (dest / "main" / "part.bin").read_bytes() == b"old"
+
+
 def test_download_into_a_directory_that_cannot_be_written_fails_before_any_request(
         logged_in, alice, tmp_path):
     exp = make_exp(creator=alice, name="nowhere")
