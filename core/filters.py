@@ -32,6 +32,7 @@ from django.utils.text import smart_split, unescape_string_literal
 from django_filters.constants import EMPTY_VALUES
 
 from core.errors import ValidationFailed
+from core.text import strip_blank
 
 # Longest value a name filter (`exp_type`, `cluster_name`, ...) accepts: the model fields' size.
 MAX_NAME_CHARS = 255
@@ -120,10 +121,10 @@ class MultiValueField(forms.Field):
         items: list[Any] = []
         for raw in raw_items:
             if isinstance(raw, str):
-                items.extend(part.strip() for part in raw.split(","))
+                items.extend(strip_blank(part) for part in raw.split(","))
             else:
                 items.append(raw)
-        if raw_items and all(isinstance(item, str) and not item.strip() for item in items):
+        if raw_items and all(isinstance(item, str) and not strip_blank(item) for item in items):
             # `?status=,` or `?status=%20,`: nothing but blanks is an empty value, refused as
             # `?status=` is (core.middleware.EmptyQueryValueMiddleware), never "no filter".
             raise forms.ValidationError("has no value, only blanks; give a value, or leave the "
@@ -311,7 +312,7 @@ class PrefixSearchFilter(SearchFilter):
 
     def filter(self, qs: QuerySet, value: str) -> QuerySet:
         """Return the rows of `qs` whose field starts with `value`; `qs` when it is blank."""
-        prefix = (value or "").strip()
+        prefix = strip_blank(value or "")
         if not prefix:
             return qs
         return qs.filter(reduce(or_, (Q(**{f"{field}__istartswith": prefix})

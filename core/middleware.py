@@ -8,6 +8,7 @@ from django.conf import settings
 from django.http import HttpResponse, JsonResponse
 
 from .parsers import too_large_message
+from .text import strip_blank
 
 
 class ChunkedBodyWSGIMiddleware:
@@ -124,7 +125,7 @@ def empty_query_values(query) -> dict[str, list[str]]:
     """
     return {name: ["is empty; give it a value, or leave the parameter out to get its "
                    "default."]
-            for name, values in query.lists() if any(not value.strip() for value in values)}
+            for name, values in query.lists() if any(not strip_blank(value) for value in values)}
 
 
 def _actor_of(request) -> str | None:

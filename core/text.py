@@ -134,3 +134,15 @@ def utf8_page(read, offset: int, limit: int, *, growing: bool = False) -> tuple[
         if partial_tail(data) and growing:
             return offset, b""
     return offset, data
+
+
+# The white space of the OpenAPI schema's `pattern: \S` (an ECMA-262 regular expression, what
+# clients and schemathesis read): Python's `str.strip()` also strips U+0085 and U+001C-U+001F,
+# so a value the schema calls non-blank was refused as empty.
+SCHEMA_SPACE = ("\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007"
+                "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff")
+
+
+def strip_blank(text: str) -> str:
+    """Return `text` without the schema's white space at either end (`SCHEMA_SPACE`)."""
+    return text.strip(SCHEMA_SPACE)
