@@ -7,6 +7,7 @@ processes, real process groups. Every wait polls with a deadline.
 """
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import shutil
@@ -307,7 +308,9 @@ def test_pending_timeout_fails_a_job_that_cannot_start_and_removes_its_cluster_j
         falcon_api, state_dir, tmp_path):
     gate, marker = tmp_path / "gate", tmp_path / "starts"
     backend = local_backend(state_dir, runner=gated_runner(tmp_path, gate, replica="*"))
-    manager = ResourceManager(falcon_api, {"local": backend}, pending_timeout=0.5)
+    now = [1000.0]  # the manager's clock: 0.5 s pass when the test says, not under load
+    manager = ResourceManager(falcon_api, {"local": backend}, pending_timeout=0.5,
+                              clock=lambda: now[0])
     _exp, job = one_job(waiting_command(marker, tmp_path / "release"))
 
     manager.tick()
@@ -315,8 +318,10 @@ def test_pending_timeout_fails_a_job_that_cannot_start_and_removes_its_cluster_j
     assert (job.status, job.cluster_job_name) == ("Pending", cluster_job_name_for(
         exp_id=job.experiment_id, exp_name="rm", role="main"))
     launchers = runner_pids(state_dir, job.cluster_job_name)
+    now[0] += 0.4
     manager.tick()
     assert fresh(job).status == "Pending"  # not yet: 0.5 s have not passed
+    now[0] += 0.2
 
     job = tick_until(manager, job, "Failed", timeout=5)
     assert job.reason == "PendingTimeout" and "still pending after" in job.message
@@ -333,9 +338,12 @@ def test_pending_timeout_counts_from_the_cluster_job_not_from_the_falcon_job(
         falcon_api, state_dir, tmp_path):
     gate, marker = tmp_path / "gate", tmp_path / "starts"
     backend = local_backend(state_dir, runner=gated_runner(tmp_path, gate, replica="*"))
-    manager = ResourceManager(falcon_api, {"local": backend}, pending_timeout=1.0)
+    manager = ResourceManager(falcon_api, {"local": backend}, pending_timeout=1.0,
+                              clock=lambda: 1000.0)  # no time passes while it ticks
     _exp, job = one_job(waiting_command(marker, tmp_path / "release"))
-    time.sleep(1.2)  # queued while no manager ran: the cluster job does not exist yet
+    # Queued 5 s ago while no manager ran: the cluster job does not exist yet.
+    Job.objects.filter(pk=job.pk).update(
+        created_at=job.created_at - datetime.timedelta(seconds=5))
 
     manager.tick()  # creates the cluster job
     manager.tick()
