@@ -8,6 +8,7 @@ between the two servers, and each would serve half the calls against its own dat
 from __future__ import annotations
 
 import errno
+import os
 import socket
 
 # `runserver 0:8000` is Django's shorthand for 0.0.0.0:8000.
@@ -125,3 +126,15 @@ def metrics_host(configured: str, port: int, *, mode: str, opt_in: bool) -> tupl
     if refusal:
         raise ValueError(f"FALCON_METRICS_ADDR={host}: {refusal}")
     return bare, warning
+
+
+def configured_metrics_host(port: int) -> tuple[str, str | None]:
+    """`metrics_host` for this process: FALCON_METRICS_ADDR and the auth mode's settings.
+
+    One reading for rungrpc and runcontroller. Raises ValueError as `metrics_host` does.
+    """
+    from django.conf import settings
+
+    return metrics_host(os.environ.get("FALCON_METRICS_ADDR", ""), port,
+                        mode=settings.FALCON_AUTH_MODE,
+                        opt_in=settings.FALCON_LOCAL_ALLOW_NONLOOPBACK)

@@ -284,13 +284,11 @@ def _start_metrics(controller, elector, port: int | None) -> None:
     port = port if port is not None else int(os.environ.get("FALCON_METRICS_PORT") or 0)
     if not port:
         return
-    from core.ports import metrics_host
+    from core.ports import configured_metrics_host
 
     # The local mode listens on loopback only, like the APIs.
     try:
-        host, warning = metrics_host(os.environ.get("FALCON_METRICS_ADDR", ""), port,
-                                     mode=settings.FALCON_AUTH_MODE,
-                                     opt_in=settings.FALCON_LOCAL_ALLOW_NONLOOPBACK)
+        host, warning = configured_metrics_host(port)
     except ValueError as exc:
         raise CommandError(str(exc)) from None
     if warning:

@@ -115,12 +115,10 @@ def _serve_metrics() -> None:
         return
     from prometheus_client import start_http_server
 
-    from core.ports import metrics_host
+    from core.ports import configured_metrics_host
 
     try:
-        addr, warning = metrics_host(os.environ.get("FALCON_METRICS_ADDR", ""), port,
-                                     mode=settings.FALCON_AUTH_MODE,
-                                     opt_in=settings.FALCON_LOCAL_ALLOW_NONLOOPBACK)
+        addr, warning = configured_metrics_host(port)
     except ValueError as exc:
         raise CommandError(str(exc)) from None
     if warning:
