@@ -17,7 +17,6 @@ from .env import Environment, columns_from
 from .errors import CLIError
 from .exit_codes import ExitCode
 from .exp import exp_group
-from .exp_files import add_file_commands
 
 VERSION = "0.1.0"
 
@@ -125,7 +124,6 @@ def falcon(ctx: click.Context) -> None:
 
 falcon.add_command(auth_group)
 falcon.add_command(exp_group)
-add_file_commands(exp_group)  # exp logs, exp artifacts
 falcon.add_command(analysis_group)
 falcon.add_command(plugins_group)
 

@@ -203,7 +203,7 @@ def test_cli_download_never_writes_through_a_link_in_dir(alice, outside, tmp_pat
     through; a name from the server with `..` or `/` is refused before anything is written."""
     from cli.errors import CLIError
     from cli.exit_codes import ExitCode
-    from cli.exp_files import _download
+    from cli.exp.files import _download
 
     class Client:
         def stream_to(self, path, fh, params, headers):

@@ -199,7 +199,7 @@ def test_list_filters_and_follows_pages(logged_in, files, monkeypatch):
     assert "No experiments match." in logged_in("exp", "list", "--search", "zzz").stdout
 
     # Pages of 2: the cursor links are followed, and --limit stops in the middle of a page.
-    monkeypatch.setattr(exp_module, "PAGE_SIZE", 2)
+    monkeypatch.setattr(exp_module.read, "PAGE_SIZE", 2)
     logged_in.transport.requests.clear()
     assert names("--limit", "50") == ["gamma-1", "beta-2", "beta-1", "alpha-2", "alpha-1"]
     assert len(logged_in.transport.requests) == 3

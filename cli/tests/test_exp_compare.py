@@ -8,7 +8,7 @@ import re
 import httpx
 import pytest
 
-from cli import exp_diff
+from cli.exp import diff as exp_diff
 from cli.exit_codes import ExitCode
 from experiments import diff as server_diff
 from experiments.models import Experiment

@@ -119,7 +119,7 @@ def test_a_listed_file_gone_when_fetched_leaves_no_empty_file(logged_in, alice, 
     # says which file went.
     from cli.client import error_from_response
     from cli.errors import CLIError
-    from cli.exp_files import _download
+    from cli.exp.files import _download
 
     class Client:
         def stream_to(self, path, fh, params, headers, **kwargs):
@@ -199,7 +199,7 @@ def test_logs_tail_counts_only_newlines_and_pages_keep_characters_whole(logged_i
                                                                         tmp_path, monkeypatch):
     """`--tail 6` after five lines and a progress bar redrawn with `\\r` prints the five lines
     and the bar; a log of multi-byte characters read in small pages comes back unchanged."""
-    from cli import exp_files
+    from cli.exp import files as exp_files
 
     losses = "".join(f"loss={i / 10}\n" for i in range(5))
     bar = "".join(f"\r[{'#' * (i // 5):<20}] {i}%" for i in range(100)) + "\n"

@@ -11,13 +11,12 @@ from typing import Any
 
 import rich_click as click
 
-from .errors import CLIError
-from .exit_codes import ExitCode
-from .exp import (
-    EXPS, create_exp, exp_group, labels_option, read_config_file, read_tasks_file,
-)
-from .options import exp_id_argument, output_option, pass_env, server_option
-from .visible import visible
+from ..errors import CLIError
+from ..exit_codes import ExitCode
+from ..options import exp_id_argument, output_option, pass_env, server_option
+from ..visible import visible
+from .group import EXPS, exp_group
+from .inputs import create_exp, labels_option, read_config_file, read_tasks_file
 
 
 def clone_body(source: dict[str, Any], *, name: str | None, config: str | None,
@@ -41,7 +40,7 @@ def clone_body(source: dict[str, Any], *, name: str | None, config: str | None,
     """
     text = (source.get("config") or "") if config is None else config
     if assignments:
-        from .yaml_set import SetError, parse_assignment, set_path
+        from ..yaml_set import SetError, parse_assignment, set_path
 
         try:
             for assignment in assignments:
@@ -85,9 +84,10 @@ def clone(env, exp_id: int, name: str | None, assignments: tuple[str, ...],
 
     Safe to retry, as create: one Idempotency-Key per invocation.
     """
-    from . import output as out
-    from .client import open_client
-    from .exp import ATTEMPTS, DEFAULT_INTERVAL, wait_for
+    from .. import output as out
+    from ..client import open_client
+    from .group import ATTEMPTS, DEFAULT_INTERVAL
+    from .lifecycle import wait_for
 
     config = read_config_file(config_file) if config_file else None
     tasks = read_tasks_file(tasks_file) if tasks_file else None

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import rich_click as click
 
-from .errors import CLIError
-from .exit_codes import ExitCode
-from .exp import EXPS, exp_group
-from .options import ExpIdType, output_option, pass_env, server_option
+from ..errors import CLIError
+from ..exit_codes import ExitCode
+from ..options import ExpIdType, output_option, pass_env, server_option
+from .group import EXPS, exp_group
 
 MAX_EXPERIMENTS = 10  # the server's experiments.diff.MAX_EXPERIMENTS (a test keeps them equal)
 
@@ -39,8 +39,8 @@ def diff(env, exp_ids: tuple[int, ...], show_all: bool, output: str, server: str
     Exit status, as `diff`: 0 no differences, 1 differences, 2 usage error, 3 an id not
     found, 12 an unexpected failure; other codes as every falcon command.
     """
-    from . import output as out
-    from .client import open_client
+    from .. import output as out
+    from ..client import open_client
 
     if not 2 <= len(exp_ids) <= MAX_EXPERIMENTS:
         raise CLIError(f"give 2 to {MAX_EXPERIMENTS} experiment ids to compare; got "

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import rich_click as click
 
-from .errors import CLIError
-from .exit_codes import ExitCode
-from .options import exp_id_argument, output_option, pass_env, server_option
+from ..errors import CLIError
+from ..exit_codes import ExitCode
+from ..options import exp_id_argument, output_option, pass_env, server_option
+from .group import exp_group
 
 EXPS = "/api/v1/exps"
 LOG_CHUNK = 256 * 1024  # bytes asked per logs request
@@ -16,7 +17,7 @@ FOLLOW_INTERVAL = 1.0  # seconds between polls of `logs --follow`
 LIST_PAGE = 1000  # files per artifacts page: the server's maximum
 
 
-@click.command("logs")
+@exp_group.command("logs")
 @exp_id_argument
 @click.option("--role", help="The job's role (optional when the experiment has one role).")
 @click.option("--replica", type=click.IntRange(min=0), default=0, show_default=True,
@@ -37,7 +38,7 @@ def logs(env, exp_id: int, role: str | None, replica: int, tail: int | None, fol
     store once the replica ended (aborted runs included). The log is text: UTF-8, a byte that
     is not UTF-8 shown as U+FFFD; on a terminal, control characters are shown as escapes.
     """
-    from .client import open_client
+    from ..client import open_client
 
     params: dict[str, object] = {"replica": replica}
     if role:
@@ -54,8 +55,8 @@ def _print_logs(env, client, exp_id, path, params, tail, follow, interval) -> No
     """Print the log from the start (or its last `tail` lines), then, with `follow`, what
     is appended until the log is complete; with `follow` a log that does not exist yet is
     waited for while the experiment runs."""
-    from .analysis import _is_terminal
-    from .visible import visible
+    from ..analysis import _is_terminal
+    from ..visible import visible
 
     raw = not _is_terminal(env.out)
     offset, first = 0, True
@@ -96,7 +97,7 @@ def _print_logs(env, client, exp_id, path, params, tail, follow, interval) -> No
         env.sleep(interval)
 
 
-@click.command("artifacts")
+@exp_group.command("artifacts")
 @exp_id_argument
 @click.option("--download", "download_dir", metavar="DIR",
               type=click.Path(file_okay=False, writable=True),
@@ -112,8 +113,8 @@ def _print_logs(env, client, exp_id, path, params, tail, follow, interval) -> No
 def artifacts(env, exp_id: int, download_dir: str | None, limit: int | None, output: str,
               server: str) -> None:
     """List the files under an experiment's artifact path (name, size, modified time)."""
-    from . import output as out
-    from .client import open_client
+    from .. import output as out
+    from ..client import open_client
 
     if download_dir is not None:
         _check_writable(download_dir)
@@ -133,7 +134,7 @@ def _files_table(console, files) -> None:
     from rich import box
     from rich.table import Table
 
-    from .output import plain, when
+    from ..output import plain, when
 
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("NAME", overflow="fold")
@@ -296,8 +297,3 @@ def _download(env, client, exp_id: int, files, dest: str) -> tuple[int, int, int
         fetched += 1
     return fetched, skipped, moved
 
-
-def add_file_commands(group) -> None:
-    """Register `logs` and `artifacts` in the `exp` group."""
-    group.add_command(logs)
-    group.add_command(artifacts)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import rich_click as click
 
-from .options import exp_id_argument, output_option, pass_env, server_option
+from ..options import exp_id_argument, output_option, pass_env, server_option
+from .group import exp_group
 
 EXPS = "/api/v1/exps"
 
@@ -43,7 +43,7 @@ def events_table(exp: dict[str, Any], events: list[dict[str, Any]]):
     from rich.table import Table
     from rich.text import Text
 
-    from .output import plain, status_text
+    from ..output import plain, status_text
 
     roles = {str(job.get("id")): str(job.get("role")) for job in exp.get("jobs") or []}
     table = Table(title="events", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
@@ -64,13 +64,13 @@ def describe_view(console, data: dict[str, Any]) -> None:
     from rich.console import Group
     from rich.text import Text
 
-    from .output import artifact_table, exp_summary, jobs_table
+    from ..output import artifact_table, exp_summary, jobs_table
 
     console.print(Group(exp_summary(data), Text(""), jobs_table(data), artifact_table(data),
                         events_table(data, data.get("events") or [])))
 
 
-@click.command("describe")
+@exp_group.command("describe")
 @exp_id_argument
 @output_option
 @server_option
@@ -82,11 +82,11 @@ def describe(env, exp_id: int, output: str, server: str) -> None:
     left and entered, the reason, who asked (a user, or a controller's identity) and the
     message. With -o json|yaml: the GetExp object with an `events` list.
     """
-    from . import output as out
-    from .client import open_client
+    from .. import output as out
+    from ..client import open_client
 
-    from .errors import CLIError
-    from .exit_codes import ExitCode
+    from ..errors import CLIError
+    from ..exit_codes import ExitCode
 
     with open_client(env, server) as client:
         try:

@@ -1,0 +1,31 @@
+"""The `exp` group and what its commands share: the API path, the limits and the polls.
+
+Only click is imported at module level; httpx, rich and yaml are imported inside the commands
+(`falcon --help` stays fast).
+"""
+from __future__ import annotations
+
+import rich_click as click
+
+from core.statuses import CONFIG_ENV, ExpStatus
+
+EXPS = "/api/v1/exps"
+# Plain strings: click.Choice would offer an enum's member names (CREATED), not its values.
+STATUSES = tuple(status.value for status in ExpStatus)
+DEFAULT_INTERVAL = 2.0  # seconds between polls of `exp wait`
+PAGE_SIZE = 500  # rows per ListExps page: the server's maximum, so few round trips
+# The server's FALCON_CONFIG_MAX_BYTES: the config reaches a task as `CUSTOM_CONFIG_KEY=<config>`,
+# and Linux caps one environment string with its NUL at MAX_ARG_STRLEN = 128 KiB.
+CONFIG_MAX_BYTES = 128 * 1024 - len(f"{CONFIG_ENV}=") - 1
+TASKS_MAX_BYTES = 1024 * 1024  # a tasks file of a few roles is a few KiB
+# Seconds `exp wait` keeps polling a server that stopped answering (a restart) before giving up.
+UNAVAILABLE_GRACE = 60.0
+# Tries of a create (it carries an Idempotency-Key, so a repeat cannot make a second experiment)
+# and of a read, when the server cannot be reached or the connection drops.
+ATTEMPTS = 4
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+
+@click.group("exp")
+def exp_group() -> None:
+    """Create, inspect, abort, delete and wait for experiments."""

@@ -1,0 +1,42 @@
+"""`falcon exp label`."""
+from __future__ import annotations
+
+from typing import Any
+
+import rich_click as click
+
+from ..errors import CLIError
+from ..exit_codes import ExitCode
+from ..options import exp_id_argument, output_option, pass_env, server_option
+from ..visible import visible
+from .group import EXPS, exp_group
+
+
+@exp_group.command("label")
+@exp_id_argument
+@click.argument("changes", nargs=-1, required=True, metavar="KEY=VALUE|KEY- ...")
+@output_option
+@server_option
+@pass_env
+def label(env, exp_id: int, changes: tuple[str, ...], output: str, server: str) -> None:
+    """Set (key=value) or remove (key-) labels of an experiment, as `kubectl label` does.
+
+    All changes are applied in one transaction; only the creator or a staff user may label.
+    """
+    from experiments.labels import parse_label_args
+
+    from .. import output as out
+    from ..client import open_client
+
+    try:
+        to_set, to_remove = parse_label_args(changes)
+    except ValueError as exc:
+        raise CLIError(str(exc), ExitCode.USAGE) from None
+    patch: dict[str, Any] = {**to_set, **dict.fromkeys(to_remove)}
+    with open_client(env, server) as client:
+        answer = client.request("PATCH", f"{EXPS}/{exp_id}/labels", json={"labels": patch})
+    labels = answer.get("labels") or {}
+    if output == "table":
+        env.print_out(visible(f"experiment {exp_id} labels: {out.labels_text(labels)}"))
+    else:
+        out.emit(env, {"id": exp_id, "labels": labels}, output, None)

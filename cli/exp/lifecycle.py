@@ -1,0 +1,186 @@
+"""`falcon exp abort`, `delete` and `wait`."""
+from __future__ import annotations
+
+from typing import Any
+
+import rich_click as click
+
+from core.statuses import EXP_TERMINAL, ExpStatus
+
+from ..errors import CLIError
+from ..exit_codes import ExitCode
+from ..options import exp_id_argument, output_option, pass_env, server_option
+from ..visible import visible
+from .group import DEFAULT_INTERVAL, EXPS, UNAVAILABLE_GRACE, exp_group
+
+
+@exp_group.command("abort")
+@exp_id_argument
+@output_option
+@server_option
+@pass_env
+def abort(env, exp_id: int, output: str, server: str) -> None:
+    """Abort an experiment (AbortExp); repeating it is harmless."""
+    from .. import output as out
+    from ..client import open_client
+
+    with open_client(env, server) as client:
+        exp = client.request("POST", f"{EXPS}/{exp_id}/abort")
+    if output == "table":
+        env.print_out(visible(f"experiment {exp['id']} ({exp['name']}) is {exp['status']}"))
+    else:
+        out.emit(env, exp, output, out.exp_detail)
+
+
+@exp_group.command("delete")
+@exp_id_argument
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--purge", is_flag=True,
+              help="Also delete the stored artifact files and the replicas' logs.")
+@server_option
+@pass_env
+def delete(env, exp_id: int, yes: bool, server: str, purge: bool = False) -> None:
+    """Delete a finished experiment (DeleteExp) with its jobs and artifact record (and with
+    --purge its stored files and logs)."""
+    from ..client import open_client
+
+    with open_client(env, server) as client:
+        if not yes:
+            exp = client.request("GET", f"{EXPS}/{exp_id}")
+            try:
+                confirmed = click.confirm(visible(
+                    f"Delete experiment {exp_id} ({exp['name']}, {exp['status']})"
+                    + (" with its artifact files and logs" if purge else "") + "?"),
+                    default=False, err=True)
+            except click.exceptions.Abort:  # end of input or Ctrl-C at the prompt
+                env.print_err("")
+                confirmed = False
+            if not confirmed:
+                raise CLIError(f"experiment {exp_id} was not deleted (pass --yes to delete "
+                               "without a prompt)", ExitCode.ERROR)
+        client.request("DELETE", f"{EXPS}/{exp_id}",
+                       params={"purge": "true"} if purge else None)
+    env.print_out(f"deleted experiment {exp_id}" + (" and its files" if purge else ""))
+
+
+@exp_group.command("wait")
+@exp_id_argument
+@click.option("--interval", type=click.FloatRange(min=0.1), default=DEFAULT_INTERVAL,
+              show_default=True, help="Seconds between two polls.")
+@click.option("--timeout", type=click.FloatRange(min=0), default=None,
+              help="Give up after this many seconds (exit code 7). Default: wait forever.")
+@output_option
+@server_option
+@pass_env
+def wait(env, exp_id: int, interval: float, timeout: float | None, output: str,
+         server: str) -> None:
+    """Show an experiment's status live until it Succeeded, Failed or was Aborted.
+
+    Exit code 0 only when it Succeeded; 6 when it Failed or was Aborted; 7 on --timeout.
+    """
+    from ..client import open_client
+
+    with open_client(env, server) as client:
+        wait_for(env, client, exp_id, interval=interval, timeout=timeout, output=output)
+
+
+def _fingerprint(exp: dict[str, Any]) -> tuple:
+    jobs = tuple((j.get("role"), j.get("status")) for j in exp.get("jobs") or [])
+    artifact = (exp.get("artifact") or {}).get("status")
+    return exp.get("status"), jobs, artifact
+
+
+def _status_line(exp: dict[str, Any], elapsed: float) -> str:
+    from ..output import duration
+
+    jobs = " ".join(f"{j.get('role')}:{j.get('status')}" for j in exp.get("jobs") or [])
+    artifact = (exp.get("artifact") or {}).get("status", "-")
+    return visible(f"[{duration(elapsed)}] experiment {exp.get('id')} {exp.get('status')}"
+                   f" (jobs {jobs or '-'}; artifact {artifact})")
+
+
+def wait_for(env, client, exp_id: int, *, interval: float, timeout: float | None,
+             output: str) -> None:
+    """Poll GetExp until the experiment is terminal, showing its progress.
+
+    On a terminal console the view is a live `rich` display; otherwise one line is printed per
+    change of the experiment's, a job's or the artifact's status. The progress goes to stdout for
+    `table` and to stderr for `json`/`yaml`, whose stdout holds only the final experiment.
+
+    Args:
+        env: the run's `Environment` (its `sleep` and `monotonic` pace the loop).
+        client: a `FalconClient` for the server.
+        exp_id: the experiment's id.
+        interval: seconds between polls.
+        timeout: seconds before giving up, or None to wait forever.
+        output: `table`, `json` or `yaml`.
+
+    Raises:
+        CLIError: EXP_FAILED when it ends Failed or Aborted, TIMEOUT when `timeout` elapses,
+            UNAVAILABLE when the server stays unreachable for `UNAVAILABLE_GRACE` seconds, or
+            any other error of the request (AUTH when the session expires meanwhile).
+    """
+    from rich.live import Live
+
+    from .. import output as out
+
+    console = env.console(stderr=output != "table")
+    start = env.monotonic()
+    down_since: float | None = None
+    exp = client.request("GET", f"{EXPS}/{exp_id}")
+
+    class _View:  # re-rendered on each refresh, so the elapsed time keeps ticking
+        def __rich__(self):
+            return out.exp_progress(exp, env.monotonic() - start)
+
+    live = Live(_View(), console=console, refresh_per_second=4, transient=False,
+                auto_refresh=True) if console.is_terminal else None
+    last = None
+    try:
+        if live is not None:
+            live.start()
+        while True:
+            if live is None and _fingerprint(exp) != last:
+                last = _fingerprint(exp)
+                console.file.write(_status_line(exp, env.monotonic() - start) + "\n")
+                console.file.flush()
+            if exp.get("status") in EXP_TERMINAL:
+                break
+            now = env.monotonic()
+            if timeout is not None and now - start >= timeout:
+                raise CLIError(f"gave up waiting for experiment {exp_id} after "
+                               f"{out.duration(now - start)}; it is still {exp.get('status')}",
+                               ExitCode.TIMEOUT)
+            delay = interval if timeout is None else min(interval, start + timeout - now)
+            env.sleep(max(delay, 0.0))
+            try:
+                exp = client.request("GET", f"{EXPS}/{exp_id}")
+                down_since = None
+            except CLIError as exc:
+                # A server restarting (runlocal, a rolling deploy) is not the experiment's end:
+                # keep polling for UNAVAILABLE_GRACE seconds before giving up.
+                if exc.code != ExitCode.UNAVAILABLE:
+                    raise
+                down_since = env.monotonic() if down_since is None else down_since
+                if env.monotonic() - down_since > UNAVAILABLE_GRACE:
+                    raise
+            if live is not None:
+                live.refresh()
+    except KeyboardInterrupt:
+        # Ctrl-C stops the waiting, not the experiment: say so, or "Aborted!" reads as an abort.
+        raise CLIError(f"stopped waiting; experiment {exp_id} is still {exp.get('status')} "
+                       f"(`falcon exp wait {exp_id}` resumes, `falcon exp abort {exp_id}` "
+                       "stops it)", ExitCode.INTERRUPTED) from None
+    finally:
+        if live is not None:
+            live.stop()
+
+    if output != "table":
+        out.emit(env, exp, output, out.exp_detail)
+    status = exp.get("status")
+    if status != ExpStatus.SUCCEEDED:
+        detail = ": ".join(str(v) for v in (exp.get("reason"), exp.get("message")) if v)
+        raise CLIError(f"experiment {exp_id} ended {status}" + (f" ({detail})" if detail else ""),
+                       ExitCode.EXP_FAILED)
+    if output == "table":
+        env.print_out(f"experiment {exp_id} {ExpStatus.SUCCEEDED}")
