@@ -133,6 +133,7 @@ def get(url: str) -> str:
         return res.read().decode()
 
 
+@pytest.mark.every_database  # gunicorn inherits DATABASE_URL: the app on each database
 def test_several_gunicorn_workers_report_one_sum(tmp_path):
     """Two workers, each replaced after 5 requests (`--max-requests`): whichever process
     answers /metrics, it counts the requests of every worker, exited ones included."""
