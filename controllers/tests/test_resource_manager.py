@@ -27,10 +27,11 @@ from experiments.services import exp_abort
 from experiments.tests.factories import make_exp
 from falcon_site.grpc.testing import falcon_api, grpc_server  # noqa: F401  (fixtures)
 from jobs.models import Job
+from core.testing import wait_until as poll_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-DEADLINE = 8.0
+DEADLINE = 60.0
 
 
 class SimulatedCrash(BaseException):
@@ -51,15 +52,8 @@ class CrashOnFirstWrite:
 
 
 def wait_for(check, timeout: float = DEADLINE, what: str = "condition"):
-    """Poll `check` every 20 ms until it returns a truthy value; fail after `timeout` seconds."""
-    end = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
+    """Poll `check` until it returns a truthy value, which is returned; fail after `timeout`."""
+    return poll_until(check, timeout=timeout, what=what)
 
 
 def tick_until(manager: ResourceManager, job: Job, status: str, timeout: float = DEADLINE) -> Job:
