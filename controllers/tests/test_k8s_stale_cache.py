@@ -26,7 +26,7 @@ from controllers.tests.test_k8s_cases import (  # noqa: F401  (fixtures)
     NS,
     k8s_clusters,
 )
-from controllers.tests.test_k8s_failure_kinds import fresh, rm, run_all  # noqa: F401
+from controllers.tests.test_k8s_failure_kinds import fresh, rm, rm_clock, run_all  # noqa: F401
 from core.testing import wait_until as poll_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
