@@ -75,3 +75,30 @@ def test_every_test_module_and_tests_folder_holds_collected_tests(request):
             missing.append(str(path.relative_to(ROOT)))
     assert missing == [], f"pytest collects no test from these (give them one, or fix the " \
                           f"collection: an import error, a conftest ignoring them): {missing}"
+
+
+def _collect(*args: str) -> set[str]:
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return {line for line in done.stdout.splitlines() if "::" in line}
+
+
+def test_the_database_pass_keeps_every_test_that_reaches_the_database():
+    """`--database-tests-only` (the MariaDB pass) drops only tests that cannot reach it."""
+    files = ["core/tests/test_logs.py", "tests/test_database_settings.py", "tests/test_e2e.py",
+             "cli/tests/test_exp_files.py"]
+    everything = _collect(*files)
+    kept = _collect("--database-tests-only", *files)
+    assert kept < everything
+    dropped = everything - kept
+    # A django_db mark; the every_database mark (a subprocess inheriting DATABASE_URL); a
+    # module-scoped platform on `django_db_setup`; the CLI against `live_server`.
+    assert "core/tests/test_logs.py::test_lines_an_http_view_logs_carry_the_ids_of_its_path" \
+        in kept
+    assert "tests/test_database_settings.py::test_reused_connections_are_health_checked" in kept
+    assert {t for t in everything if t.startswith("tests/test_e2e.py")} <= kept
+    assert {t for t in everything if t.startswith("cli/tests/test_exp_files.py")} <= kept
+    # Pure functions run once, in the SQLite pass.
+    assert "core/tests/test_logs.py::test_redact_keeps_ordinary_text" in dropped
+    assert all(t.startswith(("core/", "tests/test_database_settings.py")) for t in dropped)
