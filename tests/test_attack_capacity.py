@@ -367,6 +367,9 @@ def test_a_1024_replica_job_fails_at_once_and_another_users_job_runs(local_clust
                    for path in cluster.state_dir.iterdir())  # nothing of it was created
     assert (small_row.status, small_row.reason) == ("Pending", "Submitted")
     cluster.tick_until(lambda: cluster.row(small).status == "Running", "the small job runs")
+    # Running: its replica's process runs; the command's first line may not have yet (this
+    # read came too early under load once).
+    poll_until(cluster.started_jobs, what="the small job's replica to write its start")
     assert cluster.started_jobs() == {small.pk}
 
 
