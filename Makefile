@@ -8,19 +8,24 @@ PYTEST_ARGS ?=
 setup:
 	@./scripts/setup.sh
 
-## test: the whole suite on SQLite, then on the MariaDB at $(MARIADB_URL)
-test: setup test-sqlite test-mariadb
+## test: the whole suite on SQLite and, side by side, its database tests on the MariaDB at
+## $(MARIADB_URL) (scripts/test.sh; docs/testing.md)
+test: setup
+	@./scripts/test.sh
 
+## test-sqlite: every test, on SQLite
 test-sqlite:
 	@echo "== tests on SQLite =="
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 # Each MariaDB run creates and drops its own database (pytest-django), named uniquely, because
-# the server is shared by everything on the machine.
+# the server is shared by everything on the machine. The tests that never touch the database
+# already ran in the SQLite pass: `--database-tests-only` deselects them (conftest.py).
+## test-mariadb: the tests that touch the database, on MariaDB
 test-mariadb:
 	@echo "== tests on MariaDB ($(MARIADB_URL)) =="
 	DATABASE_URL=$(MARIADB_URL) FALCON_TEST_DB_NAME=test_falcon_$$(date +%s)_$$$$ \
-		$(PY) -m pytest -q $(PYTEST_ARGS)
+		$(PY) -m pytest -q --database-tests-only $(PYTEST_ARGS)
 
 ## demo: the whole platform on its embedded defaults, one example experiment run to the end
 demo: setup

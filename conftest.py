@@ -16,6 +16,44 @@ pytest_plugins = ["accounts.tests.cloudflare"]
 TEST_CLUSTERS = ("local", "tpu-v5p-cluster-a", "gpu-a", "tpu-a", "a", "b", "c", "c1", "c2")
 
 
+# The fixtures through which a test reaches the test database, directly or by a live server or a
+# subprocess given its name (`live_server`, `transactional_db`); pytest-django refuses every other
+# database access, in the test's own threads too, so a test requesting none of them reads no row.
+# (`django_db_blocker` is in every test's closure; a fixture that unblocks it needs
+# `django_db_setup` anyway, for the test database to exist.)
+DATABASE_FIXTURES = frozenset({
+    "db", "transactional_db", "django_db_setup", "live_server", "django_db_reset_sequences",
+    "django_db_serialized_rollback", "admin_user", "admin_client"})
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--database-tests-only", action="store_true", default=False,
+        help="deselect the tests that never touch the database: `make test-mariadb` passes it, "
+             "since the SQLite pass already ran them (docs/testing.md)")
+
+
+def uses_database(item: pytest.Item) -> bool:
+    """Whether `item` reaches the database: a `django_db` mark, a database fixture in its closure,
+    or the `every_database` mark of a test that reads the database settings another way (a
+    subprocess inheriting DATABASE_URL)."""
+    return bool(item.get_closest_marker("django_db") or item.get_closest_marker("every_database")
+                or DATABASE_FIXTURES.intersection(getattr(item, "fixturenames", ())))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session, config, items):
+    """Keep what was collected (tests/test_collection.py reads it), then, with
+    `--database-tests-only`, deselect the tests that never touch the database."""
+    session.falcon_collected = list(items)
+    if not config.getoption("database_tests_only"):
+        return
+    keep = [item for item in items if uses_database(item)]
+    if len(keep) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if not uses_database(item)])
+        items[:] = keep
+
+
 def pytest_configure(config):
     """Create the local state (FALCON_VAR_DIR, the secret files) before the first test.
 
@@ -23,6 +61,9 @@ def pytest_configure(config):
     with no secret files: `prepare_local_state` creates them and refreshes those settings. The
     SQLite test database lives in FALCON_VAR_DIR too.
     """
+    config.addinivalue_line(
+        "markers", "every_database: run on each database although no database fixture is "
+                   "requested (the test reads DATABASE_URL another way, e.g. in a subprocess)")
     from falcon_site.startup import prepare_local_state
 
     prepare_local_state()

@@ -34,6 +34,7 @@ import grpc
 import httpx
 
 from accounts.tests.cloudflare import AUD, TEAM, AccessEdge, CloudflareAccess, offline_access
+from core.testing import wait_until as poll_until
 from tests.test_e2e import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,13 +58,7 @@ T = TypeVar("T")
 def wait_for(what: str, probe: Callable[[], T], timeout: float = 60.0,
              every: float = 0.1) -> T:
     """Return `probe()`'s first truthy value; fail naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
-        time.sleep(every)
+    return poll_until(probe, timeout=timeout, what=what, every=every)
 
 
 def answers(url: str) -> bool:

@@ -29,6 +29,8 @@ from typing import Any
 
 import grpc
 import pytest
+
+from core.testing import wait_until as poll_until
 import requests
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -60,15 +62,7 @@ def until(predicate: Callable[[], Any], timeout: float = 30.0, every: float = 0.
           what: str = "the condition", tick: Callable[[], None] | None = None) -> Any:
     """Call `tick` (if any) and poll `predicate` until it returns a true value, which is
     returned; AssertionError naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if tick is not None:
-            tick()
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what} not reached within {timeout} s"
-        time.sleep(every)
+    return poll_until(predicate, timeout=max(timeout, 60.0), every=every, what=what, tick=tick)
 
 
 def alive(pid: int) -> bool:

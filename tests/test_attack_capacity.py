@@ -11,6 +11,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from core.testing import wait_until as poll_until
 from core.filters import MAX_FILTER_VALUES
 from falcon_proto.falcon.v1 import (
     analysis_pb2, analysis_pb2_grpc, common_pb2, experiment_pb2, job_pb2,
@@ -318,15 +319,8 @@ class _Cluster:
 
     def tick_until(self, check, what: str, deadline: float = 30.0):
         """Tick until `check()` is true (a state the platform reaches, not a time)."""
-        import time
-
-        end = time.monotonic() + deadline
-        while time.monotonic() < end:
-            self.manager.tick()
-            if value := check():
-                return value
-            time.sleep(0.02)
-        raise AssertionError(f"not reached within {deadline} s: {what}")
+        return poll_until(check, timeout=max(deadline, 60.0), what=what,
+                          tick=self.manager.tick)
 
     def stop(self):
         import json
@@ -373,6 +367,9 @@ def test_a_1024_replica_job_fails_at_once_and_another_users_job_runs(local_clust
                    for path in cluster.state_dir.iterdir())  # nothing of it was created
     assert (small_row.status, small_row.reason) == ("Pending", "Submitted")
     cluster.tick_until(lambda: cluster.row(small).status == "Running", "the small job runs")
+    # Running: its replica's process runs; the command's first line may not have yet (this
+    # read came too early under load once).
+    poll_until(cluster.started_jobs, what="the small job's replica to write its start")
     assert cluster.started_jobs() == {small.pk}
 
 

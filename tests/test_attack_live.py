@@ -27,7 +27,7 @@ from tests.attack_platform import (
     cloudflare_env, controller_cmd, controller_env, listening, make_staff, manage, prepared_env,
     staff_subject, start_cloudflare, start_local, wait_for,
 )
-from tests.test_e2e import database_url, free_port
+from tests.test_e2e import free_port, platform_database_url
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,16 +37,6 @@ def test_the_session_sets_the_test_database_up():
     """pytest-django creates the test databases only for the aliases its session's marked tests
     name (`_get_databases_for_setup`); the platform tests are unmarked on purpose (a marked test
     holds a transaction, or flushes, under the platform's feet), so this one asks for them."""
-
-
-def platform_database_url(django_db_blocker) -> str:
-    """The test database's URL; refuses to hand out any other (a developer's data)."""
-    from django.db import connection
-
-    with django_db_blocker.unblock():
-        assert connection.settings_dict["NAME"] == connection.creation._get_test_db_name(), \
-            "the test database was not set up: run this module with its marked test"
-        return database_url()
 
 
 @pytest.fixture(scope="module", params=MODES)

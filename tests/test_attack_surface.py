@@ -16,12 +16,12 @@ import re
 import socket
 import sys
 import threading
-import time
 from pathlib import Path
 from urllib.parse import urlsplit, parse_qs
 
 import pytest
 
+from core.testing import wait_until as poll_until
 from controllers.tests.fake_k8s import fake_kube  # noqa: F401  (a fixture)
 from tests.test_e2e import free_port
 from tests.test_json_server_logs import ROOT, _env, _gunicorn, _served
@@ -62,14 +62,17 @@ def _wait_for_lines(log: Path, markers: list[str], per_request: int,
                     deadline_s: float = 30.0) -> str:
     """Return the log's text once every marker is on `per_request` lines (the server writes
     its lines after answering); fail at the deadline, showing the log."""
-    deadline = time.monotonic() + deadline_s
-    while True:
+    def complete() -> str | None:
         text = log.read_text(encoding="utf-8", errors="replace")
         lines = text.splitlines()
-        if all(sum(m in line for line in lines) >= per_request for m in markers):
-            return text
-        assert time.monotonic() < deadline, f"the lines did not come in {deadline_s} s:\n{text}"
-        time.sleep(0.05)
+        return text if all(sum(m in line for line in lines) >= per_request
+                           for m in markers) else None
+
+    try:
+        return poll_until(complete, timeout=max(deadline_s, 60.0), what="the log lines")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}:\n{log.read_text(encoding='utf-8', errors='replace')}") \
+            from None
 
 
 def _assert_not_forged(text: str, markers: list[str], per_request: int, starts: re.Pattern):

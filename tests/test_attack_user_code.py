@@ -24,11 +24,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from core.testing import wait_until as poll_until
 from core.ports import bind_problem
 from tests.test_e2e import create, database_url, falcon, free_port, get, wait_until
 
@@ -177,11 +177,12 @@ def start_until(tmp_path: Path, args: list[str], env: dict[str, str], line: str,
         proc = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), *args], cwd=ROOT,
                                 env=base, stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + timeout
-        while line not in log_path.read_text(errors="replace"):
+        def written() -> bool:
             assert proc.poll() is None, log_path.read_text(errors="replace")
-            assert time.monotonic() < deadline, log_path.read_text(errors="replace")
-            time.sleep(0.1)
+            return line in log_path.read_text(errors="replace")
+
+        poll_until(written, timeout=max(timeout, 60.0), every=0.05,
+                   what=f"{line!r} in the log of {args}")
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -232,15 +233,15 @@ def platform_with_secrets(tmp_path):
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     import urllib.request
 
-    deadline = time.monotonic() + 60
-    while True:
+    def ready() -> bool:
         assert proc.poll() is None, log_path.read_text()
         try:
             with urllib.request.urlopen(f"{env['FALCON_SERVER']}/readyz", timeout=2):
-                break
+                return True
         except OSError:
-            assert time.monotonic() < deadline, "the platform did not start in 60 s"
-            time.sleep(0.3)
+            return False
+
+    poll_until(ready, timeout=120, what="the platform to start", every=0.1)
     env["_tmp"] = str(tmp_path)
     try:
         login = falcon(env, "auth", "login", "--email", "alice@example.com")

@@ -35,6 +35,7 @@ def _database_settings(**env) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.every_database  # the settings of the DATABASE_URL the pass runs on
 def test_reused_connections_are_health_checked():
     assert _database_settings(FALCON_DB_CONN_MAX_AGE="60") == {
         "CONN_MAX_AGE": 60, "CONN_HEALTH_CHECKS": True}

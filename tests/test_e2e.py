@@ -6,6 +6,7 @@ local cluster directly.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -13,7 +14,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 import urllib.request
 from pathlib import Path
 
@@ -21,9 +21,10 @@ import pytest
 import yaml
 from django.db import connection
 
+from core.testing import wait_until as poll_until
+
 ROOT = Path(__file__).resolve().parent.parent
 
-pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def free_port() -> int:
@@ -49,12 +50,29 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-@pytest.fixture
-def platform(tmp_path):
+@pytest.mark.django_db
+def test_the_session_sets_the_test_database_up():
+    """pytest-django creates the test databases only for the aliases its session's marked tests
+    name (`_get_databases_for_setup`); the platform tests are unmarked on purpose (a marked test
+    holds a transaction, or flushes, under the platform's feet), so this one asks for them."""
+
+
+def platform_database_url(django_db_blocker) -> str:
+    """The test database's URL; refuses to hand out any other (a developer's data)."""
+    with django_db_blocker.unblock():
+        assert connection.settings_dict["NAME"] == connection.creation._get_test_db_name(), \
+            "the test database was not set up: run this module with its marked test"
+        return database_url()
+
+
+@contextlib.contextmanager
+def running_platform(tmp_path: Path, db_url: str):
+    """`manage.py runlocal` on free loopback ports against `db_url`, with its var folder and
+    artifact root under `tmp_path`, and the CLI logged in: yields the CLI's environment."""
     http = free_port()
     env = dict(
         os.environ,
-        DATABASE_URL=database_url(),
+        DATABASE_URL=db_url,
         FALCON_VAR_DIR=str(tmp_path / "var"),
         FALCON_ARTIFACT_ROOT=(tmp_path / "artifacts").as_uri(),
         FALCON_CONFIG_DIR=str(tmp_path / "cli"),
@@ -67,17 +85,18 @@ def platform(tmp_path):
          "--grpc", f"127.0.0.1:{free_port()}", "--analyzer", f"127.0.0.1:{free_port()}",
          "--interval", "0.3"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while True:
+
+    def ready() -> bool:
         assert proc.poll() is None, (tmp_path / "runlocal.log").read_text()
         try:
             with urllib.request.urlopen(f"{env['FALCON_SERVER']}/readyz", timeout=2):
-                break
+                return True
         except OSError:
-            assert time.monotonic() < deadline, "the platform did not start in 60 s"
-            time.sleep(0.3)
+            return False
+
     env["_tmp"] = str(tmp_path)
     try:
+        poll_until(ready, timeout=120, what="the platform to start", every=0.1)
         assert falcon(env, "auth", "login", "--email", "e2e@example.com").returncode == 0
         yield env
     finally:
@@ -87,6 +106,21 @@ def platform(tmp_path):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
         log.close()
+
+
+@pytest.fixture(scope="module")
+def platform(django_db_setup, django_db_blocker, tmp_path_factory):
+    """One platform for the module's tests (each names its own experiments, and waits for
+    them by id); its rows are flushed when the module is done with it."""
+    from django.core.management import call_command
+
+    try:
+        with running_platform(tmp_path_factory.mktemp("e2e"),
+                              platform_database_url(django_db_blocker)) as env:
+            yield env
+    finally:
+        with django_db_blocker.unblock():
+            call_command("flush", interactive=False, verbosity=0)
 
 
 def falcon(env, *args, timeout=120) -> subprocess.CompletedProcess:
@@ -111,14 +145,8 @@ def get(env, exp_id) -> dict:
     return json.loads(res.stdout)
 
 
-def wait_until(fn, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.3)
+def wait_until(fn, timeout=120.0):
+    return poll_until(fn, timeout=timeout, every=0.05)
 
 
 WRITE = 'printf "%s" "$CUSTOM_CONFIG_KEY" > "$FALCON_ARTIFACT_PATH/config-$FALCON_REPLICA_INDEX"'

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from core.testing import wait_until as poll_until
 from tests.test_e2e import database_url, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,15 +51,16 @@ def _serve(cmd: list[str], env: dict[str, str], port: int, log: Path) -> subproc
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-    deadline = time.monotonic() + 60
-    while True:
+    def answers() -> bool:
         assert proc.poll() is None, log.read_text()
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2):
-                return proc
+                return True
         except OSError:
-            assert time.monotonic() < deadline, "the server did not answer in 60 s"
-            time.sleep(0.2)
+            return False
+
+    poll_until(answers, timeout=120, what="the server to answer", every=0.1)
+    return proc
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -92,10 +94,10 @@ def _requests(port: int) -> dict[str, str]:
 def _wait_for_log(log: Path, written: Callable[[str], bool], seconds: float = 60) -> None:
     """Wait until the log's text satisfies `written`: a server writes a request's access line
     after it has sent the answer, so the client can be done before the line is."""
-    deadline = time.monotonic() + seconds
-    while not written(log.read_text()):
-        assert time.monotonic() < deadline, f"the awaited lines were not written:\n{log.read_text()}"
-        time.sleep(0.05)
+    try:
+        poll_until(lambda: written(log.read_text()), timeout=seconds, what="the awaited lines")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}:\n{log.read_text()}") from None
 
 
 def _served(command: list[str], env: dict[str, str], port: int, log: Path,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_e2e import create, falcon, get, platform, wait_until  # noqa: F401  (fixture)
+from tests.test_e2e import create, database_url, falcon, get, running_platform, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -21,6 +21,13 @@ def _json_debug_logs(monkeypatch):
     """Every process of the platform logs JSON lines at DEBUG (everything libraries log too)."""
     monkeypatch.setenv("FALCON_LOG_FORMAT", "json")
     monkeypatch.setenv("FALCON_LOG_LEVEL", "DEBUG")
+
+
+@pytest.fixture
+def platform(_json_debug_logs, tmp_path):
+    """A platform of this test's own: its processes start with the JSON, DEBUG environment."""
+    with running_platform(tmp_path, database_url()) as env:
+        yield env
 
 
 def secrets_of(tmp: Path) -> dict[str, str]:

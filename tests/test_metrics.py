@@ -7,13 +7,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from core.testing import wait_until as poll_until
 from falcon_site.grpc.testing import grpc_channel, grpc_server  # noqa: F401  (fixtures)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -133,6 +133,7 @@ def get(url: str) -> str:
         return res.read().decode()
 
 
+@pytest.mark.every_database  # gunicorn inherits DATABASE_URL: the app on each database
 def test_several_gunicorn_workers_report_one_sum(tmp_path):
     """Two workers, each replaced after 5 requests (`--max-requests`): whichever process
     answers /metrics, it counts the requests of every worker, exited ones included."""
@@ -149,15 +150,15 @@ def test_several_gunicorn_workers_report_one_sum(tmp_path):
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
+        def started() -> bool:
             assert proc.poll() is None, (tmp_path / "gunicorn.log").read_text()
             try:
                 get(f"{base}/healthz")
-                break
+                return True
             except OSError:
-                assert time.monotonic() < deadline, "gunicorn did not start"
-                time.sleep(0.2)
+                return False
+
+        poll_until(started, timeout=120, what="gunicorn to start", every=0.1)
         assert not (folder / "counter_stale.db").exists()  # emptied at start
         for _ in range(40):
             get(f"{base}/healthz")

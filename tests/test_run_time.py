@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from core.testing import wait_until as poll_until
 from artifacts.store import store_for
 from cli.tests.conftest import EMAIL, falcon_cli, logged_in  # noqa: F401  (fixtures)
 from controllers.cluster_backends.local import LocalBackend
@@ -50,10 +51,7 @@ def local(falcon_api, tmp_path):
 
 def wait_for_file(path: Path) -> None:
     """Wait for `path` to exist (the replica's runner writes it), at most `DEADLINE` s."""
-    end = time.monotonic() + DEADLINE
-    while not path.exists():
-        assert time.monotonic() < end, f"{path} was not written in {DEADLINE} s"
-        time.sleep(0.02)
+    poll_until(path.exists, timeout=DEADLINE, what=f"{path} to be written")
 
 
 def parse(value: str) -> datetime:

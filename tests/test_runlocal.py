@@ -11,11 +11,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from core.testing import wait_until as poll_until
 from core.ports import bind_problem
 from tests.test_e2e import alive, database_url, free_port
 
@@ -41,10 +41,7 @@ def children_of(pid: int) -> list[int]:
 
 
 def wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what} within {timeout:g} s"
-        time.sleep(0.05)
+    poll_until(predicate, timeout=max(timeout, 60.0), what=what)
 
 
 class Runlocal:

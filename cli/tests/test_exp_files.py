@@ -3,7 +3,6 @@ live server, with a real local-backend process and the local artifact store."""
 from __future__ import annotations
 
 import json
-import time
 import uuid
 
 import pytest
@@ -12,6 +11,7 @@ from artifacts.services import artifact_update_status
 from artifacts.store import replica_log_url, store_for
 from cli.exit_codes import ExitCode
 from controllers.cluster_backends import LocalBackend
+from core.testing import wait_until as poll_until
 from experiments.files import local_state_dir
 from experiments.services import exp_update_status
 from experiments.tests.factories import make_exp
@@ -49,10 +49,8 @@ def test_logs_tail_then_follow_until_the_replica_ended(logged_in, alice, tmp_pat
     result = backend.submit(view)
     job_update_status(job_id=job.pk, status="Pending", cluster_job_name=result.cluster_job_name)
     log_file = backend.state_dir / result.cluster_job_name / "replica-0.log"
-    end = time.monotonic() + 15
-    while b"oops" not in (log_file.read_bytes() if log_file.exists() else b""):
-        assert time.monotonic() < end
-        time.sleep(0.02)
+    poll_until(lambda: b"oops" in (log_file.read_bytes() if log_file.exists() else b""),
+               what="the replica's stderr line in its log")
 
     result = logged_in("exp", "logs", str(exp.pk), "--tail", "2")
     assert result.exit_code == 0, result.output
@@ -62,10 +60,8 @@ def test_logs_tail_then_follow_until_the_replica_ended(logged_in, alice, tmp_pat
         # The first poll of --follow found nothing new: let the replica end, and let the
         # backend notice it (which copies the log to the store), as a resource manager tick.
         gate.touch()
-        end = time.monotonic() + 15
-        while not backend.observe([view])[view.id].terminal:
-            assert time.monotonic() < end
-            time.sleep(0.02)
+        poll_until(lambda: backend.observe([view])[view.id].terminal,
+                   what="the backend to see the replica end")
 
     logged_in.sleep = release
     result = logged_in("exp", "logs", str(exp.pk), "--follow")

@@ -23,6 +23,7 @@ from controllers.cluster_backends.kubernetes import (
     KubernetesClusterConfig,
 )
 from controllers.kubeclient import KubeCaller, KubeConnection, TokenBucket
+from core.testing import wait_until as poll_until
 from controllers.tests.fake_k8s import fake_kube, kubeconfig  # noqa: F401
 
 NS = "falcon-jobs"
@@ -351,9 +352,7 @@ def test_observe_with_watch_reads_its_cache_and_one_resource_version_probe(kubec
         fake_kube.expire_watches()
         fake_kube.set_job_status(NS, backend.cluster_job_name(views[1]), {"active": 1,
                                                                          "ready": 0})
-        deadline = time.monotonic() + 5
-        while jobs_cache.relists == relists and time.monotonic() < deadline:
-            time.sleep(0.02)
+        poll_until(lambda: jobs_cache.relists != relists, what="the watch cache to re-list")
         assert jobs_cache.relists == relists + 1
         assert backend.observe(views)[2].status == ClusterJobStatus.PENDING
     finally:

@@ -9,7 +9,6 @@ would, and the Falcon Job's status and message are read from the database.
 from __future__ import annotations
 
 import copy
-import time
 from pathlib import Path
 
 import pytest
@@ -57,13 +56,31 @@ def k8s_clusters(settings, kubeconfig, tmp_path):
     return write
 
 
+class FakeClock:
+    """The resource manager's monotonic clock: its pending timeout passes when the test says."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 @pytest.fixture
-def manager(falcon_api, k8s_clusters):
+def manager_clock():
+    return FakeClock()
+
+
+@pytest.fixture
+def manager(falcon_api, k8s_clusters, manager_clock):
     def build(pending_timeout=None, **k8s_options):
         if k8s_options:
             k8s_clusters(**k8s_options)
         return ResourceManager(falcon_api, load_backends(["k8s-a"]),
-                               pending_timeout=pending_timeout)
+                               pending_timeout=pending_timeout, clock=manager_clock)
 
     return build
 
@@ -178,7 +195,8 @@ def test_active_pending_pods_are_not_running(manager, fake_kube):
 
 
 def test_image_pull_backoff_names_the_image_and_the_pending_timeout_fails_it(manager,
-                                                                           fake_kube):
+                                                                           fake_kube,
+                                                                           manager_clock):
     mgr = manager(pending_timeout=0.3)
     job = submitted(mgr, replica=1)
     install(fake_kube, job, CASES["image-pull-backoff"])
@@ -186,7 +204,7 @@ def test_image_pull_backoff_names_the_image_and_the_pending_timeout_fails_it(man
     job = fresh(job)
     assert job.status == "Pending" and job.reason == "ImagePullBackOff"
     assert "no-such-tag" in job.message
-    time.sleep(0.4)
+    manager_clock.advance(0.4)
     mgr.tick()
     job = fresh(job)
     assert job.status == "Failed" and job.reason == "PendingTimeout"
@@ -341,7 +359,8 @@ def test_an_evicted_or_preempted_pod_is_named_in_the_failed_message(manager, fak
         assert word in job.message, job.message
 
 
-def test_a_suspended_job_is_pending_suspended_and_never_timed_out(manager, fake_kube):
+def test_a_suspended_job_is_pending_suspended_and_never_timed_out(manager, fake_kube,
+                                                                  manager_clock):
     mgr = manager(pending_timeout=0.3)
     job = submitted(mgr, replica=1)
     name = job.cluster_job_name
@@ -361,7 +380,7 @@ def test_a_suspended_job_is_pending_suspended_and_never_timed_out(manager, fake_
     job = fresh(job)
     assert job.status == "Pending" and job.reason == "Suspended", (job.reason, job.message)
     assert "suspended" in job.message
-    time.sleep(0.4)  # longer than the pending timeout
+    manager_clock.advance(0.4)  # longer than the pending timeout
     mgr.tick()
     job = fresh(job)
     assert job.status == "Pending" and job.reason == "Suspended", (job.reason, job.message)
@@ -371,7 +390,7 @@ def test_a_suspended_job_is_pending_suspended_and_never_timed_out(manager, fake_
     mgr.tick()
     assert fresh(job).status == "Pending" and fake_kube.count("DELETE") == 0
     # ... but a resumed job that then cannot start is timed out as usual.
-    time.sleep(0.4)
+    manager_clock.advance(0.4)
     mgr.tick()
     assert fresh(job).reason == "PendingTimeout"
 

@@ -23,6 +23,7 @@ from controllers.cluster_backends.loading import load_backends
 from controllers.exp_controller import ExpController
 from controllers.kubeclient import KubeConnection
 from controllers.resource_manager import ResourceManager
+from core.testing import wait_until as poll_until
 from experiments.models import Experiment
 from experiments.services import exp_abort
 from experiments.tests.factories import make_exp
@@ -44,15 +45,35 @@ UNSCHEDULABLE = {"type": "PodScheduled", "status": "False", "reason": "Unschedul
                  "message": "0/3 nodes are available: 3 Insufficient google.com/tpu."}
 
 
+class FakeClock:
+    """The resource manager's monotonic clock: its timeouts pass when the test says so."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 @pytest.fixture
-def rm(falcon_api, k8s_clusters):
-    """Build a `ResourceManager` on cluster `k8s-a`; its backends are closed after the test."""
+def rm_clock():
+    return FakeClock()
+
+
+@pytest.fixture
+def rm(falcon_api, k8s_clusters, rm_clock):
+    """Build a `ResourceManager` on cluster `k8s-a`, on `rm_clock`; its backends are closed
+    after the test."""
     built = []
 
     def build(**options):
         backends = load_backends(["k8s-a"])
         built.extend(backends.values())
         options.setdefault("orphan_grace", 0)
+        options.setdefault("clock", rm_clock)
         return ResourceManager(falcon_api, backends, **options)
 
     yield build
@@ -120,7 +141,7 @@ def test_three_roles_two_ready_one_unschedulable_keep_the_experiment_created(rm,
         "message": "Taint manager: deleting due to NoExecute taint"}]}, "disrupted"),
 ])
 def test_a_running_job_that_lost_a_replica_fails_after_the_progress_deadline(
-        rm, fake_kube, cause, status, word):
+        rm, fake_kube, cause, status, word, rm_clock):
     mgr = rm(progress_deadline=0.5)
     (job,) = submit(mgr, replica=2)
     pods = run_all(fake_kube, job, 2)
@@ -135,7 +156,7 @@ def test_a_running_job_that_lost_a_replica_fails_after_the_progress_deadline(
     job = fresh(job)
     assert (job.status, job.reason) == ("Running", "ReplicaLost"), job.message
     assert pods[1] in job.message and word in job.message and "1/2 pods ready" in job.message
-    time.sleep(0.6)
+    rm_clock.advance(0.6)
     mgr.tick()
     job = fresh(job)
     assert (job.status, job.reason) == ("Failed", "ReplicaLost"), job.message
@@ -157,7 +178,8 @@ def test_a_terminating_pod_never_counts_as_running(rm, fake_kube):
 # -- a pending timeout fails at once; cleanup continues until nothing is left ----------------------
 
 def test_pending_timeout_fails_at_once_while_a_pod_is_held_terminating(rm, fake_kube,
-                                                                      falcon_api, caplog):
+                                                                      falcon_api, caplog,
+                                                                      rm_clock):
     mgr = rm(pending_timeout=0.3)
     (job,) = submit(mgr)
     pod = fake_kube.put_pod(NS, job.cluster_job_name, 0, real_pod_status(
@@ -165,7 +187,7 @@ def test_pending_timeout_fails_at_once_while_a_pod_is_held_terminating(rm, fake_
     fake_kube.set_finalizers("pods", NS, pod, ["example.com/hold"])
     fake_kube.set_job_status(NS, job.cluster_job_name, {"active": 1, "ready": 0})
     mgr.tick()
-    time.sleep(0.4)
+    rm_clock.advance(0.4)
     mgr.tick()
     job = fresh(job)
     assert (job.status, job.reason) == ("Failed", "PendingTimeout"), job.message
@@ -186,7 +208,8 @@ def test_pending_timeout_fails_at_once_while_a_pod_is_held_terminating(rm, fake_
     assert fake_kube.count("POST", "jobs") == 1
 
 
-def test_a_slow_delete_after_a_timeout_never_becomes_cluster_job_missing(rm, fake_kube):
+def test_a_slow_delete_after_a_timeout_never_becomes_cluster_job_missing(rm, fake_kube,
+                                                                         rm_clock):
     fake_kube.linger_pods = True  # deleted Pods stay Terminating until reaped
     mgr = rm(pending_timeout=0.2)
     (job,) = submit(mgr, replica=2)
@@ -194,7 +217,7 @@ def test_a_slow_delete_after_a_timeout_never_becomes_cluster_job_missing(rm, fak
         "phase": "Pending", "conditions": [UNSCHEDULABLE]})
     fake_kube.set_job_status(NS, job.cluster_job_name, {"active": 2, "ready": 0})
     mgr.tick()
-    time.sleep(0.3)
+    rm_clock.advance(0.3)
     mgr.tick()
     assert (fresh(job).status, fresh(job).reason) == ("Failed", "PendingTimeout")
     for _ in range(3):
@@ -347,11 +370,14 @@ def test_a_create_held_while_its_leader_lost_the_lease_lands_after_the_abort_and
         assert took < election["renew_deadline"], took
         assert fresh(job).status == "Pending"
 
-        deadline = time.monotonic() + election["lease_duration"] + 3.0
-        while not new_elector.try_acquire_or_renew():
+        def taken_over() -> bool:
+            if new_elector.try_acquire_or_renew():
+                return True
             assert not old_elector.try_acquire_or_renew()  # its renewals keep failing
-            assert time.monotonic() < deadline, "the second replica never took over"
-            time.sleep(election["retry_period"])
+            return False
+
+        poll_until(taken_over, timeout=election["lease_duration"] + 60.0,
+                   every=election["retry_period"], what="the second replica to take over")
         taken_over = len(fake_kube.requests)
         assert not old_elector.is_leader()
         with pytest.raises(LeadershipLost):
@@ -369,10 +395,8 @@ def test_a_create_held_while_its_leader_lost_the_lease_lands_after_the_abort_and
         (view,) = falcon_api.list_jobs(ListFilter(ids=(job.pk,)))
         name = backends[1].cluster_job_name(view)
         release.set()
-        until = time.monotonic() + 5.0
-        while fake_kube.get("jobs", NS, name) is None:
-            assert time.monotonic() < until, "the held POST never landed"
-            time.sleep(0.05)
+        poll_until(lambda: fake_kube.get("jobs", NS, name) is not None,
+                   what="the held POST to land")
         fake_kube.spawn_pods(NS, name, status={"phase": "Running"})
         assert len(fake_kube.list("pods", NS)) == 1
 
@@ -411,7 +435,8 @@ def test_cluster_calls_end_well_inside_the_lease_renew_deadline(kubeconfig, fake
 # -- a create refused for ever falls under the pending timeout -----------------------------------
 
 def test_a_create_refused_for_ever_fails_at_the_pending_timeout_with_the_refusal(rm,
-                                                                                fake_kube):
+                                                                                fake_kube,
+                                                                                rm_clock):
     fake_kube.inject("POST", "jobs", status=403, reason="Forbidden", times=100)
     mgr = rm(pending_timeout=0.3)
     exp = make_exp(name="quota", cluster_name="k8s-a", image=IMAGE)
@@ -419,14 +444,15 @@ def test_a_create_refused_for_ever_fails_at_the_pending_timeout_with_the_refusal
     mgr.tick()
     job = fresh(job)
     assert (job.status, job.reason) == ("Pending", "ClusterError") and "403" in job.message
-    time.sleep(0.4)
+    rm_clock.advance(0.4)
     mgr.tick()
     job = fresh(job)
     assert (job.status, job.reason) == ("Failed", "PendingTimeout"), job.message
     assert "last refusal" in job.message and "403" in job.message
 
 
-def test_a_foreign_job_squatting_on_the_name_fails_at_the_pending_timeout(rm, fake_kube):
+def test_a_foreign_job_squatting_on_the_name_fails_at_the_pending_timeout(rm, fake_kube,
+                                                                          rm_clock):
     mgr = rm(pending_timeout=0.3)
     exp = make_exp(name="squat", cluster_name="k8s-a", image=IMAGE)
     job = Job.objects.get(experiment=exp)
@@ -435,7 +461,7 @@ def test_a_foreign_job_squatting_on_the_name_fails_at_the_pending_timeout(rm, fa
                                       "spec": {"template": {"spec": {"containers": [
                                           {"name": "x", "image": "busybox"}]}}}})
     mgr.tick()
-    time.sleep(0.4)
+    rm_clock.advance(0.4)
     mgr.tick()
     job = fresh(job)
     assert (job.status, job.reason) == ("Failed", "PendingTimeout"), job.message

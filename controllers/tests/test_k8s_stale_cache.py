@@ -12,7 +12,6 @@ watch, creates an experiment meanwhile, and checks that its Job is never failed
 from __future__ import annotations
 
 import threading
-import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -27,7 +26,8 @@ from controllers.tests.test_k8s_cases import (  # noqa: F401  (fixtures)
     NS,
     k8s_clusters,
 )
-from controllers.tests.test_k8s_failure_kinds import fresh, rm, run_all  # noqa: F401
+from controllers.tests.test_k8s_failure_kinds import fresh, rm, rm_clock, run_all  # noqa: F401
+from core.testing import wait_until as poll_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -41,12 +41,9 @@ def _relist(name, query) -> bool:
     return name is None and query.get("watch") not in ("true", "1") and query.get("limit") != "1"
 
 
-def wait_until(check, what: str, timeout: float = 20.0) -> None:
+def wait_until(check, what: str, timeout: float = 60.0) -> None:
     """Wait (with a deadline, not a fixed sleep) until `check()` is true."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
+    poll_until(check, timeout=timeout, what=what)
 
 
 def create_during_lag(mgr, fake, *, ticks: int = 3) -> Job:

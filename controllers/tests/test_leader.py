@@ -33,6 +33,7 @@ from controllers.leader import (
 )
 from controllers.management.commands.runcontroller import default_lease_name
 from controllers.tests.fake_k8s import fake_kube, kubeconfig  # noqa: F401  (fixtures)
+from core.testing import wait_until as poll_until
 
 ROOT = Path(__file__).resolve().parents[2]
 NS = "falcon"
@@ -57,13 +58,8 @@ def lease_spec(fake) -> dict:
 
 
 def wait_for(check, timeout: float, what: str):
-    end = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < end, f"timed out after {timeout}s waiting for {what}"
-        time.sleep(0.05)
+    """Poll `check` until it returns a truthy value, which is returned; fail after `timeout`."""
+    return poll_until(check, timeout=timeout, what=what)
 
 
 def test_bad_timings_are_refused_with_an_error_not_an_exit():
@@ -81,7 +77,9 @@ def test_default_lease_names_separate_controllers_and_cluster_sets():
 
 
 def test_one_replica_leads_and_the_other_waits_until_the_lease_expires(kubeconfig, fake_kube):
-    a, b = make_elector(kubeconfig, "a"), make_elector(kubeconfig, "b")
+    now = [1000.0]  # both replicas' monotonic clock, moved by the test
+    a = make_elector(kubeconfig, "a", clock=lambda: now[0])
+    b = make_elector(kubeconfig, "b", clock=lambda: now[0])
     assert a.try_acquire_or_renew() and a.is_leader()
     spec = lease_spec(fake_kube)
     assert spec["holderIdentity"] == "a" and spec["leaseDurationSeconds"] == 1
@@ -91,9 +89,9 @@ def test_one_replica_leads_and_the_other_waits_until_the_lease_expires(kubeconfi
     put = [r for r in fake_kube.requests if r.method == "PUT"]
     assert len(put) == 1 and put[0].resource == "leases"
     assert not b.try_acquire_or_renew()
-    time.sleep(0.5)
+    now[0] += 0.5
     assert not b.try_acquire_or_renew()  # renewed 0.5 s ago: not expired for b
-    time.sleep(1.1)  # a stopped renewing; b observed the same record for > lease duration
+    now[0] += 1.1  # a stopped renewing; b observed the same record for > lease duration
     assert b.try_acquire_or_renew() and b.is_leader()
     spec = lease_spec(fake_kube)
     assert spec["holderIdentity"] == "b" and spec["leaseTransitions"] == 1
@@ -114,14 +112,15 @@ def test_a_renewal_with_a_stale_resource_version_loses_the_lease(kubeconfig, fak
 
 def test_a_leader_that_cannot_renew_stops_acting_before_the_lease_can_expire(kubeconfig,
                                                                             fake_kube):
-    a = make_elector(kubeconfig, "a")
+    now = [1000.0]  # the replica's monotonic clock: each failed attempt moves it 0.05 s
+    a = make_elector(kubeconfig, "a", clock=lambda: now[0])
     assert a.try_acquire_or_renew()
-    renewed_at = time.monotonic()
+    renewed_at = now[0]
     fake_kube.inject(None, "leases", status=503, times=1000)
     while a.is_leader():
         a.try_acquire_or_renew()
-        time.sleep(0.05)
-    stopped_after = time.monotonic() - renewed_at
+        now[0] += 0.05
+    stopped_after = now[0] - renewed_at
     assert FAST["renew_deadline"] - 0.1 <= stopped_after < FAST["lease_duration"]
 
 
@@ -177,17 +176,23 @@ def test_losing_the_lease_stops_the_loop_and_the_replica_waits_as_a_follower(kub
     writes: list[float] = []
     runs = []
 
+    ended = threading.Event()
+
     def work(halt: threading.Event):
         runs.append(time.monotonic())
-        while not halt.is_set():
-            a.fence()
-            writes.append(time.monotonic())
-            halt.wait(0.02)
+        try:
+            while not halt.is_set():
+                a.fence()
+                writes.append(time.monotonic())
+                halt.wait(0.02)
+        finally:
+            ended.set()
 
     thread = threading.Thread(target=run_elected, args=(work,), kwargs={"elector": a,
                                                                        "stop": stop})
     thread.start()
-    wait_for(lambda: writes, 2, "the leader to work")
+    wait_for(lambda: writes, 60, "the leader to work")
+
     def b_takes_the_lease():
         fake_kube.objects[("leases", NS, LEASE)]["spec"]["holderIdentity"] = "b"
         fake_kube.bump("leases", NS, LEASE)
@@ -195,11 +200,14 @@ def test_losing_the_lease_stops_the_loop_and_the_replica_waits_as_a_follower(kub
     # Another replica writes the Lease: a's next renewal gets 409 and a stops at once, then
     # waits as a follower while b holds it.
     fake_kube.inject("PUT", "leases", action=b_takes_the_lease)
-    wait_for(lambda: not a.is_leader(), 2, "a to lose the lease")
+    wait_for(lambda: not a.is_leader(), 60, "a to lose the lease")
     lost_at = time.monotonic()
-    time.sleep(0.1)
+    wait_for(ended.is_set, 60, "a's loop to stop")
     assert not any(t > lost_at for t in writes)
-    time.sleep(0.3)
+    # a follows: it reads the Lease again (twice, so one follower wait passed) without acting.
+    reads = fake_kube.count("GET", "leases")
+    wait_for(lambda: fake_kube.count("GET", "leases") >= reads + 2, 60,
+             "a to try the Lease again as a follower")
     assert len(runs) == 1 and not a.is_leader()  # following, not acting
     stop.set()
     thread.join(5)
@@ -214,33 +222,42 @@ def test_a_leader_fenced_out_by_an_api_outage_follows_then_leads_again(kubeconfi
     runs: list[float] = []
     writes: list[float] = []
 
+    ended: list[float] = []
+
     def work(halt: threading.Event):
         # The loop's writes are fenced and nothing here catches LeadershipLost: the first
         # write after renew_deadline without a renewal raises out of `work`.
         runs.append(time.monotonic())
-        while not halt.is_set():
-            a.fence()
-            writes.append(time.monotonic())
-            halt.wait(0.02)
+        try:
+            while not halt.is_set():
+                a.fence()
+                writes.append(time.monotonic())
+                halt.wait(0.02)
+        finally:
+            ended.append(time.monotonic())
 
     thread = threading.Thread(target=run_elected, args=(work,), kwargs={"elector": a,
                                                                        "stop": stop})
     thread.start()
     try:
-        wait_for(lambda: writes, 2, "the leader to work")
+        wait_for(lambda: writes, 60, "the leader to work")
         # Every Lease call fails (503) or stalls past the client timeout, for well over
         # renew_deadline.
         if outage == "failing":
             fake_kube.inject(None, "leases", status=503, times=10_000)
         else:
             fake_kube.inject(None, "leases", delay=0.5, times=10_000)
-        wait_for(lambda: not a.is_leader(), 2, "a to stop acting")
-        time.sleep(FAST["renew_deadline"] * 2)
+        wait_for(lambda: not a.is_leader(), 60, "a to stop acting")
+        wait_for(lambda: ended, 60, "a's loop to stop")
+        # The outage goes on while a follows: two more attempts at the Lease, both failed.
+        calls = fake_kube.count(None, "leases")
+        wait_for(lambda: fake_kube.count(None, "leases") >= calls + 2, 60,
+                 "a to try the Lease again as a follower")
         assert thread.is_alive(), "run_elected returned as if --once: the replica is gone"
         lost_writes = len(writes)
         with fake_kube.lock:
             fake_kube.faults.clear()  # the API server is back
-        wait_for(lambda: len(runs) == 2 and len(writes) > lost_writes + 3, 5,
+        wait_for(lambda: len(runs) == 2 and len(writes) > lost_writes + 3, 60,
                  "the same replica to lead and work again")
         assert a.is_leader() and lease_spec(fake_kube)["holderIdentity"] == "a"
         assert thread.is_alive()
@@ -262,9 +279,9 @@ def test_a_follower_beats_so_the_liveness_probe_keeps_it(kubeconfig, fake_kube, 
                               kwargs={"elector": b, "stop": stop})
     thread.start()
     try:
-        wait_for(beat_file.exists, 2, "the follower's first beat")
+        wait_for(beat_file.exists, 60, "the follower's first beat")
         first = beat_file.stat().st_mtime_ns
-        wait_for(lambda: a.try_acquire_or_renew() and beat_file.stat().st_mtime_ns > first, 2,
+        wait_for(lambda: a.try_acquire_or_renew() and beat_file.stat().st_mtime_ns > first, 60,
                  "a later beat while a still leads")
         assert not b.is_leader()
     finally:
@@ -276,34 +293,38 @@ def test_a_leader_whose_loop_dies_stops_renewing_releases_and_exits(kubeconfig, 
     a, b = make_elector(kubeconfig, "a"), make_elector(kubeconfig, "b")
 
     def work(halt):
-        time.sleep(0.3)  # a few renewals happen
+        puts = fake_kube.count("PUT", "leases")
+        wait_for(lambda: fake_kube.count("PUT", "leases") >= puts + 2, 60,
+                 "a few renewals")
         raise RuntimeError("the tick crashed")
 
     with pytest.raises(RuntimeError, match="crashed"):
         run_elected(work, a, stop=threading.Event())
     assert lease_spec(fake_kube).get("holderIdentity") in (None, "")
     puts = fake_kube.count("PUT", "leases")
-    time.sleep(0.3)
-    assert fake_kube.count("PUT", "leases") == puts  # nobody renews for a dead loop
+    # Nobody renews for a dead loop: the renewer thread ended before run_elected returned.
+    assert not [t for t in threading.enumerate() if t.name == "lease-renewer"]
+    assert fake_kube.count("PUT", "leases") == puts
     assert b.try_acquire_or_renew()  # at once: the Lease was released
 
 
 def test_without_a_release_another_replica_takes_over_within_duration_plus_retry(
         kubeconfig, fake_kube):
-    a, b = make_elector(kubeconfig, "a"), make_elector(kubeconfig, "b")
+    now = [1000.0]  # both replicas' monotonic clock, moved by the test
+    a = make_elector(kubeconfig, "a", clock=lambda: now[0])
+    b = make_elector(kubeconfig, "b", clock=lambda: now[0])
 
     def work(halt):
         fake_kube.inject("PUT", "leases", status=500, times=1)  # the release fails
-        time.sleep(0.05)
         raise RuntimeError("the tick crashed")
 
     with pytest.raises(RuntimeError):
         run_elected(work, a, stop=threading.Event())
     assert lease_spec(fake_kube)["holderIdentity"] == "a"
-    started = time.monotonic()
-    while not b.try_acquire_or_renew():
-        time.sleep(FAST["retry_period"])
-    assert time.monotonic() - started <= FAST["lease_duration"] + FAST["retry_period"] + 0.3
+    started = now[0]
+    while not b.try_acquire_or_renew():  # b tries every retry period
+        now[0] += FAST["retry_period"]
+    assert now[0] - started <= FAST["lease_duration"] + FAST["retry_period"] + 0.3
 
 
 PRODUCTION = {"lease_duration": 15.0, "renew_deadline": 10.0, "retry_period": 2.0}

@@ -24,21 +24,15 @@ from controllers.cluster_backends import (
     cluster_job_name_for,
 )
 from controllers.cluster_backends.local import RUNNER
+from core.testing import wait_until as poll_until
 
 REPO = Path(__file__).resolve().parents[2]
-DEADLINE = 15.0
+DEADLINE = 60.0
 
 
 def wait_for(check, timeout: float = DEADLINE, what: str = "condition"):
-    """Poll `check` every 20 ms until it returns a truthy value; fail after `timeout` seconds."""
-    end = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
+    """Poll `check` until it returns a truthy value, which is returned; fail after `timeout`."""
+    return poll_until(check, timeout=timeout, what=what)
 
 
 def process_alive(pid: int) -> bool:

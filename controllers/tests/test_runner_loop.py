@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 from controllers.runner import run_loop
 
@@ -51,11 +50,38 @@ def test_stop_ends_a_wait_for_wake():
 
 
 def test_without_wake_the_loop_waits_for_the_interval_or_stop():
-    controller = Counting()
-    thread, stop = start(controller, interval=3600)
-    assert controller.ticked.wait(10)
-    time.sleep(0.3)
-    assert controller.ticks == 1
-    stop.set()
-    thread.join(10)
-    assert not thread.is_alive()
+    """On a fake clock that each wait moves on: the second tick starts when the hour ends, never
+    before; a stop set during a wait ends the loop without another tick."""
+    from controllers.runner import SLICE_SECONDS
+
+    now = [0.0]
+    starts: list[float] = []
+
+    class Timed:
+        name = "timed"
+
+        def tick(self):
+            starts.append(now[0])
+
+    def pause(seconds: float) -> bool:
+        assert 0 < seconds <= SLICE_SECONDS
+        now[0] += seconds
+        return False
+
+    stop = threading.Event()
+    assert run_loop(Timed(), interval=3600, stop=stop, clock=lambda: now[0], pause=pause,
+                    max_ticks=2) == 2
+    assert starts == [0.0, 3600.0]
+
+    starts.clear()
+    now[0] = 0.0
+
+    def pause_then_stop(seconds: float) -> bool:
+        now[0] += seconds
+        if now[0] >= 100:
+            stop.set()
+        return False
+
+    assert run_loop(Timed(), interval=3600, stop=stop, clock=lambda: now[0],
+                    pause=pause_then_stop) == 1
+    assert starts == [0.0] and now[0] == 100.0

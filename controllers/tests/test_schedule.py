@@ -59,45 +59,68 @@ def test_defaults_work_with_no_edit_and_unknown_names_are_not_found(schedules):
     assert schedules.get("exp-reconcile").interval_seconds == 7.0
 
 
+class FakeClock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 class Counting:
-    """A reconciler that counts its ticks and the times they started."""
+    """A reconciler that counts its ticks and the times they started (on `clock`)."""
 
     name = "exp"
 
-    def __init__(self):
+    def __init__(self, clock=time.monotonic):
+        self.clock = clock
         self.starts: list[float] = []
 
     def tick(self):
-        self.starts.append(time.monotonic())
+        self.starts.append(self.clock())
 
 
 def test_pause_resume_and_interval_apply_within_one_tick(schedules):
+    """The loop started with 60 s follows the schedule's 1 s, skips its ticks while paused and
+    ticks again once resumed; on a fake clock that each wait of the loop moves on, with the
+    admin's edits made at fake seconds of the wait (real gRPC reads of the schedule)."""
     set_schedule("exp-reconcile", seconds=1)
-    controller = Counting()
+    clock = FakeClock()
+    start = clock.now
+    controller = Counting(clock)
     follower = ScheduleFollower(controller, lambda: schedules.get("exp-reconcile"), 60.0)
     stop = threading.Event()
-    thread = threading.Thread(target=run_loop, kwargs=dict(
-        controller=controller, interval=60.0, stop=stop, schedule=follower.before_tick))
-    thread.start()
-    try:
-        # The schedule's 1 s, not the 60 s the loop was started with.
-        deadline = time.monotonic() + 10
-        while len(controller.starts) < 3:
-            assert time.monotonic() < deadline, "the loop did not follow the 1 s schedule"
-            time.sleep(0.05)
-        set_schedule("exp-reconcile", enabled=False)
-        time.sleep(1.5)  # the tick in progress may end; the next one reads "paused"
-        paused_at = len(controller.starts)
-        time.sleep(2.5)
-        assert len(controller.starts) == paused_at, "a paused loop ticked"
-        set_schedule("exp-reconcile", enabled=True, seconds=1)
-        deadline = time.monotonic() + 5
-        while len(controller.starts) < paused_at + 2:
-            assert time.monotonic() < deadline, "the resumed loop did not tick"
-            time.sleep(0.05)
-    finally:
-        stop.set()
-        thread.join(10)
+    marks: dict[str, tuple[float, int]] = {}
+
+    def pause(seconds: float) -> bool:
+        clock.now += seconds
+        elapsed, ticked = clock.now - start, len(controller.starts)
+        if "paused" not in marks:
+            # The schedule's 1 s, not the 60 s the loop was started with.
+            assert elapsed < 10, "the loop did not follow the 1 s schedule"
+            if ticked >= 3:
+                set_schedule("exp-reconcile", enabled=False)
+                marks["paused"] = (clock.now, ticked)
+        elif "resumed" not in marks:
+            paused_at, paused_ticks = marks["paused"]
+            # The tick in progress may end within a slice; after it, the loop reads "paused".
+            if clock.now - paused_at >= 1.5 and "settled" not in marks:
+                marks["settled"] = (clock.now, ticked)
+            if clock.now - paused_at >= 4.0:
+                assert ticked == marks["settled"][1], "a paused loop ticked"
+                set_schedule("exp-reconcile", enabled=True, seconds=1)
+                marks["resumed"] = (clock.now, ticked)
+        else:
+            resumed_at, resumed_ticks = marks["resumed"]
+            if ticked >= resumed_ticks + 2:
+                stop.set()
+                return True
+            assert clock.now - resumed_at < 5, "the resumed loop did not tick"
+        return False
+
+    run_loop(controller=controller, interval=60.0, stop=stop, schedule=follower.before_tick,
+             clock=clock, pause=pause)
+    assert stop.is_set() and set(marks) == {"paused", "settled", "resumed"}
     gaps = [b - a for a, b in zip(controller.starts, controller.starts[1:])]
     assert min(gaps) > 0.8
 
@@ -144,14 +167,6 @@ def test_without_an_answer_the_loop_keeps_what_it_had(schedules):
     assert follower.before_tick() == (True, 2.0)
     assert follower.before_tick() == (True, 2.0)  # the last schedule read
     assert ScheduleFollower(controller, read, 60.0).before_tick() == (True, 60.0)
-
-
-class FakeClock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_a_change_applies_within_one_slice_and_the_heartbeat_never_waits_for_a_tick(

@@ -2,7 +2,6 @@
 real directory store and a real GCS emulator (fake-gcs-server on loopback)."""
 from __future__ import annotations
 
-import time
 import uuid
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from artifacts.services import artifact_update_status
 from artifacts.store import GCSArtifactStore, replica_log_url, store_for
 from controllers.cluster_backends import LocalBackend
 from controllers.contract import JobView
+from core.testing import wait_until as poll_until
 from experiments.files import local_state_dir
 from experiments.services import exp_update_status
 from experiments.tests.factories import make_exp
@@ -47,13 +47,8 @@ def store_root(request, settings):
     return settings.FALCON_ARTIFACT_ROOT
 
 
-def wait_for(check, timeout=15.0, what="condition"):
-    end = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-    return value
+def wait_for(check, timeout=60.0, what="condition"):
+    return poll_until(check, timeout=max(timeout, 60.0), what=what)
 
 
 def put(url: str, data: bytes, tmp_path: Path) -> None:

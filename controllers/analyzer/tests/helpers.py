@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 from controllers.analyzer.backends.local import LocalAnalysisBackend
 from controllers.analyzer.controller import AnalyzerConfig, AnalyzerController
+from core.testing import wait_until as poll_until
 from plugins.catalog import Plugin, Resources
 
 RES = Resources(cpu_request="100m", cpu_limit="1", memory_request="64Mi", memory_limit="1Gi")
@@ -48,17 +48,10 @@ def artifact(tmp_path: Path) -> str:
     return folder.as_uri()
 
 
-def until(predicate, timeout: float = 15.0, every: float = 0.05, tick=None):
-    """Call `tick` (if any) and poll `predicate` until true; AssertionError after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if tick is not None:
-            tick()
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"condition not met within {timeout} s")
+def until(predicate, timeout: float = 60.0, every: float = 0.05, tick=None):
+    """Call `tick` (if any) and poll `predicate` until true; AssertionError after `timeout`
+    (a deadline only: generous, for a loaded machine)."""
+    return poll_until(predicate, timeout=max(timeout, 60.0), every=every, tick=tick)
 
 
 def runner_pids(spec_fragment: str) -> list[int]:

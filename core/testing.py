@@ -1,0 +1,44 @@
+"""Wait in tests for an event itself (a status, a log line, a file, a port), with a deadline.
+
+Tests never sleep a fixed time hoping that something happened meanwhile: on a loaded machine
+it has not, and on an idle one the test waits for nothing. They poll the event with
+`wait_until`, whose deadline is generous (a slow machine makes a test slow, never failed) and
+whose failure names what did not happen. This is the one place the suite's polling pauses.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+# Seconds a test waits for an event before failing by default: far beyond what the event takes
+# on an idle machine (well under a second to a few seconds), for a 2-CPU machine under load.
+DEFAULT_TIMEOUT = 60.0
+
+
+def wait_until(predicate: Callable[[], T], *, timeout: float = DEFAULT_TIMEOUT,
+               what: str = "the condition", every: float = 0.02,
+               tick: Callable[[], object] | None = None) -> T:
+    """Return `predicate()`'s first true value, polling it every `every` seconds.
+
+    Args:
+        predicate: reads the event (returns a false value until it happened).
+        timeout: seconds before giving up.
+        what: names the event in the failure.
+        every: seconds between two polls (a poll interval, never an assumption on timing).
+        tick: called before each poll (e.g. one reconcile tick of a controller under test).
+
+    Raises:
+        AssertionError: `what` did not happen within `timeout` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        if tick is not None:
+            tick()
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
+        time.sleep(every)
