@@ -424,7 +424,7 @@ OPERATIONS = [f"{label} p{page}" for label, _query in LISTS for page in (1, 21)]
 # (the floor under every figure above it); measured last, not counted in the targets.
 FLOOR = "healthz"
 
-# The targets (README, Performance): p95 under 50 ms for every list and for create at 20
+# The targets (docs/performance.md): p95 under 50 ms for every list and for create at 20
 # concurrent clients, and list throughput at least ten times MLflow's SearchRuns on the same
 # database, measured side by side (give its req/s with --mlflow-list-rps).
 P95_TARGET_MS = 50.0

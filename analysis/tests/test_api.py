@@ -477,7 +477,7 @@ def test_log_pages_end_on_whole_characters(alice, settings):
     assert body["content"] == "🎉" and body["next_offset"] == at + 4
 
 
-def test_what_works_while_the_analyzer_is_down_is_what_the_readme_says(alice, no_analyzer):
+def test_what_works_while_the_analyzer_is_down_is_what_the_cli_docs_say(alice, no_analyzer):
     from pathlib import Path
 
     client, user = alice
@@ -506,7 +506,7 @@ def test_what_works_while_the_analyzer_is_down_is_what_the_readme_says(alice, no
         == "cancelled"
     assert client.delete(f"/api/v1/analyses/{running.analysis_id}").status_code == 204
     readme = " ".join(
-        (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8").split())
+        (Path(__file__).resolve().parents[2] / "docs/cli.md").read_text(encoding="utf-8").split())
     assert ("While the analyzer controller is down, `analysis create`, `analysis delete --purge` "
             "and `plugins list`/`get` fail at once (the API answers 503; exit code 9)") in readme
     assert ("`analysis cancel` and a plain `analysis delete` fall back to the database" in readme)

@@ -402,11 +402,11 @@ def test_logs_prints_what_there_is_stitching_pages(cli, state):
     assert result.stderr == ""
 
 
-def test_logs_help_and_readme_say_the_log_is_text_and_logs_takes_no_output_option(cli):
+def test_logs_help_and_cli_docs_say_the_log_is_text_and_logs_takes_no_output_option(cli):
     text = " ".join(cli("analysis", "logs", "--help").stdout.split())
     assert "a pipe gets the log as is" not in text
     assert "a byte that is not UTF-8 shown as U+FFFD" in text
-    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    readme = " ".join((ROOT / "docs/cli.md").read_text(encoding="utf-8").split())
     assert "Every read command takes `-o table|json|yaml`, except `analysis results`" in readme
     assert "and `analysis logs` (the log as text" in readme
 

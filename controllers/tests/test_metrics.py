@@ -142,7 +142,7 @@ def test_the_analyzer_gauges_equal_the_api_counts(
 
 
 def test_the_exp_controller_exports_its_jobs_by_status(falcon_api, metrics_port):  # noqa: F811
-    """The README lists `falcon_controller_jobs` for every controller: the exp controller counts
+    """docs/operations.md lists `falcon_controller_jobs` for every controller: the exp controller counts
     every job of the open experiments it reconciles, each status of the enum set every tick."""
     from controllers.contract import ListFilter
     from controllers.exp_controller import EXP_NON_TERMINAL, ExpController

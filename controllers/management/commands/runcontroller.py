@@ -275,7 +275,7 @@ class Command(LoggedOutputMixin, BaseCommand):
 def _start_metrics(controller, elector, port: int | None) -> None:
     """Instrument `controller` and serve /metrics on `port` (else FALCON_METRICS_PORT; 0: off).
 
-    `controllers.metrics` holds the metrics; see README, Operations.
+    `controllers.metrics` holds the metrics; see docs/operations.md.
     """
     import os
 
