@@ -194,11 +194,12 @@ def offline_owed(plugins: Sequence[tuple[str, Iterable[str]]]) -> Q:
     let MariaDB start from the users or experiments table and read them all."""
     # "No record" is a correlated scalar subquery that is NULL, not a NOT EXISTS: MariaDB
     # turns a NOT EXISTS into a materialized semi-join (its exists_to_in) that reads every
-    # offline record of the plugin, which is O(experiments) again.
+    # offline record of the plugin, which is O(experiments) again. Unordered: with the
+    # records' list order MariaDB walked the created_at index of every record per artifact.
     per_plugin = [Q(artifact_type__in=list(types)) & Q(IsNull(Subquery(
         AnalysisRecord.objects.filter(artifact_id=OuterRef("pk"), plugin_name=name,
                                       analysis_type=AnalysisType.OFFLINE)
-        .values("pk")[:1]), True))
+        .order_by().values("pk")[:1]), True))
         for name, types in plugins if types]
     if not per_plugin:
         return Q(pk__in=[])
@@ -263,14 +264,14 @@ def exps_awaiting_analysis(*, limit: int, plugins: Sequence[tuple[str, Iterable[
         if types:
             owed += [(artifact_id, exp_id, order, name) for artifact_id, exp_id in
                      Artifact.objects.filter(pk__in=ids).filter(offline_owed([(name, types)]))
-                     .values_list("id", "experiment_id")]
+                     .order_by().values_list("id", "experiment_id")]
     if not owed:
         return []
     # Ordered here, over at most OFFLINE_SCAN artifacts a plugin: each query above reads one
     # table by primary key, and only the `limit` chosen are loaded as models.
     finished = dict(Experiment.objects.filter(pk__in={exp_id for _, exp_id, _, _ in owed},
                                               status=ExpStatus.SUCCEEDED)
-                    .values_list("id", "finished_at"))
+                    .order_by().values_list("id", "finished_at"))
     chosen = sorted((finished[exp_id] or _EARLIEST, exp_id, order, artifact_id, name)
                     for artifact_id, exp_id, order, name in owed if exp_id in finished)[:limit]
     if not chosen:
