@@ -7,13 +7,17 @@ before it.
 """
 from __future__ import annotations
 
-import heapq
+import hashlib
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import reduce
+from operator import or_
 from typing import Any
 
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import OuterRef, Q, QuerySet, Subquery
+from django.db.models.lookups import IsNull
 
 from accounts.models import User
 from accounts.principals import ServiceIdentity, actor_label
@@ -152,25 +156,65 @@ def _plugin_problems(plugins: Sequence[tuple[str, Iterable[str]]]) -> dict[str, 
 _EARLIEST = datetime.min.replace(tzinfo=timezone.utc)
 
 
-def exps_awaiting_analysis(*, limit: int,
-                           plugins: Sequence[tuple[str, Iterable[str]]]) -> list[AwaitingTriple]:
-    """ListExpsAwaitingAnalysis: (experiment, artifact, plugin) triples offline analysis owes.
+# Offline discovery examines at most this many marked artifacts per poll (`offline_candidates`):
+# the poll's cost is bounded whatever the backlog, and every poll settles those it examined
+# that owe nothing, so the backlog drains by this many a poll at least.
+OFFLINE_SCAN = 2000
 
-    A triple is owed when the experiment is Succeeded, its artifact is Succeeded, kept (not
-    pruned: its files are gone) and of one of the plugin's artifact types, and no offline record of that artifact and plugin exists, in
-    any status (a cancelled or failed offline analysis is not redone by the poller). Ordered by
-    the experiment's `finished_at`, then its id, then the plugins' order; at most `limit`.
 
-    One query per plugin (a NOT EXISTS subquery against `analysis_records`), whatever the
-    number of experiments; the per-plugin results, each already ordered and limited, are merged.
+def catalog_fingerprint(plugins: Sequence[tuple[str, Iterable[str]]]) -> str:
+    """The fingerprint an artifact is settled with: 32 hex digits of the catalog's plugins and
+    their artifact types (order and repeats ignored; a plugin without a type owes nothing)."""
+    canonical = sorted((name, sorted(set(types))) for name, types in plugins if types)
+    return hashlib.blake2b(json.dumps(canonical).encode(), digest_size=16).hexdigest()
 
-    Args:
-        limit: triples wanted; 0 means `AWAITING_DEFAULT_LIMIT`; at most `AWAITING_MAX_LIMIT`.
-        plugins: `[(plugin_name, artifact_types)]` from the caller's catalog.
+
+def offline_candidates(*, fingerprint: str) -> list[int]:
+    """The ids of the artifacts offline discovery examines: marked and not settled for this
+    catalog (`Artifact.offline_settled`), at most `OFFLINE_SCAN`, the never examined ("")
+    first, then by id.
+
+    Two walks of the index on the mark, below and above the fingerprint (one range each, in
+    index order, so no sort on either database); the artifacts settled for this catalog, the
+    bulk of them, are never read.
+    """
+    ids = list(Artifact.objects.filter(offline_settled__lt=fingerprint)
+               .order_by("offline_settled", "id").values_list("id", flat=True)[:OFFLINE_SCAN])
+    if len(ids) < OFFLINE_SCAN:
+        ids += Artifact.objects.filter(offline_settled__gt=fingerprint).order_by(
+            "offline_settled", "id").values_list("id", flat=True)[:OFFLINE_SCAN - len(ids)]
+    return ids
+
+
+def offline_owed(plugins: Sequence[tuple[str, Iterable[str]]]) -> Q:
+    """The condition on a marked artifact that it owes an offline analysis to one of `plugins`:
+    Succeeded, kept, and of a type of a plugin of which it has no offline record (in any
+    status). Its experiment is not joined: an artifact is marked only once its experiment is
+    Succeeded, a terminal status (`artifacts.services.artifacts_mark_awaiting`), and a join
+    let MariaDB start from the users or experiments table and read them all."""
+    # "No record" is a correlated scalar subquery that is NULL, not a NOT EXISTS: MariaDB
+    # turns a NOT EXISTS into a materialized semi-join (its exists_to_in) that reads every
+    # offline record of the plugin, which is O(experiments) again. Unordered: with the
+    # records' list order MariaDB walked the created_at index of every record per artifact.
+    per_plugin = [Q(artifact_type__in=list(types)) & Q(IsNull(Subquery(
+        AnalysisRecord.objects.filter(artifact_id=OuterRef("pk"), plugin_name=name,
+                                      analysis_type=AnalysisType.OFFLINE)
+        .order_by().values("pk")[:1]), True))
+        for name, types in plugins if types]
+    if not per_plugin:
+        return Q(pk__in=[])
+    return (Q(status=ArtifactStatus.SUCCEEDED, prune_state=PruneState.KEPT)
+            & reduce(or_, per_plugin))
+
+
+def validate_awaiting(limit: int, plugins: Sequence[tuple[str, Iterable[str]]]
+                      ) -> tuple[int, list[tuple[str, list[str]]]]:
+    """ListExpsAwaitingAnalysis's arguments checked: `(limit, plugins)` with the default limit
+    filled in and each plugin's types as a list.
 
     Raises:
         ValidationFailed: `limit` is out of range (`limit`), or a plugin has no name (keyed
-            `plugins[i].plugin_name`).
+            `plugins[i].plugin_name`) or a bad type (`plugins[i].artifact_types`).
     """
     if limit == 0:
         limit = AWAITING_DEFAULT_LIMIT
@@ -178,24 +222,67 @@ def exps_awaiting_analysis(*, limit: int,
         raise ValidationFailed({"limit": [
             f"must be from 1 to {AWAITING_MAX_LIMIT} (0 for {AWAITING_DEFAULT_LIMIT}); "
             f"got {limit}."]})
-    plugins = [(name, list(types)) for name, types in plugins]
-    if errors := _plugin_problems(plugins):
+    checked = [(name, list(types)) for name, types in plugins]
+    if errors := _plugin_problems(checked):
         raise ValidationFailed(errors)
-    streams = []
-    for order, (plugin_name, types) in enumerate(plugins):
-        if not types:
-            continue
-        analysed = AnalysisRecord.objects.filter(
-            artifact_id=OuterRef("pk"), plugin_name=plugin_name,
-            analysis_type=AnalysisType.OFFLINE)
-        artifacts = list(
-            Artifact.objects.filter(status=ArtifactStatus.SUCCEEDED,
-                                    experiment__status=ExpStatus.SUCCEEDED,
-                                    artifact_type__in=types, prune_state=PruneState.KEPT)
-            .filter(~Exists(analysed))
-            .select_related("experiment", "experiment__creator")
-            .order_by("experiment__finished_at", "experiment_id")[:limit])
-        streams.append([((a.experiment.finished_at or _EARLIEST), a.experiment_id, order,
-                         AwaitingTriple(a.experiment, a, plugin_name)) for a in artifacts])
-    merged = heapq.merge(*streams, key=lambda item: item[:3])
-    return [item[3] for _, item in zip(range(limit), merged)]
+    return limit, checked
+
+
+def exps_awaiting_analysis(*, limit: int, plugins: Sequence[tuple[str, Iterable[str]]],
+                           candidates: Sequence[int] | None = None) -> list[AwaitingTriple]:
+    """ListExpsAwaitingAnalysis: (experiment, artifact, plugin) triples offline analysis owes.
+
+    A triple is owed when the experiment is Succeeded, its artifact is Succeeded, kept (not
+    pruned: its files are gone) and of one of the plugin's artifact types, and no offline
+    record of that artifact and plugin exists, in any status (a cancelled or failed offline
+    analysis is not redone by the poller). Ordered by the experiment's `finished_at`, then its
+    id, then the plugins' order; at most `limit`.
+
+    Only the marked artifacts not settled for this catalog are looked at (`candidates`, by
+    default `offline_candidates`): one or two queries for them, one per plugin (those ids
+    without a record of it: a scalar subquery on `analysis_records`), one for their
+    experiments' `finished_at`, one for the `limit` triples chosen; whatever the number of
+    experiments. Reading settles nothing: `analysis.services.analysis_offline_discovery`
+    does, for the analyzer's poll.
+
+    Args:
+        limit: triples wanted; 0 means `AWAITING_DEFAULT_LIMIT`; at most `AWAITING_MAX_LIMIT`.
+        plugins: `[(plugin_name, artifact_types)]` from the caller's catalog.
+        candidates: the artifact ids to look at (`offline_candidates`); None reads them.
+
+    Raises:
+        ValidationFailed: as `validate_awaiting`.
+    """
+    limit, plugins = validate_awaiting(limit, plugins)
+    if candidates is None:
+        candidates = offline_candidates(fingerprint=catalog_fingerprint(plugins))
+    if not candidates:
+        return []
+    ids = list(candidates)
+    owed = []  # (artifact id, experiment id, plugin order, plugin name)
+    for order, (name, types) in enumerate(plugins):
+        if types:
+            owed += [(artifact_id, exp_id, order, name) for artifact_id, exp_id in
+                     Artifact.objects.filter(pk__in=ids).filter(offline_owed([(name, types)]))
+                     .order_by().values_list("id", "experiment_id")]
+    if not owed:
+        return []
+    # Ordered here, over at most OFFLINE_SCAN artifacts a plugin: each query above reads one
+    # table by primary key, and only the `limit` chosen are loaded as models.
+    finished = dict(Experiment.objects.filter(pk__in={exp_id for _, exp_id, _, _ in owed},
+                                              status=ExpStatus.SUCCEEDED)
+                    .order_by().values_list("id", "finished_at"))
+    chosen = sorted((finished[exp_id] or _EARLIEST, exp_id, order, artifact_id, name)
+                    for artifact_id, exp_id, order, name in owed if exp_id in finished)[:limit]
+    if not chosen:
+        return []
+    # By primary key, table by table: joined, MariaDB may start from the users table (a
+    # handful of rows) and read every experiment of a user through the creator's index.
+    artifacts = Artifact.objects.in_bulk({artifact_id for _, _, _, artifact_id, _ in chosen})
+    exps = Experiment.objects.in_bulk({a.experiment_id for a in artifacts.values()})
+    users = User.objects.in_bulk({e.creator_id for e in exps.values()})
+    for artifact in artifacts.values():
+        artifact.experiment = exp = exps[artifact.experiment_id]
+        exp.creator = users[exp.creator_id]
+    return [AwaitingTriple(artifacts[artifact_id].experiment, artifacts[artifact_id], name)
+            for _, _, _, artifact_id, name in chosen if artifact_id in artifacts]

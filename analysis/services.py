@@ -9,6 +9,7 @@ transition (`core.statemachine`); nothing assigns `status`.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -27,6 +28,7 @@ from experiments.models import Experiment
 from jobs.specs import DNS1123_LABEL
 from plugins.rules import script_name_problem
 
+from . import selectors
 from .models import ANALYSIS_ID_MAX, SCRIPT_MAX_BYTES, AnalysisRecord, new_analysis_id
 
 NAME_MAX_CHARS = 255
@@ -375,12 +377,56 @@ def analysis_record_delete(analysis_id: str) -> None:
 
     The outputs in the store are not touched (the controller's DeleteAnalysis purges them).
 
+    An offline record's artifact owes its plugin again: its offline discovery mark goes back
+    to "" (examined at the next poll), in the same transaction.
+
     Raises:
         NotFound: no such record.
         Conflict: the record is pending or running (gRPC FAILED_PRECONDITION, HTTP 409).
     """
-    AnalysisRecord.delete_terminal_pk(
-        analysis_id, hint=" Cancel it first, then delete it once it is cancelled.")
+    with transaction.atomic():
+        artifact_id = (AnalysisRecord.objects.filter(
+            pk=analysis_id, analysis_type=AnalysisType.OFFLINE)
+            .values_list("artifact_id", flat=True).first())
+        AnalysisRecord.delete_terminal_pk(
+            analysis_id, hint=" Cancel it first, then delete it once it is cancelled.")
+        if artifact_id is not None:
+            Artifact.objects.filter(pk=artifact_id, offline_settled__isnull=False).update(
+                offline_settled="")
+
+
+@retry_on_lock_conflict
+def analysis_offline_discovery(*, limit: int, plugins: Sequence[tuple[str, Iterable[str]]]
+                               ) -> list[selectors.AwaitingTriple]:
+    """ListExpsAwaitingAnalysis for the analyzer's poll: the owed triples, and the artifacts
+    examined that owe nothing settled for this catalog.
+
+    Reads `selectors.offline_candidates` (at most `OFFLINE_SCAN` marked artifacts not settled
+    for the catalog's fingerprint), answers `selectors.exps_awaiting_analysis` over them, then
+    writes the fingerprint on those of them that owe no plugin of the catalog, checked again by
+    the UPDATE itself (`selectors.offline_owed`), so an artifact is settled only once it has an
+    offline record of every plugin of its type, or can owe none (failed, pruned). A later poll
+    with the same catalog never reads it again; a catalog with another plugin or type has
+    another fingerprint, and examines every settled artifact again, `OFFLINE_SCAN` a poll.
+
+    Args:
+        limit, plugins: as `selectors.exps_awaiting_analysis`.
+
+    Returns:
+        The `selectors.AwaitingTriple`s owed, as `exps_awaiting_analysis` orders them.
+
+    Raises:
+        ValidationFailed: as `selectors.validate_awaiting`.
+    """
+    limit, plugins = selectors.validate_awaiting(limit, plugins)
+    fingerprint = selectors.catalog_fingerprint(plugins)
+    candidates = selectors.offline_candidates(fingerprint=fingerprint)
+    triples = selectors.exps_awaiting_analysis(limit=limit, plugins=plugins,
+                                               candidates=candidates)
+    if candidates:
+        Artifact.objects.filter(pk__in=candidates).exclude(
+            selectors.offline_owed(plugins)).update(offline_settled=fingerprint)
+    return triples
 
 
 @retry_on_lock_conflict

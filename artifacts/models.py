@@ -47,6 +47,12 @@ class Artifact(StatefulModel):
     prune_state = models.CharField(max_length=16, choices=PruneState.choices, blank=True,
                                    default=PruneState.KEPT, db_index=True)
     pruned_at = models.DateTimeField(null=True, blank=True)
+    # Offline discovery's mark (ListExpsAwaitingAnalysis): NULL while the artifact cannot owe
+    # an offline analysis; "" from the transition that makes it and its experiment both
+    # Succeeded; the fingerprint of the analyzer's catalog once it owes no plugin of that
+    # catalog. Discovery walks the index on it and never the settled rest, so a poll costs
+    # O(awaiting) whatever the number of experiments (decisions.md#dec-offline-settled).
+    offline_settled = models.CharField(max_length=64, null=True, blank=True, db_index=True)
 
     class Meta:
         db_table = "artifacts"

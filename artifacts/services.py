@@ -9,12 +9,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from django.db import transaction
 from django.utils import timezone
 
 from core.db import retry_on_lock_conflict
 from core.errors import Conflict, NotFound
 from core.logs import log_context
-from core.statuses import ArtifactStatus
+from core.statuses import ArtifactStatus, ExpStatus
 
 from .models import PRUNE_TRANSITIONS, Artifact, PruneState
 from .run_files import remove_run_folder
@@ -33,10 +34,16 @@ def artifact_update_status(*, artifact_id: int, status: str, reason: str | None 
     recorded (`artifact_record_manifest`); a store that cannot be read then leaves it unset
     (logged) without failing the transition, and the next call records it.
 
+    A move to Succeeded of the artifact of a Succeeded experiment marks it for offline
+    discovery (`artifacts_mark_awaiting`), in the transition's transaction.
+
     Returns `(artifact, changed)`; raises as `StatefulModel.transition_pk`.
     """
-    artifact, changed = Artifact.transition_pk(artifact_id, status, reason=reason,
-                                               message=message, expected=expected)
+    with transaction.atomic():
+        artifact, changed = Artifact.transition_pk(artifact_id, status, reason=reason,
+                                                   message=message, expected=expected)
+        if changed and artifact.status == ArtifactStatus.SUCCEEDED:
+            artifacts_mark_awaiting(experiment_ids=[artifact.experiment_id])
     if artifact.status == ArtifactStatus.SUCCEEDED and artifact.file_count is None:
         try:
             artifact = artifact_record_manifest(artifact=artifact)
@@ -45,6 +52,24 @@ def artifact_update_status(*, artifact_id: int, status: str, reason: str | None 
                         artifact.path, exc, extra={"exp_id": artifact.experiment_id,
                                                    "artifact_id": artifact.pk})
     return artifact, changed
+
+
+def artifacts_mark_awaiting(*, experiment_ids: Iterable[int]) -> int:
+    """Mark the artifacts of these experiments that may owe offline analysis now.
+
+    An artifact may owe it once it and its experiment are both Succeeded and it is kept (the
+    rule of ListExpsAwaitingAnalysis, `analysis.selectors.exps_awaiting_analysis`); its
+    `offline_settled` goes from NULL to "", the mark offline discovery walks. Called by the
+    transitions that make that true (the artifact's to Succeeded, the experiment's to
+    Succeeded), inside their transaction. Returns the artifacts marked.
+    """
+    ids = list(experiment_ids)
+    if not ids:
+        return 0
+    return Artifact.objects.filter(
+        experiment_id__in=ids, status=ArtifactStatus.SUCCEEDED, prune_state=PruneState.KEPT,
+        experiment__status=ExpStatus.SUCCEEDED, offline_settled__isnull=True,
+    ).update(offline_settled="")
 
 
 def artifact_record_manifest(*, artifact: Artifact) -> Artifact:

@@ -21,7 +21,7 @@ from accounts.emails import MAX_EMAIL_CHARS
 from accounts.models import User
 from core.filters import (
     ChoiceListFilter, FalconFilterSet, IdListFilter, MultiValueField, MultiValueFilter,
-    PrefixSearchFilter, UpdatedSinceFilter,
+    PrefixSearchFilter, UpdatedSinceFilter, few_matches,
 )
 from core.statuses import ExpStatus, choices
 
@@ -74,7 +74,8 @@ class LabelSelectorFilter(MultiValueFilter):
     per key, so an experiment matches when it has a matching row for each key selected), and
     the database answers it in one of two ways, chosen per request:
 
-    - held by few experiments (some selector matches at most `FEW_LABELLED` rows): `id IN
+    - held by few experiments (some selector matches at most `FEW_LABELLED` rows, by default
+      sqrt(50 x the experiments)): `id IN
       (SELECT experiment_id ... WHERE <selectors> GROUP BY experiment_id HAVING COUNT(*) =
       <keys>)`: those few ids are read from the index on (key, value, experiment) and sorted;
     - held by many (every selector matches more): a correlated count of the experiment's
@@ -85,14 +86,15 @@ class LabelSelectorFilter(MultiValueFilter):
 
     One subquery whatever the number of selectors: as one `IN` subquery each, 20 selectors
     kept MariaDB's optimizer choosing a join order of 20 semi-joins for minutes. Counting
-    each selector's rows up to `FEW_LABELLED` (an index range each) decides the way. Both
+    each selector's rows up to `FEW_LABELLED` (an index range each; by default
+    `core.filters.few_matches`, which follows the table's size) decides the way. Both
     are served by the same indexes on SQLite and MariaDB (decisions.md#dec-labels).
     """
 
     field_class = LabelSelectorField
-    # Where sorting the matches costs about what walking the list order to fill a page does
-    # at 100,000 experiments and 50 a page (sqrt(50 x 100,000) is about 2,200).
-    FEW_LABELLED = 2000
+    # Where sorting the matches costs about what walking the list order to fill a page does:
+    # None follows the table, `core.filters.few_matches` (sqrt(50 x N)); a number fixes it.
+    FEW_LABELLED: int | None = None
 
     def filter(self, qs: QuerySet, value: list[Selector]) -> QuerySet:
         wanted: dict[str, str | None] = {}  # key -> the value required, None: any value
@@ -109,8 +111,9 @@ class LabelSelectorFilter(MultiValueFilter):
         each = [Q(key=key) if val is None else Q(key=key, value=val)
                 for key, val in wanted.items()]
         rows = ExpLabel.objects.filter(reduce(or_, each))
-        few = any(not ExpLabel.objects.filter(condition).values("id")[
-            self.FEW_LABELLED:self.FEW_LABELLED + 1].exists() for condition in each)
+        bound = self.FEW_LABELLED if self.FEW_LABELLED is not None else few_matches(Experiment)
+        few = any(not ExpLabel.objects.filter(condition).values("id")[bound:bound + 1].exists()
+                  for condition in each)
         if few:
             ids = rows.order_by().values("experiment_id")
             if len(wanted) > 1:

@@ -28,6 +28,7 @@ from django.utils import timezone
 from accounts.models import User
 from accounts.principals import actor_label
 from artifacts.models import Artifact
+from artifacts.services import artifacts_mark_awaiting
 from core.cluster_settings import cluster_problems
 from core.db import retry_on_lock_conflict
 from core.errors import (
@@ -446,8 +447,12 @@ def exp_update_status(*, exp_id: int, status: str, reason: str | None = None,
     started_at = None
     if status in Experiment.machine.reported_start:
         started_at = _first_job_starts([exp_id]).get(exp_id)
-    return Experiment.transition_pk(exp_id, status, reason=reason, message=message,
-                                    expected=expected, started_at=started_at)
+    with transaction.atomic():
+        exp, changed = Experiment.transition_pk(exp_id, status, reason=reason, message=message,
+                                                expected=expected, started_at=started_at)
+        if changed and exp.status == ExpStatus.SUCCEEDED:
+            artifacts_mark_awaiting(experiment_ids=[exp_id])
+    return exp, changed
 
 
 
@@ -473,7 +478,12 @@ def exp_update_statuses(changes: list[StatusChange]) -> list[StatusOutcome]:
         ValidationFailed: more than `MAX_STATUS_BATCH` items, or an unknown status.
     """
     validate_status_batch(ExpStatus, changes)
-    return apply_transitions(Experiment.machine, Experiment, _with_first_job_starts(changes))
+    with transaction.atomic():
+        outcomes = apply_transitions(Experiment.machine, Experiment,
+                                     _with_first_job_starts(changes))
+        artifacts_mark_awaiting(experiment_ids=[
+            o.pk for o in outcomes if o.changed and o.status == ExpStatus.SUCCEEDED])
+    return outcomes
 
 
 def _validate_new_job(*, exp_id: int, role: Any, task_spec: Any) -> dict[str, Any]:

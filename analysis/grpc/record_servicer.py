@@ -83,8 +83,9 @@ class AnalysisRecordServicer(analysis_pb2_grpc.AnalysisRecordServiceServicer):
     """AnalysisRecordService over the service layer."""
 
     def ListExpsAwaitingAnalysis(self, request, context):
-        """ListExpsAwaitingAnalysis -> `selectors.exps_awaiting_analysis` (one query a plugin)."""
-        triples = selectors.exps_awaiting_analysis(
+        """ListExpsAwaitingAnalysis -> `services.analysis_offline_discovery` (the owed triples;
+        the artifacts examined that owe nothing are settled, so a poll is O(awaiting))."""
+        triples = services.analysis_offline_discovery(
             limit=request.limit,
             plugins=[(p.plugin_name, list(p.artifact_types)) for p in request.plugins])
         return analysis_pb2.ListExpsAwaitingAnalysisResp(

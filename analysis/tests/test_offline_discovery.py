@@ -1,0 +1,136 @@
+"""Offline discovery costs O(awaiting): the mark set by the transitions, settled by the poll.
+
+Each poll of `services.analysis_offline_discovery` must answer what the naive query (every
+Succeeded artifact, NOT EXISTS per plugin, no mark) answers, while the artifacts settled for the
+catalog are never read again; the plan walks the mark's index without a sort.
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+from django.db import connection
+
+from analysis import selectors, services
+from analysis.models import AnalysisRecord
+from analysis.tests.factories import RESULT_ROOT, make_finished_exp
+from artifacts.models import Artifact
+from artifacts.services import artifact_set_prune_state
+from core.statuses import AnalysisType, ArtifactStatus, ExpStatus
+
+pytestmark = pytest.mark.django_db
+
+PLUGINS = [("summary", ["profiling"]), ("trace", ["profiling", "benchmark"])]
+
+
+def naive(plugins, limit=1000):
+    """The owed triples as (exp id, plugin), read without the mark, as the rule says."""
+    owed = []
+    for order, (name, types) in enumerate(plugins):
+        rows = (Artifact.objects.filter(status=ArtifactStatus.SUCCEEDED, prune_state="",
+                                        experiment__status=ExpStatus.SUCCEEDED,
+                                        artifact_type__in=types)
+                .exclude(pk__in=AnalysisRecord.objects.filter(
+                    plugin_name=name, analysis_type=AnalysisType.OFFLINE).values("artifact_id"))
+                .values_list("experiment__finished_at", "experiment_id"))
+        owed += [(finished, exp_id, order, name) for finished, exp_id in rows]
+    return [(exp_id, name) for _, exp_id, _, name in sorted(owed)][:limit]
+
+
+def poll(plugins, limit=1000):
+    return [(t.experiment.pk, t.plugin_name)
+            for t in services.analysis_offline_discovery(limit=limit, plugins=plugins)]
+
+
+def offline(exp_id: int, plugin: str) -> AnalysisRecord:
+    from experiments.models import Experiment
+
+    exp = Experiment.objects.select_related("creator").get(pk=exp_id)
+    return services.analysis_record_create(
+        exp_id=exp_id, analysis_type="offline", plugin_name=plugin, command="",
+        script_content="", name="", creator_email=exp.creator.email, result_root=RESULT_ROOT)
+
+
+def test_transitions_mark_only_what_may_owe():
+    done = make_finished_exp()
+    failed = make_finished_exp(status=ExpStatus.FAILED, artifact_status=ArtifactStatus.FAILED)
+    running = make_finished_exp(status=ExpStatus.RUNNING, artifact_status=None)
+    marks = dict(Artifact.objects.values_list("experiment_id", "offline_settled"))
+    assert marks == {done.pk: "", failed.pk: None, running.pk: None}
+
+
+def test_poll_settles_what_owes_nothing_and_never_reads_it_again():
+    exps = [make_finished_exp(exp_type=t) for t in ("profiling", "benchmark", "training")]
+    fingerprint = selectors.catalog_fingerprint(PLUGINS)
+    assert poll(PLUGINS) == naive(PLUGINS) == [
+        (exps[0].pk, "summary"), (exps[0].pk, "trace"), (exps[1].pk, "trace")]
+    # The training artifact owes no plugin: settled at the first poll.
+    assert Artifact.objects.get(experiment=exps[2]).offline_settled == fingerprint
+    for exp_id, plugin in poll(PLUGINS):
+        offline(exp_id, plugin)
+    assert poll(PLUGINS) == naive(PLUGINS) == []
+    assert selectors.offline_candidates(fingerprint=fingerprint) == []
+    # Another catalog examines the settled artifacts again and finds what it owes.
+    wider = [*PLUGINS, ("fit", ["training"])]
+    assert poll(wider) == naive(wider) == [(exps[2].pk, "fit")]
+
+
+def test_deleting_an_offline_record_makes_its_plugin_owed_again():
+    exp = make_finished_exp()
+    for plugin in ("summary", "trace"):
+        offline(exp.pk, plugin)
+    assert poll(PLUGINS) == []
+    gone = AnalysisRecord.objects.get(plugin_name="trace")
+    services.analysis_cancel_in_db(gone.analysis_id)
+    services.analysis_record_delete(gone.analysis_id)
+    assert poll(PLUGINS) == naive(PLUGINS) == [(exp.pk, "trace")]
+
+
+def test_a_limit_never_settles_what_it_cut():
+    exps = [make_finished_exp() for _ in range(3)]
+    assert poll(PLUGINS, limit=1) == [(exps[0].pk, "summary")]
+    assert Artifact.objects.filter(offline_settled="").count() == 3
+    assert poll(PLUGINS) == naive(PLUGINS)
+
+
+def test_pruned_artifacts_are_settled_and_owe_nothing():
+    exp = make_finished_exp()
+    artifact_set_prune_state(artifact_id=exp.artifact.pk, target="Pruning")
+    assert poll(PLUGINS) == naive(PLUGINS) == []
+    assert Artifact.objects.get(pk=exp.artifact.pk).offline_settled is not None
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_polls_answer_as_the_naive_query(seed):
+    """Random experiments, records and catalogs; every poll equals the naive query's answer."""
+    rng = random.Random(seed)
+    types = ["profiling", "benchmark", "training"]
+    catalogs = [PLUGINS, [("trace", ["benchmark"])], [*PLUGINS, ("fit", ["training"])]]
+    exps = []
+    for step in range(8):
+        for _ in range(rng.randint(0, 3)):
+            status = rng.choice([ExpStatus.SUCCEEDED, ExpStatus.SUCCEEDED, ExpStatus.FAILED])
+            exps.append(make_finished_exp(
+                exp_type=rng.choice(types), status=status,
+                artifact_status=ArtifactStatus.SUCCEEDED if status == ExpStatus.SUCCEEDED
+                else rng.choice([ArtifactStatus.SUCCEEDED, ArtifactStatus.FAILED])))
+        plugins = rng.choice(catalogs)
+        limit = rng.choice([1, 2, 1000])
+        assert poll(plugins, limit) == naive(plugins, limit), step
+        for exp_id, plugin in naive(plugins)[: rng.randint(0, 3)]:
+            offline(exp_id, plugin)
+
+
+def test_candidates_walk_the_mark_index_without_a_sort():
+    make_finished_exp()
+    fingerprint = selectors.catalog_fingerprint(PLUGINS)
+    for lookup in ("lt", "gt"):
+        sql, params = (Artifact.objects.filter(**{f"offline_settled__{lookup}": fingerprint})
+                       .order_by("offline_settled", "id").values_list("id")[:10]
+                       .query.sql_with_params())
+        with connection.cursor() as cursor:
+            prefix = "EXPLAIN QUERY PLAN " if connection.vendor == "sqlite" else "EXPLAIN "
+            cursor.execute(prefix + sql, params)
+            text = " ".join(str(part) for row in cursor.fetchall() for part in row)
+        assert "offline_settled" in text, text
+        assert "TEMP B-TREE" not in text and "filesort" not in text, text
