@@ -131,7 +131,7 @@ def _chosen_analyses(ids: Sequence[int], sections: Sequence[str] | None
 def _extracted(record: AnalysisRecord, rules: tuple[MetricRule, ...]) -> tuple[Extracted, str]:
     """The metrics of one analysis and a note ('' when its results were read whole)."""
     try:
-        results = read_results(record)
+        results = read_results(record, strict=False)  # numbers and names only: orjson
     except NotFound as exc:
         return Extracted(), exc.message
     out = extract(results["records"], rules)
