@@ -28,9 +28,9 @@ def number(value: Any) -> str:
 
 def change_text(cell: dict[str, Any], better: str) -> Text:
     """The change of a cell against the baseline, `-50 (-50.0%)`, green when it is better and
-    red when worse (where the catalog says which way is better)."""
+    red when worse (where the catalog says which way is better); nothing when unchanged."""
     change, percent = cell.get("change"), cell.get("change_percent")
-    if change is None:
+    if not change:
         return Text("")
     shown = f"{change:+.6g}" + (f" ({percent:+.1f}%)" if percent is not None else "")
     style = ""
