@@ -271,3 +271,22 @@ def test_lines_that_are_not_json_objects_are_skipped_not_fatal(alice, tmp_path, 
     assert cells == {"m.x": [1.0, 2.0], "n.x": [None, 3.0]}
     records, unparsable, _ = parse_results(path.read_bytes(), strict=False)
     assert [u["line"] for u in unparsable] == [2, 3, 4] and len(records) == 2
+
+
+def test_an_analysis_whose_results_are_gone_is_unreadable_and_its_metrics_missing(alice, tmp_path,
+                                                                                   root):
+    from analysis.outputs import results_url
+    from artifacts.store import local_path
+
+    client, user = alice
+    a, b = make_bench_exp(user), make_bench_exp(user)
+    write_results(a, [{"name": "m", "x": 1}], result_root=root)
+    gone = write_results(b, [{"name": "m", "x": 2}], result_root=root)
+    local_path(results_url(gone)).unlink()
+    doc = client.get(URL, {"ids": [a.pk, b.pk], "fail_on": "command/mine:m.x < -5%"}).json()
+    [section] = doc["plugins"]
+    assert section["analyses"][1]["state"] == "unreadable"
+    assert section["analyses"][1]["analysis_id"] == gone.analysis_id
+    assert "has no results" in section["analyses"][1]["note"]
+    assert section["metrics"][0]["values"][1]["state"] == "missing"
+    assert doc["gate"]["conditions"][0]["failures"][0]["why"] == "missing"
