@@ -20,21 +20,20 @@ from __future__ import annotations
 
 import datetime as dt
 import difflib
-import json
+import functools
 import math
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from core.boundedyaml import MAX_DEPTH as MAX_CONFIG_DEPTH
 from core.boundedyaml import MAX_NODES as MAX_CONFIG_NODES
+from plugins.metrics import key_path  # one spelling of paths for configs and metrics
 
 MIN_EXPERIMENTS = 2
 MAX_EXPERIMENTS = 10
 # The experiment fields compared besides the config and the task specs, in the order shown.
 FIELDS = ("name", "cluster_name", "exp_type", "priority", "labels", "status", "reason",
           "cloned_from", "duration_seconds")
-_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 class _Absent:
@@ -45,15 +44,6 @@ class _Absent:
 
 
 ABSENT = _Absent()
-
-
-def key_path(parent: str, key: Any) -> str:
-    """Return the path of `key` under `parent` (see the module docstring)."""
-    if isinstance(key, int) and not isinstance(key, bool):
-        return f"{parent}[{key}]"
-    if isinstance(key, str) and _PLAIN_KEY.fullmatch(key):
-        return f"{parent}.{key}" if parent else key
-    return f"{parent}[{json.dumps(key if isinstance(key, str) else str(key))}]"
 
 
 def _plain(value: Any) -> Any:
@@ -180,6 +170,19 @@ def parse_config(text: str) -> tuple[bool, Any, Any]:
     return False, text, None
 
 
+# Parsed configs, by their text: reading YAML with the bounded reader costs about 1 ms per
+# 100 values, and the same experiments are compared again and again (a compare page
+# reloaded, a baseline gated against each new run). Keyed by the text, so a hit is always
+# right; only configs up to 16 KiB are kept, so the cache holds at most a few MiB. The trees
+# are shared between calls: nothing here or in the callers changes them.
+CACHED_CONFIG_CHARS = 16 * 1024
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_config_cached(text: str) -> tuple[bool, Any, Any]:
+    return parse_config(text)
+
+
 def _parse_config_of(exp: Mapping[str, Any]) -> tuple[bool, Any, Any]:
     """`parse_config` of one experiment's config; a config the bounded reader refuses (an
     alias, too deep, too many values: `core.boundedyaml`) fails the whole diff, naming it.
@@ -190,8 +193,11 @@ def _parse_config_of(exp: Mapping[str, Any]) -> tuple[bool, Any, Any]:
     from core.boundedyaml import YamlLimitError
     from core.errors import ValidationFailed
 
+    text = exp.get("config") or ""
     try:
-        return parse_config(exp.get("config") or "")
+        if len(text) <= CACHED_CONFIG_CHARS:
+            return _parse_config_cached(text)
+        return parse_config(text)
     except YamlLimitError as exc:
         raise ValidationFailed({"config": [
             f"the config of experiment {exp['id']} cannot be compared: {exc}; the diff reads "
@@ -209,8 +215,9 @@ def duration_seconds(exp: Mapping[str, Any], now: dt.datetime) -> float | None:
 
 
 def diff_experiments(exps: Sequence[Mapping[str, Any]], *, now: dt.datetime,
-                     include_equal: bool = False) -> dict[str, Any]:
-    """Compare 2 to `MAX_EXPERIMENTS` experiments by key path.
+                     include_equal: bool = False,
+                     max_experiments: int = MAX_EXPERIMENTS) -> dict[str, Any]:
+    """Compare 2 to `max_experiments` experiments by key path.
 
     Args:
         exps: one dict per experiment, in the order to show: `id`, `name`, `cluster_name`,
@@ -219,6 +226,8 @@ def diff_experiments(exps: Sequence[Mapping[str, Any]], *, now: dt.datetime,
             ({role: TaskSpec}) and `config` (text).
         now: the instant a running experiment's duration is measured to.
         include_equal: also list the paths whose values are all equal (`--all`).
+        max_experiments: the most experiments compared at once (`MAX_EXPERIMENTS` for `exp
+            diff`; `exp compare` takes more).
 
     Returns:
         `{"experiments": [{"id", "name"}], "config_format": "yaml" | "text",
@@ -228,12 +237,12 @@ def diff_experiments(exps: Sequence[Mapping[str, Any]], *, now: dt.datetime,
         experiment's config against the first one's (empty when they are YAML).
 
     Raises:
-        ValueError: fewer than 2 or more than `MAX_EXPERIMENTS` experiments.
+        ValueError: fewer than 2 or more than `max_experiments` experiments.
         core.errors.ValidationFailed: a config the bounded YAML reader refuses (field
             `config`, naming the experiment and the limit).
     """
-    if not MIN_EXPERIMENTS <= len(exps) <= MAX_EXPERIMENTS:
-        raise ValueError(f"compare {MIN_EXPERIMENTS} to {MAX_EXPERIMENTS} experiments; got "
+    if not MIN_EXPERIMENTS <= len(exps) <= max_experiments:
+        raise ValueError(f"compare {MIN_EXPERIMENTS} to {max_experiments} experiments; got "
                          f"{len(exps)}.")
     rows: list[dict[str, Any]] = []
     for field in FIELDS:

@@ -5,7 +5,7 @@ on it when imported here. Only click is imported at module level (`falcon --help
 """
 from __future__ import annotations
 
-from . import clone, create, describe, diff, files, label, lifecycle, read  # noqa: F401
+from . import clone, compare, create, describe, diff, files, label, lifecycle, read  # noqa: F401
 from .group import CONFIG_MAX_BYTES, PAGE_SIZE, TASKS_MAX_BYTES, exp_group
 from .inputs import create_exp, read_config_file, read_tasks_file
 from .lifecycle import wait_for
