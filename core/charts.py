@@ -14,6 +14,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from plugins.render import unit_of  # noqa: F401  (the unit rule of result fields, re-exported)
+
 WIDTH = 640  # pixels; the admin's content column holds it beside nothing else
 LABEL_WIDTH = 190
 VALUE_WIDTH = 110
@@ -31,17 +33,6 @@ def escape(text: object) -> str:
     """`text` as SVG/HTML element text or a quoted attribute value: `& < > " '` escaped and
     the control characters XML forbids removed."""
     return html.escape(_CONTROL.sub("", str(text)), quote=True)
-
-
-def unit_of(field: str) -> str:
-    """The unit a result field's name states: `*_us` microseconds, `*_ms`, `*_s`/`*_seconds`,
-    `*_bytes` (or `bytes`) bytes; `""` for a name that states none."""
-    name = field.lower()
-    for suffix, unit in (("_us", "us"), ("_ms", "ms"), ("_seconds", "s"), ("_s", "s"),
-                         ("_bytes", "B")):
-        if name.endswith(suffix):
-            return unit
-    return "B" if name == "bytes" else ""
 
 
 def is_number(value: object) -> bool:

@@ -37,8 +37,8 @@ REPLICAS_SHOWN = 8
 FILES_SHOWN = 100
 LABEL_CHOICES = 100  # `key=value` pairs offered in the list's sidebar
 
-# `(title, panel)`: `panel(exp)` returns safe HTML for the experiment page (the caller escapes).
-RESULT_PANELS: list[tuple[str, Callable[[Experiment], str]]] = []
+# `panel(exp)` returns HTML for the experiment page, every user text in it escaped by the panel.
+RESULT_PANELS: list[Callable[[Experiment], str]] = []
 
 
 def labels_html(exp: Experiment) -> str:
@@ -106,11 +106,11 @@ def files_html(exp: Experiment) -> str:
 
 
 def result_panels_html(exp: Experiment) -> str:
-    """The sections other apps add (`RESULT_PANELS`), each under its title."""
+    """The sections other apps add (`RESULT_PANELS`), in the order they were added."""
     if not RESULT_PANELS:
         return "-"
-    return format_html_join("", '<div class="falcon-panel"><h3>{}</h3>{}</div>',
-                            ((title, panel(exp)) for title, panel in RESULT_PANELS))
+    return format_html_join("", '<div class="falcon-panel">{}</div>',
+                            ((panel(exp),) for panel in RESULT_PANELS))
 
 
 class LabelChangeForm(forms.Form):
