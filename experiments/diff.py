@@ -20,21 +20,19 @@ from __future__ import annotations
 
 import datetime as dt
 import difflib
-import json
 import math
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from core.boundedyaml import MAX_DEPTH as MAX_CONFIG_DEPTH
 from core.boundedyaml import MAX_NODES as MAX_CONFIG_NODES
+from plugins.metrics import key_path  # one spelling of paths for configs and metrics
 
 MIN_EXPERIMENTS = 2
 MAX_EXPERIMENTS = 10
 # The experiment fields compared besides the config and the task specs, in the order shown.
 FIELDS = ("name", "cluster_name", "exp_type", "priority", "labels", "status", "reason",
           "cloned_from", "duration_seconds")
-_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 class _Absent:
@@ -45,15 +43,6 @@ class _Absent:
 
 
 ABSENT = _Absent()
-
-
-def key_path(parent: str, key: Any) -> str:
-    """Return the path of `key` under `parent` (see the module docstring)."""
-    if isinstance(key, int) and not isinstance(key, bool):
-        return f"{parent}[{key}]"
-    if isinstance(key, str) and _PLAIN_KEY.fullmatch(key):
-        return f"{parent}.{key}" if parent else key
-    return f"{parent}[{json.dumps(key if isinstance(key, str) else str(key))}]"
 
 
 def _plain(value: Any) -> Any:
@@ -209,8 +198,9 @@ def duration_seconds(exp: Mapping[str, Any], now: dt.datetime) -> float | None:
 
 
 def diff_experiments(exps: Sequence[Mapping[str, Any]], *, now: dt.datetime,
-                     include_equal: bool = False) -> dict[str, Any]:
-    """Compare 2 to `MAX_EXPERIMENTS` experiments by key path.
+                     include_equal: bool = False,
+                     max_experiments: int = MAX_EXPERIMENTS) -> dict[str, Any]:
+    """Compare 2 to `max_experiments` experiments by key path.
 
     Args:
         exps: one dict per experiment, in the order to show: `id`, `name`, `cluster_name`,
@@ -219,6 +209,8 @@ def diff_experiments(exps: Sequence[Mapping[str, Any]], *, now: dt.datetime,
             ({role: TaskSpec}) and `config` (text).
         now: the instant a running experiment's duration is measured to.
         include_equal: also list the paths whose values are all equal (`--all`).
+        max_experiments: the most experiments compared at once (`MAX_EXPERIMENTS` for `exp
+            diff`; `exp compare` takes more).
 
     Returns:
         `{"experiments": [{"id", "name"}], "config_format": "yaml" | "text",
@@ -228,12 +220,12 @@ def diff_experiments(exps: Sequence[Mapping[str, Any]], *, now: dt.datetime,
         experiment's config against the first one's (empty when they are YAML).
 
     Raises:
-        ValueError: fewer than 2 or more than `MAX_EXPERIMENTS` experiments.
+        ValueError: fewer than 2 or more than `max_experiments` experiments.
         core.errors.ValidationFailed: a config the bounded YAML reader refuses (field
             `config`, naming the experiment and the limit).
     """
-    if not MIN_EXPERIMENTS <= len(exps) <= MAX_EXPERIMENTS:
-        raise ValueError(f"compare {MIN_EXPERIMENTS} to {MAX_EXPERIMENTS} experiments; got "
+    if not MIN_EXPERIMENTS <= len(exps) <= max_experiments:
+        raise ValueError(f"compare {MIN_EXPERIMENTS} to {max_experiments} experiments; got "
                          f"{len(exps)}.")
     rows: list[dict[str, Any]] = []
     for field in FIELDS:

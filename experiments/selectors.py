@@ -154,10 +154,38 @@ def exp_list(*, filters: Mapping[str, Any] | None = None,
     return ExperimentFilter.apply(qs, filters or {})
 
 
-# What `experiments.diff` compares, read in one query (config and task specs included).
+# What `experiments.diff` compares, read in one query (config and task specs included), and
+# `created_at`, which the compare document shows.
 DIFF_FIELDS = ("id", "name", "cluster_name", "exp_type", "priority", "labels", "status",
-               "reason", "cloned_from", "started_at", "finished_at", "role_to_task_spec",
-               "config")
+               "reason", "cloned_from", "created_at", "started_at", "finished_at",
+               "role_to_task_spec", "config")
+
+
+def exp_diff_rows(*, exp_ids: Sequence[int], max_experiments: int) -> list[dict[str, Any]]:
+    """The `DIFF_FIELDS` rows of 2 to `max_experiments` distinct experiments, in the order given
+    (one query): what `experiments.diff.diff_experiments` compares.
+
+    Raises:
+        ValidationFailed: fewer than 2 or more than `max_experiments` ids, or a repeated id;
+            keyed `ids`.
+        NotFound: an id names no experiment (the message lists the missing ids), as reading
+            that experiment answers.
+    """
+    from core.errors import ValidationFailed
+
+    from .diff import MIN_EXPERIMENTS
+
+    ids = list(exp_ids)
+    if len(set(ids)) != len(ids):
+        raise ValidationFailed({"ids": ["lists an experiment twice; give each id once."]})
+    if not MIN_EXPERIMENTS <= len(ids) <= max_experiments:
+        raise ValidationFailed({"ids": [f"give {MIN_EXPERIMENTS} to {max_experiments} "
+                                        f"experiment ids to compare; got {len(ids)}."]})
+    rows = {row["id"]: row for row in Experiment.objects.filter(pk__in=ids).values(*DIFF_FIELDS)}
+    missing = [i for i in ids if i not in rows]
+    if missing:
+        raise NotFound(f"Experiment(s) {', '.join(map(str, missing))} do not exist.")
+    return [rows[i] for i in ids]
 
 
 def exp_diff(*, exp_ids: Sequence[int], include_equal: bool = False) -> dict[str, Any]:
@@ -174,22 +202,10 @@ def exp_diff(*, exp_ids: Sequence[int], include_equal: bool = False) -> dict[str
     """
     from django.utils import timezone
 
-    from core.errors import ValidationFailed
+    from .diff import MAX_EXPERIMENTS, diff_experiments
 
-    from .diff import MAX_EXPERIMENTS, MIN_EXPERIMENTS, diff_experiments
-
-    ids = list(exp_ids)
-    if len(set(ids)) != len(ids):
-        raise ValidationFailed({"ids": ["lists an experiment twice; give each id once."]})
-    if not MIN_EXPERIMENTS <= len(ids) <= MAX_EXPERIMENTS:
-        raise ValidationFailed({"ids": [f"give {MIN_EXPERIMENTS} to {MAX_EXPERIMENTS} "
-                                        f"experiment ids to compare; got {len(ids)}."]})
-    rows = {row["id"]: row for row in Experiment.objects.filter(pk__in=ids).values(*DIFF_FIELDS)}
-    missing = [i for i in ids if i not in rows]
-    if missing:
-        raise NotFound(f"Experiment(s) {', '.join(map(str, missing))} do not exist.")
-    return diff_experiments([rows[i] for i in ids], now=timezone.now(),
-                            include_equal=include_equal)
+    rows = exp_diff_rows(exp_ids=exp_ids, max_experiments=MAX_EXPERIMENTS)
+    return diff_experiments(rows, now=timezone.now(), include_equal=include_equal)
 
 
 # What the exp controller decides from (ListExpStates): no config, task specs, labels or

@@ -6,6 +6,7 @@ from django.views.generic import TemplateView
 
 from experiments.api import urls as _exp_urls  # noqa: F401  (registers the `id` converter)
 from experiments.api.events import ExpEventsView, bad_events_exp_id
+from analysis.api.compare import ExpCompareView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from . import health
@@ -21,6 +22,8 @@ admin.site.site_url = "/"
 urlpatterns = [
     path("", TemplateView.as_view(template_name="falcon_site/landing.html"), name="landing"),
     path("admin/", admin.site.urls),
+    # Before the experiments' routes, whose `exps/<raw>` would answer 400 for it.
+    path("api/v1/exps/compare", ExpCompareView.as_view(), name="exp-compare"),
     path("api/v1/exps/<id:exp_id>/events", ExpEventsView.as_view(), name="exp-events"),
     re_path(r"^api/v1/exps/(?P<raw>[^/]+)/events$", bad_events_exp_id),
     path("api/v1/", ApiRootView.as_view(), name="api-root"),

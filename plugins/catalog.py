@@ -15,6 +15,8 @@ from typing import Any
 import yaml
 from kubernetes.utils.quantity import parse_quantity
 
+from .metrics import MetricRule, parse_rules
+
 DEFAULT_CATALOG = Path(__file__).with_name("catalog.yaml")
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -22,8 +24,8 @@ NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 QUANTITY_RE = re.compile(r"^(\d+(\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE][+-]?\d+)?$")
 
 FIELDS = ("name", "description", "command", "artifact_types", "resources", "timeout_seconds",
-          "inputs")
-OPTIONAL_FIELDS = frozenset({"inputs"})
+          "inputs", "metrics")
+OPTIONAL_FIELDS = frozenset({"inputs", "metrics"})
 RESOURCE_KEYS = ("cpu_request", "cpu_limit", "memory_request", "memory_limit")
 
 
@@ -45,7 +47,8 @@ class Plugin:
     artifact types offline analysis runs the plugin on; ``timeout_seconds`` is positive;
     ``inputs`` are globs (relative to the artifact, see :func:`glob_matches`) of the files the
     plugin reads: offline analysis starts it only on an artifact holding one (empty: any
-    artifact).
+    artifact); ``metrics`` are the rules that pick its comparable metrics (`plugins.metrics`;
+    empty: the generic rule, records with a ``name``).
     """
 
     name: str
@@ -55,6 +58,7 @@ class Plugin:
     resources: Resources
     timeout_seconds: int
     inputs: tuple[str, ...] = ()
+    metrics: tuple[MetricRule, ...] = ()
 
     def reads(self, rel_path: str) -> bool:
         """Whether the artifact file ``rel_path`` (relative, ``/``-separated) is one of the
@@ -162,7 +166,7 @@ def parse_entry(index: int, entry: Any) -> Plugin:
     """Validate one catalog entry (``index`` is 0-based) and return its Plugin.
 
     Raises ValueError naming the entry and the field: missing or unknown fields (every field
-    but ``inputs`` is required), inputs that are not relative globs, a name that is
+    but ``inputs`` and ``metrics`` is required), inputs that are not relative globs, a name that is
     not DNS-label-like (``[a-z0-9-]+``), a non-positive timeout, resources that are not
     Kubernetes quantities or whose request exceeds the limit.
     """
@@ -183,7 +187,8 @@ def parse_entry(index: int, entry: Any) -> Plugin:
                   command=_string(entry, "command", where),
                   artifact_types=_artifact_types(entry, where),
                   resources=_resources(entry, where), timeout_seconds=_timeout(entry, where),
-                  inputs=_inputs(entry, where))
+                  inputs=_inputs(entry, where),
+                  metrics=parse_rules(entry.get("metrics", []), where))
 
 
 def parse_catalog(document: Any, source: str = "catalog") -> dict[str, Plugin]:

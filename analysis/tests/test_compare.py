@@ -1,0 +1,256 @@
+"""CompareExps over HTTP (`GET /api/v1/exps/compare`) and as a service, on analyses made by the
+real bench-summary plugin: the config key that changed, the metric that dropped, the gate, NaN,
+missing metrics, differing metric sets and twenty experiments."""
+from __future__ import annotations
+
+import pytest
+
+from accounts.models import User
+from analysis.compare import MAX_EXPERIMENTS, exp_compare
+from analysis.tests.compare_helpers import (BENCH_CONFIG, bench_rows, make_bench_exp,
+                                            run_bench_summary, write_results)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SLOWER = BENCH_CONFIG.replace("bfloat16", "float32")
+URL = "/api/v1/exps/compare"
+
+
+@pytest.fixture
+def root(settings, tmp_path):
+    root = (tmp_path / "store").as_uri()
+    settings.FALCON_ANALYSIS_ROOT = root
+    return root
+
+
+@pytest.fixture
+def alice(auth_api):
+    assert auth_api.get("/api/v1/exps").status_code == 200  # registers the user
+    return auth_api, User.objects.get(email="alice@example.com")
+
+
+def _bench(user, tmp_path, root, gflops, *, config=BENCH_CONFIG, name="bench", **kwargs):
+    exp = make_bench_exp(user, name=name, config=config, **kwargs)
+    run_bench_summary(exp, bench_rows(gflops), work=tmp_path, result_root=root)
+    return exp
+
+
+def _metric(doc, plugin, path):
+    [section] = [s for s in doc["plugins"] if s["plugin"] == plugin]
+    [metric] = [m for m in section["metrics"] if m["path"] == path]
+    return metric
+
+
+def test_a_slower_dtype_shows_the_config_key_and_the_metric_that_dropped(alice, tmp_path, root):
+    client, user = alice
+    base = _bench(user, tmp_path, root, [100.0, 102.0, 98.0], name="base")
+    slow = _bench(user, tmp_path, root, [50.0, 51.0, 49.0], config=SLOWER, name="base",
+                  cloned_from=base.pk)
+    resp = client.get(URL, {"ids": f"{base.pk},{slow.pk}",
+                            "fail_on": "bench-summary:results.gflops.mean < -5%"})
+    assert resp.status_code == 200, resp.json()
+    doc = resp.json()
+    assert doc["baseline"] == base.pk
+    assert [e["id"] for e in doc["experiments"]] == [base.pk, slow.pk]
+    assert doc["experiments"][0]["jobs"] == [{"role": "main", "status": "Succeeded",
+                                              "duration_seconds": pytest.approx(0, abs=5)}]
+    dtype = [d for d in doc["differences"] if d["path"] == "config.dtype"]
+    assert dtype and dtype[0]["values"] == ["bfloat16", "float32"]
+    # The duration differs by the milliseconds each took to finish here.
+    assert [d["path"] for d in doc["differences"] if d["path"] != "duration_seconds"] == [
+        "cloned_from", "config.dtype"]
+    mean = _metric(doc, "bench-summary", "results.gflops.mean")
+    assert mean["unit"] == "" and [c["state"] for c in mean["values"]] == ["number", "number"]
+    assert mean["values"][0] == {"state": "number", "value": 100.0, "change": 0.0,
+                                 "change_percent": 0.0}
+    assert mean["values"][1] == {"state": "number", "value": 50.0, "change": -50.0,
+                                 "change_percent": -50.0}
+    assert _metric(doc, "bench-summary", "results.latency_ms.p50")["unit"] == "ms"
+    assert _metric(doc, "bench-summary", "results.gflops.count")["unit"] == "count"
+    [section] = doc["plugins"]
+    assert [a["state"] for a in section["analyses"]] == ["used", "used"]
+    gate = doc["gate"]
+    assert gate["failed"] is True
+    [condition] = gate["conditions"]
+    assert condition["matched"] == 1 and condition["relative"] is True
+    assert condition["failures"] == [{
+        "experiment": slow.pk, "path": "results.gflops.mean", "baseline": 100.0, "value": 50.0,
+        "change": -50.0, "change_percent": -50.0, "why": "condition"}]
+
+
+def test_an_unchanged_clone_passes_the_gate(alice, tmp_path, root):
+    client, user = alice
+    base = _bench(user, tmp_path, root, [100.0, 102.0, 98.0])
+    same = _bench(user, tmp_path, root, [99.0, 101.0, 100.0], cloned_from=base.pk)
+    doc = client.get(URL, {"ids": [base.pk, same.pk], "fail_on": [
+        "bench-summary:results.gflops.mean < -5%", "bench-summary:results.*.p99 > 10"]}).json()
+    assert doc["gate"]["failed"] is False
+    assert [c["matched"] for c in doc["gate"]["conditions"]] == [1, 2]
+    assert [d["path"] for d in doc["differences"] if d["path"] != "duration_seconds"] == [
+        "cloned_from"]
+
+
+def test_the_baseline_goes_first_and_the_newest_succeeded_analysis_is_used(alice, tmp_path,
+                                                                           root):
+    client, user = alice
+    a = _bench(user, tmp_path, root, [100.0])
+    b = _bench(user, tmp_path, root, [80.0])
+    newer = run_bench_summary(b, bench_rows([120.0]), work=tmp_path, result_root=root)
+    doc = client.get(URL, {"ids": [a.pk, b.pk], "baseline": b.pk}).json()
+    assert doc["baseline"] == b.pk and [e["id"] for e in doc["experiments"]] == [b.pk, a.pk]
+    [section] = doc["plugins"]
+    assert section["analyses"][0]["analysis_id"] == newer.analysis_id
+    mean = _metric(doc, "bench-summary", "results.gflops.mean")
+    assert [c["value"] for c in mean["values"]] == [120.0, 100.0]
+    assert mean["values"][1]["change_percent"] == pytest.approx(-100 / 6)
+
+
+def test_nan_missing_and_differing_metric_sets_are_not_zero(alice, tmp_path, root):
+    client, user = alice
+    a, b, c = (make_bench_exp(user, name=n) for n in "abc")
+    write_results(a, [{"kind": "meta"}, {"name": "matmul", "gflops": 10.0, "err": None,
+                                         "zero": 0, "only_a": 1, "ok": True, "tag": "x"}],
+                  result_root=root)
+    write_results(b, [{"name": "matmul", "gflops": 0.0, "err": 0.5, "zero": 3, "only_b": 2}],
+                  result_root=root)
+    doc = client.get(URL, {"ids": [a.pk, b.pk, c.pk],
+                           "fail_on": ["command/mine:matmul.gflops < -5%",
+                                       "command/mine:matmul.only_a > 100"]}).json()
+    [section] = doc["plugins"]
+    assert section["plugin"] == "command/mine"
+    assert [x["state"] for x in section["analyses"]] == ["used", "used", "missing"]
+    assert section["analyses"][2]["analysis_id"] is None
+    paths = [m["path"] for m in section["metrics"]]
+    assert paths == ["matmul.gflops", "matmul.err", "matmul.zero", "matmul.only_a",
+                     "matmul.only_b"]  # booleans and strings are not metrics
+    cells = {m["path"]: m["values"] for m in section["metrics"]}
+    missing = {"state": "missing", "value": None, "change": None, "change_percent": None}
+    assert cells["matmul.gflops"][1] == {"state": "number", "value": 0.0, "change": -10.0,
+                                         "change_percent": -100.0}
+    assert cells["matmul.gflops"][2] == missing
+    # null in a result is a non-finite number: NaN, not zero, and no change against it.
+    assert cells["matmul.err"][0]["state"] == "nan"
+    assert cells["matmul.err"][1] == {"state": "number", "value": 0.5, "change": None,
+                                      "change_percent": None}
+    # Against a baseline of 0 the relative change is undefined (null); the absolute one is 3.
+    assert cells["matmul.zero"][1] == {"state": "number", "value": 3.0, "change": 3.0,
+                                       "change_percent": None}
+    assert cells["matmul.only_a"][1] == missing
+    assert cells["matmul.only_b"][0] == missing and cells["matmul.only_b"][1]["value"] == 2.0
+    gate = doc["gate"]
+    assert gate["failed"] is True
+    first, second = gate["conditions"]
+    assert [(f["experiment"], f["why"]) for f in first["failures"]] == [
+        (b.pk, "condition"), (c.pk, "missing")]
+    # A metric the run lost fails the gate even when the condition could never hold.
+    assert [(f["experiment"], f["why"]) for f in second["failures"]] == [
+        (b.pk, "missing"), (c.pk, "missing")]
+
+
+def test_a_condition_that_matches_no_metric_fails_the_gate(alice, tmp_path, root):
+    client, user = alice
+    a = _bench(user, tmp_path, root, [1.0])
+    b = _bench(user, tmp_path, root, [1.0])
+    doc = client.get(URL, {"ids": [a.pk, b.pk],
+                           "fail_on": "bench-summary:results.gflop.mean < -5%"}).json()
+    assert doc["gate"]["failed"] is True
+    assert doc["gate"]["conditions"][0]["matched"] == 0
+
+
+def test_plugin_and_metric_filters(alice, tmp_path, root):
+    client, user = alice
+    a = _bench(user, tmp_path, root, [1.0])
+    b = _bench(user, tmp_path, root, [2.0])
+    write_results(a, [{"name": "m", "x": 1}], result_root=root)
+    doc = client.get(URL, {"ids": [a.pk, b.pk]}).json()
+    assert [s["plugin"] for s in doc["plugins"]] == ["bench-summary", "command/mine"]
+    doc = client.get(URL, {"ids": [a.pk, b.pk], "plugin": "bench-summary",
+                           "metric": ["*.mean", "*gflops.p9?"],
+                           "fail_on": "command/mine:m.x > 100"}).json()
+    [section] = doc["plugins"]
+    assert [m["path"] for m in section["metrics"]] == [
+        "results.gflops.mean", "results.gflops.p90", "results.gflops.p99",
+        "results.latency_ms.mean", "step.mean"]
+    assert doc["filters"] == {"plugin": ["bench-summary"], "metric": ["*.mean", "*gflops.p9?"]}
+    # The gate reads its plugin even when the table leaves it out.
+    assert doc["gate"]["conditions"][0]["matched"] == 1
+
+
+def test_twenty_experiments_and_not_twenty_one(alice, tmp_path, root):
+    client, user = alice
+    exps = [_bench(user, tmp_path, root, [100.0 + i]) for i in range(MAX_EXPERIMENTS)]
+    ids = [e.pk for e in exps]
+    doc = client.get(URL, {"ids": ",".join(map(str, ids)),
+                           "fail_on": "bench-summary:results.gflops.mean < -1%"}).json()
+    assert [e["id"] for e in doc["experiments"]] == ids
+    mean = _metric(doc, "bench-summary", "results.gflops.mean")
+    assert [c["value"] for c in mean["values"]] == [100.0 + i for i in range(20)]
+    assert doc["gate"]["failed"] is False
+    extra = make_bench_exp(user)
+    resp = client.get(URL, {"ids": ids + [extra.pk]})
+    assert resp.status_code == 400
+    assert resp.json()["ids"] == ["give 2 to 20 experiment ids to compare; got 21."]
+
+
+@pytest.mark.parametrize("params, field", [
+    ({"ids": "1"}, "ids"),
+    ({"ids": "1,1"}, "ids"),
+    ({"ids": "1,x"}, "ids"),
+    ({}, "ids"),
+    ({"ids": "1,2", "baseline": "3"}, "baseline"),
+    ({"ids": "1,2", "baseline": "0"}, "baseline"),
+    ({"ids": "1,2", "fail_on": "gflops < 5"}, "fail_on"),
+    ({"ids": "1,2", "fail_on": "p:x < fast"}, "fail_on"),
+    ({"ids": "1,2", "metric": " "}, "metric"),
+])
+def test_bad_parameters_name_the_field(alice, params, field):
+    client, _ = alice
+    resp = client.get(URL, params)
+    assert resp.status_code == 400, resp.json()
+    assert set(resp.json()) == {field, "code"} and resp.json()["code"] == "invalid"
+
+
+def test_reading_rights_are_those_of_reading_the_experiments(alice, tmp_path, root):
+    from rest_framework.test import APIClient
+
+    client, user = alice
+    a = _bench(user, tmp_path, root, [1.0])
+    missing = a.pk + 1000
+    compare = client.get(URL, {"ids": [a.pk, missing]})
+    read = client.get(f"/api/v1/exps/{missing}")
+    assert compare.status_code == read.status_code == 404
+    assert compare.json()["code"] == read.json()["code"]
+    assert str(missing) in compare.json()["detail"]
+    # Without a token: the answer of reading an experiment without one.
+    anonymous = APIClient()
+    assert anonymous.get(URL, {"ids": [a.pk, a.pk + 1]}).status_code == 401
+    assert anonymous.get(f"/api/v1/exps/{a.pk}").status_code == 401
+
+
+def test_the_service_refuses_a_baseline_outside_the_ids(alice, tmp_path, root):
+    from core.errors import ValidationFailed
+
+    _, user = alice
+    a, b = make_bench_exp(user), make_bench_exp(user)
+    with pytest.raises(ValidationFailed) as info:
+        exp_compare(exp_ids=[a.pk, b.pk], baseline=b.pk + 5)
+    assert "is not among the ids compared" in info.value.errors["baseline"][0]
+
+
+def test_a_service_token_reads_a_compare_as_it_reads_experiments(alice, tmp_path, root):
+    """Whoever may read the experiments may compare them: the view has the read views'
+    authentication and permissions, and no rule of its own."""
+    from analysis.api.compare import ExpCompareView
+    from experiments.api.views import ExpDetailView
+
+    assert [type(p) for p in ExpCompareView().get_permissions()] == [
+        type(p) for p in ExpDetailView().get_permissions()]
+
+
+def test_the_schema_states_the_limits(api):
+    schema = api.get("/api/schema/", {"format": "json"}).json()
+    operation = schema["paths"]["/api/v1/exps/compare"]["get"]
+    params = {p["name"]: p for p in operation["parameters"]}
+    assert params["ids"]["schema"]["minItems"] == 2 and params["ids"]["schema"]["maxItems"] == 20
+    assert params["ids"]["required"] is True
+    assert set(params) == {"ids", "baseline", "plugin", "metric", "fail_on"}
