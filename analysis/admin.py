@@ -1,28 +1,30 @@
 """Django admin for operators: analyses, read-only, filtered by `AnalysisFilter`; cancel through
 the analyzer controller (the database when it is unavailable); the log's tail and the first
-results read from the store on the record's page."""
+results read from the store on the record's page. It also adds to the experiment pages what
+needs this app: each succeeded analysis on an experiment's page (`admin_panels`) and the
+"Compare" action with its page (`admin_compare`)."""
 from __future__ import annotations
 
-import json
-
 from django.contrib import admin, messages
-from django.utils.html import format_html, format_html_join
+from django.utils.html import format_html
 
 from artifacts.store import store_for
-from experiments import admin_page
 from core.admin import (
     FilterSetAdminMixin, ReadOnlyAdminMixin, duration, filterset_list_filter, history_table,
     status_badge, truncated,
 )
-from core.history import entity_events
 from core.errors import FalconError
+from core.history import entity_events
+from experiments import admin_page
+from experiments.admin import ExperimentAdmin
 
 from . import analyzer_client, services
-from .analyzer_client import ServiceUnavailable
-from .outputs import LOG_FILE, read_results
+from .admin_compare import compare_experiments, compare_view
 from .admin_panels import exp_results_panel, results_html
+from .analyzer_client import ServiceUnavailable
 from .filters import AnalysisFilter
 from .models import AnalysisRecord
+from .outputs import LOG_FILE, read_results
 
 LOG_TAIL_BYTES = 64 * 1024
 RESULTS_SHOWN = 50
@@ -144,3 +146,5 @@ class AnalysisRecordAdmin(ReadOnlyAdminMixin, FilterSetAdminMixin, admin.ModelAd
 
 
 admin_page.RESULT_PANELS.append(exp_results_panel)
+admin_page.PAGE_VIEWS.append(("compare/", compare_view, "compare"))
+ExperimentAdmin.actions = [*ExperimentAdmin.actions, compare_experiments]

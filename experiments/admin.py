@@ -173,11 +173,17 @@ class ExperimentAdmin(ReadOnlyAdminMixin, FilterSetAdminMixin, admin.ModelAdmin)
     ]
 
     def get_urls(self):
-        """The labels page and artifact downloads, under the experiment's admin URL."""
+        """The labels page, artifact downloads and the pages other apps add
+        (`admin_page.PAGE_VIEWS`), under the experiments' admin URL."""
         from django.urls import path
 
         wrap = self.admin_site.admin_view
-        return [
+
+        def bound(view):
+            return wrap(lambda request, **kwargs: view(self, request, **kwargs))
+
+        return [path(route, bound(view), name=f"experiments_experiment_{name}")
+                for route, view, name in admin_page.PAGE_VIEWS] + [
             path("<int:exp_id>/labels/", wrap(lambda request, exp_id: admin_page.label_view(
                 self, request, exp_id)), name="experiments_experiment_labels"),
             path("<int:exp_id>/file", wrap(admin_page.file_view()),

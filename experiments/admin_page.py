@@ -37,6 +37,10 @@ REPLICAS_SHOWN = 8
 FILES_SHOWN = 100
 LABEL_CHOICES = 100  # `key=value` pairs offered in the list's sidebar
 
+# `(route, view, name)`: pages other apps add under the experiments' admin URL, each
+# `view(model_admin, request)` (the analysis app's compare page).
+PAGE_VIEWS: list[tuple[str, Callable, str]] = []
+
 # `panel(exp)` returns HTML for the experiment page, every user text in it escaped by the panel.
 RESULT_PANELS: list[Callable[[Experiment], str]] = []
 
