@@ -77,6 +77,12 @@ def _threshold(raw: str | None) -> float:
     return value
 
 
+def _patterns(query) -> list[str]:
+    """The metric patterns: each `metric` value, a comma list (the page's box); blanks out."""
+    return [part.strip() for value in query.getlist("metric") for part in value.split(",")
+            if part.strip()]
+
+
 def _shown(value: Any) -> str:
     if isinstance(value, str):
         return value
@@ -156,7 +162,8 @@ def compare_view(model_admin, request):
         document = exp_compare(
             exp_ids=_ids(query.get("ids", "")),
             baseline=_ids(baseline)[0] if baseline else None,
-            plugins=query.getlist("plugin"), metrics=query.getlist("metric"))
+            plugins=[p for p in query.getlist("plugin") if p.strip()],
+            metrics=_patterns(query))
     except ValidationFailed as exc:
         errors = exc.errors
     except FalconError as exc:
@@ -177,7 +184,7 @@ def compare_view(model_admin, request):
         "charts": charts, "drawn": drawn, "threshold": threshold,
         "default_threshold": DEFAULT_THRESHOLD, "ids": query.get("ids", ""),
         "baseline": document["baseline"] if document else "",
-        "metric_patterns": query.getlist("metric"), "plugins": query.getlist("plugin"),
+        "metric_patterns": _patterns(query), "plugins": query.getlist("plugin"),
         "max_charts": MAX_CHARTS, "analyses": _analyses(document),
     }
     return TemplateResponse(request, "admin/analysis/compare.html", context,
