@@ -165,14 +165,22 @@ def label_view(model_admin: admin.ModelAdmin, request, exp_id: int):
 def file_view():
     """The API's artifact-file view with the admin's session as its authentication and active
     staff as its permission (the admin wraps it in `admin_view` too, which sends anyone else to
-    its login page)."""
+    its login page). Left out of the OpenAPI schema: it is no API route."""
+    from drf_spectacular.utils import extend_schema
     from rest_framework.authentication import SessionAuthentication
     from rest_framework.permissions import IsAdminUser
 
     from .api.files import ExpArtifactFileView
 
-    return ExpArtifactFileView.as_view(authentication_classes=[SessionAuthentication],
-                                       permission_classes=[IsAdminUser])
+    class AdminArtifactFileView(ExpArtifactFileView):
+        authentication_classes = [SessionAuthentication]
+        permission_classes = [IsAdminUser]
+
+        @extend_schema(exclude=True)
+        def get(self, request, exp_id: int):
+            return super().get(request, exp_id)
+
+    return AdminArtifactFileView.as_view()
 
 
 class LabelListFilter(admin.SimpleListFilter):
