@@ -40,11 +40,12 @@ UNITS = {"bytes": "B", "count": ""}  # the document's units as `core.charts` nam
 
 @admin.action(description="Compare selected experiments (2 to 20)")
 def compare_experiments(modeladmin, request, queryset):
-    """Open the compare page for the selection, the first selected row as the baseline."""
+    """Open the compare page for the selection, oldest first: the oldest (smallest id) is the
+    baseline, as a run is usually compared with the one it came from; the page can change it."""
     selected = [int(pk) for pk in request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME)
                 if pk.isdigit()]
     found = set(queryset.values_list("pk", flat=True))
-    ids = [pk for pk in dict.fromkeys(selected) if pk in found]
+    ids = sorted(pk for pk in set(selected) if pk in found)
     if not MIN_EXPERIMENTS <= len(ids) <= MAX_EXPERIMENTS:
         modeladmin.message_user(request, f"Select {MIN_EXPERIMENTS} to {MAX_EXPERIMENTS} "
                                          f"experiments to compare; {len(ids)} selected.",

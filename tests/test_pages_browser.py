@@ -118,8 +118,13 @@ def test_select_compare_read_the_table_and_one_mark_per_experiment(page, live_se
     page.select_option("select[name=action]", "compare_experiments")
     page.click("button[name=index]")
     page.wait_for_selector("#falcon-compare-metrics")
-    # The list shows newest first, so the newest selected (the hostile one) is the baseline:
-    # choose the real one.
+    # The oldest selected is the baseline; choosing another one on the page reorders it.
+    assert page.locator("select[name=baseline]").input_value() == str(base.pk)
+    page.select_option("select[name=baseline]", str(same.pk))
+    page.click("#falcon-compare-params input[type=submit]")
+    page.wait_for_url(re.compile(rf"baseline={same.pk}"))
+    assert page.inner_text("#falcon-compare-exps tbody tr:first-child").startswith(
+        f"#{same.pk} cmp-same")
     page.select_option("select[name=baseline]", str(base.pk))
     page.click("#falcon-compare-params input[type=submit]")
     page.wait_for_url(re.compile(rf"baseline={base.pk}"))

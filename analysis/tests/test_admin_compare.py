@@ -52,7 +52,7 @@ def test_the_compare_action_opens_the_page_for_the_selection(ops, three):
     res = ops.post("/admin/experiments/experiment/", {
         "action": "compare_experiments", "_selected_action": [slow.pk, base.pk]})
     assert res.status_code == 302
-    assert res["Location"] == f"{PAGE}?ids={slow.pk}%2C{base.pk}"
+    assert res["Location"] == f"{PAGE}?ids={base.pk}%2C{slow.pk}"  # oldest first: the baseline
     res = ops.post("/admin/experiments/experiment/", {
         "action": "compare_experiments", "_selected_action": [base.pk]}, follow=True)
     assert "Select 2 to 20 experiments to compare; 1 selected." in res.content.decode()
