@@ -77,11 +77,11 @@ def _conditions(fail_on: Sequence[str]) -> list[Condition]:
 def _check_filters(name: str, values: Sequence[str]) -> list[str]:
     if len(values) > MAX_FILTERS:
         raise ValidationFailed({name: [f"give at most {MAX_FILTERS}; got {len(values)}."]})
-    bad = [v for v in values if not isinstance(v, str) or not v.strip()
-           or len(v) > MAX_PATTERN_CHARS]
+    bad = [v for v in values if not isinstance(v, str) or not v.strip(" \t\n\r\f\v")
+           or "\x00" in v or len(v) > MAX_PATTERN_CHARS]
     if bad:
         raise ValidationFailed({name: [f"each must be 1 to {MAX_PATTERN_CHARS} characters, not "
-                                       "blank."]})
+                                       "blank and without NUL."]})
     return list(values)
 
 
@@ -131,7 +131,7 @@ def _chosen_analyses(ids: Sequence[int], sections: Sequence[str] | None
 def _extracted(record: AnalysisRecord, rules: tuple[MetricRule, ...]) -> tuple[Extracted, str]:
     """The metrics of one analysis and a note ('' when its results were read whole)."""
     try:
-        results = read_results(record)
+        results = read_results(record, strict=False)  # numbers and names only: orjson
     except NotFound as exc:
         return Extracted(), exc.message
     out = extract(results["records"], rules)

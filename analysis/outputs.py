@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import orjson
+
 from artifacts.store import store_for
 from core import jsoninput
 from core.errors import NotFound
@@ -60,9 +62,24 @@ def parse_line(line: bytes) -> tuple[dict | None, str]:
     return value, ""
 
 
+def parse_line_fast(line: bytes) -> tuple[dict | None, str]:
+    """`parse_line` for readers that keep only numbers and names (the compare document): orjson,
+    which refuses NaN, invalid UTF-8 and lone surrogates as the strict parser does, but lets
+    the last of two equal keys win and allows deeper nesting; about 50 times faster."""
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        return None, f"not JSON: {exc}"
+    if not isinstance(value, dict):
+        return None, f"not a JSON object ({JSON_TYPES.get(type(value), 'a value')})"
+    return value, ""
+
+
 def parse_results(data: bytes, *, max_records: int = RESULTS_MAX_RECORDS,
-                  max_unparsable: int = UNPARSABLE_MAX) -> tuple[list[dict], list[dict], bool]:
-    """Parse a results file: one JSON object a line (blank lines skipped).
+                  max_unparsable: int = UNPARSABLE_MAX,
+                  strict: bool = True) -> tuple[list[dict], list[dict], bool]:
+    """Parse a results file: one JSON object a line (blank lines skipped); `strict` False reads
+    the lines with `parse_line_fast` instead of `parse_line`.
 
     Returns `(records, unparsable, truncated)`: the objects in order; `{"line": n, "error":
     why}` (1-based) for each line that is not one (`parse_line`), kept apart so a record of any
@@ -71,10 +88,11 @@ def parse_results(data: bytes, *, max_records: int = RESULTS_MAX_RECORDS,
     """
     records: list[dict] = []
     unparsable: list[dict] = []
+    parse = parse_line if strict else parse_line_fast
     for number, line in enumerate(data.split(b"\n"), start=1):
         if not line.strip():
             continue
-        value, error = parse_line(line)
+        value, error = parse(line)
         if value is not None:
             if len(records) >= max_records:
                 return records, unparsable, True
@@ -92,7 +110,7 @@ def results_url(record: AnalysisRecord) -> str:
 
 
 def read_results(record: AnalysisRecord, *, max_records: int = RESULTS_MAX_RECORDS,
-                 max_bytes: int = RESULTS_MAX_BYTES) -> dict:
+                 max_bytes: int = RESULTS_MAX_BYTES, strict: bool = True) -> dict:
     """Read and parse the results file from the store (the API server reads it itself).
 
     Returns `{"file", "records", "truncated", "unparsable"}` (`parse_results`); at most
@@ -114,6 +132,6 @@ def read_results(record: AnalysisRecord, *, max_records: int = RESULTS_MAX_RECOR
     truncated = len(data) > max_bytes
     if truncated:
         data = data[: data.rfind(b"\n", 0, max_bytes) + 1]
-    records, unparsable, more = parse_results(data, max_records=max_records)
+    records, unparsable, more = parse_results(data, max_records=max_records, strict=strict)
     return {"file": url, "records": records, "truncated": truncated or more,
             "unparsable": unparsable}

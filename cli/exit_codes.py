@@ -28,6 +28,9 @@ Scripts branch on these numbers, so they are stable: never renumber, only add.
 |      | FAILED      |                                                                           |
 | 12   | DIFF_FAILED | `exp diff`: an unexpected failure (what another command exits 1 for, as 1 |
 |      |             | there means "they differ")                                                |
+| 13   | GATE_FAILED | `exp compare --fail-on`: a condition held for a compared experiment, its  |
+|      |             | metric was missing or NaN there, or the condition matched no metric (the  |
+|      |             | command names each)                                                       |
 | 130  | INTERRUPTED | Ctrl-C (SIGINT) stopped the command (`exp wait`: the experiment goes on)   |
 | 141  | OUTPUT_     | the reader of stdout or stderr went away (`falcon ... | head -1`): the     |
 |      | CLOSED      | command stopped quietly, without a message (an experiment it created or   |
@@ -55,5 +58,6 @@ class ExitCode(IntEnum):
     FORBIDDEN = 10  # 7 is TIMEOUT already: codes are never renumbered
     ANALYSIS_FAILED = 11
     DIFF_FAILED = 12  # `exp diff` exits 1 for "they differ", so its failures cannot
+    GATE_FAILED = 13  # `exp compare --fail-on`: a regression gate, for CI pipelines
     INTERRUPTED = 130  # 128 + SIGINT, the shell's convention
     OUTPUT_CLOSED = 141  # 128 + SIGPIPE, the same convention

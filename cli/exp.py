@@ -514,3 +514,8 @@ from . import exp_clone, exp_diff  # noqa: E402,F401
 from .describe import describe as _describe  # noqa: E402
 
 exp_group.add_command(_describe)
+
+# `falcon exp compare` (cli/exp_compare.py).
+from .exp_compare import compare as _compare  # noqa: E402
+
+exp_group.add_command(_compare)

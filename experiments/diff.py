@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import difflib
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -169,6 +170,19 @@ def parse_config(text: str) -> tuple[bool, Any, Any]:
     return False, text, None
 
 
+# Parsed configs, by their text: reading YAML with the bounded reader costs about 1 ms per
+# 100 values, and the same experiments are compared again and again (a compare page
+# reloaded, a baseline gated against each new run). Keyed by the text, so a hit is always
+# right; only configs up to 16 KiB are kept, so the cache holds at most a few MiB. The trees
+# are shared between calls: nothing here or in the callers changes them.
+CACHED_CONFIG_CHARS = 16 * 1024
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_config_cached(text: str) -> tuple[bool, Any, Any]:
+    return parse_config(text)
+
+
 def _parse_config_of(exp: Mapping[str, Any]) -> tuple[bool, Any, Any]:
     """`parse_config` of one experiment's config; a config the bounded reader refuses (an
     alias, too deep, too many values: `core.boundedyaml`) fails the whole diff, naming it.
@@ -179,8 +193,11 @@ def _parse_config_of(exp: Mapping[str, Any]) -> tuple[bool, Any, Any]:
     from core.boundedyaml import YamlLimitError
     from core.errors import ValidationFailed
 
+    text = exp.get("config") or ""
     try:
-        return parse_config(exp.get("config") or "")
+        if len(text) <= CACHED_CONFIG_CHARS:
+            return _parse_config_cached(text)
+        return parse_config(text)
     except YamlLimitError as exc:
         raise ValidationFailed({"config": [
             f"the config of experiment {exp['id']} cannot be compared: {exc}; the diff reads "

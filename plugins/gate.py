@@ -20,9 +20,16 @@ OPS = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b,
        ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
 MAX_CONDITIONS = 20
 MAX_CONDITION_CHARS = 500
-_CONDITION = re.compile(
-    r"^\s*(?P<plugin>[^:\s]+):(?P<pattern>\S(?:.*?\S)?)\s*(?P<op><=|>=|<|>)\s*"
-    r"(?P<threshold>[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*(?P<percent>%)?\s*$")
+# One spelling for the parser and the OpenAPI schema's `pattern` (the exponent has at most two
+# digits, so every threshold that parses is finite).
+_WS = r"[ \t\n\r\f\v]"  # ASCII whitespace, spelled out: JSON Schema's `\s` is not Python's
+_NOT_WS = r"[^ \t\n\r\f\v]"
+CONDITION_PATTERN = (
+    rf"^{_WS}*(?P<plugin>[^: \t\n\r\f\v]+):(?P<pattern>{_NOT_WS}(?:[^\n]*?{_NOT_WS})?){_WS}*"
+    rf"(?P<op><=|>=|<|>){_WS}*"
+    rf"(?P<threshold>[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]{{1,2}})?)"
+    rf"{_WS}*(?P<percent>%)?{_WS}*$")
+_CONDITION = re.compile(CONDITION_PATTERN)
 EXAMPLE = "bench-summary:results.gflops.mean < -5%"
 
 
@@ -60,7 +67,7 @@ class Condition:
 
 def condition_problem(text: object) -> str | None:
     """What is wrong with `text` as a condition (a sentence naming the fix), or None."""
-    if not isinstance(text, str) or not text.strip():
+    if not isinstance(text, str) or not text.strip(" \t\n\r\f\v"):
         return f"must be a condition such as {EXAMPLE!r}."
     if len(text) > MAX_CONDITION_CHARS:
         return f"must be at most {MAX_CONDITION_CHARS} characters; got {len(text)}."
@@ -80,7 +87,7 @@ def parse_condition(text: str) -> Condition:
         raise ValueError(problem)
     match = _CONDITION.fullmatch(text)
     assert match is not None
-    return Condition(text=text.strip(), plugin=match.group("plugin"),
+    return Condition(text=text.strip(" \t\n\r\f\v"), plugin=match.group("plugin"),
                      pattern=match.group("pattern"), op=match.group("op"),
                      threshold=float(match.group("threshold")),
                      relative=match.group("percent") is not None)

@@ -64,6 +64,15 @@ def adjust_valid_case(case) -> None:
         # `cursor` is an opaque token only valid as the server gave it out (a `next` or
         # `previous` link): no schema can generate one, so valid cases go without it.
         case.query.pop("cursor", None)
+    if positive and case.operation.path == "/api/v1/exps/compare" and case.query \
+            and "baseline" in case.query:
+        # The baseline must be one of `ids`: a relation between two parameters no schema
+        # states. Valid cases take the first id.
+        ids = case.query.get("ids") or []
+        if ids:
+            case.query["baseline"] = ids[0]
+        else:
+            case.query.pop("baseline")
     if positive and case.query and isinstance(case.query.get("label"), list):
         # Selectors on more label keys than an experiment can have (`MAX_LABELS`, counted over
         # every value and comma list) are a 400: a count no schema states. Valid cases keep

@@ -5,6 +5,8 @@ experiments and their analyses and `experiments` may not import `analysis`.
 """
 from __future__ import annotations
 
+import re
+
 from django.forms import ValidationError as FormError
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.response import Response
@@ -12,10 +14,15 @@ from rest_framework.views import APIView
 
 from core.errors import ValidationFailed
 from core.filters import MAX_ID, IdListField
-from plugins.gate import MAX_CONDITION_CHARS, MAX_CONDITIONS
+from plugins.gate import CONDITION_PATTERN, MAX_CONDITION_CHARS, MAX_CONDITIONS
 
 from ..compare import MAX_EXPERIMENTS, MAX_FILTERS, MAX_PATTERN_CHARS, MIN_EXPERIMENTS, \
     exp_compare
+
+# The condition grammar without its group names, which JSON Schema's regex dialect lacks.
+CONDITION_SCHEMA_PATTERN = re.sub(r"\?P<\w+>", "?:", CONDITION_PATTERN)
+# Not blank and no NUL (a text the server refuses: `MAX_PATTERN_CHARS` aside, the only rule).
+NON_BLANK = "^[^\\x00]*[^ \\t\\n\\r\\f\\v\\x00][^\\x00]*$"
 
 COMPARE_PARAMETERS = [
     OpenApiParameter("ids", {"type": "array", "minItems": MIN_EXPERIMENTS,
@@ -30,19 +37,20 @@ COMPARE_PARAMETERS = [
                      description="The experiment changes are measured against; one of `ids`. "
                                  "The document lists it first."),
     OpenApiParameter("plugin", {"type": "array", "maxItems": MAX_FILTERS,
-                                "items": {"type": "string", "minLength": 1,
+                                "items": {"type": "string", "pattern": NON_BLANK,
                                           "maxLength": MAX_PATTERN_CHARS}},
                      explode=True, style="form",
                      description="Only these plugin sections (`bench-summary`, "
                                  "`command/<analysis name>`); repeat it."),
     OpenApiParameter("metric", {"type": "array", "maxItems": MAX_FILTERS,
-                                "items": {"type": "string", "minLength": 1,
+                                "items": {"type": "string", "pattern": NON_BLANK,
                                           "maxLength": MAX_PATTERN_CHARS}},
                      explode=True, style="form",
                      description="Only the metric key paths matching one of these patterns "
                                  "(`*` any run of characters, `?` one); repeat it."),
     OpenApiParameter("fail_on", {"type": "array", "maxItems": MAX_CONDITIONS,
-                                 "items": {"type": "string", "minLength": 1,
+                                 "items": {"type": "string",
+                                           "pattern": CONDITION_SCHEMA_PATTERN,
                                            "maxLength": MAX_CONDITION_CHARS}},
                      explode=True, style="form",
                      description="Gate conditions, `PLUGIN:METRIC OP THRESHOLD[%]` (OP <, <=, "

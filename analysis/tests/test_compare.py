@@ -254,3 +254,20 @@ def test_the_schema_states_the_limits(api):
     assert params["ids"]["schema"]["minItems"] == 2 and params["ids"]["schema"]["maxItems"] == 20
     assert params["ids"]["required"] is True
     assert set(params) == {"ids", "baseline", "plugin", "metric", "fail_on"}
+
+
+def test_lines_that_are_not_json_objects_are_skipped_not_fatal(alice, tmp_path, root):
+    from analysis.outputs import parse_results, results_url
+    from artifacts.store import local_path
+
+    client, user = alice
+    a, b = make_bench_exp(user), make_bench_exp(user)
+    write_results(a, [{"name": "m", "x": 1}], result_root=root)
+    record = write_results(b, [{"name": "m", "x": 2}], result_root=root)
+    path = local_path(results_url(record))
+    path.write_bytes(path.read_bytes() + b'{"name": "m", "y": NaN}\n[1]\n\xff\n{"name": "n", "x": 3}\n')
+    doc = client.get(URL, {"ids": [a.pk, b.pk]}).json()
+    cells = {m["path"]: [c["value"] for c in m["values"]] for m in doc["plugins"][0]["metrics"]}
+    assert cells == {"m.x": [1.0, 2.0], "n.x": [None, 3.0]}
+    records, unparsable, _ = parse_results(path.read_bytes(), strict=False)
+    assert [u["line"] for u in unparsable] == [2, 3, 4] and len(records) == 2
