@@ -118,7 +118,8 @@ def _metric_rows(document: dict[str, Any], threshold: float) -> list[dict[str, A
                     "state": cell["state"],
                     "text": (format_quantity(cell["value"], unit) if cell["state"] == "number"
                              else "NaN" if cell["state"] == "nan" else "missing"),
-                    "change": ("" if position == 0 or cell["change"] is None else
+                    # An unchanged value shows no `+0.0 %`, as the CLI's table does.
+                    "change": ("" if position == 0 or cell["change"] in (None, 0) else
                                f"{percent:+.1f} %" if percent is not None else
                                f"{format_quantity(cell['change'], unit)} (from 0)"),
                     "css": f"falcon-{_verdict(cell, metric['better'])}" if beyond else ""})
