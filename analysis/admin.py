@@ -1,27 +1,30 @@
 """Django admin for operators: analyses, read-only, filtered by `AnalysisFilter`; cancel through
 the analyzer controller (the database when it is unavailable); the log's tail and the first
-results read from the store on the record's page."""
+results read from the store on the record's page. It also adds to the experiment pages what
+needs this app: each succeeded analysis on an experiment's page (`admin_panels`) and the
+"Compare" action with its page (`admin_compare`)."""
 from __future__ import annotations
 
-import json
-
 from django.contrib import admin, messages
-from django.utils.html import format_html, format_html_join
+from django.utils.html import format_html
 
 from artifacts.store import store_for
 from core.admin import (
     FilterSetAdminMixin, ReadOnlyAdminMixin, duration, filterset_list_filter, history_table,
     status_badge, truncated,
 )
-from core.history import entity_events
 from core.errors import FalconError
-from plugins.render import tables
+from core.history import entity_events
+from experiments import admin_page
+from experiments.admin import ExperimentAdmin
 
 from . import analyzer_client, services
+from .admin_compare import compare_experiments, compare_view
+from .admin_panels import exp_results_panel, results_html
 from .analyzer_client import ServiceUnavailable
-from .outputs import LOG_FILE, read_results
 from .filters import AnalysisFilter
 from .models import AnalysisRecord
+from .outputs import LOG_FILE, read_results
 
 LOG_TAIL_BYTES = 64 * 1024
 RESULTS_SHOWN = 50
@@ -139,16 +142,9 @@ class AnalysisRecordAdmin(ReadOnlyAdminMixin, FilterSetAdminMixin, admin.ModelAd
         more = f"… more in {out['file']}" if out["truncated"] else ""
         if out["unparsable"]:
             more = " ".join(filter(None, [more, unparsable_note(out)]))
-        try:
-            rendered = tables(record.plugin_name, out["records"])
-        except (KeyError, TypeError, ValueError):
-            rendered = []  # records a renderer cannot read are shown as they are
-        if rendered:
-            return format_html("{}<p>{}</p>", format_html_join(
-                "", "<h4>{}</h4><table><thead><tr>{}</tr></thead><tbody>{}</tbody></table>",
-                ((t.title, format_html_join("", "<th>{}</th>", ((c,) for c in t.columns)),
-                  format_html_join("", "<tr>{}</tr>", ((format_html_join(
-                      "", "<td>{}</td>", ((cell,) for cell in row)),) for row in t.rows)))
-                 for t in rendered)), more)
-        text = "\n".join(json.dumps(r, indent=2, ensure_ascii=False) for r in out["records"])
-        return format_html("<pre>{}</pre><p>{}</p>", text, more)
+        return results_html(record.plugin_name, out["records"], more)
+
+
+admin_page.RESULT_PANELS.append(exp_results_panel)
+admin_page.PAGE_VIEWS.append(("compare/", compare_view, "compare"))
+ExperimentAdmin.actions = [*ExperimentAdmin.actions, compare_experiments]

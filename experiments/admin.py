@@ -19,7 +19,7 @@ from core.history import exp_events
 from core.statuses import EXP_ACTIVE, EXP_TERMINAL, ExpStatus, JobStatus
 from jobs.models import Job
 
-from . import services
+from . import admin_page, services
 from .filters import ExperimentFilter
 from .models import Experiment
 
@@ -154,18 +154,57 @@ class ExperimentAdmin(ReadOnlyAdminMixin, FilterSetAdminMixin, admin.ModelAdmin)
         filterset_list_filter(ExperimentFilter, "exp_type"),
         filterset_list_filter(ExperimentFilter, "cluster_name"),
         filterset_list_filter(ExperimentFilter, "creator", values_from="creator__email"),
+        admin_page.LabelListFilter,
     ]
     list_select_related = ("creator",)
     inlines = [JobInline, ArtifactInline]
     actions = [abort_experiments, delete_experiments]
     fieldsets = [
         (None, {"fields": ("name", "status_badge", "reason", "message", "run_time", "creator",
-                           "cluster_name", "exp_type", "priority", "artifact_path", "links")}),
+                           "cluster_name", "exp_type", "priority", "labels_", "artifact_path",
+                           "links")}),
+        ("Logs", {"fields": ("log_tails",)}),
+        ("Artifact files", {"fields": ("artifact_files",)}),
+        ("Analysis results", {"fields": ("result_panels",)}),
         ("Times", {"fields": TIME_FIELDS}),
         ("Task specs (YAML)", {"fields": ("task_specs_yaml",)}),
         ("Config", {"fields": ("config_yaml", "config")}),
         ("History", {"fields": ("history",)}),
     ]
+
+    def get_urls(self):
+        """The labels page, artifact downloads and the pages other apps add
+        (`admin_page.PAGE_VIEWS`), under the experiments' admin URL."""
+        from django.urls import path
+
+        wrap = self.admin_site.admin_view
+
+        def bound(view):
+            return wrap(lambda request, **kwargs: view(self, request, **kwargs))
+
+        return [path(route, bound(view), name=f"experiments_experiment_{name}")
+                for route, view, name in admin_page.PAGE_VIEWS] + [
+            path("<int:exp_id>/labels/", wrap(lambda request, exp_id: admin_page.label_view(
+                self, request, exp_id)), name="experiments_experiment_labels"),
+            path("<int:exp_id>/file", wrap(admin_page.file_view()),
+                 name="experiments_experiment_file"),
+        ] + super().get_urls()
+
+    @admin.display(description="labels")
+    def labels_(self, exp: Experiment) -> str:
+        return admin_page.labels_html(exp)
+
+    @admin.display(description=f"last {admin_page.LOG_TAIL_LINES} lines of each replica")
+    def log_tails(self, exp: Experiment) -> str:
+        return admin_page.log_tails_html(exp)
+
+    @admin.display(description=f"files (first {admin_page.FILES_SHOWN})")
+    def artifact_files(self, exp: Experiment) -> str:
+        return admin_page.files_html(exp)
+
+    @admin.display(description="succeeded analyses")
+    def result_panels(self, exp: Experiment) -> str:
+        return admin_page.result_panels_html(exp)
 
     @admin.display(description="name", ordering="name")
     def short_name(self, exp: Experiment) -> str:

@@ -127,3 +127,88 @@ def tables(plugin_name: str, records: list[dict[str, Any]]) -> list[Table]:
     """
     renderer = RENDERERS.get(plugin_name)
     return renderer(records) if renderer else []
+
+
+def unit_of(field: str) -> str:
+    """The unit a result field's name states: `*_us` microseconds, `*_ms`, `*_s`/`*_seconds`,
+    `*_bytes` (or `bytes`) bytes; `""` for a name that states none."""
+    name = str(field).lower()
+    for suffix, unit in (("_us", "us"), ("_ms", "ms"), ("_seconds", "s"), ("_s", "s"),
+                         ("_bytes", "B")):
+        if name.endswith(suffix):
+            return unit
+    return "B" if name == "bytes" else ""
+
+
+@dataclass(frozen=True)
+class Series:
+    """Values to chart, one per label: a title, the values' unit (`us`, `B` or `""`) and
+    `(label, value)` points in the order to draw."""
+
+    title: str
+    unit: str
+    points: tuple[tuple[str, float], ...]
+
+
+MAX_POINTS = 15  # bars a chart of the top entries shows
+MAX_SERIES = 12  # charts one analysis shows at most
+
+
+def _numeric_points(pairs) -> tuple[tuple[str, float], ...]:
+    return tuple((str(label), value) for label, value in pairs if _is_number(value))
+
+
+def _bench_series(records: Sequence[dict[str, Any]]) -> list[Series]:
+    out = []
+    for r in _of(records, "metric"):
+        name = str(r.get("metric")) + (f" [{r['group']}]" if "group" in r else "")
+        points = _numeric_points((stat, r.get(stat)) for stat in
+                                 ("min", "p50", "mean", "p90", "p99", "max"))
+        if points:
+            out.append(Series(name, unit_of(str(r.get("metric"))), points))
+    return out
+
+
+def _trace_series(records: Sequence[dict[str, Any]]) -> list[Series]:
+    out = []
+    for source in dict.fromkeys(r["input"] for r in records if "input" in r):
+        ops = sorted((r for r in _of(records, "op_total") if r.get("input") == source
+                      and _is_number(r.get("self_us"))), key=lambda r: -r["self_us"])
+        if ops:
+            out.append(Series(f"{source}: self time of the top ops", "us", _numeric_points(
+                (o.get("name"), o["self_us"]) for o in ops[:MAX_POINTS])))
+    return out
+
+
+def _hlo_series(records: Sequence[dict[str, Any]]) -> list[Series]:
+    out = []
+    for m in _of(records, "module"):
+        opcodes = m.get("entry_opcodes")
+        if isinstance(opcodes, dict) and opcodes:
+            top = sorted(opcodes.items(), key=lambda kv: -kv[1] if _is_number(kv[1]) else 0)
+            out.append(Series(f"{m.get('file')}: entry opcodes", "",
+                              _numeric_points(top[:MAX_POINTS])))
+    return out
+
+
+def _named_rows_series(records: Sequence[dict[str, Any]]) -> list[Series]:
+    """A user's results: each numeric field of the rows that have a `name`, across them."""
+    rows = [r for r in records if isinstance(r.get("name"), str)]
+    fields = dict.fromkeys(k for r in rows for k, v in r.items() if _is_number(v))
+    return [Series(field, unit_of(field), points) for field in fields
+            if (points := _numeric_points((r["name"], r.get(field)) for r in rows[:MAX_POINTS]))]
+
+
+SERIES = {"trace-summary": _trace_series, "hlo-stats": _hlo_series,
+          "bench-summary": _bench_series}
+
+
+def series(plugin_name: str, records: list[dict[str, Any]]) -> list[Series]:
+    """The charts showing ``records``: a built-in plugin's own (bench-summary: each metric's
+    statistics; trace-summary: the ops with the most self time; hlo-stats: each module's
+    entry opcodes), else each numeric field of the rows that have a ``name``. At most
+    ``MAX_SERIES`` charts of at most ``MAX_POINTS`` bars (bench-summary: its six statistics);
+    values that are not finite numbers are left out.
+    """
+    found = SERIES.get(plugin_name, _named_rows_series)(records)
+    return [s for s in found if s.points][:MAX_SERIES]

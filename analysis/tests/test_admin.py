@@ -60,3 +60,45 @@ def test_cancel_action_falls_back_to_the_database(staff_client, settings):
         analyzer_client.close()
     assert res.status_code == 200 and b"Cancelled 2 analyses." in res.content
     assert set(AnalysisRecord.objects.values_list("status", flat=True)) == {"cancelled"}
+
+
+def _succeed(record: AnalysisRecord, results: bytes) -> AnalysisRecord:
+    from analysis.services import analysis_record_update
+
+    path = local_path(record.result_path + f"{record.plugin_name}.jsonl")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(results)
+    analysis_record_update(record.analysis_id, {"status": "running"})
+    done, _ = analysis_record_update(record.analysis_id, {"status": "succeeded"})
+    return done
+
+
+def test_experiment_page_shows_each_succeeded_analysis_with_charts(staff_client, tmp_path):
+    import json
+    import xml.etree.ElementTree as ET
+
+    hostile = '"><svg onload=alert(1)><script>alert(2)</script>'
+    exp = make_finished_exp()
+    rows = [{"kind": "meta", "plugin": "bench-summary"},
+            {"kind": "metric", "metric": "gflops", "count": 2, "mean": 20.0, "min": 10,
+             "p50": 20.0, "p90": 28.0, "p99": 29.8, "max": 30},
+            {"kind": "metric", "metric": hostile, "count": 1, "mean": 1.0, "min": 1,
+             "p50": 1.0, "p90": 1.0, "p99": 1.0, "max": 1}]
+    bench = _succeed(make_analysis(exp=exp, plugin_name="bench-summary",
+                                   result_root=(tmp_path / "store").as_uri()),
+                     "".join(json.dumps(r) + "\n" for r in rows).encode())
+    make_analysis(exp=exp, plugin_name="trace-summary",
+                  result_root=(tmp_path / "store").as_uri())  # pending: not shown
+    text = staff_client.get(f"/admin/experiments/experiment/{exp.pk}/change/").content.decode()
+    panel = text.split('<div class="falcon-analysis" data-plugin="bench-summary">')[1]
+    assert f"/admin/analysis/analysisrecord/{bench.analysis_id}/change/" in panel
+    assert 'data-plugin="trace-summary"' not in text
+    charts = [ET.fromstring(svg.split("</svg>")[0] + "</svg>")
+              for svg in ('<svg xmlns' + part for part in panel.split('<svg xmlns')[1:]
+              if 'class="falcon-chart"' in part.split('>')[0])]
+    titles = [c.get("aria-label") for c in charts]
+    assert titles == ["gflops", hostile]  # drawn as text, never as markup
+    marks = [r for r in charts[0].iter("{http://www.w3.org/2000/svg}rect")]
+    assert [m.get("data-label") for m in marks] == ["min", "p50", "mean", "p90", "p99", "max"]
+    assert "<script>alert(2)" not in text and "<svg onload" not in text
+    assert "<td>gflops</td>" in panel  # and the table under the charts

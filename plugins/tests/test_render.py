@@ -45,3 +45,36 @@ def test_numbers_are_formatted_for_reading_by_field_name():
 
 def test_unknown_plugin_gives_no_tables():
     assert tables("someone-elses-plugin", [{"kind": "meta"}]) == []
+
+
+def test_series_of_each_built_in_plugin_from_real_results(tmp_path, out):
+    from plugins.render import MAX_POINTS, series
+
+    records = run_plugin("trace-summary", "--input", REAL_PROFILE / "vm.trace.json.gz",
+                         output=out).records
+    (top,) = series("trace-summary", records)
+    assert top.title == "vm.trace.json.gz: self time of the top ops" and top.unit == "us"
+    values = [v for _, v in top.points]
+    assert 1 <= len(values) <= MAX_POINTS and values == sorted(values, reverse=True)
+    records = run_plugin("hlo-stats", "--input", FIXTURES / "hlo" / "jit_train.txt",
+                         output=out).records
+    (opcodes,) = series("hlo-stats", records)
+    assert opcodes.title.endswith(": entry opcodes") and opcodes.points
+    (tmp_path / "r.csv").write_text("lat_us,gflops\n1,10\n2,30\n")
+    records = run_plugin("bench-summary", "--input", tmp_path / "r.csv", output=out).records
+    gflops, lat = series("bench-summary", records)
+    assert (gflops.title, gflops.unit, lat.title, lat.unit) == ("gflops", "", "lat_us", "us")
+    assert dict(gflops.points) == {"min": 10, "p50": 20, "mean": 20, "p90": 28, "p99": 29.8,
+                                   "max": 30}
+
+
+def test_series_of_a_users_rows_with_names_skip_what_is_not_a_number():
+    from plugins.render import series
+
+    records = [{"kind": "meta"}, {"name": "a", "wall_ms": 3, "ok": True, "note": "x"},
+               {"name": "b", "wall_ms": None}, {"name": "c", "wall_ms": 5, "bytes": 2048}]
+    found = {s.title: s for s in series("my-script", records)}
+    assert set(found) == {"wall_ms", "bytes"}
+    assert found["wall_ms"].points == (("a", 3), ("c", 5)) and found["wall_ms"].unit == "ms"
+    assert found["bytes"].unit == "B"
+    assert series("my-script", [{"kind": "meta"}]) == []
