@@ -38,7 +38,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from artifacts.store import store_for
-from controllers.cluster_backends.local import DEFAULT_PASSTHROUGH_ENV, _process_table, _read_stat
+from controllers.cluster_backends.local import DEFAULT_PASSTHROUGH_ENV
+from controllers.cluster_backends.local_state import process_table, read_stat
 from core import safefs
 from core.logs import log_context
 
@@ -146,7 +147,7 @@ class LocalAnalysisBackend(AnalysisBackend):
             folder = self.state_dir / name
             with self._locked():
                 self._reap()
-                table = _process_table()
+                table = process_table()
                 rec = _read_json(folder / RUN) if folder.is_dir() else None
                 if rec is not None:
                     if rec.get("analysis_id") != spec.analysis_id:
@@ -196,7 +197,7 @@ class LocalAnalysisBackend(AnalysisBackend):
                 except (OSError, ValueError) as exc:
                     raise BackendError(f"cannot start the run {name}: {exc}") from exc
                 self._children[proc.pid] = proc
-                stat = _read_stat(proc.pid)
+                stat = read_stat(proc.pid)
                 write_atomic(folder / RUN, json.dumps({
                     "analysis_id": spec.analysis_id, "pid": proc.pid,
                     "start_time": stat.start_time if stat else -1, "started_at": time.time(),
@@ -248,7 +249,7 @@ class LocalAnalysisBackend(AnalysisBackend):
     def observe(self, analysis_ids: Iterable[str]) -> dict[str, RunState]:
         """The state of each run, from one read of the process table."""
         self._reap()
-        table = _process_table()
+        table = process_table()
         return {analysis_id: self._state(table, analysis_id) for analysis_id in analysis_ids}
 
     def list_runs(self) -> list[str]:
@@ -278,7 +279,7 @@ class LocalAnalysisBackend(AnalysisBackend):
                     raise RunConflict(f"run {folder.name} belongs to analysis "
                                       f"{rec.get('analysis_id')!r}; not stopped")
                 child = _read_json(folder / CHILD) if rec else None
-                table = _process_table()
+                table = process_table()
                 groups = [r["pid"] for r in (rec, child) if _group_alive(table, r)]
                 if not groups:
                     self._term_sent.pop(analysis_id, None)
