@@ -36,7 +36,6 @@ Linux only: liveness and process groups are read from `/proc/<pid>/stat`.
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -47,7 +46,6 @@ import sys
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -65,7 +63,6 @@ from controllers.cluster_backends.base import (
     WaitingForCapacity,
     ignored_fields_note,
 )
-from controllers.cluster_backends.local_runner import write_atomic
 from controllers.cluster_backends.local_state import (
     Proc,
     failed_state,
@@ -75,6 +72,7 @@ from controllers.cluster_backends.local_state import (
     read_stat,
     scan_replicas,
 )
+from core.atomicfiles import locked, write_atomic
 from core.fairshare import Queued, default_per_user, fair_admissions
 from core.logs import log_context
 from core.statuses import CONFIG_ENV
@@ -159,16 +157,6 @@ class LocalBackend(ClusterBackend):
         self._children: dict[int, tuple[str, subprocess.Popen]] = {}
 
     # -- files ------------------------------------------------------------------------------
-
-    @contextmanager
-    def _locked(self):
-        """Hold the state directory's lock: one submit or delete at a time, across processes."""
-        with open(self.state_dir / ".lock", "a") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
 
     @staticmethod
     def _read_manifest(folder: Path) -> dict[str, Any] | None:
@@ -267,7 +255,7 @@ class LocalBackend(ClusterBackend):
         if not isinstance(command, str) or not command.strip():
             raise BackendError(f"job {job.id} has no command in its task spec.")
         note = ignored_fields_note(spec, IGNORED_FIELDS, self.name)
-        with self._locked():
+        with locked(self.state_dir / ".lock"):  # one submit or delete at a time
             self._reap()
             manifest = self._read_manifest(folder)
             created = manifest is None
@@ -487,7 +475,7 @@ class LocalBackend(ClusterBackend):
         """
         name = self.name_of(job)
         folder = self.state_dir / name
-        with self._locked():
+        with locked(self.state_dir / ".lock"):  # one submit or delete at a time
             self._reap()
             manifest = self._read_manifest(folder)
             if manifest is None:

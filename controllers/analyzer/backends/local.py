@@ -23,7 +23,6 @@ Linux only: liveness and process groups are read from /proc.
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -33,7 +32,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable
-from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
@@ -41,9 +39,9 @@ from artifacts.store import store_for
 from controllers.cluster_backends.local import DEFAULT_PASSTHROUGH_ENV
 from controllers.cluster_backends.local_state import process_table, read_stat
 from core import safefs
+from core.atomicfiles import locked, write_atomic
 from core.logs import log_context
 
-from ..runner import write_atomic
 from .base import (
     FAILED, KILLED, MISSING_STATE, RUNNING, SUCCEEDED, AnalysisBackend, BackendError,
     RunConflict, RunSpec, RunState, StartResult, log_tail,
@@ -115,15 +113,6 @@ class LocalAnalysisBackend(AnalysisBackend):
         self._children: dict[int, subprocess.Popen] = {}
         self._term_sent: dict[str, float] = {}
 
-    @contextmanager
-    def _locked(self):
-        with open(self.state_dir / ".lock", "a") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
-
     def folder(self, analysis_id: str) -> Path:
         """The run folder of `analysis_id`."""
         return self.state_dir / self.run_name(analysis_id)
@@ -145,7 +134,7 @@ class LocalAnalysisBackend(AnalysisBackend):
         with log_context(analysis_id=spec.analysis_id, exp_id=spec.exp_id):
             name = self.run_name(spec.analysis_id)
             folder = self.state_dir / name
-            with self._locked():
+            with locked(self.state_dir / ".lock"):
                 self._reap()
                 table = process_table()
                 rec = _read_json(folder / RUN) if folder.is_dir() else None
@@ -272,7 +261,7 @@ class LocalAnalysisBackend(AnalysisBackend):
         removed) once no process of either is left."""
         with log_context(analysis_id=analysis_id):
             folder = self.folder(analysis_id)
-            with self._locked():
+            with locked(self.state_dir / ".lock"):
                 self._reap()
                 rec = _read_json(folder / RUN) if folder.is_dir() else None
                 if rec is not None and rec.get("analysis_id") != analysis_id:
