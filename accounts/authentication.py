@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections import OrderedDict
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -13,6 +11,7 @@ from rest_framework import authentication, exceptions
 from rest_framework.permissions import SAFE_METHODS
 
 from core.errors import PermissionDenied
+from core.expiring import ExpiringCache
 
 from .models import User
 from .principals import ServiceIdentity
@@ -96,42 +95,27 @@ class UserCache:
     Keyed by the token's `sub` and `email`; an entry lives until the token expires, at most
     `FALCON_AUTH_USER_CACHE_SECONDS` (reads may see a deactivation that late; writes never use
     the cache, and a user saved or deleted in this process clears it), and at most
-    `max_entries` users are kept (the oldest go first).
+    `max_entries` users are kept (the least recently used go first; `core.expiring`).
     """
 
     def __init__(self, max_entries: int = 1024):
         self.max_entries = max_entries
-        self._entries: OrderedDict[tuple[str, str], tuple[float, User]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._entries: ExpiringCache[User] = ExpiringCache(max_entries)
 
     def get(self, claims: dict) -> User | None:
         """Return the cached user of these claims, or None (absent or expired)."""
-        key = (claims.get("sub"), claims.get("email"))
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is None:
-                return None
-            if entry[0] <= time.time():
-                del self._entries[key]
-                return None
-            return entry[1]
+        return self._entries.get((claims.get("sub"), claims.get("email")))
 
     def put(self, claims: dict, user: User) -> None:
         """Keep `user` for these claims until the token's `exp` (bounded, see the class)."""
         limit = time.time() + getattr(settings, "FALCON_AUTH_USER_CACHE_SECONDS", 300)
         exp = claims.get("exp")
         expires = min(limit, float(exp)) if isinstance(exp, (int, float)) else limit
-        key = (claims.get("sub"), claims.get("email"))
-        with self._lock:
-            self._entries[key] = (expires, user)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
+        self._entries.put((claims.get("sub"), claims.get("email")), user, expires_at=expires)
 
     def clear(self, **_kwargs) -> None:
         """Forget every user (a signal receiver: any user saved or deleted)."""
-        with self._lock:
-            self._entries.clear()
+        self._entries.clear()
 
 
 _users = UserCache()

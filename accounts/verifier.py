@@ -19,9 +19,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -33,6 +31,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from core.expiring import ExpiringCache
 # One number for every transport: gunicorn's and gRPC's limits are derived from it.
 from core.tokens import MAX_TOKEN_BYTES
 
@@ -97,8 +96,7 @@ class VerifiedTokens:
     def __init__(self, *, max_seconds: float, max_entries: int = 4096):
         self.max_seconds = max_seconds
         self.max_entries = max_entries
-        self._entries: OrderedDict[bytes, tuple[float, dict[str, Any]]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._entries: ExpiringCache[dict[str, Any]] = ExpiringCache(max_entries)
 
     @staticmethod
     def digest(token: str) -> bytes:
@@ -107,34 +105,20 @@ class VerifiedTokens:
 
     def get(self, key: bytes) -> dict[str, Any] | None:
         """Return a copy of the claims cached under `key`, or None (absent or expired)."""
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is None:
-                return None
-            if entry[0] <= time.time():
-                del self._entries[key]
-                return None
-            self._entries.move_to_end(key)
-            return dict(entry[1])
+        claims = self._entries.get(key)
+        return None if claims is None else dict(claims)
 
     def put(self, key: bytes, claims: dict[str, Any]) -> None:
         """Keep the claims of a verified token until its `exp`, at most `max_seconds`."""
         exp = claims.get("exp")
         if self.max_seconds <= 0 or not isinstance(exp, (int, float)):
             return
-        expires = min(time.time() + self.max_seconds, float(exp))
-        if expires <= time.time():
-            return
-        with self._lock:
-            self._entries[key] = (expires, dict(claims))
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
+        self._entries.put(key, dict(claims),
+                          expires_at=min(time.time() + self.max_seconds, float(exp)))
 
     def clear(self) -> None:
         """Forget every token."""
-        with self._lock:
-            self._entries.clear()
+        self._entries.clear()
 
 
 class TokenVerifier:

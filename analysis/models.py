@@ -16,12 +16,13 @@ from django.db import models
 from core.models import StatefulModel
 from core.statemachine import StateMachine
 from core.statuses import ANALYSIS_TERMINAL, AnalysisStatus, AnalysisType, choices
+from plugins import rules
 
 # An analysis id is a DNS-1123 label (it names the run's cluster object and a store folder).
 ANALYSIS_ID_MAX = 40
 ANALYSIS_ID_PREFIX = "an-"
-# The largest user script, in UTF-8 bytes (the analyzer design: at most 1 MB; 1 MiB here).
-SCRIPT_MAX_BYTES = 1024 * 1024
+# The largest user script, in UTF-8 bytes: one limit for every caller (plugins.rules).
+SCRIPT_MAX_BYTES = rules.SCRIPT_MAX_BYTES
 
 
 def new_analysis_id() -> str:

@@ -26,10 +26,10 @@ from core.statemachine import bounded_text
 from core.statuses import EXP_TERMINAL, AnalysisStatus, AnalysisType, ArtifactStatus, ExpStatus
 from experiments.models import Experiment
 from jobs.specs import DNS1123_LABEL
-from plugins.rules import script_name_problem
+from plugins import rules
 
 from . import selectors
-from .models import ANALYSIS_ID_MAX, SCRIPT_MAX_BYTES, AnalysisRecord, new_analysis_id
+from .models import ANALYSIS_ID_MAX, AnalysisRecord, new_analysis_id
 
 NAME_MAX_CHARS = 255
 PLUGIN_NAME_MAX_CHARS = 64
@@ -72,7 +72,7 @@ def validate_create_fields(*, name: Any, analysis_type: Any, plugin_name: Any, c
     """Return the field errors of a new analysis' own fields (no database read).
 
     The analyzer design's rules: a name of at most 255 characters, type offline or online, a
-    plugin or a command, a script of at most `SCRIPT_MAX_BYTES` UTF-8 bytes (1 MiB), no NUL
+    plugin or a command, a script of at most `plugins.rules.SCRIPT_MAX_BYTES` UTF-8 bytes (1 MiB), no NUL
     character in any text; the script's file name a plain file name
     (`plugins.rules.script_name_problem`), given with a script only. Shared by the HTTP
     serializer and `analysis_record_create`.
@@ -88,26 +88,14 @@ def validate_create_fields(*, name: Any, analysis_type: Any, plugin_name: Any, c
     if analysis_type not in list(AnalysisType):
         errors["analysis_type"] = [f"must be one of {', '.join(AnalysisType)}; "
                                    f"got {analysis_type!r}."]
-    if script_content is not None:
-        if not isinstance(script_content, str):
-            errors["script_content"] = ["must be a string (the script's text)."]
-        elif "\x00" in script_content:
-            errors["script_content"] = ["contains a NUL character; send a text script."]
-        else:
-            size = len(script_content.encode("utf-8", "surrogatepass"))
-            if size > SCRIPT_MAX_BYTES:
-                errors["script_content"] = [
-                    f"is {size} bytes in UTF-8; the limit is {SCRIPT_MAX_BYTES} bytes (1 MiB). "
-                    "Store a larger input as an artifact and read it from the script."]
-    if problem := script_name_problem(script_name):
+    if problem := rules.script_problem(script_content):
+        errors["script_content"] = [problem]
+    if problem := (rules.script_name_problem(script_name)
+                   or rules.lone_script_name_problem(script_name, script_content)):
         errors["script_name"] = [problem]
-    elif script_name and not script_content:
-        errors["script_name"] = ["names the script's file, but no script was sent; send the "
-                                 "script too, or leave script_name out."]
-    if ("plugin_name" not in errors and "command" not in errors
-            and not (plugin_name or "").strip() and not (command or "").strip()):
-        errors["plugin_name"] = ["a plugin or a command is required: name a catalog plugin "
-                                 "(falcon plugins list) or give a command."]
+    if "plugin_name" not in errors and "command" not in errors and (
+            problem := rules.plugin_or_command_problem(plugin_name, command)):
+        errors["plugin_name"] = [problem]
     return errors
 
 

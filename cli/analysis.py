@@ -31,7 +31,6 @@ ANALYSES = "/api/v1/analyses"
 PLUGINS = "/api/v1/plugins"
 STATUSES = tuple(status.value for status in AnalysisStatus)
 TYPES = tuple(kind.value for kind in AnalysisType)
-SCRIPT_MAX_BYTES = 1024 * 1024  # 1 MiB: a script is source text, not data
 DEFAULT_INTERVAL = 2.0  # seconds between polls of `--wait` and `logs --follow`
 # Seconds `--wait` and `logs --follow` keep polling a server that stopped answering (a restart).
 UNAVAILABLE_GRACE = 60.0
@@ -81,8 +80,12 @@ def read_script_file(path: str) -> str:
 
     Raises:
         CLIError(USAGE): the file is missing, not a regular file, over `SCRIPT_MAX_BYTES`
-            (1 MiB; the message names its size and the limit), unreadable or not UTF-8.
+            (`plugins.rules`, the server's own limit: 1 MiB; the message names its size and
+            the limit), unreadable or not UTF-8.
     """
+    # Here, not at the top: the rules module loads the Kubernetes quantity parser.
+    from plugins.rules import SCRIPT_MAX_BYTES
+
     from .files import decode_utf8, read_limited
 
     what = "script file"

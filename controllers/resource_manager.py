@@ -67,7 +67,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from core.errors import FalconError
@@ -80,10 +80,26 @@ from .cluster_backends.base import (
     BackendError,
     ClusterBackend,
     ClusterJobState,
-    ClusterJobStatus,
     PermanentBackendError,
     SubmitResult,
     WaitingForCapacity,
+)
+from .resource_decide import (
+    Adopt,
+    Decision,
+    Delete,
+    JobClocks,
+    KeepLogs,
+    Limits,
+    Refused,
+    Retry,
+    Submit,
+    Submitted,
+    SubmitOutcome,
+    Waiting,
+    Write,
+    decide,
+    decide_submit,
 )
 
 log = logging.getLogger("falcon.controllers.resources")
@@ -161,15 +177,15 @@ class ResourceManager:
         self.progress_deadline = progress_deadline
         self.orphan_grace = orphan_grace
         self._clock = clock
-        # Falcon job id -> `clock()` when this manager first tried to create, created or
-        # first saw its cluster job Pending; dropped once the job is no longer Pending.
-        self._pending_since: dict[int, float] = {}
-        # Falcon job id -> the last refusal of a create, for the pending timeout's message.
+        self._limits = Limits(pending_timeout=pending_timeout,
+                              progress_deadline=progress_deadline)
+        # Falcon job id -> its clocks as the last decision left them (`resource_decide`):
+        # when this manager first tried to create, created or first saw its cluster job
+        # Pending, and when the cluster job stopped running every replica; dropped once the
+        # job is neither Pending nor Running.
+        self._clocks: dict[int, JobClocks] = {}
+        # Falcon job id -> the last refusal of a create, for the log.
         self._last_refusal: dict[int, str] = {}
-        # Falcon job id -> `clock()` when a job's cluster job stopped running every replica
-        # (Running) or lost one before it ran them all (Pending); dropped once it runs them
-        # all again or the job ends.
-        self._degraded_since: dict[int, float] = {}
         # Falcon job ids this tick made terminal (their cluster jobs are swept this tick).
         self._ended: set[int] = set()
         # Cluster objects the sweep saw terminating, by cluster: logged once gone.
@@ -179,9 +195,8 @@ class ResourceManager:
 
     def reset(self) -> None:
         """Forget the clocks of a past leadership term (a new term starts them again)."""
-        self._pending_since.clear()
+        self._clocks.clear()
         self._last_refusal.clear()
-        self._degraded_since.clear()
 
     def tick(self) -> ResourceTickStats:
         """Reconcile every Pending, Running and Aborting job of the served clusters."""
@@ -198,10 +213,10 @@ class ResourceManager:
                       extra={"exp_id": row.exp_id, "job_id": row.id})
         pending = {j.id for j in jobs if j.status == JobStatus.PENDING}
         running = {j.id for j in jobs if j.status == JobStatus.RUNNING}
-        self._pending_since = {k: v for k, v in self._pending_since.items() if k in pending}
+        # A clock lives while its job is open for it: the pending clock while it is Pending.
+        self._clocks = {k: (v if k in pending else replace(v, pending_since=None))
+                        for k, v in self._clocks.items() if k in pending | running}
         self._last_refusal = {k: v for k, v in self._last_refusal.items() if k in pending}
-        self._degraded_since = {k: v for k, v in self._degraded_since.items()
-                                if k in pending | running}
         self._ended = set()
         self._writes = []
         by_cluster: dict[str, list[JobView]] = defaultdict(list)
@@ -461,7 +476,8 @@ class ResourceManager:
 
     def _sync(self, backend: ClusterBackend, job: JobView, state: ClusterJobState | None,
               stats: ResourceTickStats) -> None:
-        """Bring one Pending or Running job in line with its observed cluster job.
+        """Bring one Pending or Running job in line with its observed cluster job: ask
+        `resource_decide.decide` what to do, then do it.
 
         Args:
             backend: the job's cluster backend.
@@ -473,150 +489,65 @@ class ResourceManager:
             FalconError: an update was refused (a lost race); retried next tick.
             BackendError: a cluster call failed; retried next tick.
         """
-        if state is None or state.status == ClusterJobStatus.MISSING:
-            self._sync_missing(backend, job, stats)
-            return
-        name = backend.cluster_job_name(job)
-        if not job.cluster_job_name and not state.terminal:
-            # The cluster job exists but its name was never recorded: a previous tick (or a
-            # manager that died) created it and stopped before finishing `submit`, which may
-            # have left its companions missing (the headless Service a multi-host slice needs
-            # for pod-to-pod DNS). `submit` is idempotent (409 = adopt) and completes them;
-            # only then is the name recorded, so a failure here is retried next tick.
-            result = self._submit(backend, job, stats)
-            if result is None:
-                return
-            name = result.cluster_job_name
-        cluster_job_name = None if job.cluster_job_name == name else name
-        pending = state.status == ClusterJobStatus.PENDING and not state.suspended
-        if pending and (job.status == JobStatus.RUNNING or (
-                state.replica_lost and not self._pending_too_long(job))):
-            # A lost replica starts the progress deadline whatever the job's status: a Pod
-            # lost before every replica ran once leaves the job unable to run as it is, and
-            # no default setting would end it otherwise (the pending timeout is optional;
-            # when set and already past, it decides below).
-            self._sync_degraded(job, state, stats, cluster_job_name=cluster_job_name)
-        elif state.status == ClusterJobStatus.PENDING:
-            self._sync_pending(backend, job, state, stats, name=name,
-                               cluster_job_name=cluster_job_name)
-        else:
-            self._degraded_since.pop(job.id, None)
-            if state.terminal:
+        decision = decide(state, job, self._clock(), name=backend.cluster_job_name(job),
+                          clocks=self._clocks.get(job.id, JobClocks()), limits=self._limits)
+        self._apply(backend, job, decision, stats)
+
+    def _apply(self, backend: ClusterBackend, job: JobView, decision: Decision,
+               stats: ResourceTickStats) -> None:
+        """Do a decision's actions in order and keep the job's clocks it hands back.
+
+        The clocks are kept first: a failing action (retried next tick) keeps what the
+        decision learnt, as the clocks it read were kept before.
+        """
+        self._clocks[job.id] = decision.clocks
+        for action in decision.actions:
+            if isinstance(action, Write):
+                then = None
+                if action.delete_after:
+                    name = backend.cluster_job_name(job)
+                    then = lambda: self._delete_timed_out(backend, job, name, stats)  # noqa: E731
+                self._update(job, stats, action.status, reason=action.reason,
+                             message=action.message, cluster_job_name=action.cluster_job_name,
+                             started_at=action.started_at, then=then)
+            elif isinstance(action, Delete):
+                backend.delete(job)
+            elif isinstance(action, KeepLogs):
                 keep_logs(backend, job)  # the Pods' output, before they may go (k8s_logs)
-            self._update(job, stats, state.status, reason=state.reason,
-                         message=state.message, cluster_job_name=cluster_job_name,
-                         started_at=state.started_at)
+            elif isinstance(action, Adopt):
+                if self._submit(backend, job, stats) is None:
+                    return  # refused for good: the job failed ClusterRejected
+            elif isinstance(action, Submit):
+                self._submit_and_decide(backend, job, stats)
+            else:  # pragma: no cover - every action is handled above
+                raise TypeError(f"unknown action {action!r}")
 
-    def _sync_degraded(self, job: JobView, state: ClusterJobState, stats: ResourceTickStats,
-                       *, cluster_job_name: str | None) -> None:
-        """A job whose cluster job lost a replica, or no longer runs every one: wait, then fail.
-
-        The job keeps its status (Running, or Pending when a replica was lost before every
-        one ran) with the cluster's reason and message (which Pod was lost, and why) for
-        `progress_deadline` seconds from when this manager first saw it so (a Pod being
-        replaced comes back within it); past it, the job fails with that reason and message
-        (Deployment's `progressDeadlineSeconds` idea).
-
-        Raises:
-            FalconError: an update was refused; retried next tick.
-        """
-        since = self._degraded_since.setdefault(job.id, self._clock())
-        if self.progress_deadline is not None and \
-                self._clock() - since > self.progress_deadline:
-            self._update(job, stats, JobStatus.FAILED, reason=state.reason or "ReplicaLost",
-                         message=f"not every replica ran for {self.progress_deadline:g} s "
-                         f"(progress deadline): {state.message}",
-                         cluster_job_name=cluster_job_name, started_at=state.started_at)
-            return
-        self._update(job, stats, job.status, reason=state.reason, message=state.message,
-                     cluster_job_name=cluster_job_name)
-
-    def _sync_missing(self, backend: ClusterBackend, job: JobView,
-                      stats: ResourceTickStats) -> None:
-        """Submit a job that has no cluster job yet, or fail one whose cluster job vanished.
-
-        Args:
-            backend: the job's cluster backend.
-            job: a Pending or Running job whose cluster job does not exist.
-            stats: this tick's counters, updated in place.
-
-        Raises:
-            FalconError: an update was refused; retried next tick.
-            BackendError: a cluster call failed (not a refusal for good); retried next tick.
-        """
-        if job.cluster_job_name:
-            # It existed (we recorded its name) and is gone: deleted behind Falcon's back.
-            # Whatever it left (orphaned pods, processes) is cleaned up best-effort; the job
-            # fails in this tick either way, and is never re-created.
-            backend.delete(job)
-            self._update(job, stats, JobStatus.FAILED, reason="ClusterJobMissing",
-                         message=f"cluster job {job.cluster_job_name} disappeared (deleted "
-                         "outside Falcon?); it is not re-created")
-            return
-        if self.pending_timeout is not None and job.status == JobStatus.PENDING:
-            # The clock starts at the first attempt: a create refused for ever (a 403 that
-            # never clears, a foreign Job on the name) times out like a Pod that never starts.
-            self._pending_since.setdefault(job.id, self._clock())
+    def _submit_and_decide(self, backend: ClusterBackend, job: JobView,
+                           stats: ResourceTickStats) -> None:
+        """Submit `job`, then apply what `decide_submit` makes of the answer."""
         try:
             result = self._submit(backend, job, stats)
         except WaitingForCapacity as exc:
-            # Waiting its turn (CB-23), not failing to start: no pending-timeout clock (CB-8).
-            self._pending_since.pop(job.id, None)
-            self._update(job, stats, JobStatus.PENDING, reason="WaitingForCapacity",
-                         message=str(exc))
-            return
+            outcome: SubmitOutcome = Waiting(str(exc))
         except BackendError as exc:
             self._last_refusal[job.id] = str(exc)
-            if self._pending_too_long(job):
-                self._update(job, stats, JobStatus.FAILED, reason="PendingTimeout",
-                             message=f"the cluster job could not be created within "
-                             f"{self.pending_timeout:g} s; last refusal: {exc}")
-                return
-            raise
-        if result is None:
+            outcome = Refused(str(exc))
+            decision = decide_submit(outcome, job, self._clock(),
+                                     clocks=self._clocks.get(job.id, JobClocks()),
+                                     limits=self._limits)
+            if any(isinstance(a, Retry) for a in decision.actions):
+                self._clocks[job.id] = decision.clocks
+                raise
+            self._apply(backend, job, decision, stats)
             return
-        stats.submitted += 1
-        self._pending_since.setdefault(job.id, self._clock())
-        self._update(job, stats, JobStatus.PENDING, reason="Submitted",
-                     message=result.message, cluster_job_name=result.cluster_job_name)
-
-    def _sync_pending(self, backend: ClusterBackend, job: JobView, state: ClusterJobState,
-                      stats: ResourceTickStats, *, name: str,
-                      cluster_job_name: str | None) -> None:
-        """Record why a cluster job is Pending, or fail the job once it waited too long.
-
-        Args:
-            backend: the job's cluster backend.
-            job: a Pending or Running job whose cluster job is Pending.
-            state: the cluster job's state (`suspended`, `reason`, `message`).
-            stats: this tick's counters, updated in place.
-            name: the cluster job's name, for messages.
-            cluster_job_name: the name to record on the job, None when it is recorded.
-
-        Raises:
-            FalconError: an update was refused; retried next tick.
-            BackendError: deleting the timed-out cluster job failed; retried next tick.
-        """
-        if state.suspended:
-            # Held back on purpose (a queue admits it later): the timeout is for jobs that
-            # cannot start, so the clock stops, and restarts when the job is resumed.
-            self._pending_since.pop(job.id, None)
-        elif self._pending_too_long(job):
-            # Failed at once: a Pod held Terminating by a finalizer, or a slow delete, must
-            # not keep the job (and its experiment) waiting. The delete starts once the
-            # failure is recorded; a cluster job left behind is an orphan of a terminal job,
-            # which the sweep deletes and tracks until nothing of it is left, so it cannot
-            # start later for a job Falcon calls Failed.
-            self._update(job, stats, JobStatus.FAILED, reason="PendingTimeout",
-                         message=f"still pending after {self.pending_timeout:g} s, cluster "
-                         f"job {name} being deleted: {state.message}",
-                         cluster_job_name=cluster_job_name,
-                         then=lambda: self._delete_timed_out(backend, job, name, stats))
-            return
-        # The cluster job is Pending: the Falcon job keeps its status (Pending, or Running
-        # while a replica restarts) with the cluster's reason and message.
-        self._update(job, stats, job.status, reason=state.reason, message=state.message,
-                     cluster_job_name=cluster_job_name)
+        else:
+            if result is None:
+                return  # refused for good: the job failed ClusterRejected
+            stats.submitted += 1
+            outcome = Submitted(result)
+        self._apply(backend, job, decide_submit(
+            outcome, job, self._clock(), clocks=self._clocks.get(job.id, JobClocks()),
+            limits=self._limits), stats)
 
     def _delete_timed_out(self, backend: ClusterBackend, job: JobView, name: str,
                           stats: ResourceTickStats) -> None:
@@ -658,14 +589,3 @@ class ResourceManager:
             self._update(job, stats, JobStatus.FAILED, reason="ClusterRejected",
                          message=f"the cluster refused this job: {exc}")
             return None
-
-    def _pending_too_long(self, job: JobView) -> bool:
-        """Whether a Pending job's cluster job has been Pending longer than `pending_timeout`.
-
-        Called only when the cluster job exists and is Pending; the first call for a job starts
-        its clock (see the class docstring).
-        """
-        if self.pending_timeout is None or job.status != JobStatus.PENDING:
-            return False
-        since = self._pending_since.setdefault(job.id, self._clock())
-        return self._clock() - since > self.pending_timeout

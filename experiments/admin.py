@@ -16,7 +16,7 @@ from core.admin import (
 )
 from core.errors import FalconError
 from core.history import exp_events
-from core.statuses import EXP_ACTIVE, EXP_TERMINAL, ExpStatus, JobStatus
+from core.statuses import ExpStatus
 from jobs.models import Job
 
 from . import admin_page, services
@@ -77,34 +77,34 @@ def _run_each(modeladmin, request, exp_ids, service, done: str) -> None:
 def abort_plan(exps) -> tuple[list[Experiment], list[tuple[Experiment, str]]]:
     """Split experiments into those AbortExp would move to Aborting and the others, with why.
 
-    The same rules as `services.exp_abort`, read without locks for the confirmation page; the
-    service decides again under its locks when the operator confirms.
+    The rules are `services.exp_abort_refusal`, read without locks for the confirmation page;
+    the service decides again under its locks when the operator confirms.
     """
     will, will_not = [], []
     for exp in exps:
         if exp.status == ExpStatus.ABORTING:
             will_not.append((exp, "already being aborted"))
-        elif exp.status in EXP_TERMINAL:
-            will_not.append((exp, f"already {exp.status}; only Created or Running experiments "
-                                  "can be aborted"))
-        elif exp.status in EXP_ACTIVE and exp.jobs.exists() and all(
-                job.status == JobStatus.SUCCEEDED for job in exp.jobs.all()):
-            will_not.append((exp, "all its jobs succeeded: it has finished"))
+        elif exp.status == ExpStatus.ABORTED:
+            will_not.append((exp, "already Aborted"))
+        elif refusal := services.exp_abort_refusal(
+                exp=exp, job_statuses=[job.status for job in exp.jobs.all()]):
+            will_not.append((exp, refusal.message))
         else:
             will.append(exp)
     return will, will_not
 
 
 def delete_plan(exps) -> tuple[list[Experiment], list[tuple[Experiment, str]]]:
-    """Split experiments into those DeleteExp would delete (terminal ones) and the others."""
+    """Split experiments into those DeleteExp would delete (terminal ones) and the others.
+
+    The rule is `services.exp_delete_refusal`, read without locks for the confirmation page.
+    """
     will, will_not = [], []
     for exp in exps:
-        if exp.status in EXP_TERMINAL:
-            will.append(exp)
-        elif exp.status == ExpStatus.ABORTING:
-            will_not.append((exp, "Aborting: wait until it is Aborted"))
+        if refusal := services.exp_delete_refusal(exp=exp):
+            will_not.append((exp, refusal.message))
         else:
-            will_not.append((exp, f"{exp.status}: abort it first, then delete it when Aborted"))
+            will.append(exp)
     return will, will_not
 
 

@@ -318,20 +318,14 @@ def exp_delete_with_files(*, exp_id: int, actor, purge: bool = False) -> list[st
         NotFound, PermissionDenied, Conflict: as `services.exp_delete`.
         ValueError, OSError, google.api_core.exceptions.GoogleAPIError: the store refused.
     """
-    from core.errors import Conflict
-    from core.statuses import EXP_TERMINAL, ExpStatus
-
     from . import selectors, services
 
     exp = selectors.exp_get(exp_id=exp_id)
-    services._require_may_change(exp, actor, "delete")  # PermissionDenied, worded as DeleteExp
-    if exp.status not in EXP_TERMINAL:
-        # Worded as `services.exp_delete` words it.
-        what_to_do = ("It is being aborted: wait until it is Aborted, then delete it."
-                      if exp.status == ExpStatus.ABORTING else
-                      "Abort it first, wait until it is Aborted, then delete it.")
-        raise Conflict(f"Experiment {exp_id} is {exp.status}; only Succeeded, Failed or "
-                       f"Aborted experiments can be deleted. {what_to_do}")
+    # Checked before the files go, with the service's own rules and words.
+    services.exp_require_may_change(exp=exp, actor=actor, verb="delete")
+    refusal = services.exp_delete_refusal(exp=exp)
+    if refusal is not None:
+        raise refusal
     left = exp_cleanup_files(exp=exp, purge=purge)
     services.exp_delete(exp_id=exp_id, actor=actor)
     return left

@@ -98,10 +98,61 @@ def exp_may_change(*, exp: Experiment, actor) -> bool:
     return isinstance(actor, User) and actor.is_active and actor.pk == exp.creator_id
 
 
-def _require_may_change(exp: Experiment, actor, verb: str) -> None:
+def exp_require_may_change(*, exp: Experiment, actor, verb: str) -> None:
+    """Raise PermissionDenied unless `actor` may `verb` (abort, delete, label) `exp`.
+
+    Args:
+        exp: the experiment (only `pk` and `creator_id` are read).
+        actor: as `exp_may_change`.
+        verb: the use case, in the message ("abort", "delete", "label").
+    """
     if not exp_may_change(exp=exp, actor=actor):
         raise PermissionDenied(f"{actor_label(actor)} may not {verb} experiment {exp.pk}: only "
                                "its creator or a staff user may.")
+
+
+def exp_abort_refusal(*, exp: Experiment, job_statuses: list[str]) -> Conflict | None:
+    """Return the Conflict AbortExp answers for `exp`, or None when the abort goes ahead.
+
+    The one statement of AbortExp's state rules: `exp_abort` raises what this returns under its
+    locks, and the admin's confirmation page reads it without locks. An experiment already
+    Aborting or Aborted is not refused (AbortExp is idempotent); one that Succeeded or Failed
+    is, and so is one whose jobs all succeeded (decisions.md#dec-abort-finished).
+
+    Args:
+        exp: the experiment (`pk` and `status` are read).
+        job_statuses: the status of each of its jobs.
+    """
+    if exp.status in (ExpStatus.ABORTING, ExpStatus.ABORTED):
+        return None
+    if exp.status in EXP_TERMINAL:
+        return Conflict(f"Experiment {exp.pk} already {exp.status}; only Created or Running "
+                        "experiments can be aborted.")
+    if job_statuses and all(status == JobStatus.SUCCEEDED for status in job_statuses):
+        # The jobs' work is done, so the exp controller ends it from the jobs and the files.
+        return Conflict(f"Experiment {exp.pk} has finished: all its {len(job_statuses)} job(s) "
+                        "succeeded, so it can no longer be aborted; it ends Succeeded or "
+                        "Failed as its artifact files say.")
+    return None
+
+
+def exp_delete_refusal(*, exp: Experiment) -> Conflict | None:
+    """Return the Conflict DeleteExp answers for `exp`, or None when it may be deleted.
+
+    Only a terminal experiment (Succeeded, Failed, Aborted) is deleted, so no cluster job is
+    left running without a record. `exp_delete`, the files module's delete and the admin's
+    confirmation page all read it.
+
+    Args:
+        exp: the experiment (`pk` and `status` are read).
+    """
+    if exp.status in EXP_TERMINAL:
+        return None
+    what_to_do = ("It is being aborted: wait until it is Aborted, then delete it."
+                  if exp.status == ExpStatus.ABORTING else
+                  "Abort it first, wait until it is Aborted, then delete it.")
+    return Conflict(f"Experiment {exp.pk} is {exp.status}; only Succeeded, Failed or "
+                    f"Aborted experiments can be deleted. {what_to_do}")
 
 
 # Longest idempotency key: a UUID is 36 characters; clients may send their own scheme.
@@ -305,7 +356,7 @@ def exp_update_labels(*, exp_id: int, actor, set_labels: Any = None,
         exp = Experiment.objects.select_for_update().filter(pk=exp_id).first()
         if exp is None:
             raise NotFound(f"Experiment {exp_id} does not exist.")
-        _require_may_change(exp, actor, "label")
+        exp_require_may_change(exp=exp, actor=actor, verb="label")
         labels = {k: v for k, v in exp.labels.items() if k not in remove}
         labels.update(set_labels)
         if len(labels) > MAX_LABELS:
@@ -348,18 +399,13 @@ def exp_abort(*, exp_id: int, actor) -> Experiment:
     """
     with transaction.atomic():
         exp, jobs = lock_experiment_with_jobs(exp_id)
-        _require_may_change(exp, actor, "abort")
+        exp_require_may_change(exp=exp, actor=actor, verb="abort")
+        # Decided once, under the locks (decisions.md#dec-abort-finished).
+        refusal = exp_abort_refusal(exp=exp, job_statuses=[job.status for job in jobs])
+        if refusal is not None:
+            raise refusal
         if exp.status in (ExpStatus.ABORTING, ExpStatus.ABORTED):
             return exp
-        if exp.status in EXP_TERMINAL:
-            raise Conflict(f"Experiment {exp_id} already {exp.status}; only Created or Running "
-                           "experiments can be aborted.")
-        if jobs and all(job.status == JobStatus.SUCCEEDED for job in jobs):
-            # Decided once, under the locks (decisions.md#dec-abort-finished): the jobs' work
-            # is done, so the exp controller ends it from the jobs and the files, not the abort.
-            raise Conflict(f"Experiment {exp_id} has finished: all its {len(jobs)} job(s) "
-                           "succeeded, so it can no longer be aborted; it ends Succeeded or "
-                           "Failed as its artifact files say.")
         message = f"Abort requested by {actor_label(actor)}."
         exp.request_abort(reason="AbortRequested", message=message)
         # By primary key, only the locked rows that can move (decisions.md#dec-aggregate).
@@ -389,13 +435,10 @@ def exp_delete(*, exp_id: int, actor) -> None:
     """
     with transaction.atomic():
         exp, jobs = lock_experiment_with_jobs(exp_id)
-        _require_may_change(exp, actor, "delete")
-        if exp.status not in EXP_TERMINAL:
-            what_to_do = ("It is being aborted: wait until it is Aborted, then delete it."
-                          if exp.status == ExpStatus.ABORTING else
-                          "Abort it first, wait until it is Aborted, then delete it.")
-            raise Conflict(f"Experiment {exp_id} is {exp.status}; only Succeeded, Failed or "
-                           f"Aborted experiments can be deleted. {what_to_do}")
+        exp_require_may_change(exp=exp, actor=actor, verb="delete")
+        refusal = exp_delete_refusal(exp=exp)
+        if refusal is not None:
+            raise refusal
         artifact_ids = lock_artifact_ids(exp_id)
         # Children first (their keys point at the experiment), each by locked primary keys.
         if artifact_ids:

@@ -1,5 +1,5 @@
 """Rules of an analysis request shared by the API server, the analyzer controller and the CLI
-(Django-free, no I/O): the script's file name and the resource override.
+(Django-free, no I/O): the script's size limit and file name, and the resource override.
 
 Each check returns a problem as a sentence naming the fix (None or {} when there is none); the
 caller files it under its own field name (`resources.<key>` over HTTP,
@@ -15,6 +15,9 @@ from kubernetes.utils.quantity import parse_quantity
 from .catalog import QUANTITY_RE, RESOURCE_KEYS
 
 SCRIPT_NAME_MAX_CHARS = 255
+# The largest user script, in UTF-8 bytes (the analyzer design: at most 1 MB; 1 MiB here): the
+# API server, the analyzer's CreateAnalysis and the CLI all read this one.
+SCRIPT_MAX_BYTES = 1024 * 1024
 # The largest sensible values of an override: beyond them a value is a typo (e.g. 2000 for 2).
 MAX_CPU = Decimal(1024)
 MAX_MEMORY = Decimal(16 * 2**40)
@@ -48,6 +51,53 @@ def script_name_problem(name: object) -> str | None:
     if len(name) > SCRIPT_NAME_MAX_CHARS:
         return (f"must be at most {SCRIPT_NAME_MAX_CHARS} characters; got {len(name)}. "
                 "Rename the script file.")
+    return None
+
+
+def script_problem(script: object) -> str | None:
+    """What is wrong with `script` as the analysis' script text, or None (None: no script).
+
+    A string with no NUL character of at most `SCRIPT_MAX_BYTES` UTF-8 bytes.
+    """
+    if script is None:
+        return None
+    if not isinstance(script, str):
+        return "must be a string (the script's text)."
+    if "\x00" in script:
+        return "contains a NUL character; send a text script."
+    size = len(script.encode("utf-8", "surrogatepass"))
+    if size > SCRIPT_MAX_BYTES:
+        return (f"is {size} bytes in UTF-8; the limit is {SCRIPT_MAX_BYTES} bytes (1 MiB). "
+                "Store a larger input as an artifact and read it from the script.")
+    return None
+
+
+def lone_script_name_problem(script_name: object, script: object) -> str | None:
+    """A script file name sent without a script is refused, not ignored."""
+    if script_name and not script:
+        return ("names the script's file, but no script was sent; send the script too, or "
+                "leave script_name out.")
+    return None
+
+
+def plugin_or_command_problem(plugin_name: object, command: object) -> str | None:
+    """An analysis runs a catalog plugin or a command: one of them must not be blank."""
+    if not str(plugin_name or "").strip() and not str(command or "").strip():
+        return ("a plugin or a command is required: name a catalog plugin (falcon plugins "
+                "list) or give a command.")
+    return None
+
+
+def script_with_plugin_problem(plugin_name: object, script: object, *,
+                               script_field: str = "script_content",
+                               command_field: str = "command",
+                               plugin_field: str = "plugin_name") -> str | None:
+    """A script goes with a command; a plugin runs its catalog command, so a script with a
+    plugin is refused, not ignored. The fields are named as the caller's transport names them.
+    """
+    if script and str(plugin_name or "").strip():
+        return (f"a script goes with a command, and a plugin runs its catalog command; drop "
+                f"{script_field}, or send {command_field} instead of {plugin_field}.")
     return None
 
 

@@ -17,7 +17,7 @@ from core.filters import MAX_ID
 from experiments.api.serializers import StrictCharField, StrictIntegerField, StrictSerializer
 
 from .. import selectors
-from plugins.rules import SCRIPT_NAME_MAX_CHARS, resource_problems
+from plugins.rules import SCRIPT_NAME_MAX_CHARS, resource_problems, script_with_plugin_problem
 
 from ..models import SCRIPT_MAX_BYTES, AnalysisRecord
 from ..services import (
@@ -28,8 +28,6 @@ from ..services import (
 QUANTITY = re.compile(r"^([0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?)?$")
 QUANTITY_MAX_CHARS = 32
 RESOURCE_KEYS = ("cpu_request", "cpu_limit", "memory_request", "memory_limit")
-SCRIPT_WITH_PLUGIN = ("a script goes with a command, and a plugin runs its catalog command; "
-                      "drop script, or send command instead of plugin.")
 # Request field -> the domain's (and AnalyzerService's) field name: errors of
 # `validate_create_fields` and of the analyzer controller are named by the request's fields.
 DOMAIN_FIELD = {"plugin": "plugin_name", "script": "script_content", "name": "name",
@@ -148,8 +146,10 @@ class AnalysisCreateInputSerializer(StrictSerializer):
             del errors["plugin"]
             errors["command"] = ["is empty; give the shell command to run (or a catalog "
                                  "plugin instead)."]
-        if attrs.get("script") and (attrs.get("plugin") or "").strip() and "script" not in errors:
-            errors["script"] = [SCRIPT_WITH_PLUGIN]
+        if "script" not in errors and (problem := script_with_plugin_problem(
+                attrs.get("plugin"), attrs.get("script"), script_field="script",
+                plugin_field="plugin")):
+            errors["script"] = [problem]
         # The plugin's own defaults are the controller's: it checks a one-sided override
         # against them (its errors come back named `resources.<key>` too).
         for key, problem in resource_problems(dict(attrs.get("resources") or {})).items():

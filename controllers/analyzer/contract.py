@@ -11,10 +11,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from core.errors import Conflict
+from core.errors import AlreadyExists
+from core.statuses import AnalysisStatus
 
+# The statuses as the enum (`core.statuses.AnalysisStatus`), named for this package's callers.
 PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, SKIPPED = (
-    "pending", "running", "succeeded", "failed", "cancelled", "skipped")
+    AnalysisStatus.PENDING, AnalysisStatus.RUNNING, AnalysisStatus.SUCCEEDED,
+    AnalysisStatus.FAILED, AnalysisStatus.CANCELLED, AnalysisStatus.SKIPPED)
 TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED, SKIPPED})
 OFFLINE, ONLINE = "offline", "online"
 QUEUES = (OFFLINE, ONLINE)
@@ -23,20 +26,14 @@ WRITABLE_FIELDS = frozenset({"status", "reason", "error_message", "attempts",
                              "cluster_object_name"})
 
 
-class AlreadyExists(Conflict):
-    """CreateAnalysisRecord found a record already there (gRPC ALREADY_EXISTS).
+# The trailing-metadata key of the existing record's id in an ALREADY_EXISTS answer
+# (`core.errors.AlreadyExists.metadata`).
+ANALYSIS_ID_KEY = "falcon-analysis-id"
 
-    Attributes:
-        analysis_id: the existing record's id, from the `falcon-analysis-id` trailing metadata
-            ("" when the server did not send it).
-    """
 
-    code = "already_exists"
-    grpc_status = "ALREADY_EXISTS"
-
-    def __init__(self, message: str, analysis_id: str = ""):
-        super().__init__(message)
-        self.analysis_id = analysis_id
+def existing_analysis_id(exc: AlreadyExists) -> str:
+    """The existing record's id an ALREADY_EXISTS answer named ("" when it named none)."""
+    return exc.metadata.get(ANALYSIS_ID_KEY, "")
 
 
 @dataclass(frozen=True)

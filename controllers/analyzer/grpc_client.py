@@ -24,9 +24,8 @@ from core.grpc.channel import auth_metadata
 from core.grpc.errors import ApiUnavailable, error_from_rpc_error
 from falcon_proto.falcon.v1 import analysis_pb2, analysis_pb2_grpc
 
-from .contract import WRITABLE_FIELDS, AlreadyExists, AnalysisView, AwaitingView
+from .contract import ANALYSIS_ID_KEY, WRITABLE_FIELDS, AlreadyExists, AnalysisView, AwaitingView
 
-ANALYSIS_ID_KEY = "falcon-analysis-id"
 READ_ATTEMPTS = 3
 
 
@@ -82,8 +81,8 @@ def rebuild_error(exc: grpc.RpcError) -> Exception:
     `falcon-analysis-id` trailer), else `core.grpc.errors.error_from_rpc_error(exc)`."""
     if hasattr(exc, "code") and exc.code() == grpc.StatusCode.ALREADY_EXISTS:
         trailers = dict(exc.trailing_metadata() or ())
-        return AlreadyExists(exc.details() or "already exists",
-                             analysis_id=str(trailers.get(ANALYSIS_ID_KEY, "")))
+        return AlreadyExists(exc.details() or "already exists", metadata={
+            ANALYSIS_ID_KEY: str(trailers.get(ANALYSIS_ID_KEY, ""))})
     return error_from_rpc_error(exc)
 
 

@@ -53,6 +53,7 @@ import time
 from pathlib import Path
 
 from artifacts.store import fetch_tree, local_path, store_for
+from core.atomicfiles import write_atomic
 from core.logs import configure, log_context
 from core.proctree import become_subreaper, describe_exit, reap_orphans, signal_descendants
 
@@ -66,16 +67,6 @@ RESOURCE_KEYS = ("cpu_request", "cpu_limit", "memory_request", "memory_limit")
 TAIL_BYTES = 4096
 TAIL_LINES = 20
 TERMINATION_MESSAGE_MAX = 4096  # bytes kubelet keeps of terminationMessagePath
-
-
-def write_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write `text` to `path` so readers see the old file or the whole new one, never a part."""
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def tail(path: Path) -> str:

@@ -45,16 +45,31 @@ from core.grpc.errors import (
 )
 from core.logs import add_log_ids, log_context
 from falcon_proto.falcon.v1 import analysis_pb2, analysis_pb2_grpc
-from plugins.rules import resource_problems, script_name_problem
+from plugins.rules import (
+    lone_script_name_problem,
+    plugin_or_command_problem,
+    resource_problems,
+    script_name_problem,
+    script_problem,
+    script_with_plugin_problem,
+)
 
-from .contract import CANCELLED, ONLINE, PENDING, QUEUES, TERMINAL, AlreadyExists
+from .contract import (
+    ANALYSIS_ID_KEY,
+    CANCELLED,
+    ONLINE,
+    PENDING,
+    QUEUES,
+    TERMINAL,
+    AlreadyExists,
+    existing_analysis_id,
+)
 from .controller import RESOURCE_KEYS, AnalyzerController
 from .grpc_client import analysis_message
 
 log = logging.getLogger("falcon.controllers.analyzer.server")
 
 SERVICE_NAME = analysis_pb2.DESCRIPTOR.services_by_name["AnalyzerService"].full_name
-SCRIPT_MAX_BYTES = 1 << 20
 LOG_DEFAULT_BYTES = 1 << 20
 LOG_MAX_BYTES = 4 << 20
 UNAUTHENTICATED_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
@@ -178,8 +193,8 @@ def _abort_error(context, exc: FalconError):
     if isinstance(exc, ApiCallFailed):
         context.abort(exc.status_code, exc.message)
     if isinstance(exc, AlreadyExists):
-        context.set_trailing_metadata(with_request_id((("falcon-analysis-id",
-                                                        exc.analysis_id),)))
+        context.set_trailing_metadata(with_request_id(((ANALYSIS_ID_KEY,
+                                                        existing_analysis_id(exc)),)))
         context.abort(grpc.StatusCode.ALREADY_EXISTS, exc.message)
     context.set_trailing_metadata(with_request_id(trailing_metadata_for(exc)))
     context.abort(getattr(grpc.StatusCode, exc.grpc_status, grpc.StatusCode.INTERNAL),
@@ -220,9 +235,8 @@ class AnalyzerServicer(analysis_pb2_grpc.AnalyzerServiceServicer):
         analysis_type = request.analysis_type or ONLINE
         if analysis_type not in QUEUES:
             _invalid(context, "analysis_type", f"must be one of {', '.join(QUEUES)}")
-        if not request.plugin_name and not request.command.strip():
-            _invalid(context, "plugin_name", "a plugin or a command is required: name a catalog "
-                     "plugin, or give a shell command")
+        if problem := plugin_or_command_problem(request.plugin_name, request.command):
+            _invalid(context, "plugin_name", problem)
         command = request.command
         if request.plugin_name:
             plugin = c.catalog.get(request.plugin_name)
@@ -234,19 +248,13 @@ class AnalyzerServicer(analysis_pb2_grpc.AnalyzerServiceServicer):
                 _invalid(context, "command", "a plugin's command comes from the catalog; leave "
                          "the command empty, or drop the plugin")
             command = plugin.command
-        if request.plugin_name and request.script_content:
-            _invalid(context, "script_content", "a script goes with a command, and a plugin "
-                     "runs its catalog command; drop the script, or send a command instead of "
-                     "the plugin")
-        size = len(request.script_content.encode("utf-8"))
-        if size > SCRIPT_MAX_BYTES:
-            _invalid(context, "script_content",
-                     f"the script is {size} bytes; at most {SCRIPT_MAX_BYTES} (1 MiB)")
-        if problem := script_name_problem(request.script_name):
+        # The request's rules, stated once (plugins.rules) for this, the API server and the CLI.
+        if problem := (script_with_plugin_problem(request.plugin_name, request.script_content)
+                       or script_problem(request.script_content)):
+            _invalid(context, "script_content", problem)
+        if problem := (script_name_problem(request.script_name)
+                       or lone_script_name_problem(request.script_name, request.script_content)):
             _invalid(context, "script_name", problem)
-        if request.script_name and not request.script_content:
-            _invalid(context, "script_name", "names the script's file, but no script was sent; "
-                     "send the script too, or leave script_name out")
         override = {key: getattr(request.resource_override, key) for key in RESOURCE_KEYS
                     if getattr(request.resource_override, key)}
         defaults = ({key: getattr(plugin.resources, key) for key in RESOURCE_KEYS}
@@ -295,7 +303,7 @@ class AnalyzerServicer(analysis_pb2_grpc.AnalyzerServiceServicer):
         Raises:
             AlreadyExists: no id was sent, or the record with it is another request's.
         """
-        if not request.analysis_id or exc.analysis_id != request.analysis_id:
+        if not request.analysis_id or existing_analysis_id(exc) != request.analysis_id:
             raise exc
         record = self.controller.api.get_record(request.analysis_id)
         if (record.exp_id, record.creator_email) != (request.exp_id, request.creator_email):

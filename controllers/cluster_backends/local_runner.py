@@ -14,8 +14,8 @@ process the command detaches with `setsid cmd &` or a double fork is reparented 
 instead of init, so it is still found and stopped when the replica ends or is stopped, as a
 container's processes all end with the container.
 
-Standard library only (and `core.proctree`, itself standard library only) and no Django: it
-starts in milliseconds and does not depend on settings.
+Standard library only (and `core.proctree` and `core.atomicfiles`, themselves standard library
+only) and no Django: it starts in milliseconds and does not depend on settings.
 """
 from __future__ import annotations
 
@@ -28,21 +28,12 @@ from pathlib import Path
 if not __package__:  # started by path (`python local_runner.py`): the project is not on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from core.atomicfiles import write_atomic  # noqa: E402
 from core.proctree import become_subreaper, reap_orphans, signal_descendants  # noqa: E402
 
 # Signals that ask the replica to stop; forwarded to the command so that killing only the runner
 # (not the whole group) does not leave the command orphaned.
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-
-
-def write_atomic(path: str, text: str) -> None:
-    """Write `text` to `path` so readers see the old file or the whole new one, never a part."""
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def exit_code_of(returncode: int) -> int:

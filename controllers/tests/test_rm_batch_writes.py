@@ -166,7 +166,7 @@ def test_an_unchanged_job_is_not_mapped_again_and_a_changed_pod_is_seen(
 
     mapped = []
     real = kubernetes.job_state
-    monkeypatch.setattr(kubernetes, "job_state",
+    monkeypatch.setattr(kubernetes.backend, "job_state",
                         lambda name, *a, **k: mapped.append(name) or real(name, *a, **k))
     manager.tick()
     assert mapped == []  # nothing changed: the last state is reused

@@ -67,7 +67,8 @@ def test_delete_action_confirms_then_only_deletes_finished(staff_client, user):
     exp_update_status(exp_id=done.pk, status="Failed")
     selection = {"action": "delete_experiments", "_selected_action": [running.pk, done.pk]}
     page = staff_client.post("/admin/experiments/experiment/", selection)
-    assert "Created: abort it first" in page.content.decode()
+    assert "is Created; only Succeeded, Failed or Aborted experiments can be deleted. Abort it " \
+        "first" in page.content.decode()
     assert Experiment.objects.count() == 2
     staff_client.post("/admin/experiments/experiment/", {**selection, "confirm": "yes"})
     assert list(Experiment.objects.values_list("pk", flat=True)) == [running.pk]

@@ -23,7 +23,6 @@ Linux only: liveness and process groups are read from /proc.
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -33,16 +32,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable
-from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
 from artifacts.store import store_for
-from controllers.cluster_backends.local import DEFAULT_PASSTHROUGH_ENV, _process_table, _read_stat
+from controllers.cluster_backends.local import DEFAULT_PASSTHROUGH_ENV
+from controllers.cluster_backends.local_state import process_table, read_stat
 from core import safefs
+from core.atomicfiles import locked, write_atomic
 from core.logs import log_context
 
-from ..runner import write_atomic
 from .base import (
     FAILED, KILLED, MISSING_STATE, RUNNING, SUCCEEDED, AnalysisBackend, BackendError,
     RunConflict, RunSpec, RunState, StartResult, log_tail,
@@ -114,15 +113,6 @@ class LocalAnalysisBackend(AnalysisBackend):
         self._children: dict[int, subprocess.Popen] = {}
         self._term_sent: dict[str, float] = {}
 
-    @contextmanager
-    def _locked(self):
-        with open(self.state_dir / ".lock", "a") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
-
     def folder(self, analysis_id: str) -> Path:
         """The run folder of `analysis_id`."""
         return self.state_dir / self.run_name(analysis_id)
@@ -144,9 +134,9 @@ class LocalAnalysisBackend(AnalysisBackend):
         with log_context(analysis_id=spec.analysis_id, exp_id=spec.exp_id):
             name = self.run_name(spec.analysis_id)
             folder = self.state_dir / name
-            with self._locked():
+            with locked(self.state_dir / ".lock"):
                 self._reap()
-                table = _process_table()
+                table = process_table()
                 rec = _read_json(folder / RUN) if folder.is_dir() else None
                 if rec is not None:
                     if rec.get("analysis_id") != spec.analysis_id:
@@ -196,7 +186,7 @@ class LocalAnalysisBackend(AnalysisBackend):
                 except (OSError, ValueError) as exc:
                     raise BackendError(f"cannot start the run {name}: {exc}") from exc
                 self._children[proc.pid] = proc
-                stat = _read_stat(proc.pid)
+                stat = read_stat(proc.pid)
                 write_atomic(folder / RUN, json.dumps({
                     "analysis_id": spec.analysis_id, "pid": proc.pid,
                     "start_time": stat.start_time if stat else -1, "started_at": time.time(),
@@ -248,7 +238,7 @@ class LocalAnalysisBackend(AnalysisBackend):
     def observe(self, analysis_ids: Iterable[str]) -> dict[str, RunState]:
         """The state of each run, from one read of the process table."""
         self._reap()
-        table = _process_table()
+        table = process_table()
         return {analysis_id: self._state(table, analysis_id) for analysis_id in analysis_ids}
 
     def list_runs(self) -> list[str]:
@@ -271,14 +261,14 @@ class LocalAnalysisBackend(AnalysisBackend):
         removed) once no process of either is left."""
         with log_context(analysis_id=analysis_id):
             folder = self.folder(analysis_id)
-            with self._locked():
+            with locked(self.state_dir / ".lock"):
                 self._reap()
                 rec = _read_json(folder / RUN) if folder.is_dir() else None
                 if rec is not None and rec.get("analysis_id") != analysis_id:
                     raise RunConflict(f"run {folder.name} belongs to analysis "
                                       f"{rec.get('analysis_id')!r}; not stopped")
                 child = _read_json(folder / CHILD) if rec else None
-                table = _process_table()
+                table = process_table()
                 groups = [r["pid"] for r in (rec, child) if _group_alive(table, r)]
                 if not groups:
                     self._term_sent.pop(analysis_id, None)

@@ -13,7 +13,8 @@ import threading
 from datetime import datetime, timedelta, timezone
 
 from controllers.analyzer.contract import (
-    CANCELLED, FAILED, PENDING, RUNNING, SKIPPED, SUCCEEDED, TERMINAL, AlreadyExists,
+    ANALYSIS_ID_KEY, CANCELLED, FAILED, PENDING, RUNNING, SKIPPED, SUCCEEDED, TERMINAL,
+    AlreadyExists,
     AnalysisView, AwaitingView,
 )
 from core.errors import Conflict, InvalidTransition, NotFound, TransitionRace, ValidationFailed
@@ -73,11 +74,12 @@ class FakeRecordAPI:
                 for r in self.records.values():
                     if r.artifact_id == artifact_id and r.plugin_name == plugin_name \
                             and r.analysis_type == "offline":
-                        raise AlreadyExists("an offline analysis exists", r.analysis_id)
+                        raise AlreadyExists("an offline analysis exists",
+                                            metadata={ANALYSIS_ID_KEY: r.analysis_id})
             n = next(self._ids)
             aid = analysis_id or f"an-{n:06d}"
             if aid in self.records:
-                raise AlreadyExists("exists", aid)
+                raise AlreadyExists("exists", metadata={ANALYSIS_ID_KEY: aid})
             artifact_path = next((a.artifact_path for a in self.awaiting
                                   if a.artifact_id == artifact_id), "") or \
                 self.artifact_paths.get(exp_id, "")

@@ -22,7 +22,7 @@ from analysis.services import analysis_record_create, analysis_record_update
 from analysis.tests.factories import make_finished_exp
 from artifacts.store import local_path
 from controllers.analyzer.backends.base import run_name_for
-from controllers.analyzer.contract import AlreadyExists
+from controllers.analyzer.contract import AlreadyExists, existing_analysis_id
 from controllers.analyzer.grpc_client import GrpcAnalysisRecordAPI
 from falcon_site.grpc.testing import INTERNAL_TOKEN, grpc_server  # noqa: F401  (fixture)
 
@@ -60,7 +60,7 @@ def test_grpc_client_pages_and_already_exists(grpc_server, exp, tmp_path):  # no
         client.create_record(exp_id=exp.pk, analysis_type="offline", plugin_name="p",
                              command="p", artifact_id=exp.artifact.pk, result_root=root,
                              creator_email=exp.creator.email)
-    assert info.value.analysis_id == made.analysis_id
+    assert existing_analysis_id(info.value) == made.analysis_id
     updated = client.update_record(made.analysis_id, expected_status="pending",
                                    status="running", attempts=1)
     assert (updated.status, updated.attempts) == ("running", 1)
