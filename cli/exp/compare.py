@@ -12,7 +12,7 @@ import rich_click as click
 from ..errors import CLIError
 from ..exit_codes import ExitCode
 from ..options import ExpIdType, output_option, pass_env, server_option
-from .group import exp_group
+from .group import check_exp_ids, exp_group
 
 MAX_EXPERIMENTS = 20  # the server's analysis.compare.MAX_EXPERIMENTS (a test keeps them equal)
 
@@ -67,13 +67,7 @@ def compare(env, exp_ids: tuple[int, ...], baseline: int | None, plugins: tuple[
     from ..client import open_client
     from ..compare_output import exp_compare_table
 
-    if not 2 <= len(exp_ids) <= MAX_EXPERIMENTS:
-        raise CLIError(f"give 2 to {MAX_EXPERIMENTS} experiment ids to compare; got "
-                       f"{len(exp_ids)}", ExitCode.USAGE)
-    twice = sorted({i for i in exp_ids if exp_ids.count(i) > 1})
-    if twice:
-        raise CLIError(f"experiment {', '.join(map(str, twice))} is given more than once; "
-                       "give each id once", ExitCode.USAGE)
+    check_exp_ids(exp_ids, MAX_EXPERIMENTS)
     if baseline is not None and baseline not in exp_ids:
         raise CLIError(f"--baseline {baseline} is not among the experiments compared; give "
                        "one of them", ExitCode.USAGE)

@@ -15,7 +15,7 @@ import rich_click as click
 from ..errors import CLIError
 from ..exit_codes import ExitCode
 from ..options import ExpIdType, output_option, pass_env, server_option
-from .group import EXPS, exp_group
+from .group import EXPS, check_exp_ids, exp_group
 
 MAX_EXPERIMENTS = 10  # the server's experiments.diff.MAX_EXPERIMENTS (a test keeps them equal)
 
@@ -42,13 +42,7 @@ def diff(env, exp_ids: tuple[int, ...], show_all: bool, output: str, server: str
     from .. import output as out
     from ..client import open_client
 
-    if not 2 <= len(exp_ids) <= MAX_EXPERIMENTS:
-        raise CLIError(f"give 2 to {MAX_EXPERIMENTS} experiment ids to compare; got "
-                       f"{len(exp_ids)}", ExitCode.USAGE)
-    twice = sorted({i for i in exp_ids if exp_ids.count(i) > 1})
-    if twice:
-        raise CLIError(f"experiment {', '.join(map(str, twice))} is given more than once; "
-                       "give each id once", ExitCode.USAGE)
+    check_exp_ids(exp_ids, MAX_EXPERIMENTS)
     params = [("ids", ",".join(map(str, exp_ids)))]
     if show_all:
         params.append(("all", "true"))

@@ -29,3 +29,18 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 @click.group("exp")
 def exp_group() -> None:
     """Create, inspect, abort, delete and wait for experiments."""
+
+
+def check_exp_ids(exp_ids: tuple[int, ...], maximum: int) -> None:
+    """Refuse, as a usage error, fewer than 2 or more than `maximum` ids, or an id given twice
+    (`exp diff` and `exp compare` take the same list)."""
+    from ..errors import CLIError
+    from ..exit_codes import ExitCode
+
+    if not 2 <= len(exp_ids) <= maximum:
+        raise CLIError(f"give 2 to {maximum} experiment ids to compare; got "
+                       f"{len(exp_ids)}", ExitCode.USAGE)
+    twice = sorted({i for i in exp_ids if exp_ids.count(i) > 1})
+    if twice:
+        raise CLIError(f"experiment {', '.join(map(str, twice))} is given more than once; "
+                       "give each id once", ExitCode.USAGE)
