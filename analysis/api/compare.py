@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 
 from core.errors import ValidationFailed
 from core.filters import MAX_ID, IdListField
+from core.numbers import BadNumber, parse_decimal
 from plugins.gate import CONDITION_PATTERN, MAX_CONDITION_CHARS, MAX_CONDITIONS
 
 from ..compare import MAX_EXPERIMENTS, MAX_FILTERS, MAX_PATTERN_CHARS, MIN_EXPERIMENTS, \
@@ -60,17 +61,16 @@ COMPARE_PARAMETERS = [
 ]
 
 
-def _one_id(request, name: str) -> int | None:
-    values = request.query_params.getlist(name)
+def _one_id(values: list[str]) -> int | None:
+    """The one id a single-valued parameter holds: ASCII digits as given, no list, no spaces."""
     if not values:
         return None
+    if len(values) != 1:
+        raise FormError("give one experiment id.")
     try:
-        ids = IdListField().clean(values)
-    except FormError as exc:
-        raise ValidationFailed({name: list(exc.messages)}) from None
-    if len(ids) != 1:
-        raise ValidationFailed({name: ["give one experiment id."]})
-    return ids[0]
+        return parse_decimal(values[0], minimum=1, maximum=MAX_ID)
+    except BadNumber as exc:
+        raise FormError(f"{exc}; got {values[0][:40]!r}.") from None
 
 
 class ExpCompareView(APIView):
@@ -91,12 +91,18 @@ class ExpCompareView(APIView):
                                          "condition; the field is named."),
         404: OpenApiResponse(description="An id names no experiment.")})
     def get(self, request):
-        try:
-            ids = IdListField().clean(request.query_params.getlist("ids"))
-        except FormError as exc:
-            raise ValidationFailed({"ids": list(exc.messages)}) from None
+        # Every bad id parameter is named in one answer, not the first one only.
+        parsed, errors = {}, {}
+        for name, parse in (("ids", IdListField().clean), ("baseline", _one_id)):
+            try:
+                parsed[name] = parse(request.query_params.getlist(name))
+            except FormError as exc:
+                errors[name] = list(exc.messages)
+        if errors:
+            raise ValidationFailed(errors)
+        ids = parsed["ids"]
         params = request.query_params
-        return Response(exp_compare(exp_ids=ids, baseline=_one_id(request, "baseline"),
+        return Response(exp_compare(exp_ids=ids, baseline=parsed["baseline"],
                                     plugins=params.getlist("plugin"),
                                     metrics=params.getlist("metric"),
                                     fail_on=params.getlist("fail_on")))

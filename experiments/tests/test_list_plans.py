@@ -27,7 +27,7 @@ FILTERS = ["", "status=Failed", "creator=u1@example.com", "creator=u2", "cluster
 
 
 @pytest.fixture
-def seeded(transactional_db):
+def seeded(django_db_reset_sequences):
     """ROWS experiments over 6 users, 6 statuses, 4 clusters and 5 types; statistics gathered."""
     users = User.objects.bulk_create([User(user_id=f"u{i}", email=f"u{i}@example.com")
                                       for i in range(6)])
