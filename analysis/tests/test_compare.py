@@ -210,6 +210,16 @@ def test_bad_parameters_name_the_field(alice, params, field):
     assert set(resp.json()) == {field, "code"} and resp.json()["code"] == "invalid"
 
 
+def test_a_repeated_id_among_others_is_refused_not_dropped(alice):
+    """`ids=1,2,1` was quietly compared as `1,2` (and `1,1` said "got 1")."""
+    client, user = alice
+    a, b = make_bench_exp(user), make_bench_exp(user)
+    for ids in (f"{a.pk},{b.pk},{a.pk}", f"{a.pk},{a.pk}", [a.pk, b.pk, b.pk]):
+        resp = client.get(URL, {"ids": ids})
+        assert resp.status_code == 400, resp.json()
+        assert resp.json()["ids"] == ["lists an experiment twice; give each id once."]
+
+
 def test_reading_rights_are_those_of_reading_the_experiments(alice, tmp_path, root):
     from rest_framework.test import APIClient
 

@@ -138,7 +138,7 @@ def test_diff_endpoint_names_bad_ids(auth_api, user):
     a = make_exp(creator=user)
     assert auth_api.get(f"/api/v1/exps/diff?ids={a.pk}").status_code == 400
     res = auth_api.get(f"/api/v1/exps/diff?ids={a.pk},{a.pk}")
-    assert res.status_code == 400 and "ids" in res.json()
+    assert res.status_code == 400 and "twice" in res.json()["ids"][0]
     res = auth_api.get(f"/api/v1/exps/diff?ids={a.pk},abc")
     assert res.status_code == 400 and "ids" in res.json()
     res = auth_api.get(f"/api/v1/exps/diff?ids={a.pk},{a.pk + 1000}")
@@ -177,3 +177,12 @@ def test_nan_equals_nan_and_one_spelling_is_no_difference():
     other = diff_experiments([exp(1, a), exp(2, a.replace(".nan\nlr", ".NaN\nlr"))], now=NOW)
     (row,) = [r for r in other["differences"] if r["path"].startswith("config")]
     assert row["path"] == "config.loss_floor" and row["written"] == [".nan", ".NaN"]
+
+
+def test_a_repeated_id_among_others_is_refused_not_dropped(auth_api, user):
+    """`ids=1,2,1` was quietly read as `1,2`: a filter's de-duplication applied to operands."""
+    a, b = make_exp(creator=user), make_exp(creator=user)
+    for query in (f"ids={a.pk},{b.pk},{a.pk}", f"ids={a.pk}&ids={b.pk}&ids={a.pk}"):
+        res = auth_api.get(f"/api/v1/exps/diff?{query}")
+        assert res.status_code == 400, res.json()
+        assert res.json()["ids"] == ["lists an experiment twice; give each id once."]
