@@ -275,12 +275,45 @@ def test_lines_that_are_not_json_objects_are_skipped_not_fatal(alice, tmp_path, 
     write_results(a, [{"name": "m", "x": 1}], result_root=root)
     record = write_results(b, [{"name": "m", "x": 2}], result_root=root)
     path = local_path(results_url(record))
-    path.write_bytes(path.read_bytes() + b'{"name": "m", "y": NaN}\n[1]\n\xff\n{"name": "n", "x": 3}\n')
+    path.write_bytes(path.read_bytes() + b'{"name": "m", "y": }\n[1]\n\xff\n{"name": "n", "x": 3}\n')
     doc = client.get(URL, {"ids": [a.pk, b.pk]}).json()
     cells = {m["path"]: [c["value"] for c in m["values"]] for m in doc["plugins"][0]["metrics"]}
     assert cells == {"m.x": [1.0, 2.0], "n.x": [None, 3.0]}
     records, unparsable, _ = parse_results(path.read_bytes(), strict=False)
     assert [u["line"] for u in unparsable] == [2, 3, 4] and len(records) == 2
+    # The skipped lines are said in the analysis' note, not hidden.
+    note = doc["plugins"][0]["analyses"][1]["note"]
+    assert note.startswith("3 line(s) of its results file are not JSON objects and were "
+                           "skipped (line 2: not JSON")
+    assert doc["plugins"][0]["analyses"][1]["state"] == "used"
+
+
+def test_a_users_python_written_nan_and_infinity_are_nan_not_a_lost_record(alice, root):
+    """Python's json.dumps writes NaN, Infinity and -Infinity (MLflow #15535, #3406: one NaN
+    metric broke the run's page); orjson refuses them, so such a line was dropped whole and
+    its finite metrics went missing. Each is now a `nan` cell and the rest are read."""
+    import json
+    import math
+
+    from analysis.outputs import results_url
+    from artifacts.store import local_path
+
+    client, user = alice
+    a, b = make_bench_exp(user), make_bench_exp(user)
+    write_results(a, [{"name": "eval", "loss": 0.5, "acc": 0.9, "big": 1.0}], result_root=root)
+    record = write_results(b, [], result_root=root)
+    line = json.dumps({"name": "eval", "loss": math.nan, "acc": 0.8, "big": -math.inf})
+    assert "NaN" in line and "-Infinity" in line
+    local_path(results_url(record)).write_text(line + '\n{"name": "huge", "v": 1e400}\n')
+    doc = client.get(URL, {"ids": [a.pk, b.pk], "fail_on": "command/mine:eval.acc < -50%"}).json()
+    [section] = doc["plugins"]
+    cells = {m["path"]: [c["state"] for c in m["values"]] for m in section["metrics"]}
+    assert cells == {"eval.loss": ["number", "nan"], "eval.acc": ["number", "number"],
+                     "eval.big": ["number", "nan"], "huge.v": ["missing", "nan"]}
+    acc = [m for m in section["metrics"] if m["path"] == "eval.acc"][0]["values"][1]
+    assert acc["change"] == pytest.approx(-0.1) and acc["change_percent"] == pytest.approx(-11.11, abs=0.01)
+    assert section["analyses"][1]["note"] == ""
+    assert doc["gate"]["failed"] is False
 
 
 def test_an_analysis_whose_results_are_gone_is_unreadable_and_its_metrics_missing(alice, tmp_path,
@@ -300,3 +333,17 @@ def test_an_analysis_whose_results_are_gone_is_unreadable_and_its_metrics_missin
     assert "has no results" in section["analyses"][1]["note"]
     assert section["metrics"][0]["values"][1]["state"] == "missing"
     assert doc["gate"]["conditions"][0]["failures"][0]["why"] == "missing"
+
+
+@pytest.mark.parametrize("line, value", [
+    (b'{"a": NaN, "b": 1}', {"a": None, "b": 1}),
+    (b'{"a": -Infinity}', {"a": None}),
+    (b'{"a": 1e400}', {"a": float("inf")}),
+    (b'{"a": "\\ud800", "b": NaN}', None),  # a lone surrogate stays refused
+    (b'[NaN]', None),
+    (b'{"a": NaN', None),
+])
+def test_the_fast_reader_reads_non_finite_literals_and_nothing_else_new(line, value):
+    from analysis.outputs import parse_line_fast
+
+    assert parse_line_fast(line)[0] == value
