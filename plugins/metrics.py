@@ -187,7 +187,10 @@ def extract(records: Iterable[Mapping[str, Any]], rules: Iterable[MetricRule] = 
     out = Extracted()
     for record in records:
         if rules:
-            for rule in by_kind.get(record.get("kind"), ()):  # type: ignore[arg-type]
+            # A kind that is not a string (a list, an object) names no rule and is no key:
+            # looking it up raised TypeError and answered 500.
+            kind = record.get("kind")
+            for rule in by_kind.get(kind, ()) if isinstance(kind, str) else ():
                 _apply(rule, record, out)
         else:
             _generic(record, out)

@@ -347,3 +347,48 @@ def test_the_fast_reader_reads_non_finite_literals_and_nothing_else_new(line, va
     from analysis.outputs import parse_line_fast
 
     assert parse_line_fast(line)[0] == value
+
+
+def test_a_plugin_record_whose_kind_is_not_a_string_is_skipped_not_a_500(alice, tmp_path, root):
+    """A record `{"kind": [...]}` in a catalog plugin's results made the rule lookup raise
+    TypeError (unhashable list): the compare answered 500. Found by
+    plugins/tests/test_gate_properties.py."""
+    from analysis.outputs import results_url
+    from artifacts.store import local_path
+
+    client, user = alice
+    a = _bench(user, tmp_path, root, [100.0])
+    b = _bench(user, tmp_path, root, [90.0])
+    from analysis.models import AnalysisRecord
+
+    record = AnalysisRecord.objects.get(experiment_id=b.pk)
+    path = local_path(results_url(record))
+    path.write_bytes(path.read_bytes() + b'{"kind": ["metric"], "metric": "x", "mean": 1}\n'
+                     b'{"kind": {"a": 1}, "mean": 2}\n')
+    resp = client.get(URL, {"ids": [a.pk, b.pk], "metric": "results.gflops.mean"})
+    assert resp.status_code == 200, resp.content[:300]
+    [metric] = resp.json()["plugins"][0]["metrics"]
+    assert [c["value"] for c in metric["values"]] == [100.0, 90.0]
+
+
+def test_generated_filters_and_conditions_never_answer_5xx(alice, tmp_path, root):
+    """Any `metric`, `plugin` and `fail_on` text: 200, or 400 naming that parameter."""
+    from hypothesis import HealthCheck, given, settings, strategies as st
+
+    client, user = alice
+    ids = [_bench(user, tmp_path, root, [1.0]).pk, _bench(user, tmp_path, root, [0.0]).pk]
+    text = st.one_of(st.text(max_size=40), st.sampled_from(
+        ["bench-summary:*", "bench-summary:results.gflops.mean < -5%", "*.(mean|p9?)",
+         "bench-summary:[a-z]+ >= 1e99", "bench-summary:x < 1e999", "\x00", "ü:ü < ٥%"]))
+
+    @settings(max_examples=60, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    @given(st.sampled_from(["metric", "plugin", "fail_on"]), st.lists(text, min_size=1,
+                                                                      max_size=3))
+    def check(name, values):
+        resp = client.get(URL, {"ids": ids, name: values})
+        assert resp.status_code in (200, 400), resp.content[:300]
+        if resp.status_code == 400:
+            assert set(resp.json()) == {name, "code"}
+
+    check()
