@@ -392,3 +392,29 @@ def test_generated_filters_and_conditions_never_answer_5xx(alice, tmp_path, root
             assert set(resp.json()) == {name, "code"}
 
     check()
+
+
+def test_metric_names_with_slashes_dots_and_other_scripts_are_readable_and_matched(alice, root):
+    """W&B #8445 (a glob over keys with `/`), MLflow unicode keys: a name with `/`, `.` or
+    letters outside ASCII is one quoted key, written as typed (it was `["\\u541e..."]`, which no
+    pattern typed by a user matched), and a pattern and a condition find it."""
+    client, user = alice
+    a, b = make_bench_exp(user), make_bench_exp(user)
+    write_results(a, [{"name": "train/loss", "val.acc": 0.5}, {"name": "吞吐量", "tok_s": 100}],
+                  result_root=root)
+    write_results(b, [{"name": "train/loss", "val.acc": 0.4}, {"name": "吞吐量", "tok_s": 80}],
+                  result_root=root)
+    doc = client.get(URL, {"ids": [a.pk, b.pk], "metric": ["*train/loss*", "*吞吐*"],
+                           "fail_on": "command/mine:[\"吞吐量\"].tok_s < -10%"}).json()
+    paths = [m["path"] for m in doc["plugins"][0]["metrics"]]
+    assert paths == ['["train/loss"]["val.acc"]', '["吞吐量"].tok_s']
+    [condition] = doc["gate"]["conditions"]
+    assert condition["matched"] == 1 and condition["failures"][0]["change_percent"] == -20.0
+
+
+def test_an_invisible_character_in_a_key_stays_escaped():
+    from plugins.metrics import key_path
+
+    assert key_path("r", "safe\u202eexe") == 'r["safe\\u202eexe"]'
+    assert key_path("r", "a\u2028b\x01") == 'r["a\\u2028b\\u0001"]'
+    assert key_path("r", "\ud800") == 'r["\\ud800"]'
