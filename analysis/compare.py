@@ -67,8 +67,8 @@ def _conditions(fail_on: Sequence[str]) -> list[Condition]:
     if len(fail_on) > MAX_CONDITIONS:
         raise ValidationFailed({"fail_on": [f"give at most {MAX_CONDITIONS} conditions; got "
                                             f"{len(fail_on)}."]})
-    problems = [f"{text[:80]!r}: {p}" if isinstance(text, str) else p
-                for text in fail_on if (p := condition_problem(text))]
+    # Each sentence quotes its condition (the blank one aside, which has nothing to quote).
+    problems = [p for text in fail_on if (p := condition_problem(text))]
     if problems:
         raise ValidationFailed({"fail_on": problems})
     return [parse_condition(text) for text in fail_on]

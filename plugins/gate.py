@@ -70,7 +70,8 @@ def condition_problem(text: object) -> str | None:
     if not isinstance(text, str) or not text.strip(" \t\n\r\f\v"):
         return f"must be a condition such as {EXAMPLE!r}."
     if len(text) > MAX_CONDITION_CHARS:
-        return f"must be at most {MAX_CONDITION_CHARS} characters; got {len(text)}."
+        return (f"{text[:40]!r}... is {len(text)} characters; a condition is at most "
+                f"{MAX_CONDITION_CHARS}.")
     match = _CONDITION.fullmatch(text)
     if match is None:
         return (f"{text[:80]!r} is not PLUGIN:METRIC OP THRESHOLD with OP one of <, <=, >, >= "

@@ -210,6 +210,15 @@ def test_bad_parameters_name_the_field(alice, params, field):
     assert set(resp.json()) == {field, "code"} and resp.json()["code"] == "invalid"
 
 
+def test_a_bad_condition_is_quoted_once(alice):
+    client, _ = alice
+    resp = client.get(URL, {"ids": "1,2", "fail_on": ["p:x == 5%", "p:x < 1" + "0" * 500]})
+    first, second = resp.json()["fail_on"]
+    assert first.startswith("'p:x == 5%' is not PLUGIN:METRIC OP THRESHOLD")
+    assert first.count("p:x == 5%") == 1
+    assert second.endswith("is 507 characters; a condition is at most 500.")
+
+
 def test_a_repeated_id_among_others_is_refused_not_dropped(alice):
     """`ids=1,2,1` was quietly compared as `1,2` (and `1,1` said "got 1")."""
     client, user = alice
