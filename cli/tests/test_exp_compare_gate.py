@@ -148,3 +148,39 @@ def test_help_has_examples_and_the_gate_exit_code(logged_in):
     text = " ".join(result.output.split())
     assert "Examples:" in text and "13 the gate failed" in text
     assert "falcon exp compare 12 15 --fail-on 'bench-summary:results.gflops.mean < -5%'" in text
+
+
+def test_a_users_odd_results_draw_and_gate_through_the_cli(logged_in, user, root):
+    """A user's own JSONL as Python writes it: NaN and -Infinity literals, huge, negative,
+    boolean and string values, names with `/`, `.` and other scripts. The table draws each
+    metric (nan and missing named, never 0), `--metric` finds the quoted names as typed, and
+    the gate fails with exit 13 on the metric that went NaN."""
+    import math
+
+    from analysis.outputs import results_url
+    from artifacts.store import local_path
+
+    a, b = make_bench_exp(user), make_bench_exp(user)
+    rows = {"name": "train/loss", "val.acc": 0.9, "loss": 0.5, "big": 1e308, "neg": -3,
+            "ok": True, "text": "1.5"}
+    write_results(a, [rows, {"name": "吞吐量", "tok_s": 100}], result_root=root)
+    record = write_results(b, [], result_root=root)
+    lines = [json.dumps({**rows, "loss": math.nan, "big": -1e308, "neg": -math.inf}),
+             json.dumps({"name": "吞吐量", "tok_s": 120}, ensure_ascii=False)]
+    local_path(results_url(record)).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    ids = [str(a.pk), str(b.pk)]
+
+    shown = logged_in("exp", "compare", *ids, "--metric", "*train/loss*", "--metric", "*吞吐*")
+    assert shown.exit_code == 0, shown.output
+    assert '["train/loss"].loss' in shown.stdout and '["吞吐量"].tok_s' in shown.stdout
+    assert "+20 (+20.0%)" in shown.stdout
+    doc = json.loads(logged_in("exp", "compare", *ids, "-o", "json").stdout)
+    cells = {m["path"]: [c["state"] for c in m["values"]] for m in doc["plugins"][0]["metrics"]}
+    assert cells['["train/loss"].loss'] == ["number", "nan"]
+    assert cells['["train/loss"].neg'] == ["number", "nan"]
+    assert cells['["train/loss"].big'] == ["number", "number"]
+    assert '["train/loss"].ok' not in cells and '["train/loss"].text' not in cells
+
+    gate = logged_in("exp", "compare", *ids, "--fail-on", 'command/mine:*train/loss*.loss > 10%')
+    assert gate.exit_code == ExitCode.GATE_FAILED, gate.output
+    assert "nan" in gate.stdout.lower()
