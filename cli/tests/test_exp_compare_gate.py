@@ -184,3 +184,17 @@ def test_a_users_odd_results_draw_and_gate_through_the_cli(logged_in, user, root
     gate = logged_in("exp", "compare", *ids, "--fail-on", 'command/mine:*train/loss*.loss > 10%')
     assert gate.exit_code == ExitCode.GATE_FAILED, gate.output
     assert "nan" in gate.stdout.lower()
+
+
+def test_filters_that_keep_nothing_say_so_rather_than_no_analysis(logged_in, user, tmp_path,
+                                                                 root):
+    """`--plugin nope` said "No succeeded analysis on these experiments" although both had one."""
+    a = _bench(user, tmp_path, root, [1.0])
+    b = _bench(user, tmp_path, root, [2.0])
+    ids = [str(a.pk), str(b.pk)]
+    result = logged_in("exp", "compare", *ids, "--plugin", "bench-sumary")
+    assert result.exit_code == 0, result.output
+    assert "No succeeded analysis of bench-sumary on these experiments (--plugin)" in " ".join(
+        result.stdout.split())
+    result = logged_in("exp", "compare", *ids, "--metric", "results.gflop.mean")
+    assert "no metric matches --metric results.gflop.mean" in result.stdout
