@@ -186,3 +186,16 @@ def test_a_repeated_id_among_others_is_refused_not_dropped(auth_api, user):
         res = auth_api.get(f"/api/v1/exps/diff?{query}")
         assert res.status_code == 400, res.json()
         assert res.json()["ids"] == ["lists an experiment twice; give each id once."]
+
+
+def test_a_yaml_escape_of_a_lone_surrogate_is_compared_as_text_not_a_500(auth_api, user):
+    """`x: "\\ud800"` is valid YAML whose value no JSON answer can encode: the diff (and the
+    compare, which shares it) answered 500. Such a config is compared as its text."""
+    a = make_exp(creator=user, config="x: 1\n")
+    b = make_exp(creator=user, config='x: "\\ud800"\n')
+    for url in (f"/api/v1/exps/diff?ids={a.pk},{b.pk}", f"/api/v1/exps/compare?ids={a.pk},{b.pk}"):
+        res = auth_api.get(url)
+        assert res.status_code == 200, res.content[:300]
+        assert res.json()["config_format"] == "text"
+        [config] = [d for d in res.json()["differences"] if d["path"] == "config"]
+        assert config["values"] == ["x: 1\n", 'x: "\\ud800"\n']
