@@ -198,3 +198,13 @@ def test_filters_that_keep_nothing_say_so_rather_than_no_analysis(logged_in, use
         result.stdout.split())
     result = logged_in("exp", "compare", *ids, "--metric", "results.gflop.mean")
     assert "no metric matches --metric results.gflop.mean" in result.stdout
+
+
+@pytest.mark.parametrize("option", ["--metric", "--plugin", "--fail-on"])
+def test_an_argument_that_is_not_utf8_is_a_usage_error(logged_in, user, option):
+    """A byte that is not UTF-8 in argv arrives as a lone surrogate ('\\udcff'); it ended in
+    "unexpected UnicodeEncodeError" when the request was built."""
+    result = logged_in("exp", "compare", "1", "2", option, "bench-summary:x\udcff < 5")
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert f"{option} 'bench-summary:x? < 5' is not UTF-8 text" in result.output
+    assert logged_in.transport.requests == []
