@@ -104,3 +104,19 @@ def test_any_records_give_finite_numbers_or_null_under_string_paths(records, plu
         assert value is None or (type(value) is float and math.isfinite(value))
         assert out.units[path] in ("", "us", "ms", "s", "bytes", "count")
         assert out.better[path] in ("", "higher", "lower")
+
+
+def test_a_pattern_of_many_stars_does_not_backtrack_for_ever():
+    """`*a*a*a*a*a*a*a*a*b` against a long path of `a` backtracked exponentially with one
+    `.*` per star (minutes at 8 stars: one request held a worker). Run in a child with a
+    deadline, so a regression fails instead of hanging the suite."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("from plugins.gate import path_matches\n"
+            "assert not path_matches('*a' * 40 + 'b', 'a' * 400)\n"
+            "assert path_matches('*a' * 40 + '*', 'a' * 400)\n")
+    root = Path(__file__).resolve().parents[2]
+    subprocess.run([sys.executable, "-c", code], cwd=root, check=True, timeout=120,
+                   env={"PYTHONPATH": str(root)})
