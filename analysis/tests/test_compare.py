@@ -427,3 +427,19 @@ def test_an_invisible_character_in_a_key_stays_escaped():
     assert key_path("r", "safe\u202eexe") == 'r["safe\\u202eexe"]'
     assert key_path("r", "a\u2028b\x01") == 'r["a\\u2028b\\u0001"]'
     assert key_path("r", "\ud800") == 'r["\\ud800"]'
+
+
+def test_results_of_only_bad_lines_are_unreadable_with_the_reason(alice, root):
+    from analysis.outputs import results_url
+    from artifacts.store import local_path
+
+    client, user = alice
+    a, b = make_bench_exp(user), make_bench_exp(user)
+    write_results(a, [{"name": "m", "x": 1}], result_root=root)
+    record = write_results(b, [], result_root=root)
+    local_path(results_url(record)).write_bytes(b"step 1 loss 0.5\nstep 2 loss 0.4\n")
+    doc = client.get(URL, {"ids": [a.pk, b.pk]}).json()
+    analysis = doc["plugins"][0]["analyses"][1]
+    assert analysis["state"] == "unreadable"
+    assert analysis["note"].startswith("2 line(s) of its results file are not JSON objects")
+    assert doc["plugins"][0]["metrics"][0]["values"][1]["state"] == "missing"
