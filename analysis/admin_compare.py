@@ -64,6 +64,17 @@ def _ids(raw: str) -> list[int]:
                                         f"e.g. ids=12,15."]}) from None
 
 
+def _baseline(raw: str | None) -> int | None:
+    """The one id of `baseline` (the page's select), None when not given."""
+    if raw in (None, ""):
+        return None
+    try:
+        return parse_decimal(raw.strip(), minimum=1, maximum=2 ** 63 - 1)
+    except BadNumber as exc:
+        raise ValidationFailed({"baseline": [f"{exc}: give one of the ids compared, e.g. "
+                                             f"baseline=12; got {raw[:40]!r}."]}) from None
+
+
 def _threshold(raw: str | None) -> float:
     if raw in (None, ""):
         return DEFAULT_THRESHOLD
@@ -160,10 +171,9 @@ def compare_view(model_admin, request):
     threshold = DEFAULT_THRESHOLD
     try:
         threshold = _threshold(query.get("threshold"))
-        baseline = query.get("baseline") or None
         document = exp_compare(
             exp_ids=_ids(query.get("ids", "")),
-            baseline=_ids(baseline)[0] if baseline else None,
+            baseline=_baseline(query.get("baseline")),
             plugins=[p for p in query.getlist("plugin") if p.strip()],
             metrics=_patterns(query))
     except ValidationFailed as exc:

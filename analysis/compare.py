@@ -67,8 +67,8 @@ def _conditions(fail_on: Sequence[str]) -> list[Condition]:
     if len(fail_on) > MAX_CONDITIONS:
         raise ValidationFailed({"fail_on": [f"give at most {MAX_CONDITIONS} conditions; got "
                                             f"{len(fail_on)}."]})
-    problems = [f"{text[:80]!r}: {p}" if isinstance(text, str) else p
-                for text in fail_on if (p := condition_problem(text))]
+    # Each sentence quotes its condition (the blank one aside, which has nothing to quote).
+    problems = [p for text in fail_on if (p := condition_problem(text))]
     if problems:
         raise ValidationFailed({"fail_on": problems})
     return [parse_condition(text) for text in fail_on]
@@ -139,6 +139,12 @@ def _extracted(record: AnalysisRecord, rules: tuple[MetricRule, ...]) -> tuple[E
         if results["truncated"] else ""
     if out.truncated:
         note = note or "it has more metrics than a compare reads: the rest are missing"
+    if results["unparsable"] and not note:
+        # Said, not hidden: a metric of a skipped line shows as missing, and the user's next
+        # question is why (`falcon analysis results` lists each such line).
+        first = results["unparsable"][0]
+        note = (f"{len(results['unparsable'])} line(s) of its results file are not JSON "
+                f"objects and were skipped (line {first['line']}: {first['error'][:120]})")
     return out, note
 
 
@@ -172,7 +178,7 @@ def _section(name: str, ids: Sequence[int], chosen: Mapping[int, AnalysisRecord]
             continue
         out, note = _extracted(record, rules)
         analyses.append({"experiment": exp_id, "analysis_id": record.analysis_id,
-                         "state": "unreadable" if note and not out.values else "used",
+                         "state": "used" if out.values or not note else "unreadable",
                          "note": note})
         extracted.append(out)
     paths: dict[str, None] = {}

@@ -87,7 +87,9 @@ def _plugin(console: Console, doc: dict[str, Any], section: dict[str, Any]) -> N
     metrics = section.get("metrics") or []
     if not metrics:
         console.print(title)
-        console.print(Text("  no metrics", style="dim"))
+        patterns = (doc.get("filters") or {}).get("metric") or []
+        console.print(Text(f"  no metric matches --metric {' '.join(patterns)}" if patterns
+                           else "  no metrics", style="dim"))
         return
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title=title, title_justify="left")
     table.add_column("METRIC", overflow="fold", style="bold")
@@ -134,8 +136,13 @@ def exp_compare_table(console: Console, doc: dict[str, Any]) -> None:
     exp_diff_table(console, doc)
     sections = doc.get("plugins") or []
     if not sections:
-        console.print(Text("No succeeded analysis on these experiments: no metrics to compare.",
-                           style="dim"))
+        asked = (doc.get("filters") or {}).get("plugin") or []
+        # With --plugin the sections were filtered out: "no analysis" would send the user
+        # looking for a failed run instead of at a misspelt plugin name.
+        console.print(Text(
+            f"No succeeded analysis of {', '.join(asked)} on these experiments (--plugin): "
+            "no metrics to compare." if asked else
+            "No succeeded analysis on these experiments: no metrics to compare.", style="dim"))
     for section in sections:
         _plugin(console, doc, section)
     if doc.get("gate") is not None:

@@ -110,6 +110,9 @@ class MultiValueField(forms.Field):
     """
 
     widget = CommaListWidget
+    # A filter drops a repeated value (`?status=A,A` is `?status=A`); a list whose items are
+    # each one operand (the experiments of a compare) keeps them, so the caller can refuse one.
+    unique = True
 
     def to_python(self, value: Any) -> list[Any]:
         """Return the items of `value` (a list or one value), comma lists split, blanks dropped.
@@ -146,7 +149,7 @@ class MultiValueField(forms.Field):
         if bad:
             raise forms.ValidationError(self.bad_items_message(bad), code="invalid")
         # Duplicates out in one pass, order kept (a list scan per value was quadratic).
-        return list(dict.fromkeys(cleaned))
+        return list(dict.fromkeys(cleaned)) if self.unique else cleaned
 
     def clean_item(self, item: Any) -> Any:
         """Return `item` cleaned. Raises ValueError when it is not valid."""
@@ -186,6 +189,14 @@ class IdListField(MultiValueField):
 
     def bad_items_message(self, bad: list[Any]) -> str:
         return f"must be integer ids from 1 to {MAX_ID}; got {_listed(bad)}."
+
+
+class IdSequenceField(IdListField):
+    """The ids of a diff or compare, in order and repeats kept: each is one operand, so
+    `ids=1,2,1` is refused by the service ("lists an experiment twice") instead of quietly
+    becoming `1,2`, and `ids=1,1` is named as a repeat rather than as one id."""
+
+    unique = False
 
 
 class ChoiceListField(MultiValueField):

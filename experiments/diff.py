@@ -165,9 +165,24 @@ def parse_config(text: str) -> tuple[bool, Any, Any]:
         return False, text, None
     if tree is None:
         return True, {}, {}
-    if isinstance(tree, (Mapping, list)):
+    if isinstance(tree, (Mapping, list)) and not _holds_surrogate(tree):
         return True, _plain(tree), _plain(written)
     return False, text, None
+
+
+def _holds_surrogate(value: Any) -> bool:
+    """Whether a key or string of `value` holds a lone UTF-16 surrogate: YAML's `"\\ud800"`
+    escape makes one, which no JSON answer can encode (the diff and compare answered 500).
+    Such a config is compared as the text it is written in, which is plain ASCII."""
+    from core.jsoninput import has_surrogate
+
+    if isinstance(value, str):
+        return has_surrogate(value)
+    if isinstance(value, Mapping):
+        return any(_holds_surrogate(k) or _holds_surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_holds_surrogate(v) for v in value)
+    return False
 
 
 # Parsed configs, by their text: reading YAML with the bounded reader costs about 1 ms per

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,7 +39,31 @@ def key_path(parent: str, key: Any) -> str:
         return f"{parent}[{key}]"
     if isinstance(key, str) and _PLAIN_KEY.fullmatch(key):
         return f"{parent}.{key}" if parent else key
-    return f"{parent}[{json.dumps(key if isinstance(key, str) else str(key))}]"
+    return f"{parent}[{_quoted(key if isinstance(key, str) else str(key))}]"
+
+
+# Characters kept escaped in a quoted key: controls, format characters (bidi overrides),
+# surrogates, private-use and unassigned code points, line and paragraph separators.
+_ESCAPED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
+def _quoted(key: str) -> str:
+    """`key` as a JSON string, letters of every script as they are (`["吞吐量"]`, `["ü/é"]`:
+    readable, and matched by a pattern typed as seen), the invisible ones as `\\uXXXX`."""
+    text = json.dumps(key, ensure_ascii=False)
+    if text.isascii():
+        return text
+    return "".join(_escaped(c) if unicodedata.category(c) in _ESCAPED_CATEGORIES else c
+                   for c in text)
+
+
+def _escaped(char: str) -> str:
+    """`char` as JSON escapes: one `\\uXXXX`, or a UTF-16 surrogate pair past U+FFFF."""
+    code = ord(char)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
 def unit_for(name: str) -> str:
@@ -187,7 +212,10 @@ def extract(records: Iterable[Mapping[str, Any]], rules: Iterable[MetricRule] = 
     out = Extracted()
     for record in records:
         if rules:
-            for rule in by_kind.get(record.get("kind"), ()):  # type: ignore[arg-type]
+            # A kind that is not a string (a list, an object) names no rule and is no key:
+            # looking it up raised TypeError and answered 500.
+            kind = record.get("kind")
+            for rule in by_kind.get(kind, ()) if isinstance(kind, str) else ():
                 _apply(rule, record, out)
         else:
             _generic(record, out)

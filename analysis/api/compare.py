@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.errors import ValidationFailed
-from core.filters import MAX_ID, IdListField
+from core.filters import MAX_ID, IdSequenceField
 from core.numbers import BadNumber, parse_decimal
 from plugins.gate import CONDITION_PATTERN, MAX_CONDITION_CHARS, MAX_CONDITIONS
 
@@ -93,7 +93,7 @@ class ExpCompareView(APIView):
     def get(self, request):
         # Every bad id parameter is named in one answer, not the first one only.
         parsed, errors = {}, {}
-        for name, parse in (("ids", IdListField().clean), ("baseline", _one_id)):
+        for name, parse in (("ids", IdSequenceField().clean), ("baseline", _one_id)):
             try:
                 parsed[name] = parse(request.query_params.getlist(name))
             except FormError as exc:

@@ -114,6 +114,9 @@ def test_baseline_and_missing_analyses(ops, three, user):
     ("ids=1", "ids"), ("ids=1,x", "ids"), ("ids={a},{b}&threshold=-1", "threshold"),
     ("ids={a},{b}&threshold=abc", "threshold"), ("ids={a},{b}&baseline=999999", "baseline"),
     ("ids={a},999999", "ids"),
+    # A baseline of only commas was read as no id and indexed: a 500. Two ids took the first.
+    ("ids={a},{b}&baseline=,", "baseline"), ("ids={a},{b}&baseline={b},{a}", "baseline"),
+    ("ids={a},{b}&baseline=x", "baseline"), ("ids={a},{b},{a}", "ids"),
 ])
 def test_bad_parameters_are_named(ops, three, query, field):
     base, slow, _ = three

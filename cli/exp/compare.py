@@ -71,6 +71,16 @@ def compare(env, exp_ids: tuple[int, ...], baseline: int | None, plugins: tuple[
     if baseline is not None and baseline not in exp_ids:
         raise CLIError(f"--baseline {baseline} is not among the experiments compared; give "
                        "one of them", ExitCode.USAGE)
+    for option, values in (("--plugin", plugins), ("--metric", metrics), ("--fail-on", fail_on)):
+        for value in values:
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                # A byte that is not UTF-8 in argv reaches Python as a lone surrogate, which
+                # no request can carry ("unexpected UnicodeEncodeError" before).
+                raise CLIError(f"{option} {value.encode('utf-8', 'replace').decode()!r} is not "
+                               "UTF-8 text; check the terminal's encoding (LANG)",
+                               ExitCode.USAGE) from None
     for condition in fail_on:
         if problem := condition_problem(condition):
             raise CLIError(f"--fail-on: {problem}", ExitCode.USAGE)

@@ -148,3 +148,63 @@ def test_help_has_examples_and_the_gate_exit_code(logged_in):
     text = " ".join(result.output.split())
     assert "Examples:" in text and "13 the gate failed" in text
     assert "falcon exp compare 12 15 --fail-on 'bench-summary:results.gflops.mean < -5%'" in text
+
+
+def test_a_users_odd_results_draw_and_gate_through_the_cli(logged_in, user, root):
+    """A user's own JSONL as Python writes it: NaN and -Infinity literals, huge, negative,
+    boolean and string values, names with `/`, `.` and other scripts. The table draws each
+    metric (nan and missing named, never 0), `--metric` finds the quoted names as typed, and
+    the gate fails with exit 13 on the metric that went NaN."""
+    import math
+
+    from analysis.outputs import results_url
+    from artifacts.store import local_path
+
+    a, b = make_bench_exp(user), make_bench_exp(user)
+    rows = {"name": "train/loss", "val.acc": 0.9, "loss": 0.5, "big": 1e308, "neg": -3,
+            "ok": True, "text": "1.5"}
+    write_results(a, [rows, {"name": "吞吐量", "tok_s": 100}], result_root=root)
+    record = write_results(b, [], result_root=root)
+    lines = [json.dumps({**rows, "loss": math.nan, "big": -1e308, "neg": -math.inf}),
+             json.dumps({"name": "吞吐量", "tok_s": 120}, ensure_ascii=False)]
+    local_path(results_url(record)).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    ids = [str(a.pk), str(b.pk)]
+
+    shown = logged_in("exp", "compare", *ids, "--metric", "*train/loss*", "--metric", "*吞吐*")
+    assert shown.exit_code == 0, shown.output
+    assert '["train/loss"].loss' in shown.stdout and '["吞吐量"].tok_s' in shown.stdout
+    assert "+20 (+20.0%)" in shown.stdout
+    doc = json.loads(logged_in("exp", "compare", *ids, "-o", "json").stdout)
+    cells = {m["path"]: [c["state"] for c in m["values"]] for m in doc["plugins"][0]["metrics"]}
+    assert cells['["train/loss"].loss'] == ["number", "nan"]
+    assert cells['["train/loss"].neg'] == ["number", "nan"]
+    assert cells['["train/loss"].big'] == ["number", "number"]
+    assert '["train/loss"].ok' not in cells and '["train/loss"].text' not in cells
+
+    gate = logged_in("exp", "compare", *ids, "--fail-on", 'command/mine:*train/loss*.loss > 10%')
+    assert gate.exit_code == ExitCode.GATE_FAILED, gate.output
+    assert "nan" in gate.stdout.lower()
+
+
+def test_filters_that_keep_nothing_say_so_rather_than_no_analysis(logged_in, user, tmp_path,
+                                                                 root):
+    """`--plugin nope` said "No succeeded analysis on these experiments" although both had one."""
+    a = _bench(user, tmp_path, root, [1.0])
+    b = _bench(user, tmp_path, root, [2.0])
+    ids = [str(a.pk), str(b.pk)]
+    result = logged_in("exp", "compare", *ids, "--plugin", "bench-sumary")
+    assert result.exit_code == 0, result.output
+    assert "No succeeded analysis of bench-sumary on these experiments (--plugin)" in " ".join(
+        result.stdout.split())
+    result = logged_in("exp", "compare", *ids, "--metric", "results.gflop.mean")
+    assert "no metric matches --metric results.gflop.mean" in result.stdout
+
+
+@pytest.mark.parametrize("option", ["--metric", "--plugin", "--fail-on"])
+def test_an_argument_that_is_not_utf8_is_a_usage_error(logged_in, user, option):
+    """A byte that is not UTF-8 in argv arrives as a lone surrogate ('\\udcff'); it ended in
+    "unexpected UnicodeEncodeError" when the request was built."""
+    result = logged_in("exp", "compare", "1", "2", option, "bench-summary:x\udcff < 5")
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert f"{option} 'bench-summary:x? < 5' is not UTF-8 text" in result.output
+    assert logged_in.transport.requests == []

@@ -262,10 +262,10 @@ class ExpDiffView(APIView):
         from django.forms import ValidationError as FormError
 
         from core.errors import ValidationFailed
-        from core.filters import IdListField
+        from core.filters import IdSequenceField
 
         try:
-            ids = IdListField().clean(request.query_params.getlist("ids"))
+            ids = IdSequenceField().clean(request.query_params.getlist("ids"))
         except FormError as exc:
             raise ValidationFailed({"ids": list(exc.messages)}) from None
         flag = request.query_params.get("all", "false").lower()

@@ -138,7 +138,7 @@ def test_diff_endpoint_names_bad_ids(auth_api, user):
     a = make_exp(creator=user)
     assert auth_api.get(f"/api/v1/exps/diff?ids={a.pk}").status_code == 400
     res = auth_api.get(f"/api/v1/exps/diff?ids={a.pk},{a.pk}")
-    assert res.status_code == 400 and "ids" in res.json()
+    assert res.status_code == 400 and "twice" in res.json()["ids"][0]
     res = auth_api.get(f"/api/v1/exps/diff?ids={a.pk},abc")
     assert res.status_code == 400 and "ids" in res.json()
     res = auth_api.get(f"/api/v1/exps/diff?ids={a.pk},{a.pk + 1000}")
@@ -177,3 +177,25 @@ def test_nan_equals_nan_and_one_spelling_is_no_difference():
     other = diff_experiments([exp(1, a), exp(2, a.replace(".nan\nlr", ".NaN\nlr"))], now=NOW)
     (row,) = [r for r in other["differences"] if r["path"].startswith("config")]
     assert row["path"] == "config.loss_floor" and row["written"] == [".nan", ".NaN"]
+
+
+def test_a_repeated_id_among_others_is_refused_not_dropped(auth_api, user):
+    """`ids=1,2,1` was quietly read as `1,2`: a filter's de-duplication applied to operands."""
+    a, b = make_exp(creator=user), make_exp(creator=user)
+    for query in (f"ids={a.pk},{b.pk},{a.pk}", f"ids={a.pk}&ids={b.pk}&ids={a.pk}"):
+        res = auth_api.get(f"/api/v1/exps/diff?{query}")
+        assert res.status_code == 400, res.json()
+        assert res.json()["ids"] == ["lists an experiment twice; give each id once."]
+
+
+def test_a_yaml_escape_of_a_lone_surrogate_is_compared_as_text_not_a_500(auth_api, user):
+    """`x: "\\ud800"` is valid YAML whose value no JSON answer can encode: the diff (and the
+    compare, which shares it) answered 500. Such a config is compared as its text."""
+    a = make_exp(creator=user, config="x: 1\n")
+    b = make_exp(creator=user, config='x: "\\ud800"\n')
+    for url in (f"/api/v1/exps/diff?ids={a.pk},{b.pk}", f"/api/v1/exps/compare?ids={a.pk},{b.pk}"):
+        res = auth_api.get(url)
+        assert res.status_code == 200, res.content[:300]
+        assert res.json()["config_format"] == "text"
+        [config] = [d for d in res.json()["differences"] if d["path"] == "config"]
+        assert config["values"] == ["x: 1\n", 'x: "\\ud800"\n']
