@@ -26,6 +26,7 @@ from typing import Any
 
 import jwt
 from jwt import PyJWKClient, PyJWKClientConnectionError, PyJWKSet
+from jwt.jwk_set_cache import JWKSetCache
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,9 @@ class ResilientJWKClient(PyJWKClient):
             while the endpoint fails; 0 turns stale serving off.
         retry_seconds: after a failed fetch, seconds during which no new fetch is attempted
             (the stale set, or the failure, is answered at once).
-        clock: monotonic seconds (tests pass their own).
+        clock: monotonic seconds (tests pass their own): it times the key set's `lifespan`,
+            `stale_seconds` and `retry_seconds`. Only PyJWKClient's unknown-`kid` `cooldown`
+            stays on its own `time.monotonic`.
 
     Raises:
         jwt.PyJWKClientError: `uri` is not http(s), or a duration is out of range.
@@ -56,6 +59,8 @@ class ResilientJWKClient(PyJWKClient):
                          timeout=timeout, cooldown_duration=cooldown)
         if stale_seconds < 0 or retry_seconds < 0:
             raise jwt.PyJWKClientError("stale_seconds and retry_seconds must be >= 0")
+        # PyJWKClient's cache reads `time.monotonic` itself; this one reads `clock`.
+        self.jwk_set_cache = ClockedJWKSetCache(lifespan, clock)
         self.stale_seconds = stale_seconds
         self.retry_seconds = retry_seconds
         self._clock = clock
@@ -160,6 +165,23 @@ class ResilientJWKClient(PyJWKClient):
         if age > self.stale_seconds:
             return None
         return self._last_good
+
+
+class ClockedJWKSetCache(JWKSetCache):
+    """PyJWT's key set cache, its `lifespan` timed on `clock` (monotonic seconds)."""
+
+    def __init__(self, lifespan: float, clock):
+        super().__init__(lifespan)
+        self._clock = clock
+        self._put_at: float | None = None
+
+    def put(self, jwk_set) -> None:
+        super().put(jwk_set)
+        self._put_at = None if self.jwk_set_with_timestamp is None else self._clock()
+
+    def is_expired(self) -> bool:
+        return (self._put_at is not None and self.lifespan > -1
+                and self._clock() > self._put_at + self.lifespan)
 
 
 def usable_key_problem(data: object) -> str | None:

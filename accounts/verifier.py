@@ -286,6 +286,12 @@ def verifier_settings() -> VerifierSettings:
                             leeway=leeway)
 
 
+# The monotonic clock of the process's JWKS key source (`jwks.ResilientJWKClient`): its cache
+# lifespan, stale window and retry back-off. Tests replace it (the `cloudflare` fixture) before
+# the verifier is built, to pass those times without waiting for them.
+jwks_clock: Callable[[], float] = time.monotonic
+
+
 @lru_cache(maxsize=1)
 def default_verifier() -> TokenVerifier:
     """Build the process's verifier from settings (`verifier_settings`), once.
@@ -302,7 +308,7 @@ def default_verifier() -> TokenVerifier:
             lifespan=settings.FALCON_AUTH_JWKS_LIFESPAN_SECONDS,
             cooldown=settings.FALCON_AUTH_JWKS_COOLDOWN_SECONDS,
             stale_seconds=settings.FALCON_AUTH_JWKS_STALE_SECONDS,
-            retry_seconds=settings.FALCON_AUTH_JWKS_RETRY_SECONDS)
+            retry_seconds=settings.FALCON_AUTH_JWKS_RETRY_SECONDS, clock=jwks_clock)
     else:
         keys = LocalKeySource()
     return TokenVerifier(keys, audiences=list(conf.audiences), issuer=conf.issuer,

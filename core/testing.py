@@ -42,3 +42,20 @@ def wait_until(predicate: Callable[[], T], *, timeout: float = DEFAULT_TIMEOUT,
             return value
         assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
         time.sleep(every)
+
+
+class FakeClock:
+    """A clock that moves only when the test says so: pass it where code takes `clock=`.
+
+    Monotonic seconds, starting at `start`; `advance(seconds)` moves it forward.
+    """
+
+    def __init__(self, start: float = 1000.0):
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        assert seconds >= 0, "a monotonic clock never goes back"
+        self.now += seconds

@@ -26,10 +26,14 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
+from core.testing import FakeClock
+
 TEAM = "https://acme.cloudflareaccess.com"
 AUD = "4714c1358e65fe4b408ad6d432a5f878f08194bdb4752441fd56faefa9b2b6f2"
 OTHER_AUD = "d7b3c9f0aa11223344556677889900aabbccddeeff00112233445566778899aa"
 CERTS_PATH = "/cdn-cgi/access/certs"
+# Longest a held request of `CertsServer` waits: a bound for a test that forgets to release it.
+HOLD_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -93,7 +97,8 @@ class CertsServer:
     Attributes (tests change them while it runs):
         document: the JSON served at `/cdn-cgi/access/certs`.
         status: the HTTP status answered (503 simulates an outage).
-        delay: seconds to wait before answering (a slow endpoint).
+        hold: an event each request waits for (at most `HOLD_SECONDS`) before it is answered:
+            a slow endpoint, whose answer lands only after the test sets it (or `close`).
         raw_body: bytes served instead of the document (an HTML error page, truncated JSON).
         hits: how many requests reached the endpoint.
     """
@@ -101,7 +106,7 @@ class CertsServer:
     def __init__(self, document: dict[str, Any]):
         self.document = document
         self.status = 200
-        self.delay = 0.0
+        self.hold: threading.Event | None = None
         self.raw_body: bytes | None = None
         self.hits = 0
         owner = self
@@ -109,8 +114,8 @@ class CertsServer:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802
                 owner.hits += 1
-                if owner.delay:
-                    time.sleep(owner.delay)
+                if owner.hold is not None:
+                    owner.hold.wait(HOLD_SECONDS)
                 if self.path != CERTS_PATH:
                     self.send_error(404)
                     return
@@ -136,6 +141,8 @@ class CertsServer:
         self._thread.start()
 
     def close(self) -> None:
+        if self.hold is not None:
+            self.hold.set()  # a held request ends now
         self._server.shutdown()
         self._server.server_close()
 
@@ -147,6 +154,9 @@ class CloudflareAccess:
     certs: CertsServer
     current: SigningKey
     previous: SigningKey
+    # The key source's monotonic clock (`accounts.verifier.jwks_clock`): the cache lifespan,
+    # the stale window and the retry back-off pass when a test advances it.
+    clock: FakeClock = field(default_factory=FakeClock)
     issued: list[str] = field(default_factory=list)
 
     def claims(self, **overrides) -> dict[str, Any]:
@@ -182,14 +192,20 @@ class CloudflareAccess:
 
 
 @pytest.fixture
-def cloudflare(settings) -> Iterator[CloudflareAccess]:
+def cloudflare(settings, monkeypatch) -> Iterator[CloudflareAccess]:
     """Run Falcon in the cloudflare mode against an offline Access team.
 
     The certs URL is overridden to the loopback endpoint (`FALCON_CF_CERTS_URL`); the issuer is
-    the real-looking team domain. JWKS timings are production's except a 1 s fetch timeout.
+    the real-looking team domain. JWKS timings are production's except a 1 s fetch timeout;
+    they run on the fake `clock` of the returned `CloudflareAccess`.
     """
+    from accounts import verifier
+
     current, previous = signing_key("current"), signing_key("previous")
     server = CertsServer(certs_document([current, previous]))
+    access = CloudflareAccess(certs=server, current=current, previous=previous)
+    monkeypatch.setattr(verifier, "jwks_clock", access.clock)
+    verifier.default_verifier.cache_clear()
     settings.FALCON_AUTH_MODE = "cloudflare"
     settings.FALCON_CF_TEAM_DOMAIN = TEAM
     settings.FALCON_CF_CERTS_URL = server.url
@@ -197,7 +213,7 @@ def cloudflare(settings) -> Iterator[CloudflareAccess]:
     settings.FALCON_CF_SERVICE_TOKENS = []
     settings.FALCON_AUTH_JWKS_TIMEOUT_SECONDS = 1.0
     try:
-        yield CloudflareAccess(certs=server, current=current, previous=previous)
+        yield access
     finally:
         server.close()
 
@@ -272,6 +288,6 @@ def offline_access() -> Iterator[CloudflareAccess]:
     current, previous = signing_key("current"), signing_key("previous")
     server = CertsServer(certs_document([current, previous]))
     try:
-        yield CloudflareAccess(certs=server, current=current, previous=previous)
+        yield access
     finally:
         server.close()

@@ -188,7 +188,7 @@ def test_certs_without_usable_keys_keep_the_last_good_keys_and_the_cooldown(
     settings.FALCON_AUTH_JWKS_RETRY_SECONDS = 60
     assert whoami(api, cloudflare.sign()).status_code == 200
     cloudflare.certs.document = document
-    time.sleep(0.3)  # past the lifespan: the next request fetches
+    cloudflare.clock.advance(0.3)  # past the lifespan: the next request fetches
     with caplog.at_level(logging.WARNING):
         for _ in range(5):
             assert whoami(api, cloudflare.sign()).status_code == 200

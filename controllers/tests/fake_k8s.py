@@ -148,7 +148,6 @@ class Fault:
     resource: str | None
     status: int | None = None
     reason: str = ""
-    delay: float = 0.0
     times: int = 1
     name: str | None = None
     action: Any = None  # called (under the store lock) before the request is handled
@@ -252,6 +251,9 @@ class FakeKube:
         with self.lock:
             self.closing = True
             self.changed.notify_all()
+            held = [f.hold for f in self.faults if f.hold is not None]
+        for event in held:
+            event.set()  # every held request ends now
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
@@ -270,12 +272,12 @@ class FakeKube:
     # -- test controls ------------------------------------------------------------------------
 
     def inject(self, method: str | None, resource: str | None, *, status: int | None = None,
-               reason: str = "", delay: float = 0.0, times: int = 1,
+               reason: str = "", times: int = 1,
                name: str | None = None, action=None, token: str | None = None,
                hold: threading.Event | None = None, hold_timeout: float = 60.0,
                where=None) -> Fault:
-        """Make the next `times` matching requests fail with `status`, stall `delay` s, or
-        run `action()` first (e.g. another writer changing the object: a lost race).
+        """Make the next `times` matching requests fail with `status`, stall until `hold` is
+        set, or run `action()` first (e.g. another writer changing the object: a lost race).
 
         Returns the `Fault`: setting its `times` to 0 ends it (a failure "for a while").
 
@@ -283,12 +285,14 @@ class FakeKube:
             token: match only the requests of the client with this bearer token
                 (`kubeconfig(token=...)`), e.g. one of two replicas.
             hold: hold each matching request until the event is set (at most
-                `hold_timeout` s), then handle it as usual: it lands after its client has
-                timed out, as a POST in flight during a network partition does.
+                `hold_timeout` s; `close` sets it), then handle it as usual: it lands after
+                its client has timed out, as a POST in flight during a network partition
+                does, or a stalled API server's answer. A test waits on the event, never a
+                fixed time.
             where: a predicate `where(name, query)` on the request's object name (None for
                 a LIST or WATCH) and query parameters; only requests it accepts match.
         """
-        fault = Fault(method, resource, status, reason, delay, times, name, action, token,
+        fault = Fault(method, resource, status, reason, times, name, action, token,
                       hold, hold_timeout, where)
         with self.lock:
             self.faults.append(fault)
@@ -782,8 +786,6 @@ class _Handler(BaseHTTPRequestHandler):
             if fault.action is not None:
                 with kube.lock:
                     fault.action()
-            if fault.delay:
-                time.sleep(fault.delay)
             if fault.hold is not None:
                 fault.hold.wait(fault.hold_timeout)
             if fault.status:

@@ -9,6 +9,7 @@ would, and the Falcon Job's status and message are read from the database.
 from __future__ import annotations
 
 import copy
+import threading
 from pathlib import Path
 
 import pytest
@@ -265,7 +266,7 @@ def test_abort_of_a_finished_experiment_is_a_clean_409(manager, fake_kube, auth_
 def test_a_cluster_that_stalls_fails_one_tick_and_the_next_tick_runs(manager, fake_kube):
     mgr = manager(request_timeout=0.2, retries=1)
     job = submitted(mgr, replica=1)
-    fake_kube.inject("GET", "jobs", delay=1.0, times=2)
+    fake_kube.inject("GET", "jobs", hold=threading.Event(), times=2)  # answered at close
     stats = mgr.tick()
     assert stats.failed == 1 and "k8s-a" in stats.errors[0]
     assert fresh(job).status == "Pending"

@@ -219,6 +219,7 @@ def test_a_leader_fenced_out_by_an_api_outage_follows_then_leads_again(kubeconfi
                                                                       outage):
     a = make_elector(kubeconfig, "a")
     stop = threading.Event()
+    stalled = threading.Event()  # the "slow" outage: Lease calls unanswered until set
     runs: list[float] = []
     writes: list[float] = []
 
@@ -246,7 +247,8 @@ def test_a_leader_fenced_out_by_an_api_outage_follows_then_leads_again(kubeconfi
         if outage == "failing":
             fake_kube.inject(None, "leases", status=503, times=10_000)
         else:
-            fake_kube.inject(None, "leases", delay=0.5, times=10_000)
+            # Held until the API server is back (below): each call outlives its client.
+            fake_kube.inject(None, "leases", hold=stalled, times=10_000)
         wait_for(lambda: not a.is_leader(), 60, "a to stop acting")
         wait_for(lambda: ended, 60, "a's loop to stop")
         # The outage goes on while a follows: two more attempts at the Lease, both failed.
@@ -257,6 +259,7 @@ def test_a_leader_fenced_out_by_an_api_outage_follows_then_leads_again(kubeconfi
         lost_writes = len(writes)
         with fake_kube.lock:
             fake_kube.faults.clear()  # the API server is back
+        stalled.set()
         wait_for(lambda: len(runs) == 2 and len(writes) > lost_writes + 3, 60,
                  "the same replica to lead and work again")
         assert a.is_leader() and lease_spec(fake_kube)["holderIdentity"] == "a"

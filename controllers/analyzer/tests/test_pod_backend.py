@@ -4,6 +4,7 @@ deterministic name and adoption, and the mapping of each Pod status to the analy
 from __future__ import annotations
 
 import json
+import threading
 
 import kubernetes_validate
 import pytest
@@ -12,6 +13,7 @@ from kubernetes import client
 from controllers.analyzer.backends.base import RunConflict, RunSpec, run_name_for
 from controllers.analyzer.backends.kubernetes import PodAnalysisBackend
 from controllers.kubeclient import KubeCaller, KubeConnection, api_client
+from core.testing import wait_until
 
 from .fake_pods import FakePodKube
 
@@ -176,10 +178,23 @@ def test_start_is_idempotent_and_never_adopts_a_foreign_pod(kube, tmp_path):
 
 def test_a_create_whose_reply_was_lost_makes_one_pod(kube, tmp_path):
     backend = make_backend(kube, tmp_path)
-    # The first create is stored but its reply comes after the client's read timeout.
-    kube.inject("POST", "pods", delay=1.5)
+    # The first create is stored but its reply comes after the client's read timeout: it is
+    # held until the retry arrives, and the retry is held until the first one stored its Pod,
+    # so the retry meets the Pod (409) and adopts it.
+    first, retry = threading.Event(), threading.Event()
+    kube.inject("POST", "pods", hold=first)
+    kube.inject("POST", "pods", action=first.set, hold=retry)
+
+    def release_the_retry() -> None:
+        wait_until(lambda: kube.pods(NS), what="the first create to store its Pod")
+        retry.set()
+
+    releaser = threading.Thread(target=release_the_retry, daemon=True)
+    releaser.start()
     assert backend.start(spec("an-2")).object_name == "analysis-an-2"
+    releaser.join(60)
     assert kube.count("POST", "pods") == 2 and len(kube.pods(NS)) == 1
+    assert [r.code for r in kube.requests if r.method == "POST"][1] == 409  # adopted
 
 
 def state(backend, analysis_id="an-1"):
