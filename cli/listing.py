@@ -158,7 +158,9 @@ def emit_list(env, rows: list[dict[str, Any]], *, output: str, kind: str, id_key
         if rows:
                 env.print_out("\n".join(f"{kind}/{row.get(id_key)}" for row in rows))
     elif output.startswith("jsonpath="):
-        env.print_out(render_template(output[len("jsonpath="):], rows))
+        # Exactly the template's text, as kubectl: add `{"\n"}` for a final newline.
+        env.out.write(render_template(output[len("jsonpath="):], rows))
+        env.out.flush()
     elif output in ("json", "yaml"):
         emit(env, rows, output, None)
     else:
