@@ -127,6 +127,26 @@ def test_name_jsonpath_sort_by_and_label_short_form(cli, logged_in):
     assert cli("exp", "list", "-o", "jsonpath={[*.id").returncode == ExitCode.USAGE
 
 
+def test_sort_by_a_field_missing_or_unsortable_keeps_every_row(cli, logged_in):
+    """kubernetes/kubernetes#40541 and kubectl#1343 (a field missing from some or all rows
+    errored or printed "No resources"), kubectl#993 and kubernetes#103239 (a map field
+    crashed), kubectl#724 (an empty list errored)."""
+    from accounts.models import User
+
+    assert logged_in("exp", "list").exit_code == 0  # registers alice
+    alice = User.objects.get(email="alice@example.com")
+    plain, labelled = make_exp(name="plain", creator=alice), make_exp(name="lab", creator=alice)
+    assert logged_in("exp", "label", str(labelled.pk), "team=a").exit_code == 0
+    for field in (".labels.team", "{.labels}", ".nope", ".jobs"):
+        done = cli("exp", "list", "-o", "name", "--sort-by", field)
+        assert done.returncode == 0, (field, done.stderr)
+        assert sorted(_rows(done.stdout)) == sorted([f"exp/{plain.pk}", f"exp/{labelled.pk}"])
+    done = cli("exp", "list", "-o", "name", "--sort-by", ".labels.team")
+    assert _rows(done.stdout)[0] == f"exp/{labelled.pk}"  # rows without the field come last
+    done = cli("exp", "list", "--search", "zzz", "--sort-by", ".labels.team")
+    assert done.returncode == 0 and "No experiments match." in done.stdout
+
+
 def test_json_lists_every_row_unless_limit(cli):
     for index in range(55):  # more than the old default of 50 rows
         make_exp(name=f"e{index}")
