@@ -17,8 +17,10 @@ import rich_click as click
 from core.statuses import ANALYSIS_TERMINAL, AnalysisStatus, AnalysisType
 
 from .errors import CLIError
+from .listing import list_options
 from .exit_codes import ExitCode
 from .options import (
+    FalconSubGroup,
     ExpIdType,
     analysis_id_argument,
     output_option,
@@ -95,7 +97,7 @@ def read_script_file(path: str) -> str:
 
 # --- falcon analysis ---------------------------------------------------------------------------
 
-@click.group("analysis")
+@click.group("analysis", cls=FalconSubGroup)
 def analysis_group() -> None:
     """Run plugins or commands over an experiment's artifact, and read their results.
 
@@ -192,9 +194,10 @@ def create(env, exp_id: int, plugin: str | None, command: str | None, script_fil
 
 
 def _progress_line(analysis: dict[str, Any], elapsed: float) -> str:
-    from .output import duration
+    from .output import duration, status_word
 
-    line = f"[{duration(elapsed)}] analysis {analysis.get('id')} {analysis.get('status')}"
+    line = (f"[{duration(elapsed)}] analysis {analysis.get('id')} "
+            f"{status_word(analysis.get('status'))}")
     if analysis.get("status") == AnalysisStatus.PENDING:
         position = analysis.get("queue_position")
         line += f" (queue position {position if position is not None else 'unknown'})"
@@ -270,7 +273,9 @@ def wait_for(env, client, analysis_id: str, *, interval: float, timeout: float |
     if status != AnalysisStatus.SUCCEEDED:
         detail = ": ".join(str(v) for v in (analysis.get("reason"), analysis.get("error_message"))
                            if v)
-        raise CLIError(f"analysis {analysis_id} ended {status}"
+        from .output import status_word
+
+        raise CLIError(f"analysis {analysis_id} ended {status_word(status)}"
                        + (f" ({detail})" if detail else ""), ExitCode.ANALYSIS_FAILED)
     return analysis
 
@@ -283,16 +288,19 @@ def wait_for(env, client, analysis_id: str, *, interval: float, timeout: float |
 @click.option("--type", "analysis_type", type=click.Choice(TYPES, case_sensitive=False),
               help="Only offline (automatic) or online (asked for) analyses.")
 @click.option("--plugin", help="Only analyses of this plugin.")
-@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True,
-              help="At most this many rows, newest first (pages are followed).")
-@output_option
+@click.option("--limit", type=click.IntRange(min=1), default=None,
+              help="At most this many rows, newest first. Default: every matching row "
+                   "(pages are followed), as kubectl and argo list.")
+@list_options
 @server_option
 @pass_env
 def list_(env, exp_id: int | None, status: str | None, analysis_type: str | None,
-          plugin: str | None, limit: int, output: str, server: str) -> None:
-    """List analyses, newest first."""
+          plugin: str | None, limit: int | None, output: str, no_headers: bool,
+          sort_by: str | None, server: str) -> None:
+    """List analyses, newest first; `-o name` prints `analysis/ID`."""
     from . import output as out
     from .client import open_client
+    from .listing import emit_list
 
     params: list[tuple[str, str]] = []
     for key, value in (("exp", exp_id), ("status", status), ("analysis_type", analysis_type),
@@ -300,8 +308,9 @@ def list_(env, exp_id: int | None, status: str | None, analysis_type: str | None
         if value is not None:
             params.append((key, str(value)))
     with open_client(env, server) as client, api_errors():
-        analyses = list(client.paginate(ANALYSES, params=params, limit=limit))
-    out.emit(env, analyses, output, out.analysis_list_table)
+        analyses = list(client.paginate(ANALYSES, params=params, limit=limit or 10**9))
+    emit_list(env, analyses, output=output, kind="analysis", id_key="id",
+              no_headers=no_headers, sort_by=sort_by, table=out.analysis_list_table)
 
 
 @analysis_group.command("get")
@@ -423,9 +432,11 @@ def _is_terminal(stream) -> bool:
 
 @analysis_group.command("results")
 @analysis_id_argument
-@click.option("-o", "--output", "output", type=click.Choice(("table", "json")), default="table",
-              show_default=True,
-              help="table for people; json prints the results file's JSONL, one object a line.")
+@click.option("-o", "--output", "output", type=click.Choice(("table", "json", "yaml")),
+              default="table", show_default=True,
+              help="table for people; json prints the results file's JSONL, one object a line "
+                   "(unlike other commands' indented JSON: it is the stored file); yaml the "
+                   "records as one YAML list.")
 @server_option
 @pass_env
 def results(env, analysis_id: str, output: str, server: str) -> None:
@@ -464,9 +475,19 @@ def results(env, analysis_id: str, output: str, server: str) -> None:
     if output == "json":
         import json
 
-        env.out.write("".join(json.dumps(record, ensure_ascii=False, separators=(",", ":"))
-                              + "\n" for record in records))
+        from .env import can_encode
+
+        text = "".join(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
+                       for record in records)
+        if not can_encode(env.out, text):
+            text = "".join(json.dumps(record, separators=(",", ":")) + "\n"
+                           for record in records)
+        env.out.write(text)
         env.out.flush()
+    elif output == "yaml":
+        from . import output as out
+
+        out.emit(env, records, "yaml", None)
     else:
         from . import output as out
 
@@ -591,19 +612,20 @@ def delete(env, analysis_id: str, purge: bool, yes: bool, server: str) -> None:
 
 # --- falcon plugins ----------------------------------------------------------------------------
 
-@click.group("plugins")
+@click.group("plugins", cls=FalconSubGroup)
 def plugins_group() -> None:
     """The analysis plugin catalog: what `falcon analysis create --plugin` can run."""
 
 
 @plugins_group.command("list")
-@output_option
+@list_options
 @server_option
 @pass_env
-def plugins_list(env, output: str, server: str) -> None:
-    """List the catalog's plugins."""
+def plugins_list(env, output: str, no_headers: bool, sort_by: str | None, server: str) -> None:
+    """List the catalog's plugins; `-o name` prints `plugin/NAME`."""
     from . import output as out
     from .client import open_client
+    from .listing import emit_list
 
     with open_client(env, server) as client, api_errors():
         answer = client.request("GET", PLUGINS)
@@ -611,7 +633,8 @@ def plugins_list(env, output: str, server: str) -> None:
     if not isinstance(plugins, list):
         raise CLIError(f"the server's answer to GET {PLUGINS} holds no list of plugins",
                        ExitCode.ERROR)
-    out.emit(env, plugins, output, out.plugin_list_table)
+    emit_list(env, plugins, output=output, kind="plugin", id_key="name", no_headers=no_headers,
+              sort_by=sort_by, table=out.plugin_list_table)
 
 
 @plugins_group.command("get")

@@ -26,7 +26,7 @@ import rich_click as click
 
 from .errors import CLIError
 from .exit_codes import ExitCode
-from .options import output_option, pass_env, server_option
+from .options import FalconSubGroup, output_option, pass_env, server_option
 from .visible import visible
 
 TOKEN_PATH = "/api/v1/auth/token"
@@ -270,7 +270,7 @@ def discover_mode(client) -> tuple[str, str | None]:
     return mode, login_url if isinstance(login_url, str) and login_url.startswith("/") else None
 
 
-@click.group("auth")
+@click.group("auth", cls=FalconSubGroup)
 def auth_group() -> None:
     """Log in to a Falcon server, show the session, log out."""
 

@@ -65,6 +65,35 @@ def columns_from(environ: Mapping[str, str]) -> int | None:
     return FALLBACK_WIDTH
 
 
+def _console_class():
+    """Return a `rich.console.Console` whose closed pipe raises `BrokenPipeError`.
+
+    rich's own `on_broken_pipe` exits 1; the root group turns `BrokenPipeError` into the
+    documented 141 (`ExitCode.OUTPUT_CLOSED`), the code of every other output kind.
+    """
+    from rich.console import Console
+
+    class PipeConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError(32, "Broken pipe")
+
+    return PipeConsole
+
+
+def can_encode(stream: Any, text: str) -> bool:
+    """True when `stream`'s encoding can write `text` as it is (UTF-8 can; Latin-9 cannot
+    write `日本`); a stream without an encoding is assumed to take any text."""
+    encoding = getattr(stream, "encoding", None)
+    if not encoding:
+        return True
+    try:
+        text.encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
+
+
 @dataclass
 class Environment:
     """What a command may touch outside itself.
@@ -128,9 +157,7 @@ class Environment:
         stream = self.err if stderr else self.out
         cached = self._consoles.get(key)
         if cached is None or cached.file is not stream:
-            from rich.console import Console
-
-            cached = Console(file=stream, highlight=False, soft_wrap=False)
+            cached = _console_class()(file=stream, highlight=False, soft_wrap=False)
             width = columns_from(self.environ)
             if width is not None:
                 cached.width = width

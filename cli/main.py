@@ -129,7 +129,16 @@ falcon.add_command(plugins_group)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run `falcon` with `argv` (default: `sys.argv[1:]`); exits the process with its code."""
+    """Run `falcon` with `argv` (default: `sys.argv[1:]`); exits the process with its code.
+
+    A stdout or stderr whose encoding cannot write a character (`PYTHONIOENCODING=latin-1`,
+    `LC_ALL=C`) writes it as a backslash escape instead of failing the command.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError):  # a replaced or detached stream
+            pass
     try:
         falcon.main(args=argv, prog_name="falcon")
     except BrokenPipeError:  # while click reported a usage error on a closed stderr

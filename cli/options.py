@@ -98,3 +98,38 @@ def exp_id_argument(func):
 def analysis_id_argument(func):
     """Add the `ID` argument: an analysis id (`AnalysisIdType`)."""
     return click.argument("analysis_id", type=AnalysisIdType(), metavar="ID")(func)
+
+
+class SingleValueCommand(click.RichCommand):
+    """A command that refuses a single-valued option given twice (`--exp 2 --exp 4`).
+
+    click keeps the last value silently, so a script that appends an option to a command line
+    would change its meaning without a word. Options that repeat on purpose (`multiple=True`,
+    `count=True`) and flags (`--wait --wait` means the same) are left alone.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not ctx.resilient_parsing:
+            parser = self.make_parser(ctx)
+            try:
+                _, _, order = parser.parse_args(args=list(args))
+            except click.UsageError:
+                order = []  # click reports it below, in its own words
+            seen: set[str] = set()
+            for param in order:
+                if not isinstance(param, click.Option) or param.multiple or param.count \
+                        or param.is_flag:
+                    continue
+                if param.name in seen:
+                    raise click.UsageError(
+                        f"Option '{param.opts[-1]}' is given more than once; give it once "
+                        "(it takes one value).", ctx=ctx)
+                seen.add(param.name)
+        return super().parse_args(ctx, args)
+
+
+class FalconSubGroup(click.RichGroup):
+    """A command group whose commands refuse a repeated single-valued option
+    (`SingleValueCommand`)."""
+
+    command_class = SingleValueCommand

@@ -36,9 +36,10 @@ STATUS_STYLES = {
 }
 
 
-def dump_json(data: Any) -> str:
-    """Return `data` as indented JSON (UTF-8 kept as is)."""
-    return json.dumps(data, indent=2, ensure_ascii=False)
+def dump_json(data: Any, *, ascii_only: bool = False) -> str:
+    """Return `data` as indented JSON (UTF-8 kept as is, or `\\uXXXX` escapes if
+    `ascii_only`)."""
+    return json.dumps(data, indent=2, ensure_ascii=ascii_only)
 
 
 # Plain scalars some YAML reader types even though PyYAML (YAML 1.1) reads them as strings: the
@@ -56,7 +57,9 @@ def _represent_str(dumper: _PortableDumper, text: str) -> Any:
     from core.boundedyaml import BOOL_RE, FLOAT_RE, INT_RE, NULL_RE
 
     node = dumper.represent_scalar("tag:yaml.org,2002:str", text)
-    if text in _ONE_LETTER_BOOLS or any(rule.match(text)
+    if "\n" in text:  # a command or a config reads as a `|` block (PyYAML quotes it instead
+        node.style = "|"  # when a block cannot hold it exactly, e.g. trailing spaces)
+    elif text in _ONE_LETTER_BOOLS or any(rule.match(text)
                                         for rule in (NULL_RE, BOOL_RE, INT_RE, FLOAT_RE)):
         node.style = "'"
     return node
@@ -65,11 +68,12 @@ def _represent_str(dumper: _PortableDumper, text: str) -> Any:
 _PortableDumper.add_representer(str, _represent_str)
 
 
-def dump_yaml(data: Any) -> str:
+def dump_yaml(data: Any, *, ascii_only: bool = False) -> str:
     """Return `data` as block-style YAML, keys in the server's order; a string any YAML 1.1 or
-    1.2 reader would type (`0o10`, `1e3`, `y`, `on`, `010`) is quoted."""
-    return yaml.dump(data, Dumper=_PortableDumper, sort_keys=False, allow_unicode=True,
-                     default_flow_style=False)
+    1.2 reader would type (`0o10`, `1e3`, `y`, `on`, `010`) is quoted; a multi-line string is a
+    `|` block. `ascii_only` writes other characters as `\\uXXXX` escapes in quoted strings."""
+    return yaml.dump(data, Dumper=_PortableDumper, sort_keys=False,
+                     allow_unicode=not ascii_only, default_flow_style=False)
 
 
 def emit(env, data: Any, output: str, table: Callable[[Console, Any], None]) -> None:
@@ -81,10 +85,16 @@ def emit(env, data: Any, output: str, table: Callable[[Console, Any], None]) -> 
         output: `table`, `json` or `yaml`.
         table: draws `data` on a rich console (used for `table`).
     """
-    if output == "json":
-        env.print_out(dump_json(data))
-    elif output == "yaml":
-        env.print_out(dump_yaml(data))
+    from .env import can_encode
+
+    if output in ("json", "yaml"):
+        dump = dump_json if output == "json" else dump_yaml
+        text = dump(data)
+        if not can_encode(env.out, text):
+            # A stdout that cannot write the text (Latin-9, ASCII) gets the same data with
+            # escapes, which every JSON and YAML reader reads back exactly.
+            text = dump(data, ascii_only=True)
+        env.print_out(text)
     else:
         table(env.console(), data)
 
@@ -99,10 +109,17 @@ def when(value: Any) -> str:
         return str(value)
 
 
+def status_word(status: Any) -> str:
+    """Return a status as people read it: the seeds' capitalised state names (`Running`); the
+    analyzer's lower-case states are capitalised the same way (JSON and YAML keep the API's
+    spelling, `--status` takes either)."""
+    status = str(status or "-")
+    return status[:1].upper() + status[1:]
+
+
 def status_text(status: Any) -> Text:
     """Return a status as coloured text (colour only shows on a terminal)."""
-    status = str(status or "-")
-    return Text(visible(status), style=STATUS_STYLES.get(status, ""))
+    return Text(visible(status_word(status)), style=STATUS_STYLES.get(str(status or "-"), ""))
 
 
 def plain(value: Any, *, multiline: bool = False) -> Text:
@@ -140,62 +157,65 @@ def age(value: Any, now: datetime) -> str:
     return "-" if moment is None else duration((now - moment).total_seconds())
 
 
-# Below this width `exp list` leaves out the creator and shows labels under the name.
+# From this width on `exp list` adds the creator and the labels (`-o wide` always does).
 WIDE_LIST = 120
 
 
-def exp_list_table(console: Console, exps: list[dict[str, Any]], *,
-                   now: datetime | None = None) -> None:
-    """Draw experiments one row each: id, name, status (with the reason of a failed or aborted
-    one), type, cluster, creator, age, duration (`run_time`), labels and jobs.
+def exp_list_rows(exps: list[dict[str, Any]], *, now: datetime, wide: bool):
+    """Return the columns and the one-line cells of `exp list`."""
+    from .table import Column
 
-    Narrower than `WIDE_LIST` columns, the creator is left out and the labels are shown under
-    the name, so statuses and job states stay whole on an 80-column terminal.
+    columns = [Column("ID"), Column("NAME"), Column("STATUS"), Column("TYPE", elide=True),
+               Column("CLUSTER", elide=True), Column("AGE"), Column("DURATION"),
+               Column("JOBS", elide=True)]
+    if wide:
+        columns[5:5] = [Column("CREATOR")]
+        columns[-1:-1] = [Column("LABELS", elide=True)]
+    rows = []
+    for exp in exps:
+        status = status_text(exp.get("status"))
+        if exp.get("status") in (ExpStatus.FAILED, ExpStatus.ABORTED) and exp.get("reason"):
+            status.append(visible(f" ({exp['reason']})"))  # as kubectl's STATUS: OOMKilled
+        cells = [plain(exp.get("id")), plain(exp.get("name")), status,
+                 plain(exp.get("exp_type")), plain(exp.get("cluster_name")),
+                 plain(age(exp.get("created_at"), now)), plain(run_time(exp, now)),
+                 _jobs_summary(exp)]
+        if wide:
+            cells[5:5] = [plain(exp.get("creator"))]
+            cells[-1:-1] = [plain(labels_text(exp.get("labels")))]
+        rows.append(cells)
+    return columns, rows
+
+
+def exp_list_table(console: Console, exps: list[dict[str, Any]], *,
+                   now: datetime | None = None, wide: bool | None = None,
+                   headers: bool = True) -> list[int]:
+    """Draw experiments one line each (`cli/table.py`): id, name, status, type, cluster, age,
+    duration (`run_time`) and the jobs' states; wide also the creator and labels.
 
     Args:
         console: where to draw.
         exps: list rows as the API returns them.
         now: the current time (aware) the age and a running duration are measured to; None
             means the wall clock.
+        wide: every column (`-o wide`); None means wide from `WIDE_LIST` columns on.
+        headers: print the header line.
+
+    Returns:
+        The column widths used (`exp list --watch` prints later rows with them).
     """
-    console.print(exp_list_view(exps, now=now, width=console.width))
-
-
-def exp_list_view(exps: list[dict[str, Any]], *, now: datetime | None = None,
-                  width: int = WIDE_LIST) -> Any:
-    """Return the renderable of `exp_list_table` (also the frame of `exp list --watch`)."""
     from datetime import timezone
 
+    from .table import print_table
+
     if not exps:
-        return Text("No experiments match.")
-    now = now or datetime.now(timezone.utc)
-    wide = width >= WIDE_LIST
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    columns = ["ID", "NAME", "STATUS", "TYPE", "CLUSTER", "AGE", "DURATION", "JOBS"]
-    if wide:
-        columns[5:5] = ["CREATOR"]
-        columns[-1:-1] = ["LABELS"]
-    for column in columns:
-        table.add_column(column, overflow="fold",
-                         no_wrap=column in ("ID", "STATUS", "AGE", "DURATION", "JOBS"))
-    for exp in exps:
-        status = status_text(exp.get("status"))
-        if exp.get("status") in (ExpStatus.FAILED, ExpStatus.ABORTED) and exp.get("reason"):
-            status.append("\n")
-            status.append(visible(f"({exp['reason']})"))
-        name = plain(exp.get("name"))
-        labels = labels_text(exp.get("labels"))
-        if not wide and exp.get("labels"):
-            name.append("\n")
-            name.append(visible(labels), style="dim")
-        cells = [plain(exp.get("id")), name, status, plain(exp.get("exp_type")),
-                 plain(exp.get("cluster_name")), plain(age(exp.get("created_at"), now)),
-                 plain(run_time(exp, now)), _jobs_summary(exp)]
-        if wide:
-            cells[5:5] = [plain(exp.get("creator"))]
-            cells[-1:-1] = [plain(labels)]
-        table.add_row(*cells)
-    return table
+        console.print("No experiments match.")
+        return []
+    fit = wide is None
+    if wide is None:
+        wide = console.width >= WIDE_LIST
+    columns, rows = exp_list_rows(exps, now=now or datetime.now(timezone.utc), wide=wide)
+    return print_table(console, columns, rows, headers=headers, fit=fit)
 
 
 def _fields_table(rows: list[tuple[str, Text]]) -> Table:
@@ -342,23 +362,23 @@ def run_time(analysis: dict[str, Any], now: datetime | None = None) -> str:
     return duration((end - started).total_seconds())
 
 
-def analysis_list_table(console: Console, analyses: list[dict[str, Any]]) -> None:
-    """Draw analyses one row each: id, name, experiment, type, plugin, status, attempts,
-    created, duration."""
+def analysis_list_table(console: Console, analyses: list[dict[str, Any]], *,
+                        wide: bool = False, headers: bool = True) -> None:
+    """Draw analyses one line each (`cli/table.py`): id, name, experiment, type, plugin,
+    status, attempts, created, duration."""
+    from .table import Column, print_table
+
     if not analyses:
         console.print("No analyses match.")
         return
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for column in ("ID", "NAME", "EXP", "TYPE", "PLUGIN", "STATUS", "ATTEMPTS", "CREATED",
-                   "DURATION"):
-        table.add_column(column, overflow="fold")
-    for item in analyses:
-        table.add_row(plain(item.get("id")), plain(item.get("name")), plain(item.get("exp_id")),
-                      plain(item.get("analysis_type")),
-                      plain(item.get("plugin_name") or "(command)"),
-                      status_text(item.get("status")), plain(item.get("attempts")),
-                      plain(when(item.get("created_at"))), plain(run_time(item)))
-    console.print(table)
+    columns = [Column("ID"), Column("NAME"), Column("EXP"), Column("TYPE"),
+               Column("PLUGIN", elide=not wide), Column("STATUS"), Column("ATTEMPTS"),
+               Column("CREATED"), Column("DURATION")]
+    rows = [[plain(item.get("id")), plain(item.get("name")), plain(item.get("exp_id")),
+             plain(item.get("analysis_type")), plain(item.get("plugin_name") or "(command)"),
+             status_text(item.get("status")), plain(item.get("attempts")),
+             plain(when(item.get("created_at"))), plain(run_time(item))] for item in analyses]
+    print_table(console, columns, rows, headers=headers, fit=not wide)
 
 
 def analysis_summary(analysis: dict[str, Any]) -> Table:
@@ -420,20 +440,24 @@ def _types(plugin: dict[str, Any]) -> str:
     return ", ".join(str(t) for t in types) if isinstance(types, list) else str(types or "-")
 
 
-def plugin_list_table(console: Console, plugins: list[dict[str, Any]]) -> None:
-    """Draw the plugin catalog, one row per plugin (name, artifact types, description)."""
+def plugin_list_table(console: Console, plugins: list[dict[str, Any]], *,
+                      wide: bool = False, headers: bool = True) -> None:
+    """Draw the plugin catalog, one line per plugin (name, artifact types, timeout,
+    description)."""
+    from .table import Column, print_table
+
     if not plugins:
         console.print("No plugins in the catalog.")
         return
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for column in ("NAME", "ARTIFACT TYPES", "TIMEOUT", "DESCRIPTION"):
-        table.add_column(column, overflow="fold")
+    columns = [Column("NAME"), Column("ARTIFACT TYPES", elide=not wide), Column("TIMEOUT"),
+               Column("DESCRIPTION", elide=not wide)]
+    rows = []
     for plugin in plugins:
         timeout = plugin.get("timeout_seconds")
-        table.add_row(plain(plugin.get("name")), plain(_types(plugin)),
-                      plain(duration(timeout) if isinstance(timeout, (int, float)) else timeout),
-                      plain(plugin.get("description")))
-    console.print(table)
+        rows.append([plain(plugin.get("name")), plain(_types(plugin)),
+                     plain(duration(timeout) if isinstance(timeout, (int, float)) else timeout),
+                     plain(plugin.get("description"))])
+    print_table(console, columns, rows, headers=headers, fit=not wide)
 
 
 def plugin_detail(console: Console, plugin: dict[str, Any]) -> None:

@@ -146,10 +146,24 @@ def seconds_text(value: datetime | None) -> str:
     return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
+class _BlockDumper(yaml.SafeDumper):
+    """A SafeDumper that writes a multi-line string (a command, a config) as a `|` block."""
+
+
+def _represent_block_str(dumper: yaml.SafeDumper, text: str) -> Any:
+    # PyYAML itself falls back to a quoted string when a block cannot hold the text exactly
+    # (trailing spaces on a line, control characters).
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text,
+                                   style="|" if "\n" in text else None)
+
+
+_BlockDumper.add_representer(str, _represent_block_str)
+
+
 def yaml_block(value: Any) -> str:
     """Return JSON-shaped `value` pretty-printed as block YAML in a `<pre>` (HTML)."""
-    text = yaml.safe_dump(value, sort_keys=True, allow_unicode=True, default_flow_style=False,
-                          width=100)
+    text = yaml.dump(value, Dumper=_BlockDumper, sort_keys=True, allow_unicode=True,
+                     default_flow_style=False, width=100)
     return format_html('<pre class="falcon-yaml">{}</pre>', text)
 
 

@@ -9,6 +9,8 @@ import rich_click as click
 
 from core.statuses import CONFIG_ENV, ExpStatus
 
+from ..options import FalconSubGroup
+
 EXPS = "/api/v1/exps"
 # Plain strings: click.Choice would offer an enum's member names (CREATED), not its values.
 STATUSES = tuple(status.value for status in ExpStatus)
@@ -26,7 +28,7 @@ ATTEMPTS = 4
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 
-@click.group("exp")
+@click.group("exp", cls=FalconSubGroup)
 def exp_group() -> None:
     """Create, inspect, abort, delete and wait for experiments."""
 

@@ -5,8 +5,12 @@ import rich_click as click
 
 from ..errors import CLIError
 from ..exit_codes import ExitCode
+from ..listing import list_options
 from ..options import exp_id_argument, output_option, pass_env, server_option
 from .group import DEFAULT_INTERVAL, EXPS, PAGE_SIZE, STATUSES, exp_group
+
+# `--limit` unset lists every row; this bound only stops a server bug from paging forever.
+MAX_ROWS = 10**9
 from .inputs import SelectorArg
 
 
@@ -33,42 +37,55 @@ def get(env, exp_id: int, output: str, server: str) -> None:
 @click.option("--cluster", "cluster_name", help="Only this cluster.")
 @click.option("--creator", help="Only experiments of this creator (email or user id).")
 @click.option("--search", help="Only names starting with this text (case-insensitive).")
-@click.option("--label", "selectors", multiple=True, type=SelectorArg(),
+@click.option("--label", "-l", "selectors", multiple=True, type=SelectorArg(),
               help="Only experiments with this label: key=value, or key for any value "
                    "(repeatable; all must match).")
-@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True,
-              help="At most this many rows, newest first (pages are followed).")
+@click.option("--limit", type=click.IntRange(min=1), default=None,
+              help="At most this many rows, newest first. Default: every matching row "
+                   "(pages are followed), as kubectl and argo list.")
 @click.option("--watch", "-w", is_flag=True,
-              help="Redraw the list as it changes, until Ctrl-C (table output).")
-@click.option("--interval", type=click.FloatRange(min=0.5), default=DEFAULT_INTERVAL,
+              help="Print the table, then one line per experiment that changes (as kubectl "
+                   "get -w), until Ctrl-C.")
+@click.option("--interval", type=click.FloatRange(min=0.1), default=DEFAULT_INTERVAL,
               show_default=True, help="Seconds between two polls of --watch.")
-@output_option
+@list_options
 @server_option
 @pass_env
 def list_(env, statuses: tuple[str, ...], exp_type: str | None, cluster_name: str | None,
-          creator: str | None, search: str | None, selectors: tuple[str, ...], limit: int,
-          watch: bool, interval: float, output: str, server: str) -> None:
-    """List experiments (ListExps), newest first, with their age, run time and labels."""
+          creator: str | None, search: str | None, selectors: tuple[str, ...],
+          limit: int | None, watch: bool, interval: float, output: str, no_headers: bool,
+          sort_by: str | None, server: str) -> None:
+    """List experiments (ListExps), newest first, with their age, run time and jobs.
+
+    Like `kubectl get`: one line per experiment, ID and NAME never cut; `-o wide` adds the
+    creator and labels; `-o name` prints `exp/ID`.
+    """
     from .. import output as out
     from ..client import open_client
+    from ..listing import emit_list
 
-    if watch and output != "table":
-        raise CLIError("--watch draws a table; drop -o/--output, or poll `falcon exp list -o "
-                       f"{output}` yourself", ExitCode.USAGE)
+    if watch and output not in ("table", "wide"):
+        raise CLIError("--watch prints table lines; drop -o/--output, or poll `falcon exp list "
+                       f"-o {output}` yourself", ExitCode.USAGE)
     params: list[tuple[str, str]] = [("status", s) for s in statuses]
     for key, value in (("exp_type", exp_type), ("cluster_name", cluster_name),
                        ("creator", creator), ("search", search)):
         if value:
             params.append((key, value))
     params += [("label", selector) for selector in selectors]
-    params.append(("page_size", str(min(limit, PAGE_SIZE))))
+    params.append(("page_size", str(min(limit or PAGE_SIZE, PAGE_SIZE))))
+    rows_limit = limit if limit is not None else MAX_ROWS
     with open_client(env, server) as client:
         if watch:
-            watch_list(env, client, params=params, limit=limit, interval=interval)
+            watch_list(env, client, params=params, limit=rows_limit, interval=interval,
+                       wide=True if output == "wide" else None, headers=not no_headers,
+                       sort_by=sort_by)
             return
-        exps = list(client.paginate(EXPS, params=params, limit=limit))
-    out.emit(env, exps, output, lambda console, rows: out.exp_list_table(
-        console, rows, now=_now(env)))
+        exps = list(client.paginate(EXPS, params=params, limit=rows_limit))
+    emit_list(env, exps, output=output, kind="exp", id_key="id", no_headers=no_headers,
+              sort_by=sort_by,
+              table=lambda console, rows, wide, headers: out.exp_list_table(
+                  console, rows, now=_now(env), wide=True if wide else None, headers=headers))
 
 
 def _now(env):
@@ -77,58 +94,67 @@ def _now(env):
     return datetime.fromtimestamp(env.clock(), timezone.utc)
 
 
-def watch_list(env, client, *, params: list[tuple[str, str]], limit: int,
-               interval: float) -> None:
-    """Poll ListExps every `interval` seconds and redraw the table until Ctrl-C (exit 0).
+def _row_key(exp: dict) -> tuple:
+    """What makes a row worth printing again: its status, reason, labels and jobs' states."""
+    return (exp.get("status"), exp.get("reason"),
+            tuple(sorted((exp.get("labels") or {}).items())),
+            tuple((job.get("role"), job.get("status")) for job in exp.get("jobs") or []))
 
-    On a terminal the table is redrawn in place (`rich.live.Live`); otherwise it is printed
-    again each time a row's status, reason or labels change (or rows come and go), so a log
-    of the output reads as a history. A server that stops answering is polled again (the
-    table says so) rather than ending the watch.
+
+def watch_list(env, client, *, params: list[tuple[str, str]], limit: int, interval: float,
+               wide: bool | None = None, headers: bool = True,
+               sort_by: str | None = None) -> None:
+    """Print the list, then poll ListExps every `interval` seconds and print one line for each
+    experiment that is new or changed, until Ctrl-C (exit 0), as `kubectl get -w` does.
+
+    Every change is printed once, on a terminal and into a pipe alike, with the first table's
+    column widths. A server that stops answering is polled again (one stderr line says so)
+    rather than ending the watch.
 
     Args:
         env: the run's `Environment` (its `sleep` and `clock` pace the loop and the ages).
         client: a `FalconClient`.
         params: the ListExps query.
-        limit: the most rows shown.
+        limit: the most rows read per poll.
         interval: seconds between polls.
+        wide: as `exp_list_table`'s.
+        headers: print the first table's header line.
+        sort_by: the first table's `--sort-by`.
     """
-    from rich.console import Group
-    from rich.live import Live
-    from rich.text import Text
-
     from .. import output as out
+    from ..listing import sort_rows
+    from ..table import line, print_line
 
     console = env.console()
-    live = Live(console=console, auto_refresh=False) if console.is_terminal else None
-    last = None
+    seen: dict = {}
+    widths = None
+    unavailable = False
     try:
-        if live is not None:
-            live.start()
         while True:
-            note = None
             try:
                 exps = list(client.paginate(EXPS, params=params, limit=limit))
             except CLIError as exc:
                 if exc.code != ExitCode.UNAVAILABLE:
                     raise
-                note = Text(f"server unavailable, retrying every {interval:g}s: {exc}",
-                            style="yellow")
-            if note is None:
-                view = Group(out.exp_list_view(exps, now=_now(env)),
-                             Text(f"every {interval:g}s; Ctrl-C to stop", style="dim"))
-                key = tuple((e.get("id"), e.get("status"), e.get("reason"),
-                             tuple(sorted((e.get("labels") or {}).items()))) for e in exps)
+                if not unavailable:
+                    env.print_err(f"server unavailable, retrying every {interval:g}s: {exc}")
+                unavailable = True
             else:
-                view, key = note, ("unavailable",)
-            if live is not None:
-                live.update(view, refresh=True)
-            elif key != last:
-                console.print(view)
-            last = key
+                unavailable = False
+                if not widths:  # the first table (or the first rows after "No experiments")
+                    if exps or widths is None:
+                        widths = out.exp_list_table(console, sort_rows(exps, sort_by),
+                                                    now=_now(env), wide=wide, headers=headers)
+                    changed = []
+                else:
+                    # Oldest change first, as the events happened.
+                    changed = [e for e in reversed(exps) if seen.get(e.get("id")) != _row_key(e)]
+                if changed:
+                    use_wide = wide if wide is not None else console.width >= out.WIDE_LIST
+                    columns, rows = out.exp_list_rows(changed, now=_now(env), wide=use_wide)
+                    for row in rows:
+                        print_line(console, line(row, widths, columns))
+                seen = {e.get("id"): _row_key(e) for e in exps}
             env.sleep(interval)
     except KeyboardInterrupt:
         return  # stopping a watch is its normal end
-    finally:
-        if live is not None:
-            live.stop()

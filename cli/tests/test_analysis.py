@@ -101,7 +101,7 @@ def test_create_with_a_command_and_script_sends_the_script_verbatim(cli, state, 
     assert result.exit_code == 0, result.output
     assert state.created_bodies[A1] == {"exp_id": 2, "command": "python script.py",
                                        "script": script, "script_name": "script.py"}
-    for text in ("python script.py", "pending", "queue position", f"yes ({len(script.encode())} "
+    for text in ("python script.py", "Pending", "queue position", f"yes ({len(script.encode())} "
                  "bytes)"):
         assert text in result.stdout
 
@@ -214,10 +214,10 @@ def test_wait_shows_status_and_queue_position_until_succeeded(cli, state):
     lines = result.stdout.splitlines()
     assert lines[:5] == [
         f"created analysis {A2}",
-        f"[0s] analysis {A2} pending (queue position 2)",
-        f"[4s] analysis {A2} pending (queue position 1)",
-        f"[6s] analysis {A2} running",
-        f"[10s] analysis {A2} succeeded",
+        f"[0s] analysis {A2} Pending (queue position 2)",
+        f"[4s] analysis {A2} Pending (queue position 1)",
+        f"[6s] analysis {A2} Running",
+        f"[10s] analysis {A2} Succeeded",
     ]
     assert f"/store/analysis/1/{A2}/" in result.stdout  # then the analysis
     assert script.slept == [2.0] * 5
@@ -235,9 +235,9 @@ def test_wait_exits_non_zero_when_the_analysis_failed_or_was_cancelled(cli, stat
     assert result.exit_code == ExitCode.ANALYSIS_FAILED == 11, result.output
     final = json.loads(result.stdout)  # only the final analysis on stdout
     assert final["status"] in ("failed", "cancelled")
-    assert f"[0s] analysis {A1} pending (queue position 1)" in result.stderr
+    assert f"[0s] analysis {A1} Pending (queue position 1)" in result.stderr
     assert result.stderr.splitlines()[-1] == \
-        f"error: analysis {A1} ended {final['status']}{detail}"
+        f"error: analysis {A1} ended {final['status'].capitalize()}{detail}"
 
 
 def test_wait_gives_up_after_the_timeout(cli, state):
@@ -407,8 +407,8 @@ def test_logs_help_and_cli_docs_say_the_log_is_text_and_logs_takes_no_output_opt
     assert "a pipe gets the log as is" not in text
     assert "a byte that is not UTF-8 shown as U+FFFD" in text
     readme = " ".join((ROOT / "docs/cli.md").read_text(encoding="utf-8").split())
-    assert "Every read command takes `-o table|json|yaml`, except `analysis results`" in readme
-    assert "and `analysis logs` (the log as text" in readme
+    assert "Every read command takes `-o table|json|yaml`" in readme
+    assert "except `analysis logs` (the log as text" in readme
 
 
 def test_logs_of_a_pending_analysis_print_the_note_at_once(cli, state):
@@ -611,7 +611,7 @@ def test_no_results_yet_is_not_found_and_says_why(cli, state):
     result = cli("analysis", "results", A1)
     assert one_line(result.stderr) == \
         f"error: analysis {A1} has no results: result.jsonl does not exist; it is failed"
-    assert cli("analysis", "results", A1, "-o", "yaml").exit_code == ExitCode.USAGE
+    assert cli("analysis", "results", A1, "-o", "yaml").exit_code == ExitCode.NOT_FOUND
 
 
 # --- cancel and delete -------------------------------------------------------------------------

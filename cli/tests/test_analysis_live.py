@@ -215,6 +215,19 @@ def test_results_of_a_real_bench_summary_run(cli, exp, alice, tmp_path):
         [json.loads(line) for line in stored]
     assert result.stdout == "".join(line + "\n" for line in stored)  # compact, in key order
 
+    # -o yaml, as every read command, from the real process into a pipe.
+    import os
+
+    import yaml
+
+    done = subprocess.run([sys.executable, "-m", "cli", "analysis", "results",
+                           record.analysis_id, "-o", "yaml"], cwd=ROOT, timeout=120,
+                          capture_output=True, text=True,
+                          env={**os.environ, "FALCON_SERVER": cli.server,
+                               "FALCON_CONFIG_DIR": str(cli.config_dir)})
+    assert done.returncode == 0, done.stderr
+    assert yaml.safe_load(done.stdout) == [json.loads(line) for line in stored]
+
 
 def test_results_not_written_yet_is_not_found(cli, exp, alice):
     record = make_analysis(exp=exp, creator=alice, plugin_name="bench-summary",

@@ -1,0 +1,167 @@
+"""What every list command shares, as kubectl has it: `-o table|wide|name|json|yaml|
+jsonpath=TEMPLATE`, `--no-headers` and `--sort-by`.
+
+Only click is imported at module level; jsonpath-ng, rich and yaml are imported when used.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import rich_click as click
+
+from .errors import CLIError
+from .exit_codes import ExitCode
+
+LIST_FORMATS = ("table", "wide", "name", "json", "yaml")
+
+
+class ListOutputType(click.ParamType):
+    """`table`, `wide`, `name`, `json`, `yaml` or `jsonpath=TEMPLATE` (checked here, so a bad
+    template is a usage error before any request)."""
+
+    name = "FORMAT"
+
+    def convert(self, value, param, ctx):
+        text = str(value)
+        if text in LIST_FORMATS:
+            return text
+        if text.startswith("jsonpath="):
+            try:
+                parse_template(text[len("jsonpath="):])
+            except ValueError as exc:
+                self.fail(f"{text!r}: {exc}", param, ctx)
+            return text
+        self.fail(f"{text!r} is not one of {', '.join(LIST_FORMATS)} or jsonpath=TEMPLATE "
+                  "(e.g. -o jsonpath='{[*].id}')", param, ctx)
+
+
+def list_options(func):
+    """Add `-o/--output`, `--no-headers` and `--sort-by` to a list command."""
+    func = click.option(
+        "--sort-by", "sort_by", metavar="FIELD",
+        help="Sort the rows by this field of the -o json rows (kubectl's JSONPath form, e.g. "
+             "'.name' or '{.created_at}'); rows without it come last.")(func)
+    func = click.option("--no-headers", "no_headers", is_flag=True,
+                        help="Print tables without their header line.")(func)
+    return click.option(
+        "-o", "--output", "output", type=ListOutputType(), default="table", show_default=True,
+        help="table for people (wide: every column, nothing elided); name: KIND/ID per line; "
+             "json or yaml for scripts (every matching row unless --limit); "
+             "jsonpath=TEMPLATE: kubectl's template, applied to the -o json list, e.g. "
+             "-o jsonpath='{[*].id}'.")(func)
+
+
+def _expression(text: str):
+    from jsonpath_ng.exceptions import JsonPathLexerError, JsonPathParserError
+    from jsonpath_ng.ext import parse
+
+    text = text.strip()
+    if not text.startswith("$"):
+        text = "$" + text if text.startswith((".", "[")) else "$." + text
+    try:
+        return parse(text)
+    except (JsonPathLexerError, JsonPathParserError, Exception) as exc:  # noqa: B014
+        raise ValueError(f"{text!r} is not a JSONPath expression ({exc})") from None
+
+
+def parse_template(template: str) -> list[Any]:
+    """Split a kubectl JSONPath template into literal text and parsed expressions.
+
+    `{...}` holds an expression (`{.name}`, `{[*].id}`) or a quoted literal (`{"\\n"}`); text
+    outside braces is printed as it is. Raises ValueError naming the bad part.
+    """
+    parts: list[Any] = []
+    rest = template
+    while rest:
+        start = rest.find("{")
+        if start < 0:
+            parts.append(rest)
+            break
+        if start:
+            parts.append(rest[:start])
+        end = rest.find("}", start)
+        if end < 0:
+            raise ValueError("a '{' is never closed")
+        inner = rest[start + 1:end].strip()
+        if len(inner) >= 2 and inner[0] == inner[-1] == '"':
+            parts.append(json.loads(inner))
+        elif not inner:
+            raise ValueError("'{}' holds no expression")
+        else:
+            parts.append(_expression(inner))
+        rest = rest[end + 1:]
+    if not parts:
+        raise ValueError("the template is empty")
+    return parts
+
+
+def render_template(template: str, data: Any) -> str:
+    """Return `template` applied to `data`: several matches are joined by spaces (kubectl)."""
+    out = []
+    for part in parse_template(template):
+        if isinstance(part, str):
+            out.append(part)
+            continue
+        values = [match.value for match in part.find(data)]
+        out.append(" ".join(value if isinstance(value, str) else json.dumps(value,
+                                                                            ensure_ascii=False)
+                            for value in values))
+    return "".join(out)
+
+
+def sort_rows(rows: list[dict[str, Any]], sort_by: str | None) -> list[dict[str, Any]]:
+    """Return `rows` sorted by the `--sort-by` field; rows without it last, numbers before
+    text."""
+    if not sort_by:
+        return rows
+    field = sort_by.strip()
+    if field.startswith("{") and field.endswith("}"):
+        field = field[1:-1]
+    try:
+        expression = _expression(field)
+    except ValueError as exc:
+        raise CLIError(f"--sort-by: {exc}", ExitCode.USAGE) from None
+
+    def key(row: dict[str, Any]):
+        found = [match.value for match in expression.find(row)]
+        if not found or found[0] is None:
+            return (2, 0, "")
+        value = found[0]
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return (0, value, "")
+        return (1, 0, value if isinstance(value, str) else json.dumps(value, sort_keys=True))
+
+    return sorted(rows, key=key)
+
+
+def emit_list(env, rows: list[dict[str, Any]], *, output: str, kind: str, id_key: str,
+              no_headers: bool, sort_by: str | None,
+              table: Callable[..., None]) -> None:
+    """Write a list in the chosen `-o` format.
+
+    Args:
+        env: the run's `Environment`.
+        rows: the list's rows as the API returns them.
+        output: a `ListOutputType` value.
+        kind: the `-o name` prefix, e.g. `exp` (`exp/42`).
+        id_key: the field `-o name` prints, e.g. `id`.
+        no_headers: leave out the header line of a table.
+        sort_by: the `--sort-by` field, or None for the server's order.
+        table: draws the rows: `table(console, rows, wide=..., headers=...)`.
+    """
+    from .output import emit
+
+    rows = sort_rows(rows, sort_by)
+    if output == "name":
+        if rows:
+                env.print_out("\n".join(f"{kind}/{row.get(id_key)}" for row in rows))
+    elif output.startswith("jsonpath="):
+        # Exactly the template's text, as kubectl: add `{"\n"}` for a final newline.
+        env.out.write(render_template(output[len("jsonpath="):], rows))
+        env.out.flush()
+    elif output in ("json", "yaml"):
+        emit(env, rows, output, None)
+    else:
+        table(env.console(), rows, wide=output == "wide", headers=not no_headers)
