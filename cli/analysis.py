@@ -21,9 +21,11 @@ from .exit_codes import ExitCode
 from .options import (
     ExpIdType,
     analysis_id_argument,
+    confirm_delete,
     output_option,
     pass_env,
     server_option,
+    yes_option,
 )
 from .visible import visible
 
@@ -552,28 +554,25 @@ def cancel(env, analysis_id: str, output: str, server: str) -> None:
 @analysis_group.command("delete")
 @analysis_id_argument
 @click.option("--purge", is_flag=True,
-              help="Also remove its results and log from the store (asks first).")
-@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation of --purge.")
+              help="Also remove its results and log from the store.")
+@yes_option
 @server_option
 @pass_env
 def delete(env, analysis_id: str, purge: bool, yes: bool, server: str) -> None:
     """Delete an analysis that has ended (cancel it first if it has not); --purge also removes
-    its results and log."""
+    its results and log. Asks first, as `exp delete` does; --yes skips the question (needed
+    without a terminal: exit 2 otherwise).
+
+    Examples:
+      falcon analysis delete an-127d556979606b76
+      falcon analysis delete an-127d556979606b76 --purge --yes
+    """
     from .client import open_client
 
-    if purge and not yes:
-        if not env.interactive():
-            raise click.UsageError("--purge removes the results and log for good; without a "
-                                   "terminal to confirm it, pass --yes")
-        try:
-            confirmed = click.confirm(f"Delete analysis {analysis_id} and remove its results "
-                                      "and log for good?", default=False, err=True)
-        except click.exceptions.Abort:  # end of input or Ctrl-C at the prompt
-            env.print_err("")
-            confirmed = False
-        if not confirmed:
-            raise CLIError(f"analysis {analysis_id} was not deleted (pass --yes to purge without "
-                           "a prompt)", ExitCode.ERROR)
+    if not yes:
+        confirm_delete(env, f"Delete analysis {analysis_id}"
+                       + (" and remove its results and log for good?" if purge else "?"),
+                       what=f"analysis {analysis_id}")
     params = {"purge": "true"} if purge else None
     with open_client(env, server) as client:
         try:
