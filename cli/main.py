@@ -169,6 +169,11 @@ def falcon(ctx: click.Context, server: str | None) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Run `falcon` with `argv` (default: `sys.argv[1:]`); exits the process with its code."""
+    # rich reads COLUMNS and LINES itself (e.g. for a usage error) and int() of 4300+ digits
+    # raises: keep only what `columns_from` accepts.
+    for name in ("COLUMNS", "LINES"):
+        if os.environ.get(name, "").strip():
+            os.environ[name] = str(columns_from({"COLUMNS": os.environ[name]}))
     try:
         falcon.main(args=argv, prog_name="falcon")
     except BrokenPipeError:  # while click reported a usage error on a closed stderr
