@@ -57,6 +57,7 @@ def completion_command(env, shell: str) -> None:
     Completes commands, options, status values and (asking the server, 1 s at most)
     experiment and analysis ids.
 
+    \b
     Examples:
       eval "$(falcon completion bash)"                # in ~/.bashrc
       eval "$(falcon completion zsh)"                 # in ~/.zshrc

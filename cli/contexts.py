@@ -107,6 +107,7 @@ def config_group() -> None:
     the current context's, else http://127.0.0.1:8000. Kept in `<config dir>/config.json`
     (0600; the folder 0700).
 
+    \b
     Examples:
       falcon config set-context prod --server https://falcon.example.com
       falcon config use-context prod
@@ -122,6 +123,7 @@ def config_group() -> None:
 def set_context(env, name: str, server: str) -> None:
     """Create or change the context NAME (it does not become current).
 
+    \b
     Examples:
       falcon config set-context prod --server https://falcon.example.com
       falcon config set-context local --server http://127.0.0.1:8000
@@ -142,6 +144,7 @@ def set_context(env, name: str, server: str) -> None:
 def use_context(env, name: str) -> None:
     """Make NAME the current context.
 
+    \b
     Examples:
       falcon config use-context prod
     """
@@ -161,6 +164,7 @@ def use_context(env, name: str) -> None:
 def get_contexts(env, output: str) -> None:
     """List the contexts; `*` marks the current one.
 
+    \b
     Examples:
       falcon config get-contexts
       falcon config get-contexts -o json
@@ -188,6 +192,7 @@ def get_contexts(env, output: str) -> None:
 def current_context(env) -> None:
     """Print the current context's name (exit 3 when none is set).
 
+    \b
     Examples:
       falcon config current-context
     """

@@ -37,6 +37,12 @@ def logs(env, exp_id: int, role: str | None, replica: int, tail: int | None, fol
     Logs are read from the run while it is live on the local cluster, and from the artifact
     store once the replica ended (aborted runs included). The log is text: UTF-8, a byte that
     is not UTF-8 shown as U+FFFD; on a terminal, control characters are shown as escapes.
+
+    \b
+    Examples:
+      falcon exp logs 12
+      falcon exp logs 12 --role worker --replica 1 --tail 50
+      falcon exp logs 12 --follow
     """
     from ..client import open_client
 
@@ -112,7 +118,13 @@ def _print_logs(env, client, exp_id, path, params, tail, follow, interval) -> No
 @pass_env
 def artifacts(env, exp_id: int, download_dir: str | None, limit: int | None, output: str,
               server: str) -> None:
-    """List the files under an experiment's artifact path (name, size, modified time)."""
+    """List the files under an experiment's artifact path (name, size, modified time).
+
+    \b
+    Examples:
+      falcon exp artifacts 12
+      falcon exp artifacts 12 --download ./exp-12
+    """
     from .. import output as out
     from ..client import open_client
 

@@ -39,6 +39,7 @@ def abort(env, exp_id: int, wait_: bool, interval: float, timeout: float | None,
     With --wait: exit 0 once it is Aborted; 6 when it ended Succeeded or Failed before the abort
     reached it; 7 on --timeout.
 
+    \b
     Examples:
       falcon exp abort 12
       falcon exp abort 12 --wait --timeout 300
@@ -71,6 +72,7 @@ def delete(env, exp_id: int, yes: bool, server: str, purge: bool = False) -> Non
     --purge its stored files and logs). Asks first, as `analysis delete` does; --yes skips the
     question (needed without a terminal: exit 2 otherwise).
 
+    \b
     Examples:
       falcon exp delete 12
       falcon exp delete 12 --purge --yes
@@ -102,6 +104,11 @@ def wait(env, exp_id: int, interval: float, timeout: float | None, output: str,
     """Show an experiment's status live until it Succeeded, Failed or was Aborted.
 
     Exit code 0 only when it Succeeded; 6 when it Failed or was Aborted; 7 on --timeout.
+
+    \b
+    Examples:
+      falcon exp wait 12
+      falcon exp wait 12 --timeout 3600 -o json
     """
     from ..client import open_client
 

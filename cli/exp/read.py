@@ -16,7 +16,13 @@ from .inputs import SelectorArg
 @server_option
 @pass_env
 def get(env, exp_id: int, output: str, server: str) -> None:
-    """Show one experiment (GetExp) with its jobs, artifact and config."""
+    """Show one experiment (GetExp) with its jobs, artifact and config.
+
+    \b
+    Examples:
+      falcon exp get 12
+      falcon exp get 12 -o yaml
+    """
     from .. import output as out
     from ..client import open_client
 
@@ -48,7 +54,15 @@ def get(env, exp_id: int, output: str, server: str) -> None:
 def list_(env, statuses: tuple[str, ...], exp_type: str | None, cluster_name: str | None,
           creator: str | None, search: str | None, selectors: tuple[str, ...], limit: int,
           watch: bool, interval: float, output: str, server: str) -> None:
-    """List experiments (ListExps), newest first, with their age, run time and labels."""
+    """List experiments (ListExps), newest first, with their age, run time and labels.
+
+    \b
+    Examples:
+      falcon exp list
+      falcon exp list --status Running --label team=infra
+      falcon exp list --watch
+      falcon exp list --limit 500 -o json
+    """
     from .. import output as out
     from ..client import open_client
 
