@@ -371,3 +371,51 @@ def test_root_help_imports_no_command_module(tmp_path):
 
 def test_the_command_tree_is_complete():
     assert sorted(falcon.list_commands(click.Context(falcon))) == sorted(LAZY_COMMANDS)
+
+
+# --- 12. exp logs of many replicas and roles, with a prefix per line -------------------------
+
+@pytest.mark.django_db(transaction=True)
+def test_logs_of_every_replica_and_role_with_prefixes(logged_in, tmp_path):
+    from accounts.issuer import local_subject
+    from accounts.tests.factories import UserFactory
+    from artifacts.store import replica_log_url
+    from experiments.services import exp_update_status
+    from experiments.tests.factories import make_exp
+    from jobs.services import job_update_status
+
+    from .test_exp_files import put
+
+    alice = UserFactory(user_id=local_subject(EMAIL), email=EMAIL)
+    exp = make_exp(creator=alice, name="many", roles=("main", "worker"), replica=2)
+    for role in ("main", "worker"):
+        for index in (0, 1):
+            text = f"{role} {index} a\n{role} {index} b" + ("" if index else "\n")
+            put(replica_log_url(exp.artifact_path, role, index), text.encode(), tmp_path)
+    for job in exp.jobs.all():
+        for status in ("Running", "Succeeded"):
+            job_update_status(job_id=job.pk, status=status)
+    exp_update_status(exp_id=exp.pk, status="Running")
+    exp_update_status(exp_id=exp.pk, status="Succeeded")
+
+    def logs(*args):
+        done = run("exp", "logs", str(exp.pk), *args, config_dir=logged_in.config_dir,
+                   server=logged_in.server)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.splitlines()
+
+    assert logs("--all-replicas") == [
+        f"[{role}/replica-{index}] {role} {index} {line}"
+        for role in ("main", "worker") for index in (0, 1) for line in "ab"]
+    assert logs("--role", "worker", "--all-replicas", "--tail", "1") == [
+        "[worker/replica-0] worker 0 b", "[worker/replica-1] worker 1 b"]
+    assert logs("--role", "worker", "--role", "main", "--replica", "1", "--no-prefix") == [
+        "worker 1 a", "worker 1 b", "main 1 a", "main 1 b"]
+    assert logs("--role", "main", "--prefix") == ["[main/replica-0] main 0 a",
+                                                 "[main/replica-0] main 0 b"]
+    assert logs("--role", "main", "--all-replicas", "--follow")[-1] == \
+        "[main/replica-1] main 1 b"  # a last line without its newline still ends whole
+    done = run("exp", "logs", str(exp.pk), "--role", "main", "--role", "ps",
+               config_dir=logged_in.config_dir, server=logged_in.server)
+    assert done.returncode == ExitCode.NOT_FOUND
+    assert "has no role 'ps'; its roles: main, worker" in done.stderr
