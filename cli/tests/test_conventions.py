@@ -419,3 +419,70 @@ def test_logs_of_every_replica_and_role_with_prefixes(logged_in, tmp_path):
                config_dir=logged_in.config_dir, server=logged_in.server)
     assert done.returncode == ExitCode.NOT_FOUND
     assert "has no role 'ps'; its roles: main, worker" in done.stderr
+
+
+# --- public kubectl bug reports, tried on falcon ---------------------------------------------
+
+@pytest.fixture
+def silent_server():
+    """A TCP port that accepts connections (the kernel's backlog) and never answers."""
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    sock.setblocking(False)
+    yield sock
+    sock.close()
+
+
+def _connections(sock) -> int:
+    count = 0
+    while True:
+        try:
+            conn, _ = sock.accept()
+        except BlockingIOError:
+            return count
+        conn.close()
+        count += 1
+
+
+def test_completion_script_and_current_context_never_contact_the_server(silent_server,
+                                                                        tmp_path):
+    # kubernetes/kubectl#1247, kubernetes/kubernetes#122845: `kubectl completion bash` and
+    # `config current-context` took 5 s when the current context's server was unreachable.
+    url = f"http://127.0.0.1:{silent_server.getsockname()[1]}"
+    run("config", "set-context", "far", "--server", url, config_dir=tmp_path)
+    run("config", "use-context", "far", config_dir=tmp_path)
+    for args in (["completion", "bash"], ["config", "current-context"],
+                 ["config", "get-contexts"], ["--help"], ["exp", "list", "--help"]):
+        assert run(*args, config_dir=tmp_path).returncode == 0, args
+    assert _connections(silent_server) == 0
+
+
+def test_id_completion_gives_up_on_a_server_that_never_answers(silent_server, tmp_path):
+    # evanlucas/fish-kubectl-completions#1, kubernetes/kubectl#1757: Tab hung on a cluster
+    # that did not answer. Falcon's completion gives up after COMPLETION_TIMEOUT, silently.
+    from cli.token_cache import Session
+
+    url = f"http://127.0.0.1:{silent_server.getsockname()[1]}"
+    CredentialStore(tmp_path).put(Session(
+        server=url, token="eyJhbGciOiJIUzI1NiJ9.eyJleHAiOjQxMDI0NDQ4MDB9.c2ln", email=EMAIL,
+        expires_at=4102444800, method="local", obtained_at=0))
+    assert _complete("falcon exp get ", tmp_path, server=url) == []
+    assert _connections(silent_server) >= 1  # it did ask
+
+
+def test_switching_contexts_keeps_the_file_private_whatever_the_umask(tmp_path):
+    # vvbogdanov87/gnome-shell-extension-kubeconfig#11: switching contexts made the config
+    # group- and world-readable.
+    config = tmp_path / "config"
+    cmd = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "cli"]
+    environ = {**os.environ, "PYTHONPATH": str(ROOT), "FALCON_CONFIG_DIR": str(config)}
+    for args in (["config", "set-context", "a", "--server", "http://a"],
+                 ["config", "use-context", "a"]):
+        done = subprocess.run(cmd + args, cwd=ROOT, env=environ, capture_output=True,
+                              text=True, timeout=60, preexec_fn=lambda: os.umask(0))
+        assert done.returncode == 0, done.stderr
+        assert stat.S_IMODE((config / "config.json").stat().st_mode) == 0o600
+        assert stat.S_IMODE(config.stat().st_mode) == 0o700
