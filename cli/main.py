@@ -163,6 +163,13 @@ def falcon(ctx: click.Context, server: str | None) -> None:
     failed, 7 timeout, 8 invalid input, 9 server unavailable, 10 forbidden, 11 analysis failed
     or cancelled, 130 interrupted
     (Ctrl-C), 141 output closed (e.g. `| head`; the command stopped quietly).
+
+    \b
+    Examples:
+      falcon auth login --email you@example.com
+      falcon exp list --status Running
+      falcon --server https://falcon.example.com exp get 12
+      falcon config use-context prod
     """
     ctx.ensure_object(Environment)
 

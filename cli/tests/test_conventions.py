@@ -263,6 +263,7 @@ def _walk(command: click.Command, path: tuple[str, ...]):
 
 
 def _all_commands():
+    yield (), falcon
     for name in LAZY_COMMANDS:
         yield from _walk(load_command(name), (name,))
 
