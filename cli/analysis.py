@@ -23,9 +23,11 @@ from .options import (
     FalconSubGroup,
     ExpIdType,
     analysis_id_argument,
+    confirm_delete,
     output_option,
     pass_env,
     server_option,
+    yes_option,
 )
 from .visible import visible
 
@@ -103,6 +105,12 @@ def analysis_group() -> None:
 
     An analysis runs one plugin (`falcon plugins list`) or your own command (with an optional
     script) over a finished experiment's artifact, and writes its results and its log.
+
+    \b
+    Examples:
+      falcon analysis create --exp 12 --plugin bench-summary --wait
+      falcon analysis list --exp 12
+      falcon analysis results an-127d556979606b76 -o json
     """
 
 
@@ -137,6 +145,11 @@ def create(env, exp_id: int, plugin: str | None, command: str | None, script_fil
     """Create an online analysis of an experiment's artifact (POST /api/v1/analyses).
 
     Give exactly one of --plugin and --command; --script needs --command.
+
+    \b
+    Examples:
+      falcon analysis create --exp 12 --plugin bench-summary --wait
+      falcon analysis create --exp 12 --command 'python run.py' --script run.py --memory-limit 2Gi
     """
     from . import output as out
     from .client import open_client
@@ -297,7 +310,13 @@ def wait_for(env, client, analysis_id: str, *, interval: float, timeout: float |
 def list_(env, exp_id: int | None, status: str | None, analysis_type: str | None,
           plugin: str | None, limit: int | None, output: str, no_headers: bool,
           sort_by: str | None, server: str) -> None:
-    """List analyses, newest first; `-o name` prints `analysis/ID`."""
+    """List analyses, newest first; `-o name` prints `analysis/ID`.
+
+    \b
+    Examples:
+      falcon analysis list --exp 12
+      falcon analysis list --status failed --type offline -o json
+    """
     from . import output as out
     from .client import open_client
     from .listing import emit_list
@@ -320,7 +339,13 @@ def list_(env, exp_id: int | None, status: str | None, analysis_type: str | None
 @pass_env
 def get(env, analysis_id: str, output: str, server: str) -> None:
     """Show one analysis: every field, its queue position while pending, its error when it
-    failed."""
+    failed.
+
+    \b
+    Examples:
+      falcon analysis get an-127d556979606b76
+      falcon analysis get an-127d556979606b76 -o yaml
+    """
     from . import output as out
     from .client import open_client
 
@@ -343,6 +368,11 @@ def logs(env, analysis_id: str, follow: bool, server: str) -> None:
     output.log holds the bytes as written). On a terminal, control characters are shown as
     escapes; a pipe gets the text unescaped. A note (the analysis is pending, the log read from
     the store) goes to stderr.
+
+    \b
+    Examples:
+      falcon analysis logs an-127d556979606b76
+      falcon analysis logs an-127d556979606b76 --follow
     """
     from .client import open_client
 
@@ -445,6 +475,11 @@ def results(env, analysis_id: str, output: str, server: str) -> None:
     The table lays out a known plugin's records as its own tables, any other as key/value
     tables. `-o json` prints one JSON object per line, compact and in the stored key order (as
     the plugins write them).
+
+    \b
+    Examples:
+      falcon analysis results an-127d556979606b76
+      falcon analysis results an-127d556979606b76 -o json
     """
     from .client import open_client
 
@@ -558,7 +593,12 @@ def render_tables(plugin_name: str | None, records: list[Any],
 @server_option
 @pass_env
 def cancel(env, analysis_id: str, output: str, server: str) -> None:
-    """Cancel an analysis; an analysis that has already ended is left as it is."""
+    """Cancel an analysis; an analysis that has already ended is left as it is.
+
+    \b
+    Examples:
+      falcon analysis cancel an-127d556979606b76
+    """
     from . import output as out
     from .client import open_client
 
@@ -573,28 +613,26 @@ def cancel(env, analysis_id: str, output: str, server: str) -> None:
 @analysis_group.command("delete")
 @analysis_id_argument
 @click.option("--purge", is_flag=True,
-              help="Also remove its results and log from the store (asks first).")
-@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation of --purge.")
+              help="Also remove its results and log from the store.")
+@yes_option
 @server_option
 @pass_env
 def delete(env, analysis_id: str, purge: bool, yes: bool, server: str) -> None:
     """Delete an analysis that has ended (cancel it first if it has not); --purge also removes
-    its results and log."""
+    its results and log. Asks first, as `exp delete` does; --yes skips the question (needed
+    without a terminal: exit 2 otherwise).
+
+    \b
+    Examples:
+      falcon analysis delete an-127d556979606b76
+      falcon analysis delete an-127d556979606b76 --purge --yes
+    """
     from .client import open_client
 
-    if purge and not yes:
-        if not env.interactive():
-            raise click.UsageError("--purge removes the results and log for good; without a "
-                                   "terminal to confirm it, pass --yes")
-        try:
-            confirmed = click.confirm(f"Delete analysis {analysis_id} and remove its results "
-                                      "and log for good?", default=False, err=True)
-        except click.exceptions.Abort:  # end of input or Ctrl-C at the prompt
-            env.print_err("")
-            confirmed = False
-        if not confirmed:
-            raise CLIError(f"analysis {analysis_id} was not deleted (pass --yes to purge without "
-                           "a prompt)", ExitCode.ERROR)
+    if not yes:
+        confirm_delete(env, f"Delete analysis {analysis_id}"
+                       + (" and remove its results and log for good?" if purge else "?"),
+                       what=f"analysis {analysis_id}")
     params = {"purge": "true"} if purge else None
     with open_client(env, server) as client:
         try:
@@ -614,7 +652,13 @@ def delete(env, analysis_id: str, purge: bool, yes: bool, server: str) -> None:
 
 @click.group("plugins", cls=FalconSubGroup)
 def plugins_group() -> None:
-    """The analysis plugin catalog: what `falcon analysis create --plugin` can run."""
+    """The analysis plugin catalog: what `falcon analysis create --plugin` can run.
+
+    \b
+    Examples:
+      falcon plugins list
+      falcon plugins get bench-summary
+    """
 
 
 @plugins_group.command("list")
@@ -622,7 +666,13 @@ def plugins_group() -> None:
 @server_option
 @pass_env
 def plugins_list(env, output: str, no_headers: bool, sort_by: str | None, server: str) -> None:
-    """List the catalog's plugins; `-o name` prints `plugin/NAME`."""
+    """List the catalog's plugins; `-o name` prints `plugin/NAME`.
+
+    \b
+    Examples:
+      falcon plugins list
+      falcon plugins list -o json
+    """
     from . import output as out
     from .client import open_client
     from .listing import emit_list
@@ -643,7 +693,13 @@ def plugins_list(env, output: str, no_headers: bool, sort_by: str | None, server
 @server_option
 @pass_env
 def plugins_get(env, name: str, output: str, server: str) -> None:
-    """Show one plugin: its command, artifact types, resources and timeout."""
+    """Show one plugin: its command, artifact types, resources and timeout.
+
+    \b
+    Examples:
+      falcon plugins get bench-summary
+      falcon plugins get bench-summary -o yaml
+    """
     from urllib.parse import quote
 
     from . import output as out

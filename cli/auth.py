@@ -272,7 +272,14 @@ def discover_mode(client) -> tuple[str, str | None]:
 
 @click.group("auth", cls=FalconSubGroup)
 def auth_group() -> None:
-    """Log in to a Falcon server, show the session, log out."""
+    """Log in to a Falcon server, show the session, log out.
+
+    \b
+    Examples:
+      falcon auth login --email you@example.com
+      falcon auth status
+      falcon auth logout
+    """
 
 
 @auth_group.command("login")
@@ -288,7 +295,13 @@ def auth_group() -> None:
 @pass_env
 def login(env, email: str | None, method: str, use_cloudflared: bool, no_browser: bool,
           server: str) -> None:
-    """Log in and cache the session token for this server (file mode 0600)."""
+    """Log in and cache the session token for this server (file mode 0600).
+
+    \b
+    Examples:
+      falcon auth login --email you@example.com
+      falcon auth login --server https://falcon.example.com
+    """
     from .client import open_client
     from .token_cache import CredentialStore, Session, format_time, token_expiry
 
@@ -346,6 +359,11 @@ def status(env, output: str, server: str) -> None:
     """Show who is logged in to this server and when the session ends (no request is sent).
 
     Exit code 5 when not logged in or the session has expired.
+
+    \b
+    Examples:
+      falcon auth status
+      falcon auth status -o json
     """
     from . import output as out
     from .token_cache import CredentialStore, login_hint, normalize_server, token_expiry
@@ -388,6 +406,11 @@ def logout(env, server: str) -> None:
 
     A Cloudflare Access login also left a session in the browser (and, with `--cloudflared`, a
     token in cloudflared's cache); the command says where to end those, as it cannot.
+
+    \b
+    Examples:
+      falcon auth logout
+      falcon auth logout --server https://falcon.example.com
     """
     from .token_cache import CredentialStore, normalize_server
 

@@ -60,8 +60,9 @@ def columns_from(environ: Mapping[str, str]) -> int | None:
     value = environ.get("COLUMNS", "").strip()
     if not value:
         return None
-    if value.isascii() and value.isdigit() and int(value) >= 1:
-        return min(int(value), MAX_WIDTH)
+    if value.isascii() and value.isdigit() and value.strip("0"):
+        digits = value.lstrip("0")  # int() refuses 4300+ digits; 6 already exceed MAX_WIDTH
+        return MAX_WIDTH if len(digits) > 6 else min(int(digits), MAX_WIDTH)
     return FALLBACK_WIDTH
 
 

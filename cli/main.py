@@ -9,24 +9,65 @@ from __future__ import annotations
 import os
 import sys
 
+import importlib
+
 import rich_click as click
 
-from .analysis import analysis_group, plugins_group
-from .auth import auth_group
 from .env import Environment, columns_from
 from .errors import CLIError
 from .exit_codes import ExitCode
-from .exp import exp_group
 
 VERSION = "0.1.0"
+
+# The command groups, imported only when one is run (or its own help is asked for): `falcon
+# --help` shows these one-line summaries without importing a command module (a test keeps each
+# equal to its command's own short help). name -> (module, attribute, summary)
+LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
+    "analysis": ("cli.analysis", "analysis_group",
+                 "Run plugins or commands over an experiment's artifact, and read their results."),
+    "auth": ("cli.auth", "auth_group", "Log in to a Falcon server, show the session, log out."),
+    "completion": ("cli.completion", "completion_command",
+                   "Print the shell completion script for bash, zsh or fish."),
+    "config": ("cli.contexts", "config_group",
+               "Named contexts: which Falcon server commands talk to (as kubectl config)."),
+    "exp": ("cli.exp", "exp_group", "Create, inspect, abort, delete and wait for experiments."),
+    "plugins": ("cli.analysis", "plugins_group",
+                "The analysis plugin catalog: what `falcon analysis create --plugin` can run."),
+}
+
+
+def load_command(name: str) -> click.Command:
+    """Import and return the top-level command `name` (a key of `LAZY_COMMANDS`)."""
+    module, attribute, _ = LAZY_COMMANDS[name]
+    return getattr(importlib.import_module(module), attribute)
 
 
 class FalconGroup(click.RichGroup):
     """The root group: turns a `CLIError` from any command into one stderr line and its code.
 
     Unexpected exceptions are reported the same way (set FALCON_DEBUG=1 for the traceback), so a
-    user never sees a traceback for a server's answer.
+    user never sees a traceback for a server's answer. Its commands are imported lazily
+    (`LAZY_COMMANDS`, the pattern of click's "lazily loading subcommands" docs).
     """
+
+    _summarising = False
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(LAZY_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in LAZY_COMMANDS:
+            return None
+        if self._summarising:  # the root's help lists the summaries only
+            return click.RichCommand(cmd_name, help=LAZY_COMMANDS[cmd_name][2])
+        return load_command(cmd_name)
+
+    def format_help(self, ctx, formatter) -> None:
+        self._summarising = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._summarising = False
 
     def make_context(self, info_name, args, parent=None, **extra):
         """Parse the command line (`--help` and `--version` print here): a closed pipe is quiet.
@@ -108,8 +149,12 @@ def _env(ctx: click.Context) -> Environment:
 
 @click.group(cls=FalconGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(VERSION, "--version", prog_name="falcon")
+@click.option("--server", "server", metavar="URL", default=None,
+              help="The Falcon API server for every command (as a subcommand's own --server). "
+                   "Precedence: a subcommand's --server, this flag, env FALCON_SERVER, the "
+                   "current context (`falcon config use-context`), http://127.0.0.1:8000.")
 @click.pass_context
-def falcon(ctx: click.Context) -> None:
+def falcon(ctx: click.Context, server: str | None) -> None:
     """Falcon: run ML experiments on a cluster and track them.
 
     Log in once with `falcon auth login`, then e.g. `falcon exp create --name ... --cluster ...
@@ -118,14 +163,15 @@ def falcon(ctx: click.Context) -> None:
     failed, 7 timeout, 8 invalid input, 9 server unavailable, 10 forbidden, 11 analysis failed
     or cancelled, 130 interrupted
     (Ctrl-C), 141 output closed (e.g. `| head`; the command stopped quietly).
+
+    \b
+    Examples:
+      falcon auth login --email you@example.com
+      falcon exp list --status Running
+      falcon --server https://falcon.example.com exp get 12
+      falcon config use-context prod
     """
     ctx.ensure_object(Environment)
-
-
-falcon.add_command(auth_group)
-falcon.add_command(exp_group)
-falcon.add_command(analysis_group)
-falcon.add_command(plugins_group)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -139,6 +185,11 @@ def main(argv: list[str] | None = None) -> None:
             stream.reconfigure(errors="backslashreplace")
         except (AttributeError, ValueError):  # a replaced or detached stream
             pass
+    # rich reads COLUMNS and LINES itself (e.g. for a usage error) and int() of 4300+ digits
+    # raises: keep only what `columns_from` accepts.
+    for name in ("COLUMNS", "LINES"):
+        if os.environ.get(name, "").strip():
+            os.environ[name] = str(columns_from({"COLUMNS": os.environ[name]}))
     try:
         falcon.main(args=argv, prog_name="falcon")
     except BrokenPipeError:  # while click reported a usage error on a closed stderr

@@ -19,12 +19,35 @@ pass_env = click.make_pass_decorator(Environment, ensure=True)
 """Pass the run's `Environment` (created from the process when the caller gave none)."""
 
 
+def resolve_server(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
+    """Choose the server: this command's `--server`, then the root's `falcon --server`, then
+    env `FALCON_SERVER`, then the current context's server, then `DEFAULT_SERVER` (kubectl's
+    order: flag, environment, kubeconfig)."""
+    from click.core import ParameterSource
+
+    if value and ctx.get_parameter_source(param.name) is ParameterSource.COMMANDLINE:
+        return value
+    root = ctx.find_root().params.get("server")
+    if root:
+        return root
+    if value:  # from FALCON_SERVER
+        return value
+    from .contexts import current_server
+
+    env = ctx.find_object(Environment)
+    found = current_server((env or Environment()).credentials_dir)
+    return found or DEFAULT_SERVER
+
+
 def server_option(func):
-    """Add `--server URL` (env `FALCON_SERVER`, default http://127.0.0.1:8000)."""
+    """Add `--server URL` (env `FALCON_SERVER`, then the current context, default
+    http://127.0.0.1:8000; see `resolve_server`)."""
     return click.option(
-        "--server", envvar="FALCON_SERVER", default=DEFAULT_SERVER, show_default=True,
-        show_envvar=True, metavar="URL",
-        help="The Falcon API server. Tokens are cached per server and sent only to it.",
+        "--server", envvar="FALCON_SERVER", default=None, show_envvar=True, metavar="URL",
+        callback=resolve_server,
+        help="The Falcon API server (default: `falcon --server`, then FALCON_SERVER, then the "
+             "current context, then http://127.0.0.1:8000). Tokens are cached per server and "
+             "sent only to it.",
     )(func)
 
 
@@ -55,17 +78,24 @@ class IdType(click.ParamType):
 
     def convert(self, value, param, ctx):
         text = str(value)
-        if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_ID:
-            self.fail(f"{text!r} is not {self.entity} id: ids are whole numbers from 1 to "
+        if (not (text.isascii() and text.isdigit()) or len(text) > len(str(MAX_ID))
+                or not 1 <= int(text) <= MAX_ID):
+            shown = text if len(text) <= 60 else text[:57] + "..."
+            self.fail(f"{shown!r} is not {self.entity} id: ids are whole numbers from 1 to "
                       f"{MAX_ID} (see `{self.lister}`)", param, ctx)
         return int(text)
 
 
 class ExpIdType(IdType):
-    """An experiment id (`IdType`)."""
+    """An experiment id (`IdType`); the shell completes it from `falcon exp list`."""
 
     def __init__(self):
         super().__init__("an experiment", "falcon exp list")
+
+    def shell_complete(self, ctx, param, incomplete):
+        from .completion import complete_ids
+
+        return complete_ids(ctx, "/api/v1/exps", incomplete)
 
 
 class AnalysisIdType(click.ParamType):
@@ -88,6 +118,51 @@ class AnalysisIdType(click.ParamType):
                       f"and '-' (not first or last), at most {ANALYSIS_ID_MAX} characters, "
                       f"e.g. {ANALYSIS_ID_EXAMPLE} (see `falcon analysis list`)", param, ctx)
         return text
+
+    def shell_complete(self, ctx, param, incomplete):
+        from .completion import complete_ids
+
+        return complete_ids(ctx, "/api/v1/analyses", incomplete)
+
+
+def yes_option(func):
+    """Add `--yes/-y`: delete without asking (both `delete` commands ask first otherwise)."""
+    return click.option("--yes", "-y", is_flag=True,
+                        help="Do not ask for confirmation (needed without a terminal).")(func)
+
+
+def confirm_delete(env: Environment, question: str, *, what: str) -> None:
+    """Ask `question` on stderr before a delete; refuse without a terminal (docs/decisions.md,
+    Deleting asks first).
+
+    Both `exp delete` and `analysis delete` ask, as rm -i would: a delete cannot be undone, and
+    unlike kubectl there is no controller to recreate what was deleted. Without a terminal
+    nothing can answer, so the command stops (exit 2) instead of reading a script's stdin.
+
+    Args:
+        env: the run's environment (`interactive` says whether a person can answer).
+        question: the yes/no question, e.g. `Delete experiment 4 (a, Failed)?`.
+        what: what is deleted, for the refusal, e.g. `experiment 4`.
+
+    Raises:
+        click.UsageError: no terminal to answer.
+        CLIError(ERROR): the answer was no (or end of input, Ctrl-C).
+    """
+    from .errors import CLIError
+    from .exit_codes import ExitCode
+    from .visible import visible
+
+    if not env.interactive():
+        raise click.UsageError(f"deleting {what} cannot be undone; without a terminal to "
+                               "confirm it, pass --yes")
+    try:
+        confirmed = click.confirm(visible(question), default=False, err=True)
+    except click.exceptions.Abort:  # end of input or Ctrl-C at the prompt
+        env.print_err("")
+        confirmed = False
+    if not confirmed:
+        raise CLIError(f"{what} was not deleted (pass --yes to delete without a prompt)",
+                       ExitCode.ERROR)
 
 
 def exp_id_argument(func):

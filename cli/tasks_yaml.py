@@ -162,7 +162,12 @@ class _Walker:
         if not isinstance(node, ScalarNode):
             raise _Problem(node, field, f"a YAML {_short_tag(node.tag)} cannot be sent; write a "
                            "plain mapping or list")
-        value = self.loader.construct_object(node, deep=True)
+        try:
+            value = self.loader.construct_object(node, deep=True)
+        except ValueError:  # an integer of more than 4300 digits (Python's conversion limit)
+            raise _Problem(node, field, f"the number of {len(node.value)} characters is too "
+                           "long to read; write a number in range, or quote it to send it as "
+                           "text") from None
         if isinstance(value, float) and not math.isfinite(value):
             raise _Problem(node, field, f"{node.value} is not a finite number and cannot be sent "
                            "(JSON has no infinity or NaN); write a finite number")

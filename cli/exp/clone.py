@@ -83,6 +83,11 @@ def clone(env, exp_id: int, name: str | None, assignments: tuple[str, ...],
     """Create a new experiment from experiment ID with changes; it records `cloned_from`.
 
     Safe to retry, as create: one Idempotency-Key per invocation.
+
+    \b
+    Examples:
+      falcon exp clone 12 --name matmul-002 --set size=1024
+      falcon exp clone 12 --config new.yaml --wait
     """
     from .. import output as out
     from ..client import open_client

@@ -33,6 +33,11 @@ def create(env, name: str, cluster_name: str, exp_type: str, tasks_file: str,
 
     Safe to retry: the request carries an Idempotency-Key, and is sent again when the server
     cannot be reached, without ever making a second experiment.
+
+    \b
+    Examples:
+      falcon exp create --name matmul-001 --cluster local --type benchmark --role-to-task-spec tasks.yaml --config config.yaml
+      falcon exp create --name run-2 --cluster tpu-a --type profiling --role-to-task-spec tasks.yaml --label team=infra --wait
     """
     from .. import output as out
     from ..client import open_client

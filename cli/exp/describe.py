@@ -81,6 +81,11 @@ def describe(env, exp_id: int, output: str, server: str) -> None:
     Each event names the object (experiment, job/<role>, artifact, analysis/<id>), the status
     left and entered, the reason, who asked (a user, or a controller's identity) and the
     message. With -o json|yaml: the GetExp object with an `events` list.
+
+    \b
+    Examples:
+      falcon exp describe 12
+      falcon exp describe 12 -o json
     """
     from .. import output as out
     from ..client import open_client

@@ -38,6 +38,11 @@ def diff(env, exp_ids: tuple[int, ...], show_all: bool, output: str, server: str
 
     Exit status, as `diff`: 0 no differences, 1 differences, 2 usage error, 3 an id not
     found, 12 an unexpected failure; other codes as every falcon command.
+
+    \b
+    Examples:
+      falcon exp diff 12 15
+      falcon exp diff 12 15 16 --all -o json
     """
     from .. import output as out
     from ..client import open_client

@@ -19,39 +19,198 @@ LIST_PAGE = 1000  # files per artifacts page: the server's maximum
 
 @exp_group.command("logs")
 @exp_id_argument
-@click.option("--role", help="The job's role (optional when the experiment has one role).")
+@click.option("--role", "roles", multiple=True,
+              help="The job's role (optional when the experiment has one role); repeat it for "
+                   "several roles.")
 @click.option("--replica", type=click.IntRange(min=0), default=0, show_default=True,
               help="Replica index.")
+@click.option("--all-replicas", is_flag=True,
+              help="Every replica of the role(s) (every role when --role is not given).")
+@click.option("--prefix/--no-prefix", default=None,
+              help="Start each line with [role/replica-N] (kubectl logs --prefix); default: "
+                   "on when more than one log is printed.")
 @click.option("--tail", type=click.IntRange(min=0), default=None,
-              help="Only the last N lines.")
+              help="Only the last N lines (of each log).")
 @click.option("--follow", "-f", is_flag=True,
-              help="Keep printing new output until the replica ends.")
+              help="Keep printing new output until the replica (every replica) ends.")
 @click.option("--interval", type=click.FloatRange(min=0.1), default=FOLLOW_INTERVAL,
               show_default=True, help="Seconds between two polls with --follow.")
 @server_option
 @pass_env
-def logs(env, exp_id: int, role: str | None, replica: int, tail: int | None, follow: bool,
-         interval: float, server: str) -> None:
+def logs(env, exp_id: int, roles: tuple[str, ...], replica: int, all_replicas: bool,
+         prefix: bool | None, tail: int | None, follow: bool, interval: float,
+         server: str) -> None:
     """Print a replica's output (stdout and stderr), live or kept after it ended.
 
     Logs are read from the run while it is live on the local cluster, and from the artifact
     store once the replica ended (aborted runs included). The log is text: UTF-8, a byte that
     is not UTF-8 shown as U+FFFD; on a terminal, control characters are shown as escapes.
+    Several logs (--role repeated, --all-replicas) are printed one after the other, or with
+    --follow interleaved as they grow, each line prefixed with its [role/replica-N].
+
+    \b
+    Examples:
+      falcon exp logs 12
+      falcon exp logs 12 --role worker --replica 1 --tail 50
+      falcon exp logs 12 --follow
+      falcon exp logs 12 --all-replicas --tail 20
+      falcon exp logs 12 --role main --role worker --all-replicas -f
     """
     from ..client import open_client
 
-    params: dict[str, object] = {"replica": replica}
-    if role:
-        params["role"] = role
     path = f"{EXPS}/{exp_id}/logs"
     with open_client(env, server) as client:
         try:
-            _print_logs(env, client, exp_id, path, params, tail, follow, interval)
+            if len(roles) <= 1 and not all_replicas and (roles or not prefix):
+                params: dict[str, object] = {"replica": replica}
+                if roles:
+                    params["role"] = roles[0]
+                label = f"[{roles[0]}/replica-{replica}] " if roles else None
+                _print_logs(env, client, exp_id, path, params, tail, follow, interval,
+                            prefix=label if prefix else None)
+                return
+            streams = _streams(client, exp_id, roles, replica, all_replicas)
+            _print_many(env, client, exp_id, path, streams, tail, follow, interval,
+                        prefix=prefix is not False)
         except KeyboardInterrupt:
             raise CLIError("stopped following the log", ExitCode.INTERRUPTED) from None
 
 
-def _print_logs(env, client, exp_id, path, params, tail, follow, interval) -> None:
+def _streams(client, exp_id: int, roles: tuple[str, ...], replica: int,
+             all_replicas: bool) -> list[tuple[str, int]]:
+    """Return the (role, replica) pairs to print, from the experiment's jobs, in role order.
+
+    Raises:
+        CLIError(NOT_FOUND): a role the experiment does not have (naming the ones it has).
+    """
+    exp = client.request("GET", f"{EXPS}/{exp_id}")
+    counts = {job.get("role"): int((job.get("task_spec") or {}).get("replica") or 1)
+              for job in exp.get("jobs") or []}
+    unknown = [role for role in roles if role not in counts]
+    if unknown:
+        raise CLIError(f"experiment {exp_id} has no role {unknown[0]!r}; its roles: "
+                       f"{', '.join(sorted(counts))}", ExitCode.NOT_FOUND)
+    chosen = list(dict.fromkeys(roles)) if roles else sorted(counts)
+    pairs = []
+    for role in chosen:
+        if all_replicas:
+            pairs += [(role, index) for index in range(counts[role])]
+        elif replica < counts[role]:
+            pairs.append((role, replica))
+        else:
+            raise CLIError(f"role {role!r} of experiment {exp_id} has {counts[role]} "
+                           f"replica(s); --replica is 0 to {counts[role] - 1}",
+                           ExitCode.NOT_FOUND)
+    return pairs
+
+
+def _print_many(env, client, exp_id, path, streams, tail, follow, interval, *,
+                prefix: bool) -> None:
+    """Print several logs, each read to its current end in turn (so without `follow` one after
+    the other); with `follow`, poll them in turn until every one is complete."""
+    writers = {pair: _LineWriter(env, f"[{pair[0]}/replica-{pair[1]}] " if prefix else None)
+               for pair in streams}
+    offsets: dict = {pair: None for pair in streams}  # None: not read yet
+    done: set = set()
+    while True:
+        progressed = False
+        for pair in streams:
+            while pair not in done:
+                try:
+                    got = _read_chunk(env, client, exp_id, path, pair, offsets, tail, follow)
+                except _NoLog:
+                    done.add(pair)
+                    break
+                if got is None:  # no log (yet)
+                    if not follow:
+                        done.add(pair)
+                    break
+                data, complete, first = got
+                if data:
+                    writers[pair].write(data)
+                    progressed = True
+                if first and tail is not None:
+                    if not follow:
+                        done.add(pair)
+                    break
+                if not data:
+                    if complete or not follow:
+                        done.add(pair)
+                    break
+            if pair in done:
+                writers[pair].close()
+        if len(done) == len(streams):
+            return
+        if not progressed:
+            env.sleep(interval)
+
+
+def _read_chunk(env, client, exp_id, path, pair, offsets, tail, follow):
+    """Read the next chunk of one replica's log: (data, complete, was-first), or None when it
+    has no log (a note on stderr once the experiment is over or without `follow`)."""
+    role, index = pair
+    query: dict[str, object] = {"role": role, "replica": index}
+    first = offsets[pair] is None
+    if first and tail is not None:
+        query["tail"] = tail
+    else:
+        query.update(offset=offsets[pair] or 0, limit=LOG_CHUNK)
+    try:
+        chunk = client.request("GET", path, params=query)
+    except CLIError as exc:
+        if exc.code != ExitCode.NOT_FOUND:
+            raise
+        if not follow or client.request("GET", f"{EXPS}/{exp_id}").get("status") in (
+                "Succeeded", "Failed", "Aborted"):
+            env.print_err(f"note: no log of {role}/replica-{index}: {exc.message}")
+            offsets[pair] = offsets[pair] or 0
+            raise _NoLog() from None
+        return None
+    offsets[pair] = chunk["next_offset"]
+    return chunk["data"], chunk["complete"], first
+
+
+class _NoLog(Exception):
+    """A replica has no log and will get none: its stream is over."""
+
+
+class _LineWriter:
+    """Write a log's text, starting each line with `prefix` (a partial last line is kept
+    until its end arrives, so two logs' lines never mix)."""
+
+    def __init__(self, env, prefix: str | None):
+        from ..analysis import _is_terminal
+
+        self.env, self.prefix, self.pending, self.open_line = env, prefix, "", False
+        self.raw = not _is_terminal(env.out)
+
+    def write(self, text: str) -> None:
+        from ..visible import visible
+
+        if self.prefix is None:
+            self.env.out.write(text if self.raw else visible(text, multiline=True))
+            self.env.out.flush()
+            self.open_line = not text.endswith("\n")
+            return
+        lines = (self.pending + text).split("\n")
+        self.pending = lines.pop()
+        if lines:
+            body = "".join(f"{self.prefix}{line}\n" for line in lines)
+            self.env.out.write(body if self.raw else visible(body, multiline=True))
+            self.env.out.flush()
+
+    def close(self) -> None:
+        """End the log's last line if it had no newline (the next log starts on its own)."""
+        if self.pending:
+            self.write("\n")
+        elif self.open_line:
+            self.env.out.write("\n")
+            self.env.out.flush()
+            self.open_line = False
+
+
+def _print_logs(env, client, exp_id, path, params, tail, follow, interval, *,
+                prefix: str | None = None) -> None:
     """Print the log from the start (or its last `tail` lines), then, with `follow`, what
     is appended until the log is complete; with `follow` a log that does not exist yet is
     waited for while the experiment runs."""
@@ -59,6 +218,7 @@ def _print_logs(env, client, exp_id, path, params, tail, follow, interval) -> No
     from ..visible import visible
 
     raw = not _is_terminal(env.out)
+    writer = _LineWriter(env, prefix) if prefix is not None else None
     offset, first = 0, True
     while True:
         query = dict(params)
@@ -78,7 +238,9 @@ def _print_logs(env, client, exp_id, path, params, tail, follow, interval) -> No
                 raise
             env.sleep(interval)
             continue
-        if chunk["data"]:
+        if chunk["data"] and writer is not None:
+            writer.write(chunk["data"])
+        elif chunk["data"]:
             # A terminal sees control characters as escapes (a task's output must not drive
             # it); a pipe gets the text as written, as `analysis logs` does.
             env.out.write(chunk["data"] if raw else visible(chunk["data"], multiline=True))
@@ -87,14 +249,16 @@ def _print_logs(env, client, exp_id, path, params, tail, follow, interval) -> No
         if first and tail is not None:
             first = False
             if not follow:
-                return
+                break
             continue
         first = False
         if chunk["data"]:
             continue  # more may be there already: read on without waiting
         if chunk["complete"] or not follow:
-            return
+            break
         env.sleep(interval)
+    if writer is not None:
+        writer.close()
 
 
 @exp_group.command("artifacts")
@@ -112,7 +276,13 @@ def _print_logs(env, client, exp_id, path, params, tail, follow, interval) -> No
 @pass_env
 def artifacts(env, exp_id: int, download_dir: str | None, limit: int | None, output: str,
               server: str) -> None:
-    """List the files under an experiment's artifact path (name, size, modified time)."""
+    """List the files under an experiment's artifact path (name, size, modified time).
+
+    \b
+    Examples:
+      falcon exp artifacts 12
+      falcon exp artifacts 12 --download ./exp-12
+    """
     from .. import output as out
     from ..client import open_client
 

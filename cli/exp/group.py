@@ -30,7 +30,14 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 @click.group("exp", cls=FalconSubGroup)
 def exp_group() -> None:
-    """Create, inspect, abort, delete and wait for experiments."""
+    """Create, inspect, abort, delete and wait for experiments.
+
+    \b
+    Examples:
+      falcon exp create --name matmul-001 --cluster local --type benchmark --role-to-task-spec tasks.yaml --wait
+      falcon exp list --status Running
+      falcon exp logs 12 --role main --follow
+    """
 
 
 def check_exp_ids(exp_ids: tuple[int, ...], maximum: int) -> None:

@@ -22,6 +22,11 @@ def label(env, exp_id: int, changes: tuple[str, ...], output: str, server: str) 
     """Set (key=value) or remove (key-) labels of an experiment, as `kubectl label` does.
 
     All changes are applied in one transaction; only the creator or a staff user may label.
+
+    \b
+    Examples:
+      falcon exp label 12 baseline=true team=infra
+      falcon exp label 12 baseline-
     """
     from experiments.labels import parse_label_args
 

@@ -9,23 +9,51 @@ from core.statuses import EXP_TERMINAL, ExpStatus
 
 from ..errors import CLIError
 from ..exit_codes import ExitCode
-from ..options import exp_id_argument, output_option, pass_env, server_option
+from ..options import (
+    confirm_delete,
+    exp_id_argument,
+    output_option,
+    pass_env,
+    server_option,
+    yes_option,
+)
 from ..visible import visible
 from .group import DEFAULT_INTERVAL, EXPS, UNAVAILABLE_GRACE, exp_group
 
 
 @exp_group.command("abort")
 @exp_id_argument
+@click.option("--wait", "wait_", is_flag=True,
+              help="Then show its status live until it is Aborted (exit 0), as `exp wait`.")
+@click.option("--interval", type=click.FloatRange(min=0.1), default=DEFAULT_INTERVAL,
+              show_default=True, help="Seconds between two polls of --wait.")
+@click.option("--timeout", type=click.FloatRange(min=0), default=None,
+              help="With --wait: give up after this many seconds (exit code 7).")
 @output_option
 @server_option
 @pass_env
-def abort(env, exp_id: int, output: str, server: str) -> None:
-    """Abort an experiment (AbortExp); repeating it is harmless."""
+def abort(env, exp_id: int, wait_: bool, interval: float, timeout: float | None, output: str,
+          server: str) -> None:
+    """Abort an experiment (AbortExp); repeating it is harmless.
+
+    With --wait: exit 0 once it is Aborted; 6 when it ended Succeeded or Failed before the abort
+    reached it; 7 on --timeout.
+
+    \b
+    Examples:
+      falcon exp abort 12
+      falcon exp abort 12 --wait --timeout 300
+      falcon exp abort 12 -o json
+    """
     from .. import output as out
     from ..client import open_client
 
     with open_client(env, server) as client:
         exp = client.request("POST", f"{EXPS}/{exp_id}/abort")
+        if wait_:
+            wait_for(env, client, exp_id, interval=interval, timeout=timeout, output=output,
+                     until=ExpStatus.ABORTED)
+            return
     if output == "table":
         env.print_out(visible(f"experiment {exp['id']} ({exp['name']}) is {exp['status']}"))
     else:
@@ -34,30 +62,29 @@ def abort(env, exp_id: int, output: str, server: str) -> None:
 
 @exp_group.command("delete")
 @exp_id_argument
-@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@yes_option
 @click.option("--purge", is_flag=True,
               help="Also delete the stored artifact files and the replicas' logs.")
 @server_option
 @pass_env
 def delete(env, exp_id: int, yes: bool, server: str, purge: bool = False) -> None:
     """Delete a finished experiment (DeleteExp) with its jobs and artifact record (and with
-    --purge its stored files and logs)."""
+    --purge its stored files and logs). Asks first, as `analysis delete` does; --yes skips the
+    question (needed without a terminal: exit 2 otherwise).
+
+    \b
+    Examples:
+      falcon exp delete 12
+      falcon exp delete 12 --purge --yes
+    """
     from ..client import open_client
 
     with open_client(env, server) as client:
         if not yes:
             exp = client.request("GET", f"{EXPS}/{exp_id}")
-            try:
-                confirmed = click.confirm(visible(
-                    f"Delete experiment {exp_id} ({exp['name']}, {exp['status']})"
-                    + (" with its artifact files and logs" if purge else "") + "?"),
-                    default=False, err=True)
-            except click.exceptions.Abort:  # end of input or Ctrl-C at the prompt
-                env.print_err("")
-                confirmed = False
-            if not confirmed:
-                raise CLIError(f"experiment {exp_id} was not deleted (pass --yes to delete "
-                               "without a prompt)", ExitCode.ERROR)
+            confirm_delete(env, f"Delete experiment {exp_id} ({exp['name']}, {exp['status']})"
+                           + (" with its artifact files and logs" if purge else "") + "?",
+                           what=f"experiment {exp_id}")
         client.request("DELETE", f"{EXPS}/{exp_id}",
                        params={"purge": "true"} if purge else None)
     env.print_out(f"deleted experiment {exp_id}" + (" and its files" if purge else ""))
@@ -77,6 +104,11 @@ def wait(env, exp_id: int, interval: float, timeout: float | None, output: str,
     """Show an experiment's status live until it Succeeded, Failed or was Aborted.
 
     Exit code 0 only when it Succeeded; 6 when it Failed or was Aborted; 7 on --timeout.
+
+    \b
+    Examples:
+      falcon exp wait 12
+      falcon exp wait 12 --timeout 3600 -o json
     """
     from ..client import open_client
 
@@ -100,7 +132,7 @@ def _status_line(exp: dict[str, Any], elapsed: float) -> str:
 
 
 def wait_for(env, client, exp_id: int, *, interval: float, timeout: float | None,
-             output: str) -> None:
+             output: str, until: str = ExpStatus.SUCCEEDED) -> None:
     """Poll GetExp until the experiment is terminal, showing its progress.
 
     On a terminal console the view is a live `rich` display; otherwise one line is printed per
@@ -114,9 +146,10 @@ def wait_for(env, client, exp_id: int, *, interval: float, timeout: float | None
         interval: seconds between polls.
         timeout: seconds before giving up, or None to wait forever.
         output: `table`, `json` or `yaml`.
+        until: the final status that is a success (`exp abort --wait`: Aborted).
 
     Raises:
-        CLIError: EXP_FAILED when it ends Failed or Aborted, TIMEOUT when `timeout` elapses,
+        CLIError: EXP_FAILED when it ends in another final status, TIMEOUT when `timeout` elapses,
             UNAVAILABLE when the server stays unreachable for `UNAVAILABLE_GRACE` seconds, or
             any other error of the request (AUTH when the session expires meanwhile).
     """
@@ -178,9 +211,9 @@ def wait_for(env, client, exp_id: int, *, interval: float, timeout: float | None
     if output != "table":
         out.emit(env, exp, output, out.exp_detail)
     status = exp.get("status")
-    if status != ExpStatus.SUCCEEDED:
+    if status != until:
         detail = ": ".join(str(v) for v in (exp.get("reason"), exp.get("message")) if v)
         raise CLIError(f"experiment {exp_id} ended {status}" + (f" ({detail})" if detail else ""),
                        ExitCode.EXP_FAILED)
     if output == "table":
-        env.print_out(f"experiment {exp_id} {ExpStatus.SUCCEEDED}")
+        env.print_out(f"experiment {exp_id} {until}")

@@ -20,7 +20,13 @@ from .inputs import SelectorArg
 @server_option
 @pass_env
 def get(env, exp_id: int, output: str, server: str) -> None:
-    """Show one experiment (GetExp) with its jobs, artifact and config."""
+    """Show one experiment (GetExp) with its jobs, artifact and config.
+
+    \b
+    Examples:
+      falcon exp get 12
+      falcon exp get 12 -o yaml
+    """
     from .. import output as out
     from ..client import open_client
 
@@ -59,6 +65,13 @@ def list_(env, statuses: tuple[str, ...], exp_type: str | None, cluster_name: st
 
     Like `kubectl get`: one line per experiment, ID and NAME never cut; `-o wide` adds the
     creator and labels; `-o name` prints `exp/ID`.
+
+    \b
+    Examples:
+      falcon exp list
+      falcon exp list --status Running --label team=infra
+      falcon exp list --watch
+      falcon exp list --limit 500 -o json
     """
     from .. import output as out
     from ..client import open_client

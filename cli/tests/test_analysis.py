@@ -632,12 +632,12 @@ def test_cancel_is_harmless_when_repeated(cli, state):
 def test_delete_a_finished_analysis_and_refuse_a_running_one(cli, state):
     state.add(status="running")
     state.add(status="succeeded")
-    result = cli("analysis", "delete", A1)
+    result = cli("analysis", "delete", A1, "--yes")
     assert result.exit_code == ExitCode.CONFLICT
     assert one_line(result.stderr) == (
         f"error: Analysis {A1} is running; only succeeded, failed, cancelled or skipped "
         f"analyses can be deleted. Cancel it first (`falcon analysis cancel {A1}`)")
-    result = cli("analysis", "delete", A2)
+    result = cli("analysis", "delete", A2, "--yes")
     assert result.exit_code == 0, result.output
     assert result.stdout == f"deleted analysis {A2}\n"
     assert state.requests[-1][:2] == ("DELETE", f"/api/v1/analyses/{A2}")

@@ -142,7 +142,7 @@ def test_create_list_get_cancel_delete(cli, analyzer, exp):
     assert got["exp_id"] == exp.pk and got["status"] == "pending"
 
     # delete needs an analysis that has ended: a conflict, and nothing is deleted.
-    result = cli("analysis", "delete", analysis_id)
+    result = cli("analysis", "delete", analysis_id, "--yes")
     assert result.exit_code == ExitCode.CONFLICT, result.output
     assert one_line(result.stderr) == (
         f"error: Analysis {analysis_id} is pending; only succeeded, failed, cancelled or "

@@ -79,6 +79,12 @@ def test_login_then_create_get_list_abort_delete(falcon_cli, files):
 def test_delete_asks_for_confirmation(logged_in, files):
     exp_id = json.loads(_create(logged_in, files, "-o", "json").stdout)["id"]
     exp_update_status(exp_id=exp_id, status="Failed")
+    result = logged_in("exp", "delete", str(exp_id), input="y\n")  # no terminal: refused
+    assert result.exit_code == ExitCode.USAGE
+    assert "without a terminal to confirm it, pass --yes" in " ".join(
+        result.stderr.replace("│", " ").split())
+    assert Experiment.objects.filter(pk=exp_id).exists()
+    logged_in.interactive = lambda: True
     result = logged_in("exp", "delete", str(exp_id), input="n\n")
     assert result.exit_code == ExitCode.ERROR
     assert "was not deleted" in result.stderr

@@ -90,12 +90,12 @@ def test_store_writes_a_0600_file_in_a_0700_dir_and_keys_by_server(tmp_path):
     assert stat.S_IMODE(os.stat(store.path).st_mode) == 0o600
 
 
-def test_a_corrupt_credentials_file_is_an_auth_error(tmp_path):
+def test_a_corrupt_credentials_file_is_a_usage_error(tmp_path):
     store = CredentialStore(tmp_path)
     store.path.write_text("{not json")
     with pytest.raises(CLIError) as err:
         store.get("http://a:1")
-    assert err.value.code is ExitCode.AUTH and str(store.path) in err.value.message
+    assert err.value.code is ExitCode.USAGE and str(store.path) in err.value.message
 
 
 def test_token_provider_checks_exp_of_the_jwt_on_every_call(tmp_path):

@@ -1,0 +1,203 @@
+"""`falcon config`: named contexts, as kubectl's `config use-context` / `get-contexts`.
+
+A context names a Falcon server. The current one is the server of every command that gets none
+from `--server` (a command's or `falcon --server`) or `FALCON_SERVER`. Tokens stay in
+`credentials.json`, keyed by server, so switching contexts never moves a token to another
+server.
+
+File: `<config dir>/config.json`, written as the credentials file is (0600 from creation,
+renamed over the old one, in a 0700 folder):
+
+    {"version": 1, "current-context": "prod",
+     "contexts": {"prod": {"server": "https://falcon.example.com"}}}
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import rich_click as click
+
+from .errors import CLIError
+from .exit_codes import ExitCode
+from .options import output_option, pass_env
+
+FILE_NAME = "config.json"
+FORMAT_VERSION = 1
+# A context name: what kubectl users type (letters, digits, `-`, `_`, `.`, `@`, `:`, `/`).
+NAME_RE = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_.@:/]{0,252}")
+
+
+def _path(config_dir: Path) -> Path:
+    return Path(config_dir) / FILE_NAME
+
+
+def load(config_dir: Path) -> dict[str, Any]:
+    """Return the contexts file's data (an empty one when there is no file).
+
+    Raises:
+        CLIError(USAGE): the file is unreadable, not UTF-8 JSON, or not a contexts file.
+    """
+    path = _path(config_dir)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {"version": FORMAT_VERSION, "current-context": None, "contexts": {}}
+    except (UnicodeDecodeError, ValueError):
+        data = None
+    except OSError as exc:
+        raise CLIError(f"cannot read {path}: {exc.strerror}", ExitCode.USAGE) from None
+    if (not isinstance(data, dict) or not isinstance(data.get("contexts"), dict)
+            or not all(isinstance(c, dict) and isinstance(c.get("server"), str)
+                       for c in data["contexts"].values())
+            or not isinstance(data.get("current-context"), (str, type(None)))):
+        raise CLIError(f"{path} is not a Falcon contexts file (JSON written by `falcon config "
+                       "set-context`); fix or delete it", ExitCode.USAGE)
+    return data
+
+
+def save(config_dir: Path, data: dict[str, Any]) -> None:
+    """Write the contexts file: 0600 from creation, atomically, in a 0700 folder."""
+    config_dir = Path(config_dir)
+    config_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = _path(config_dir)
+    tmp = path.with_name(f".{FILE_NAME}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def current_server(config_dir: Path) -> str | None:
+    """Return the current context's server, or None when no context is chosen."""
+    if not _path(config_dir).exists():
+        return None
+    data = load(config_dir)
+    name = data.get("current-context")
+    if name is None:
+        return None
+    context = data["contexts"].get(name)
+    if context is None:
+        raise CLIError(f"the current context {name!r} is not defined in "
+                       f"{_path(config_dir)}; run `falcon config get-contexts` and `falcon "
+                       "config use-context NAME`", ExitCode.USAGE)
+    return context["server"]
+
+
+def _check_name(name: str) -> str:
+    if not NAME_RE.fullmatch(name):
+        raise CLIError(f"{name!r} is not a context name: use letters, digits and - _ . @ : / "
+                       "(at most 253, starting with a letter or digit)", ExitCode.USAGE)
+    return name
+
+
+@click.group("config")
+def config_group() -> None:
+    """Named contexts: which Falcon server commands talk to (as kubectl config).
+
+    The server of a command: its --server, else `falcon --server`, else env FALCON_SERVER, else
+    the current context's, else http://127.0.0.1:8000. Kept in `<config dir>/config.json`
+    (0600; the folder 0700).
+
+    \b
+    Examples:
+      falcon config set-context prod --server https://falcon.example.com
+      falcon config use-context prod
+      falcon config get-contexts
+      falcon config current-context
+    """
+
+
+@config_group.command("set-context")
+@click.argument("name")
+@click.option("--server", required=True, metavar="URL", help="The context's Falcon API server.")
+@pass_env
+def set_context(env, name: str, server: str) -> None:
+    """Create or change the context NAME (it does not become current).
+
+    \b
+    Examples:
+      falcon config set-context prod --server https://falcon.example.com
+      falcon config set-context local --server http://127.0.0.1:8000
+    """
+    from .token_cache import normalize_server
+
+    _check_name(name)
+    data = load(env.credentials_dir)
+    data["contexts"][name] = {"server": normalize_server(server)}
+    data["version"] = FORMAT_VERSION
+    save(env.credentials_dir, data)
+    env.print_out(f"context {name} set to {normalize_server(server)}")
+
+
+@config_group.command("use-context")
+@click.argument("name")
+@pass_env
+def use_context(env, name: str) -> None:
+    """Make NAME the current context.
+
+    \b
+    Examples:
+      falcon config use-context prod
+    """
+    data = load(env.credentials_dir)
+    if name not in data["contexts"]:
+        known = ", ".join(sorted(data["contexts"])) or "none yet"
+        raise CLIError(f"no context named {name!r} (defined: {known}); create it with "
+                       f"`falcon config set-context {name} --server URL`", ExitCode.NOT_FOUND)
+    data["current-context"] = name
+    save(env.credentials_dir, data)
+    env.print_out(f"switched to context {name} ({data['contexts'][name]['server']})")
+
+
+@config_group.command("get-contexts")
+@output_option
+@pass_env
+def get_contexts(env, output: str) -> None:
+    """List the contexts; `*` marks the current one.
+
+    \b
+    Examples:
+      falcon config get-contexts
+      falcon config get-contexts -o json
+    """
+    data = load(env.credentials_dir)
+    current = data.get("current-context")
+    rows = [{"name": name, "server": c["server"], "current": name == current}
+            for name, c in sorted(data["contexts"].items())]
+    if output == "json":
+        env.print_out(json.dumps(rows, indent=2))
+    elif output == "yaml":
+        import yaml
+
+        env.print_out(yaml.safe_dump(rows, sort_keys=False).rstrip("\n") if rows else "[]")
+    else:
+        width = max([len("NAME")] + [len(r["name"]) for r in rows])
+        lines = [f"CURRENT   {'NAME':<{width}}   SERVER"]
+        lines += [f"{'*' if r['current'] else ' ':<9} {r['name']:<{width}}   {r['server']}"
+                  for r in rows]
+        env.print_out("\n".join(lines))
+
+
+@config_group.command("current-context")
+@pass_env
+def current_context(env) -> None:
+    """Print the current context's name (exit 3 when none is set).
+
+    \b
+    Examples:
+      falcon config current-context
+    """
+    name = load(env.credentials_dir).get("current-context")
+    if not name:
+        raise CLIError("no current context is set; run `falcon config use-context NAME`",
+                       ExitCode.NOT_FOUND)
+    env.print_out(name)
