@@ -11,8 +11,9 @@ Targets for 10,000 jobs: a first tick under 2 s, a steady tick under 2 s (the co
 interval); read calls = ceil(experiments / 5000), write calls = ceil(changes / 1000).
 Besides wall seconds it prints the CPU seconds of the process (client and server together:
 they share it), which another program's load on the machine changes less, and the process's
-peak RSS during the tick (client and server together; the peak is reset after seeding, which
-builds every row in memory, so it is what the ticks hold).
+RSS before the tick and its peak during the tick (client and server together; the peak is
+reset before each tick; the RSS before it includes what seeding, which builds every row in
+memory, left in the heap, so the tick's own memory is the difference).
 
     .venv/bin/python bench/reconcile.py [--sizes 1000 10000]
 """
@@ -73,7 +74,8 @@ def main() -> None:
     user, _ = User.objects.get_or_create(user_id="bench", defaults={"email": "b@example.com"})
     spec = {"command": "true", "replica": 1, "envs": {}}
     print(f"database: {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}")
-    print(f"{'jobs':>7} {'tick':>7} {'seconds':>8} {'cpu s':>6} {'peak MiB':>8} {'calls':>6}  "
+    print(f"{'jobs':>7} {'tick':>7} {'seconds':>8} {'cpu s':>6} {'rss MiB':>7} {'peak MiB':>8} "
+          f"{'calls':>6}  "
           "calls by method")
     try:
         for size in args.sizes:
@@ -95,12 +97,14 @@ def main() -> None:
             for label in ("first", "steady"):
                 calls.clear()
                 _reset_peak_rss()
+                before = _rss_mib("VmRSS:")
                 started, cpu = time.perf_counter(), time.process_time()
                 stats = controller.tick()
                 elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
                 assert stats.failed == 0, stats.errors
                 by_method = ", ".join(f"{m} {n}" for m, n in sorted(calls.items()))
-                print(f"{size:>7} {label:>7} {elapsed:>8.2f} {cpu:>6.2f} {_peak_rss_mib():>8.0f} "
+                print(f"{size:>7} {label:>7} {elapsed:>8.2f} {cpu:>6.2f} {before:>7.0f} "
+                      f"{_rss_mib('VmHWM:'):>8.0f} "
                       f"{sum(calls.values()):>6}  "
                       f"{by_method}")
     finally:
@@ -113,10 +117,10 @@ def _reset_peak_rss() -> None:
     Path("/proc/self/clear_refs").write_text("5")
 
 
-def _peak_rss_mib() -> float:
-    """The process's peak RSS since the last reset, in MiB (VmHWM of /proc/self/status)."""
+def _rss_mib(field: str) -> float:
+    """A field of /proc/self/status in MiB: `VmRSS:` (now) or `VmHWM:` (peak since reset)."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(field):
             return int(line.split()[1]) / 1024
     return float("nan")
 
