@@ -10,7 +10,10 @@ The read is ListExpStates: one call per 5,000 experiments, each with its jobs an
 Targets for 10,000 jobs: a first tick under 2 s, a steady tick under 2 s (the controller
 interval); read calls = ceil(experiments / 5000), write calls = ceil(changes / 1000).
 Besides wall seconds it prints the CPU seconds of the process (client and server together:
-they share it), which another program's load on the machine changes less.
+they share it), which another program's load on the machine changes less, and the process's
+RSS before the tick and its peak during the tick (client and server together; the peak is
+reset before each tick; the RSS before it includes what seeding, which builds every row in
+memory, left in the heap, so the tick's own memory is the difference).
 
     .venv/bin/python bench/reconcile.py [--sizes 1000 10000]
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import gc
 import os
 import sys
 import tempfile
@@ -70,7 +74,9 @@ def main() -> None:
     user, _ = User.objects.get_or_create(user_id="bench", defaults={"email": "b@example.com"})
     spec = {"command": "true", "replica": 1, "envs": {}}
     print(f"database: {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}")
-    print(f"{'jobs':>7} {'tick':>7} {'seconds':>8} {'cpu s':>6} {'calls':>6}  calls by method")
+    print(f"{'jobs':>7} {'tick':>7} {'seconds':>8} {'cpu s':>6} {'rss MiB':>7} {'peak MiB':>8} "
+          f"{'calls':>6}  "
+          "calls by method")
     try:
         for size in args.sizes:
             Experiment.objects.all().delete()
@@ -86,18 +92,37 @@ def main() -> None:
             Artifact.objects.bulk_create(
                 Artifact(experiment=e, path=e.artifact_path, artifact_type="benchmark")
                 for e in exps)
+            del exps
+            gc.collect()
             for label in ("first", "steady"):
                 calls.clear()
+                _reset_peak_rss()
+                before = _rss_mib("VmRSS:")
                 started, cpu = time.perf_counter(), time.process_time()
                 stats = controller.tick()
                 elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
                 assert stats.failed == 0, stats.errors
                 by_method = ", ".join(f"{m} {n}" for m, n in sorted(calls.items()))
-                print(f"{size:>7} {label:>7} {elapsed:>8.2f} {cpu:>6.2f} {sum(calls.values()):>6}  "
+                print(f"{size:>7} {label:>7} {elapsed:>8.2f} {cpu:>6.2f} {before:>7.0f} "
+                      f"{_rss_mib('VmHWM:'):>8.0f} "
+                      f"{sum(calls.values()):>6}  "
                       f"{by_method}")
     finally:
         api.close()
         server.stop(grace=0)
+
+
+def _reset_peak_rss() -> None:
+    """Reset the process's peak RSS (Linux: writing 5 to clear_refs resets VmHWM)."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def _rss_mib(field: str) -> float:
+    """A field of /proc/self/status in MiB: `VmRSS:` (now) or `VmHWM:` (peak since reset)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 if __name__ == "__main__":

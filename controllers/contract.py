@@ -7,6 +7,7 @@ logic never touches the ORM (plain data across the boundary).
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -194,6 +195,13 @@ class FalconAPI(Protocol):
         """ListExpStates, every page: the experiments in `statuses` with all their jobs and
         their artifact (optional: a client without it is read with `list_exps`, `list_jobs`
         and `list_artifacts`). Experiments it could not read are in `skipped_of` the result."""
+        ...
+
+    def list_exp_state_pages(self, statuses: tuple[str, ...]) -> Iterator[list[ExpState]]:
+        """ListExpStates, one page at a time: what `list_exp_states` returns, cut in pages
+        (each with its own `skipped_of`), the next read only when the caller asks for it.
+        Optional: the exp controller reads with it when the client has it, so that it holds
+        one page of the open experiments at a time."""
         ...
 
     def update_exp_status(self, *, exp_id: int, status: str, reason: str | None = None,

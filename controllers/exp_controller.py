@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from core.errors import FalconError
@@ -347,19 +347,26 @@ class ExpController:
         self.has_files = has_files
 
     def tick(self) -> TickStats:
-        """Read the current state (one ListExpStates call per 5,000 experiments, or three list
-        calls with a client without it) and apply every experiment's updates."""
+        """Read the current state one page at a time (one ListExpStates call per 5,000
+        experiments, or three list calls with a client without it) and apply each page's
+        updates before reading the next, so that a tick holds one page whatever the number
+        of open experiments."""
         stats = TickStats()
-        read = self._read(stats)
-        if read is None:
-            return stats
-        exps, jobs_by_exp, artifact_by_exp, unreadable = read
-        stats.exps = len(exps)
-        stats.jobs = sum(len(jobs) for jobs in jobs_by_exp.values())
-        # The experiments' own transitions, applied together after every experiment's job and
-        # artifact updates (one UpdateExpStatuses call per 1,000 when the client has it).
-        exp_updates: list[tuple[ExpView, list[JobView], Update]] = []
         batch = getattr(self.api, "update_exp_statuses", None)
+        for exps, jobs_by_exp, artifact_by_exp, unreadable in self._read(stats):
+            self._tick_page(exps, jobs_by_exp, artifact_by_exp, unreadable, batch, stats)
+        return stats
+
+    def _tick_page(self, exps: list[ExpView], jobs_by_exp: dict[int, list[JobView]],
+                   artifact_by_exp: dict[int, ArtifactView], unreadable: dict[int, list[str]],
+                   batch: Callable | None, stats: TickStats) -> None:
+        """Decide and apply the updates of one page of experiments (see `_read`)."""
+        stats.exps += len(exps)
+        stats.jobs += sum(len(jobs) for jobs in jobs_by_exp.values())
+        # The experiments' own transitions, applied together after every experiment's job and
+        # artifact updates of the page (one UpdateExpStatuses call per 1,000 when the client
+        # has it).
+        exp_updates: list[tuple[ExpView, list[JobView], Update]] = []
         for exp in exps:
             with log_context(exp_id=exp.id):  # every line about it carries its id
                 exp_jobs = jobs_by_exp.get(exp.id, [])
@@ -398,49 +405,52 @@ class ExpController:
                 # tick decides again (data never stops the loop).
                 stats.failed += len(exp_updates)
                 stats.errors.append(str(exc))
-                log.error("the experiments' transitions of this tick (%d, exp ids %s) were not "
+                log.error("the experiments' transitions of this page (%d, exp ids %s) were not "
                           "applied: %s: %s", len(exp_updates),
                           ",".join(str(e.id) for e, _j, _u in exp_updates[:20]),
                           type(exc).__name__, exc)
-        return stats
 
-    def _read(self, stats: TickStats) -> tuple[
+    def _read(self, stats: TickStats) -> Iterator[tuple[
             list[ExpView], dict[int, list[JobView]], dict[int, ArtifactView],
-            dict[int, list[str]]] | None:
-        """Read the non-terminal experiments with all their jobs and their artifacts.
+            dict[int, list[str]]]]:
+        """Read the non-terminal experiments with all their jobs and their artifacts, a page
+        at a time.
 
-        With `list_exp_states` (the gRPC client) one call per page returns each experiment
-        with its jobs and artifact, read together; otherwise `list_exps`, then `list_jobs` and
-        `list_artifacts` of the non-terminal experiments. Experiments the API could not send
-        are counted in `stats.skipped` and logged here.
+        With `list_exp_state_pages` (the gRPC client) one call per page returns each experiment
+        with its jobs and artifact, read together, and the next page is read when the
+        previous one is done; with `list_exp_states` alone, the whole listing is one page;
+        otherwise `list_exps`, then `list_jobs` and `list_artifacts` of the non-terminal
+        experiments make one page. Experiments the API could not send are counted in
+        `stats.skipped` and logged here.
 
-        Returns:
-            None when no experiment is open; else `(experiments, jobs by exp id, artifact by
-            exp id, unreadable)`, where `unreadable` names, per exp id, the rows of it the
-            list calls could not read (such an experiment is not decided).
+        Yields:
+            `(experiments, jobs by exp id, artifact by exp id, unreadable)` per page with
+            experiments, where `unreadable` names, per exp id, the rows of it the list calls
+            could not read (such an experiment is not decided).
 
         Raises:
-            FalconError: a list call failed (the tick ends; the next one reads again).
+            FalconError: a list call failed (the tick ends after the pages already applied;
+            the next one reads again).
         """
+        state_pages = getattr(self.api, "list_exp_state_pages", None)
         list_states = getattr(self.api, "list_exp_states", None)
-        if list_states is not None:
-            states = list_states(EXP_NON_TERMINAL)
-            exps = [state.exp for state in states]
-        else:
-            states = None
-            exps = self.api.list_exps(ListFilter(statuses=EXP_NON_TERMINAL, extra=PAGE))
-        for row in skipped_of(states if states is not None else exps):
-            stats.skipped += 1
-            log.error("exp %s: skipped this tick: the API could not send it (the API server's "
-                      "log says why)", row.id, extra={"exp_id": row.id})
+        if state_pages is not None or list_states is not None:
+            pages = (state_pages(EXP_NON_TERMINAL) if state_pages is not None
+                     else [list_states(EXP_NON_TERMINAL)])
+            for states in pages:
+                self._log_skipped(states, stats)
+                if states:
+                    yield ([state.exp for state in states],
+                           {state.exp.id: list(state.jobs) for state in states},
+                           {state.exp.id: state.artifact for state in states
+                            if state.artifact is not None},
+                           defaultdict(list))
+            return
+        exps = self.api.list_exps(ListFilter(statuses=EXP_NON_TERMINAL, extra=PAGE))
+        self._log_skipped(exps, stats)
         if not exps:
-            return None
+            return
         unreadable: dict[int, list[str]] = defaultdict(list)
-        if states is not None:
-            jobs_by_exp = {state.exp.id: list(state.jobs) for state in states}
-            artifact_by_exp = {state.exp.id: state.artifact for state in states
-                               if state.artifact is not None}
-            return exps, jobs_by_exp, artifact_by_exp, unreadable
         jobs = self.api.list_jobs(ListFilter(exp_statuses=EXP_NON_TERMINAL, extra=PAGE))
         artifacts = self.api.list_artifacts(ListFilter(exp_statuses=EXP_NON_TERMINAL,
                                                        extra=PAGE))
@@ -450,7 +460,15 @@ class ExpController:
         jobs_by_exp: dict[int, list[JobView]] = defaultdict(list)
         for job in jobs:
             jobs_by_exp[job.exp_id].append(job)
-        return exps, jobs_by_exp, {a.exp_id: a for a in artifacts}, unreadable
+        yield exps, jobs_by_exp, {a.exp_id: a for a in artifacts}, unreadable
+
+    @staticmethod
+    def _log_skipped(rows: list, stats: TickStats) -> None:
+        """Count and log the experiments a list call met but could not send."""
+        for row in skipped_of(rows):
+            stats.skipped += 1
+            log.error("exp %s: skipped this tick: the API could not send it (the API server's "
+                      "log says why)", row.id, extra={"exp_id": row.id})
 
     def _apply_exp_batch(self, batch, items: list[tuple[ExpView, list[JobView], Update]],
                          stats: TickStats) -> None:

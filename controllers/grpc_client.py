@@ -339,17 +339,33 @@ class GrpcFalconAPI(GrpcClient):
         Raises:
             ValidationFailed: an unknown status; FalconError: the call failed.
         """
-        request = experiment_pb2.ListExpStatesReq(statuses=statuses,
-                                                  page_size=STATES_PAGE_SIZE)
         out: list[ExpState] = []
         skipped: list[SkippedRow] = []
+        for page in self.list_exp_state_pages(statuses):
+            out.extend(page)
+            skipped.extend(page.skipped)
+        return Listing(out, skipped)
+
+    def list_exp_state_pages(self, statuses: tuple[str, ...]) -> Iterator[Listing]:
+        """ListExpStates, one page at a time (`STATES_PAGE_SIZE` experiments each): each
+        page a `Listing` of `ExpState`, its `skipped` the experiments the server could not
+        send. The next call is made when the caller asks for the next page, so a caller that
+        acts on a page before the next holds one page, whatever the number of experiments.
+
+        Raises:
+            ValidationFailed: an unknown status; FalconError: a call failed (the pages
+            yielded before it stand: each was read in one transaction).
+        """
+        request = experiment_pb2.ListExpStatesReq(statuses=statuses,
+                                                  page_size=STATES_PAGE_SIZE)
         while True:
             response = self.call(self.exps.ListExpStates, request)
-            out.extend(exp_state_view(item) for item in response.exps)
-            skipped.extend(SkippedRow(id=row.id, exp_id=row.exp_id) for row in response.skipped)
+            yield Listing((exp_state_view(item) for item in response.exps),
+                          (SkippedRow(id=row.id, exp_id=row.exp_id) for row in response.skipped))
             if not response.next_page_token:
-                return Listing(out, skipped)
+                return
             request.page_token = response.next_page_token
+            del response  # the page's messages go before the next page arrives
 
     def update_exp_status(self, *, exp_id: int, status: str, reason: str | None = None,
                           message: str | None = None) -> ExpView:

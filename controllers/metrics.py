@@ -154,6 +154,18 @@ class ObservedAPI:
                     _count_by_status(JOBS, name, jobs, JOB_STATUSES)
                 return states
             return list_exp_states
+        if attr == "list_exp_state_pages":
+            def list_exp_state_pages(*args, **kwargs):
+                # The pages pass through as they come; the gauge is set once the last page
+                # was read (a tick cut short by a failed call reads no complete count).
+                tally: Tally = Tally()
+                for page in value(*args, **kwargs):
+                    tally.update(str(job.status) for state in page
+                                 for job in getattr(state, "jobs", ()))
+                    yield page
+                for status in JOB_STATUSES:
+                    JOBS.labels(name, status).set(tally.get(status, 0))
+            return list_exp_state_pages
         if attr == "list_records":
             def list_records(*, statuses=(), exp_id=0, analysis_type="", **kwargs):
                 rows = value(statuses=statuses, exp_id=exp_id, analysis_type=analysis_type,

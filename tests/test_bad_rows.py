@@ -139,6 +139,7 @@ class ThreeLists:
     ListJobs and ListArtifacts, which carry priorities and task specs."""
 
     list_exp_states = None
+    list_exp_state_pages = None
 
     def __init__(self, inner):
         self.inner = inner

@@ -435,9 +435,12 @@ class CountingInterceptor(grpc.UnaryUnaryClientInterceptor):
 
     def __init__(self):
         self.calls: Counter[str] = Counter()
+        self.order: list[str] = []  # the methods in the order they were called
 
     def intercept_unary_unary(self, continuation, client_call_details, request):
-        self.calls[client_call_details.method.rsplit("/", 1)[-1]] += 1
+        method = client_call_details.method.rsplit("/", 1)[-1]
+        self.calls[method] += 1
+        self.order.append(method)
         return continuation(client_call_details, request)
 
 
@@ -445,7 +448,9 @@ class CountingInterceptor(grpc.UnaryUnaryClientInterceptor):
 def test_one_tick_makes_one_read_call_per_page_whatever_the_number_of_jobs(
         grpc_server, monkeypatch, count, page, reads):
     """ListExpStates returns each experiment with all its jobs and its artifact: one call per
-    page of experiments (5,000 by default), and one UpdateExpStatuses per 1,000 changes."""
+    page of experiments (5,000 by default), and one UpdateExpStatuses per page with changes
+    (at most 1,000 items each), sent before the next page is read: the controller holds one
+    page of the open experiments at a time."""
     if page is not None:
         monkeypatch.setattr("controllers.grpc_client.STATES_PAGE_SIZE", page)
     user = UserFactory()
@@ -464,8 +469,10 @@ def test_one_tick_makes_one_read_call_per_page_whatever_the_number_of_jobs(
     assert stats.exps == count and stats.jobs == 2 * count
     assert {m: n for m, n in counter.calls.items() if not m.startswith("Update")} == {
         "ListExpStates": reads}
-    # Every experiment's status/summary write goes in one batch call, whatever their number.
-    assert counter.calls["UpdateExpStatuses"] == 1 and "UpdateExpStatus" not in counter.calls
+    # Every page's status/summary writes go in one batch call, whatever their number, and
+    # before the next page is read (each page here has an experiment to update).
+    assert counter.order == ["ListExpStates", "UpdateExpStatuses"] * reads
+    assert "UpdateExpStatus" not in counter.calls
     assert fresh(exps[0]).status == "Running" and fresh(exps[1]).message == "2 Pending"
 
 

@@ -141,9 +141,12 @@ def test_the_analyzer_gauges_equal_the_api_counts(
         api.close()
 
 
-def test_the_exp_controller_exports_its_jobs_by_status(falcon_api, metrics_port):  # noqa: F811
+def test_the_exp_controller_exports_its_jobs_by_status(falcon_api, metrics_port,  # noqa: F811
+                                                       monkeypatch):
     """docs/operations.md lists `falcon_controller_jobs` for every controller: the exp controller counts
-    every job of the open experiments it reconciles, each status of the enum set every tick."""
+    every job of the open experiments it reconciles, each status of the enum set every tick,
+    summed over the pages it reads them in (one experiment per page here)."""
+    monkeypatch.setattr("controllers.grpc_client.STATES_PAGE_SIZE", 1)
     from controllers.contract import ListFilter
     from controllers.exp_controller import EXP_NON_TERMINAL, ExpController
     from core.statuses import JobStatus
