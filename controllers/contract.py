@@ -3,7 +3,8 @@
 Controllers reach data only through the API server's gRPC API (one entry point for
 validation and audit; docs/decisions.md#dec-grpc-only). `FalconAPI` is that contract; `controllers.grpc_client.GrpcFalconAPI`
 implements it over gRPC. The views are frozen dataclasses with no Django imports, so a loop's
-logic never touches the ORM (plain data across the boundary).
+logic never touches the ORM (plain data across the boundary). Statuses travel as the
+status enums of `core.statuses`, never as bare strings: the gRPC client converts them once.
 """
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from core.statuses import ArtifactStatus, ExpStatus, JobStatus
+
 
 @dataclass(frozen=True)
 class ExpView:
@@ -19,7 +22,7 @@ class ExpView:
 
     id: int
     name: str
-    status: str
+    status: ExpStatus
     cluster_name: str
     exp_type: str
     artifact_path: str
@@ -35,14 +38,14 @@ class JobView:
     id: int
     exp_id: int
     exp_name: str
-    exp_status: str
+    exp_status: ExpStatus | None  # None: the reply did not carry it (the write RPCs)
     role: str
     cluster_name: str
     exp_type: str
     task_spec: dict[str, Any]
     artifact_path: str
     config: str
-    status: str
+    status: JobStatus
     reason: str = ""
     message: str = ""
     cluster_job_name: str = ""
@@ -64,7 +67,7 @@ class ArtifactView:
     exp_id: int
     path: str
     artifact_type: str
-    status: str
+    status: ArtifactStatus
     reason: str = ""
     message: str = ""
 
@@ -116,7 +119,7 @@ class ExpStatusUpdate:
     """One experiment transition of a batch (`FalconAPI.update_exp_statuses`)."""
 
     exp_id: int
-    status: str
+    status: ExpStatus
     reason: str | None = None
     message: str | None = None
 
@@ -130,7 +133,7 @@ class JobStatusUpdate:
     """
 
     job_id: int
-    status: str
+    status: JobStatus
     reason: str | None = None
     message: str | None = None
     cluster_job_name: str | None = None
@@ -204,7 +207,7 @@ class FalconAPI(Protocol):
         one page of the open experiments at a time."""
         ...
 
-    def update_exp_status(self, *, exp_id: int, status: str, reason: str | None = None,
+    def update_exp_status(self, *, exp_id: int, status: ExpStatus, reason: str | None = None,
                           message: str | None = None) -> ExpView: ...
 
     def update_exp_statuses(self, updates: list[ExpStatusUpdate]) -> list[ItemResult]:
@@ -213,7 +216,7 @@ class FalconAPI(Protocol):
         experiment with `update_exp_status`)."""
         ...
 
-    def update_job_status(self, *, job_id: int, status: str, reason: str | None = None,
+    def update_job_status(self, *, job_id: int, status: JobStatus, reason: str | None = None,
                           message: str | None = None, cluster_job_name: str | None = None,
                           started_at: datetime | None = None) -> JobView:
         """UpdateJobStatus (`started_at` as `JobStatusUpdate` has it; callers pass it only
@@ -226,5 +229,6 @@ class FalconAPI(Protocol):
         job with `update_job_status`)."""
         ...
 
-    def update_artifact_status(self, *, artifact_id: int, status: str, reason: str | None = None,
+    def update_artifact_status(self, *, artifact_id: int, status: ArtifactStatus,
+                               reason: str | None = None,
                                message: str | None = None) -> ArtifactView: ...

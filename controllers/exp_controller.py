@@ -94,7 +94,7 @@ class Update:
 
     kind: str
     id: int
-    status: str
+    status: ExpStatus | JobStatus | ArtifactStatus
     reason: str | None = None
     message: str | None = None
     job_id: int | None = None  # the job this update is about, for the log line

@@ -28,6 +28,7 @@ from core.grpc.channel import CHANNEL_OPTIONS, auth_metadata
 from core.grpc.from_proto import timestamp
 from core.errors import FalconError
 from core.grpc.errors import error_class_for_code, error_from_rpc_error
+from core.statuses import ArtifactStatus, ExpStatus, JobStatus
 from core.text import truncate
 from falcon_proto.falcon.v1 import (
     artifact_pb2, artifact_pb2_grpc, common_pb2, experiment_pb2, experiment_pb2_grpc, job_pb2,
@@ -87,9 +88,15 @@ def _view(cls: type[V], **values: Any) -> V:
     return cls(**{key: value for key, value in values.items() if key in names})
 
 
+def _exp_status(text: str) -> ExpStatus | None:
+    """Return the experiment status a job reply carries, or None when it carries none (the
+    write RPCs leave `exp_status` empty)."""
+    return ExpStatus(text) if text else None
+
+
 def exp_view(item: experiment_pb2.ExpItem) -> ExpView:
     """Return the `ExpView` of a `falcon.v1.ExpItem`."""
-    return _view(ExpView, id=item.id, name=item.name, status=item.status,
+    return _view(ExpView, id=item.id, name=item.name, status=ExpStatus(item.status),
                  cluster_name=item.cluster_name, exp_type=item.exp_type,
                  artifact_path=item.artifact_path, reason=item.reason, message=item.message,
                  created_at=_dt(item, "created_at"), updated_at=_dt(item, "updated_at"),
@@ -100,10 +107,12 @@ def exp_view(item: experiment_pb2.ExpItem) -> ExpView:
 def job_view(item: job_pb2.JobItem) -> JobView:
     """Return the `JobView` of a `falcon.v1.JobItem` (task_spec parsed from its JSON)."""
     return _view(JobView, id=item.id, exp_id=item.exp_id, exp_name=item.exp_name,
-                 exp_status=item.exp_status, role=item.role, cluster_name=item.cluster_name,
+                 exp_status=_exp_status(item.exp_status), role=item.role,
+                 cluster_name=item.cluster_name,
                  exp_type=item.exp_type,
                  task_spec=json.loads(item.task_spec_json) if item.task_spec_json else {},
-                 artifact_path=item.artifact_path, config=item.exp_config, status=item.status,
+                 artifact_path=item.artifact_path, config=item.exp_config,
+                 status=JobStatus(item.status),
                  reason=item.reason, message=item.message,
                  cluster_job_name=item.cluster_job_name, priority=item.priority,
                  created_at=_dt(item, "created_at"), updated_at=_dt(item, "updated_at"),
@@ -119,18 +128,20 @@ def job_state_view(item: job_pb2.JobState) -> JobView:
         orjson.JSONDecodeError: `task_spec_json` is not strict JSON (the list skips the job).
     """
     return JobView(id=item.id, exp_id=item.exp_id, exp_name=item.exp_name,
-                   exp_status=item.exp_status, role=item.role, cluster_name=item.cluster_name,
+                   exp_status=_exp_status(item.exp_status), role=item.role,
+                 cluster_name=item.cluster_name,
                    exp_type=item.exp_type,
                    task_spec=orjson.loads(item.task_spec_json) if item.task_spec_json else {},
                    artifact_path=item.artifact_path, config=item.exp_config,
-                   status=item.status, reason=item.reason, message=item.message,
+                   status=JobStatus(item.status), reason=item.reason, message=item.message,
                    cluster_job_name=item.cluster_job_name, creator=item.exp_creator_email)
 
 
 def artifact_view(item: artifact_pb2.ArtifactItem) -> ArtifactView:
     """Return the `ArtifactView` of a `falcon.v1.ArtifactItem`."""
     return _view(ArtifactView, id=item.id, exp_id=item.exp_id, path=item.path,
-                 artifact_type=item.artifact_type, status=item.status, reason=item.reason,
+                 artifact_type=item.artifact_type, status=ArtifactStatus(item.status),
+                 reason=item.reason,
                  message=item.message, created_at=_dt(item, "created_at"),
                  updated_at=_dt(item, "updated_at"), finished_at=_dt(item, "finished_at"))
 
@@ -139,17 +150,17 @@ def exp_state_view(item: experiment_pb2.ExpState) -> ExpState:
     """Return the `ExpState` of a `falcon.v1.ExpState` (see `contract.ExpState` for what its
     jobs leave empty)."""
     # Positional arguments, in the views' field order: a tick builds 15,000 of these.
-    exp_id, name, status = item.id, item.name, item.status
+    exp_id, name, status = item.id, item.name, ExpStatus(item.status)
     cluster, exp_type, path = item.cluster_name, item.exp_type, item.artifact_path
     exp = ExpView(exp_id, name, status, cluster, exp_type, path, item.reason, item.message)
     jobs = tuple(JobView(j.id, exp_id, name, status, j.role, cluster, exp_type, {}, path, "",
-                         j.status, j.reason, j.message)
+                         JobStatus(j.status), j.reason, j.message)
                  for j in item.jobs)
     artifact = None
     if item.HasField("artifact"):
         a = item.artifact
-        artifact = ArtifactView(a.id, exp_id, a.path, a.artifact_type, a.status, a.reason,
-                                a.message)
+        artifact = ArtifactView(a.id, exp_id, a.path, a.artifact_type, ArtifactStatus(a.status),
+                                a.reason, a.message)
     return ExpState(exp, jobs, artifact)
 
 
@@ -367,7 +378,7 @@ class GrpcFalconAPI(GrpcClient):
             request.page_token = response.next_page_token
             del response  # the page's messages go before the next page arrives
 
-    def update_exp_status(self, *, exp_id: int, status: str, reason: str | None = None,
+    def update_exp_status(self, *, exp_id: int, status: ExpStatus, reason: str | None = None,
                           message: str | None = None) -> ExpView:
         """UpdateExpStatus; None leaves reason/message unchanged; text is bounded first, as the
         server bounds it (`_sendable`).
@@ -397,7 +408,7 @@ class GrpcFalconAPI(GrpcClient):
                                                message=_message(u.message))
              for u in updates])
 
-    def update_job_status(self, *, job_id: int, status: str, reason: str | None = None,
+    def update_job_status(self, *, job_id: int, status: JobStatus, reason: str | None = None,
                           message: str | None = None, cluster_job_name: str | None = None,
                           started_at: datetime | None = None) -> JobView:
         """UpdateJobStatus; None leaves reason/message/cluster_job_name unchanged; text is
@@ -431,7 +442,8 @@ class GrpcFalconAPI(GrpcClient):
                                         started_at=timestamp(u.started_at))
              for u in updates])
 
-    def update_artifact_status(self, *, artifact_id: int, status: str, reason: str | None = None,
+    def update_artifact_status(self, *, artifact_id: int, status: ArtifactStatus,
+                               reason: str | None = None,
                                message: str | None = None) -> ArtifactView:
         """UpdateArtifactStatus; None leaves reason/message unchanged; text is bounded first,
         as the server bounds it (`_sendable`).

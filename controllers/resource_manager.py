@@ -392,7 +392,7 @@ class ResourceManager:
                 except FalconError:
                     pass  # the job moved meanwhile; the next tick reads it again
 
-    def _update(self, job: JobView, stats: ResourceTickStats, status: str, *,
+    def _update(self, job: JobView, stats: ResourceTickStats, status: JobStatus, *,
                 reason: str | None = None, message: str | None = None,
                 cluster_job_name: str | None = None, started_at: datetime | None = None,
                 then: Callable[[], None] | None = None) -> None:

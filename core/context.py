@@ -23,6 +23,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from core.redaction import redact
+
 SYSTEM_ACTOR = "system"
 # What an incoming request id may be: printable ASCII without spaces, at most 128 characters
 # (enough for a UUID or a trace id; anything else is replaced, never logged as sent).
@@ -65,8 +67,6 @@ def acting_as(actor: str | Callable[[], str] | None) -> Iterator[None]:
 def new_request_id(incoming: str | None = None) -> str:
     """Return `incoming` if it is a valid request id (`REQUEST_ID`), else a new random one."""
     if incoming and REQUEST_ID.match(incoming):
-        from .logs import redact
-
         if redact(incoming) == incoming:  # a credential sent as the id is never logged
             return incoming
     return uuid.uuid4().hex

@@ -40,7 +40,6 @@ import io
 import logging
 import logging.config
 import os
-import re
 import sys
 import threading
 from collections.abc import Iterator, Mapping
@@ -48,21 +47,11 @@ from contextlib import contextmanager
 from typing import Any
 
 from core.context import current_request_id
+from core.redaction import REDACTED, SECRET_PATTERNS, redact  # noqa: F401 (re-exported)
 
 # The ids a log line about an entity carries, as JSON keys and `key=value` text.
 CONTEXT_KEYS = ("exp_id", "job_id", "artifact_id", "analysis_id")
 FORMATS = ("text", "json")
-REDACTED = "[redacted]"
-# Credentials as they appear in text: an Authorization value, a JWT (three base64url parts, the
-# first a JSON header `{"...` = `eyJ`), a `token=`/`secret=`/`password=` pair, a URL's password.
-SECRET_PATTERNS = (
-    re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"),
-    re.compile(r"\beyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*"),
-    re.compile(r"(?i)\b((?:access_|refresh_|internal_)?token|secret|password|api_key)"
-               r"(\s*[=:]\s*)(['\"]?)[^\s'\",;&]{6,}"),
-    re.compile(r"(?<=://)([^/@\s:]+):([^/@\s]+)@"),
-)
-
 # What `escape_controls` rewrites: C0 (with \t \n \r ESC), DEL, C1 (with NEL U+0085), the
 # Unicode line and paragraph separators (which `str.splitlines` and many viewers break on) and
 # the bidirectional overrides and isolates (which make a viewer show text in another order).
@@ -97,20 +86,6 @@ def add_log_ids(**ids: Any) -> None:
     inside the block (the experiment of an analysis once its record is read). The block's end
     drops them with its own ids; call it only inside a block. None values are left out."""
     _context.set({**_context.get(), **{k: v for k, v in ids.items() if v is not None}})
-
-
-def redact(text: str) -> str:
-    """Return `text` with every credential `SECRET_PATTERNS` finds replaced by `[redacted]`."""
-    for pattern in SECRET_PATTERNS:
-        if pattern.groups >= 3:
-            text = pattern.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
-        elif pattern.groups == 2 and "://" in pattern.pattern:
-            text = pattern.sub(lambda m: f"{m.group(1)}:{REDACTED}@", text)
-        elif pattern.groups == 1:
-            text = pattern.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
-        else:
-            text = pattern.sub(REDACTED, text)
-    return text
 
 
 def escape_controls(text: str) -> str:

@@ -104,7 +104,7 @@ def record_transitions(machine: "StateMachine", changes: list[tuple[Any, Any, st
         at: the time of the change (the rows' `updated_at`).
         using: the database alias of the transaction.
     """
-    from core.models import TransitionEvent
+    from core.transition_events import TransitionEvent
 
     if not changes:
         return

@@ -9,8 +9,6 @@ skip a rule.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 import secrets
 from collections.abc import Callable, Iterator
@@ -50,6 +48,9 @@ from jobs.specs import (
     environment_problem, experiment_size_problems, validate_role, validate_task_spec,
 )
 
+from .idempotency import (
+    IDEMPOTENCY_HEADER, IDEMPOTENCY_KEY_MAX_CHARS, create_fingerprint, replayed_create,
+)
 from .labels import MAX_LABELS, key_problem, label_problems
 from .locks import lock_artifact_ids, lock_experiment_with_jobs
 from .models import ExpLabel, Experiment, IdempotencyKey
@@ -155,21 +156,6 @@ def exp_delete_refusal(*, exp: Experiment) -> Conflict | None:
                     f"Aborted experiments can be deleted. {what_to_do}")
 
 
-# Longest idempotency key: a UUID is 36 characters; clients may send their own scheme.
-IDEMPOTENCY_KEY_MAX_CHARS = 255
-IDEMPOTENCY_HEADER = "Idempotency-Key"
-
-
-class IdempotencyKeyReused(Conflict):
-    """An idempotency key came back with another request body (HTTP 409, gRPC
-    FAILED_PRECONDITION): the key is already bound to another request, so the client must send
-    a new key for a new request (the IETF draft "The Idempotency-Key HTTP Header Field" allows
-    409 or 422 here; 409 is the API's answer to every request that clashes with stored state).
-    """
-
-    code = "idempotency_key_reused"
-
-
 def exp_create(*, creator, name: Any, cluster_name: Any, exp_type: Any,
                role_to_task_spec: Any, config: Any = "", priority: Any = -1,
                labels: Any = None, cloned_from: Any = None,
@@ -241,9 +227,9 @@ def exp_create(*, creator, name: Any, cluster_name: Any, exp_type: Any,
         raise ValidationFailed(errors)
     data["labels"] = dict(sorted(labels.items()))
     data["cloned_from"] = cloned_from
-    fingerprint = _request_hash(data) if idempotency_key else ""
+    fingerprint = create_fingerprint(data) if idempotency_key else ""
     if idempotency_key:
-        replay = _replay(creator, idempotency_key, fingerprint)
+        replay = replayed_create(creator, idempotency_key, fingerprint)
         if replay is not None:
             return replay
     if cloned_from is not None and not Experiment.objects.filter(pk=cloned_from).exists():
@@ -255,39 +241,10 @@ def exp_create(*, creator, name: Any, cluster_name: Any, exp_type: Any,
         # Another create with the same key committed first (uk_idempotency_creator_key): this
         # transaction rolled back whole, so the first experiment is the only one.
         if idempotency_key:
-            replay = _replay(creator, idempotency_key, fingerprint)
+            replay = replayed_create(creator, idempotency_key, fingerprint)
             if replay is not None:
                 return replay
         raise
-
-
-def _request_hash(data: dict[str, Any]) -> str:
-    """SHA-256 of the validated request, keys sorted: what makes two creates "the same"."""
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _replay(creator: User, key: str, fingerprint: str) -> Experiment | None:
-    """The experiment an earlier create with `key` made, or None when the key is new.
-
-    Raises:
-        IdempotencyKeyReused: the earlier create had another request body.
-    """
-    row = (IdempotencyKey.objects.filter(creator=creator, key=key)
-           .values("request_hash", "experiment_id").first())
-    if row is None:
-        return None
-    if row["request_hash"] != fingerprint:
-        raise IdempotencyKeyReused(
-            f"The {IDEMPOTENCY_HEADER} {key[:80]!r} was already used for experiment "
-            f"{row['experiment_id']} with a different request; send a new "
-            f"{IDEMPOTENCY_HEADER} for a new experiment.")
-    from .selectors import exp_get
-
-    exp = exp_get(exp_id=row["experiment_id"])
-    exp.created_jobs = list(exp.jobs.all())
-    exp.replayed = True
-    return exp
 
 
 @retry_on_lock_conflict

@@ -48,7 +48,7 @@ class AnalysisView:
     analysis_id: str
     exp_id: int
     analysis_type: str
-    status: str
+    status: AnalysisStatus
     result_path: str
     name: str = ""
     plugin_name: str = ""

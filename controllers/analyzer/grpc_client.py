@@ -22,6 +22,7 @@ from google.protobuf import field_mask_pb2
 from controllers.grpc_client import GrpcClient
 from core.grpc.channel import auth_metadata
 from core.grpc.errors import ApiUnavailable, error_from_rpc_error
+from core.statuses import AnalysisStatus
 from falcon_proto.falcon.v1 import analysis_pb2, analysis_pb2_grpc
 
 from .contract import ANALYSIS_ID_KEY, WRITABLE_FIELDS, AlreadyExists, AnalysisView, AwaitingView
@@ -39,7 +40,8 @@ def analysis_view(rec: analysis_pb2.AnalysisRecord) -> AnalysisView:
     """Return the `AnalysisView` of a `falcon.v1.AnalysisRecord`."""
     return AnalysisView(
         analysis_id=rec.analysis_id, name=rec.name, exp_id=rec.exp_id,
-        analysis_type=rec.analysis_type, plugin_name=rec.plugin_name, status=rec.status,
+        analysis_type=rec.analysis_type, plugin_name=rec.plugin_name,
+        status=AnalysisStatus(rec.status),
         result_path=rec.result_path, error_message=rec.error_message, command=rec.command,
         script_content=rec.script_content, script_bytes=rec.script_bytes,
         script_name=rec.script_name,

@@ -57,6 +57,25 @@ def test_list_calls_follow_every_page(falcon_api):
     assert all(isinstance(a, ArtifactView) and a.status == "Created" for a in arts)
 
 
+def test_statuses_arrive_as_the_status_enums(falcon_api):
+    """Every view a list call returns carries its statuses as the enums of core.statuses, so a
+    controller compares and passes on `JobStatus.RUNNING`, never a bare string."""
+    from core.statuses import ArtifactStatus
+
+    make_exp(name="enums", roles=("a",))
+    [exp] = falcon_api.list_exps(ListFilter())
+    [job] = falcon_api.list_jobs(ListFilter())
+    [art] = falcon_api.list_artifacts(ListFilter())
+    [state] = falcon_api.list_exp_states((ExpStatus.CREATED,))
+    [job_state] = falcon_api.list_job_states(ListFilter(statuses=(JobStatus.PENDING,)))
+    assert type(exp.status) is ExpStatus and type(state.exp.status) is ExpStatus
+    assert type(job.status) is JobStatus and type(job.exp_status) is ExpStatus
+    assert type(job_state.status) is JobStatus and type(state.jobs[0].status) is JobStatus
+    assert type(art.status) is ArtifactStatus and type(state.artifact.status) is ArtifactStatus
+    updated = falcon_api.update_job_status(job_id=job.id, status=JobStatus.RUNNING)
+    assert type(updated.status) is JobStatus
+
+
 def test_list_filters_reach_the_server(falcon_api):
     a = make_exp(name="a", cluster_name="c1", roles=("x", "y"))
     b = make_exp(name="b", cluster_name="c2")

@@ -25,7 +25,7 @@ from ..filters import SEARCH_HELP, SEARCH_MAX_CHARS, ExperimentFilter
 from ..diff import MAX_EXPERIMENTS
 from ..filters import LABEL_HELP
 from ..labels import NON_EMPTY_SELECTOR_LIST_PATTERN
-from ..services import IDEMPOTENCY_HEADER
+from ..idempotency import IDEMPOTENCY_HEADER
 from .serializers import (
     ARTIFACT_SUMMARY_FIELDS, JOB_SUMMARY_FIELDS, ExpCreatedSerializer, ExpCreateInputSerializer,
     ExpDetailSerializer, ExpLabelsPatchSerializer, ExpListItemSerializer,

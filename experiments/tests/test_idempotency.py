@@ -7,7 +7,8 @@ import pytest
 from accounts.tests.factories import UserFactory
 from core.errors import ValidationFailed
 from experiments.models import Experiment, IdempotencyKey
-from experiments.services import IdempotencyKeyReused, exp_create, exp_delete, exp_update_status
+from experiments.idempotency import IdempotencyKeyReused
+from experiments.services import exp_create, exp_delete, exp_update_status
 from experiments.tests.factories import task_spec
 from jobs.models import Job
 from tests.test_concurrency import race

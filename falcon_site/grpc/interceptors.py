@@ -74,12 +74,12 @@ UNKNOWN_METHOD = "unknown"
 
 @functools.cache
 def served_methods() -> frozenset[str]:
-    """Every `/falcon.v1.Service/Rpc` the API server registers (`server.SERVICE_NAMES`, read
+    """Every `/falcon.v1.Service/Rpc` the API server registers (`services.SERVICE_NAMES`, read
     from the protos): the closed set of the `method` label of `falcon_grpc_calls_total`;
     anything else counts as `unknown`."""
     from google.protobuf import descriptor_pool
 
-    from .server import SERVICE_NAMES
+    from .services import SERVICE_NAMES
 
     pool = descriptor_pool.Default()
     return frozenset(f"/{name}/{rpc.name}" for name in SERVICE_NAMES

@@ -26,22 +26,13 @@ from grpc_reflection.v1alpha import reflection
 from core.grpc.channel import CHANNEL_OPTIONS
 from core.ports import bind_problem
 from falcon_proto.falcon.v1 import (
-    analysis_pb2, analysis_pb2_grpc, artifact_pb2, artifact_pb2_grpc, experiment_pb2,
-    experiment_pb2_grpc, history_pb2, history_pb2_grpc, job_pb2, job_pb2_grpc, schedule_pb2,
+    analysis_pb2_grpc, artifact_pb2_grpc, experiment_pb2_grpc, history_pb2_grpc, job_pb2_grpc,
     schedule_pb2_grpc,
 )
 from .interceptors import FalconServerInterceptor
+from .services import SERVICE_NAMES
 
 log = logging.getLogger(__name__)
-
-SERVICE_NAMES = (
-    experiment_pb2.DESCRIPTOR.services_by_name["ExperimentService"].full_name,
-    job_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
-    artifact_pb2.DESCRIPTOR.services_by_name["ArtifactService"].full_name,
-    analysis_pb2.DESCRIPTOR.services_by_name["AnalysisRecordService"].full_name,
-    history_pb2.DESCRIPTOR.services_by_name["HistoryService"].full_name,
-    schedule_pb2.DESCRIPTOR.services_by_name["ScheduleService"].full_name,
-)
 
 # The server binds its port exclusively. grpcio sets SO_REUSEPORT on listening sockets by
 # default, so a second server on the same port would start without error and the kernel would
