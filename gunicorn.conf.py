@@ -7,7 +7,7 @@ FALCON_LOCAL_ALLOW_NONLOOPBACK=1 (docs/decisions.md#auth-10), which prints a war
 
 With several workers, `/metrics` must report every worker's counts, not the one that answered:
 set `PROMETHEUS_MULTIPROC_DIR` to an empty, writable folder (prometheus-client's multiprocess
-mode, `core.metrics`). It is emptied when gunicorn starts (files of a previous run would be
+mode, `core.observability.metrics`). It is emptied when gunicorn starts (files of a previous run would be
 added in), and `child_exit` marks a dead worker's live gauges gone.
 
 Under `FALCON_LOG_FORMAT=json` gunicorn's own lines are JSON like the application's
@@ -15,11 +15,11 @@ Under `FALCON_LOG_FORMAT=json` gunicorn's own lines are JSON like the applicatio
 traceback) and, when `--access-logfile` is given, its access lines, with the fields `method`,
 `path` (no query string), `status`, `bytes`, `duration_ms` and `request_id` (the response's
 `X-Request-ID`, the id the application served the request under). Under `text` gunicorn's own
-formats are kept, written by `core.logs.TextFormatter`: a control character a request put in a
+formats are kept, written by `core.observability.logs.TextFormatter`: a control character a request put in a
 field (its path, user agent, referer) is escaped, so each access line is one line. In both,
-credentials are masked (`core.logs.ContextFilter`).
+credentials are masked (`core.observability.logs.ContextFilter`).
 
-A header line may hold the verifier's largest access token plus a margin (`core.tokens`):
+A header line may hold the verifier's largest access token plus a margin (`core.limits.tokens`):
 gunicorn's default, 8190 bytes, answered 431 to a legitimate 8 KiB token the verifier accepts.
 The request line keeps gunicorn's 4094 bytes: no token ever travels in a URL.
 """
@@ -30,7 +30,7 @@ import sys
 from gunicorn.glogging import Logger as GunicornLogger
 
 # gunicorn runs from the project's root (it adds the working directory to sys.path).
-from core.tokens import MAX_HEADER_FIELD_BYTES
+from core.limits.tokens import MAX_HEADER_FIELD_BYTES
 
 limit_request_field_size = MAX_HEADER_FIELD_BYTES
 
@@ -64,12 +64,12 @@ class FalconGunicornLogger(GunicornLogger):
     """gunicorn's logger, writing JSON lines under `FALCON_LOG_FORMAT=json` (module docstring)."""
 
     def setup(self, cfg):
-        """Set gunicorn's handlers up and give each the ids-and-redaction filter (`core.logs`:
+        """Set gunicorn's handlers up and give each the ids-and-redaction filter (`core.observability.logs`:
         credentials are masked in either format); under json also the JSON formatter, and the
         access log its fields; under text gunicorn's own format with control characters
         escaped."""
         super().setup(cfg)
-        from core.logs import ContextFilter, json_formatter, log_format, text_formatter
+        from core.observability.logs import ContextFilter, json_formatter, log_format, text_formatter
 
         json_lines = log_format() == "json"
         if json_lines and not any(isinstance(f, AccessFields) for f in self.access_log.filters):
@@ -90,7 +90,7 @@ logger_class = FalconGunicornLogger
 
 def on_starting(server):
     """Refuse (exit 1) or warn about the configured binds before gunicorn listens."""
-    from core.ports import local_bind_problem
+    from core.processes.ports import local_bind_problem
 
     mode = os.environ.get("FALCON_AUTH_MODE", "local")
     opt_in = os.environ.get("FALCON_LOCAL_ALLOW_NONLOOPBACK", "").strip().lower() in {

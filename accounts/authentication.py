@@ -11,7 +11,7 @@ from rest_framework import authentication, exceptions
 from rest_framework.permissions import SAFE_METHODS
 
 from core.errors import PermissionDenied
-from core.expiring import ExpiringCache
+from core.processes.expiring import ExpiringCache
 
 from .models import User
 from .principals import ServiceIdentity
@@ -95,7 +95,7 @@ class UserCache:
     Keyed by the token's `sub` and `email`; an entry lives until the token expires, at most
     `FALCON_AUTH_USER_CACHE_SECONDS` (reads may see a deactivation that late; writes never use
     the cache, and a user saved or deleted in this process clears it), and at most
-    `max_entries` users are kept (the least recently used go first; `core.expiring`).
+    `max_entries` users are kept (the least recently used go first; `core.processes.expiring`).
     """
 
     def __init__(self, max_entries: int = 1024):

@@ -22,7 +22,7 @@ from django.contrib import auth
 from django.http import HttpResponse
 from django.urls import NoReverseMatch, reverse
 
-from core.ports import is_loopback
+from core.processes.ports import is_loopback
 
 BACKEND = "accounts.auth_backends.CloudflareAccessBackend"
 

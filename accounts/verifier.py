@@ -31,9 +31,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from core.expiring import ExpiringCache
+from core.processes.expiring import ExpiringCache
 # One number for every transport: gunicorn's and gRPC's limits are derived from it.
-from core.tokens import MAX_TOKEN_BYTES
+from core.limits.tokens import MAX_TOKEN_BYTES
 
 log = logging.getLogger(__name__)
 

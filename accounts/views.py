@@ -35,7 +35,7 @@ from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_http_methods, require_POST
 from rest_framework import exceptions
 
-from core.numbers import BadNumber, parse_decimal
+from core.limits.numbers import BadNumber, parse_decimal
 
 from .authentication import authenticate_token
 from .cli_login import (CHALLENGE, CODE, STATE, GrantRefused, grant_create, grant_redeem,

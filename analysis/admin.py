@@ -14,7 +14,7 @@ from core.admin import (
     status_badge, truncated,
 )
 from core.errors import FalconError
-from core.history import entity_events
+from core.domain.history import entity_events
 from experiments import admin_page
 from experiments.admin import ExperimentAdmin
 

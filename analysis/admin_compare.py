@@ -24,9 +24,9 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.safestring import mark_safe
 
-from core.charts import Mark, bar_chart, format_quantity
+from core.http.charts import Mark, bar_chart, format_quantity
 from core.errors import FalconError, ValidationFailed
-from core.numbers import BadNumber, parse_decimal
+from core.limits.numbers import BadNumber, parse_decimal
 from experiments.models import Experiment
 
 from .compare import MAX_EXPERIMENTS, MIN_EXPERIMENTS, exp_compare
@@ -35,7 +35,7 @@ DEFAULT_THRESHOLD = 5.0  # percent
 MAX_THRESHOLD = 1_000_000.0
 MAX_CHARTS = 12
 CHART_SEP = "::"  # `chart=<plugin>::<metric path>`
-UNITS = {"bytes": "B", "count": ""}  # the document's units as `core.charts` names them
+UNITS = {"bytes": "B", "count": ""}  # the document's units as `core.http.charts` names them
 
 
 @admin.action(description="Compare selected experiments (2 to 20)")

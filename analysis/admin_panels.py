@@ -1,5 +1,5 @@
 """Analysis results as the admin shows them: tables (`plugins.render.tables`) and charts
-(`plugins.render.series` drawn by `core.charts`), on an analysis's page and, for each succeeded
+(`plugins.render.series` drawn by `core.http.charts`), on an analysis's page and, for each succeeded
 analysis, on its experiment's page (`experiments.admin_page.RESULT_PANELS`)."""
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from core.charts import Mark, bar_chart
+from core.http.charts import Mark, bar_chart
 from core.errors import FalconError
-from core.statuses import AnalysisStatus
+from core.domain.statuses import AnalysisStatus
 from plugins.render import series, tables
 
 from .models import AnalysisRecord

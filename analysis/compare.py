@@ -23,7 +23,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from core.errors import NotFound, ValidationFailed
-from core.statuses import AnalysisStatus
+from core.domain.statuses import AnalysisStatus
 from experiments.diff import diff_experiments, duration_seconds
 from experiments.selectors import exp_diff_rows
 from jobs.models import Job

@@ -6,8 +6,8 @@ gRPC's ListAnalysisRecordsReq fields map onto these names in `analysis.grpc.reco
 """
 from __future__ import annotations
 
-from core.filters import ChoiceListFilter, FalconFilterSet, IdListFilter, MultiValueFilter
-from core.statuses import AnalysisStatus, AnalysisType, choices
+from core.http.filters import ChoiceListFilter, FalconFilterSet, IdListFilter, MultiValueFilter
+from core.domain.statuses import AnalysisStatus, AnalysisType, choices
 
 from .models import AnalysisRecord
 

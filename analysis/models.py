@@ -14,8 +14,8 @@ from django.conf import settings
 from django.db import models
 
 from core.models import StatefulModel
-from core.statemachine import StateMachine
-from core.statuses import ANALYSIS_TERMINAL, AnalysisStatus, AnalysisType, choices
+from core.domain.statemachine import StateMachine
+from core.domain.statuses import ANALYSIS_TERMINAL, AnalysisStatus, AnalysisType, choices
 from plugins import rules
 
 # An analysis id is a DNS-1123 label (it names the run's cluster object and a store folder).

@@ -8,7 +8,7 @@ import json
 import orjson
 
 from artifacts.store import store_for
-from core import jsoninput
+from core.limits import jsoninput
 from core.errors import NotFound
 
 from .models import AnalysisRecord

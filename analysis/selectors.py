@@ -23,7 +23,7 @@ from accounts.models import User
 from accounts.principals import ServiceIdentity, actor_label
 from artifacts.models import Artifact, PruneState
 from core.errors import NotFound, PermissionDenied, ValidationFailed
-from core.statuses import AnalysisStatus, AnalysisType, ArtifactStatus, ExpStatus
+from core.domain.statuses import AnalysisStatus, AnalysisType, ArtifactStatus, ExpStatus
 from experiments.models import Experiment
 
 from .filters import AnalysisFilter

@@ -5,7 +5,7 @@ The rules are the analyzer design's (docs/analyzer.md): the API server is the on
 `analysis_records`; the analyzer controller writes through AnalysisRecordService (gRPC), users
 through the HTTP API (which asks the controller first), operators through the admin. Every
 interface calls these functions, so none can skip a rule. Every status change is ONE guarded
-transition (`core.statemachine`); nothing assigns `status`.
+transition (`core.domain.statemachine`); nothing assigns `status`.
 """
 from __future__ import annotations
 
@@ -18,12 +18,12 @@ from accounts.models import User
 from accounts.principals import actor_label
 from accounts.selectors import user_get_by_email
 from artifacts.models import Artifact, PruneState
-from core.db import retry_on_lock_conflict
+from core.database.db import retry_on_lock_conflict
 from core.errors import (
     AlreadyExists, Conflict, InvalidTransition, NotFound, TransitionRace, ValidationFailed,
 )
-from core.statemachine import bounded_text
-from core.statuses import EXP_TERMINAL, AnalysisStatus, AnalysisType, ArtifactStatus, ExpStatus
+from core.domain.statemachine import bounded_text
+from core.domain.statuses import EXP_TERMINAL, AnalysisStatus, AnalysisType, ArtifactStatus, ExpStatus
 from experiments.models import Experiment
 from jobs.specs import DNS1123_LABEL
 from plugins import rules

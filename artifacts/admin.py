@@ -6,7 +6,7 @@ from core.admin import (
     FilterSetAdminMixin, ReadOnlyAdminMixin, filterset_list_filter, history_table, status_badge,
     truncated,
 )
-from core.history import entity_events
+from core.domain.history import entity_events
 
 from .filters import ArtifactFilter
 from .models import Artifact

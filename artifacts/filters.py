@@ -7,11 +7,11 @@ gRPC's `CommonListReq` fields map onto these names in `core.grpc.from_proto.list
 """
 from __future__ import annotations
 
-from core.filters import (
+from core.http.filters import (
     ChoiceListFilter, FalconFilterSet, IdListFilter, MultiValueFilter, SearchFilter,
     UpdatedSinceFilter,
 )
-from core.statuses import ArtifactStatus, ExpStatus, choices
+from core.domain.statuses import ArtifactStatus, ExpStatus, choices
 
 from .models import Artifact
 

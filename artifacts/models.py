@@ -4,8 +4,8 @@ from __future__ import annotations
 from django.db import models
 
 from core.models import StatefulModel
-from core.statemachine import StateMachine
-from core.statuses import ARTIFACT_TERMINAL, ArtifactStatus, choices
+from core.domain.statemachine import StateMachine
+from core.domain.statuses import ARTIFACT_TERMINAL, ArtifactStatus, choices
 
 
 class PruneState(models.TextChoices):

@@ -26,7 +26,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from core.errors import ValidationFailed
-from core.statuses import EXP_TERMINAL
+from core.domain.statuses import EXP_TERMINAL
 
 from .services import PruneReport, artifacts_prune
 

@@ -12,10 +12,10 @@ from pathlib import Path
 from django.db import transaction
 from django.utils import timezone
 
-from core.db import retry_on_lock_conflict
+from core.database.db import retry_on_lock_conflict
 from core.errors import Conflict, NotFound
-from core.logs import log_context
-from core.statuses import ArtifactStatus, ExpStatus
+from core.observability.logs import log_context
+from core.domain.statuses import ArtifactStatus, ExpStatus
 
 from .models import PRUNE_TRANSITIONS, Artifact, PruneState
 from .run_files import remove_run_folder
@@ -202,7 +202,7 @@ def artifacts_prune(*, finished_before: datetime, exp_types: Iterable[str] = (),
     report = PruneReport()
     for artifact in prune_candidates(finished_before=finished_before, exp_types=exp_types,
                                      exp_statuses=exp_statuses):
-        # Every line about it carries its ids (core.logs).
+        # Every line about it carries its ids (core.observability.logs).
         with log_context(exp_id=artifact.experiment_id, artifact_id=artifact.pk):
             _prune_one(artifact, report, dry_run=dry_run, on_artifact=on_artifact)
     return report

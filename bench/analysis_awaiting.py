@@ -74,7 +74,7 @@ def run(sizes: list[int]) -> None:
     from analysis.selectors import catalog_fingerprint, offline_candidates
     from analysis.services import analysis_offline_discovery
     from artifacts.models import Artifact
-    from core.statuses import AnalysisStatus, AnalysisType, ArtifactStatus, ExpStatus
+    from core.domain.statuses import AnalysisStatus, AnalysisType, ArtifactStatus, ExpStatus
     from experiments.models import Experiment
     from plugins.catalog import load_catalog
 

@@ -53,7 +53,7 @@ def main() -> None:
     from artifacts.models import Artifact
     from controllers.exp_controller import ExpController
     from controllers.grpc_client import GrpcFalconAPI
-    from core.statuses import JobStatus
+    from core.domain.statuses import JobStatus
     from experiments.models import Experiment
     from falcon_site.grpc.server import build_server
     from falcon_site.grpc.testing import channel_to

@@ -56,7 +56,7 @@ from controllers.cluster_backends.kubernetes import (  # noqa: E402
 from controllers.kubeclient import KubeConnection  # noqa: E402
 from controllers.resource_manager import ResourceManager  # noqa: E402
 from controllers.tests.fake_k8s import FakeKube  # noqa: E402
-from core.statuses import ExpStatus, JobStatus  # noqa: E402
+from core.domain.statuses import ExpStatus, JobStatus  # noqa: E402
 
 NS = "falcon-jobs"
 CLUSTER = "k8s-bench"

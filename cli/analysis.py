@@ -14,7 +14,7 @@ from typing import Any
 
 import rich_click as click
 
-from core.statuses import ANALYSIS_TERMINAL, AnalysisStatus, AnalysisType
+from core.domain.statuses import ANALYSIS_TERMINAL, AnalysisStatus, AnalysisType
 
 from .errors import CLIError
 from .listing import list_options

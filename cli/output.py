@@ -20,7 +20,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from core.statuses import AnalysisStatus, ExpStatus, JobStatus
+from core.domain.statuses import AnalysisStatus, ExpStatus, JobStatus
 
 from .visible import visible
 
@@ -54,7 +54,7 @@ class _PortableDumper(yaml.SafeDumper):
 
 
 def _represent_str(dumper: _PortableDumper, text: str) -> Any:
-    from core.boundedyaml import BOOL_RE, FLOAT_RE, INT_RE, NULL_RE
+    from core.limits.boundedyaml import BOOL_RE, FLOAT_RE, INT_RE, NULL_RE
 
     node = dumper.represent_scalar("tag:yaml.org,2002:str", text)
     if "\n" in text:  # a command or a config reads as a `|` block (PyYAML quotes it instead

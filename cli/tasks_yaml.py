@@ -34,7 +34,7 @@ import yaml
 from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from core.boundedyaml import (
+from core.limits.boundedyaml import (
     INT_TAG, MAP_TAG, MAX_DEPTH, SEQ_TAG, STR_TAG, BoundedComposerMixin, YamlLimitError,
     use_core_schema,
 )
@@ -63,7 +63,7 @@ class _Problem(Exception):
 class Yaml12Loader(BoundedComposerMixin, yaml.SafeLoader):
     """A SafeLoader whose implicit types are the YAML 1.2 core schema's, without anchors.
 
-    The rule of every read of a user's YAML (`core.boundedyaml`: depth, node count, no
+    The rule of every read of a user's YAML (`core.limits.boundedyaml`: depth, node count, no
     sharing), with one difference in where a refusal is reported: an alias is composed into a
     placeholder node (tag `ALIAS_TAG`) instead of the node it names, and an anchored node keeps
     its anchor in `.falcon_anchor`: nothing is ever shared, so nothing can expand, and the tree

@@ -6,7 +6,7 @@ mapping that should hold it, and nothing else is touched, so comments, quoting, 
 trailing spaces elsewhere stay byte for byte. Values are typed as YAML reads them (`8` an
 integer, `true` a boolean, `"8"` a string, `[1, 2]` a list; YAML 1.2 core schema, ruamel's
 default). After each edit the result is parsed again, by ruamel and by the server's reader
-(`core.boundedyaml`, the YAML 1.2 core schema `exp diff` uses), and the value at the path
+(`core.limits.boundedyaml`, the YAML 1.2 core schema `exp diff` uses), and the value at the path
 compared with the one asked for; a value the two would read differently is written as JSON
 instead, so an edit never silently means something else; and every other path must read as it
 did before.
@@ -15,7 +15,7 @@ Anchors and aliases: a value written once (`defaults: &d {...}`) and named again
 *d`) is one node, so an edit through any of its names would change all of them. A path that
 passes through, or lands on, a node named more than once is refused, naming the alias and the
 anchor: write the value out where it should differ. The composed text is first bounded as
-every reader of a user's YAML is (`core.boundedyaml`: depth, node count), counting shared nodes
+every reader of a user's YAML is (`core.limits.boundedyaml`: depth, node count), counting shared nodes
 once, so an alias chain cannot make the edit expand it.
 
 Paths: keys joined by `.`, list positions as numbers (`layers.0.size` or `layers[0].size`); a
@@ -166,7 +166,7 @@ def set_path(text: str, path: str, raw: str) -> str:
 
 def _names_of_nodes(root: Any) -> dict[int, list[str]]:
     """The paths naming each node of the composed document, by `id(node)` (the first is where
-    it is written; an alias names it again), bounded as `core.boundedyaml` bounds every read.
+    it is written; an alias names it again), bounded as `core.limits.boundedyaml` bounds every read.
 
     Each node is entered once however many aliases name it, so an alias chain costs its size,
     not its expansion. Paths are recorded for the first few names only.
@@ -176,7 +176,7 @@ def _names_of_nodes(root: Any) -> dict[int, list[str]]:
     """
     from ruamel.yaml.nodes import MappingNode, SequenceNode
 
-    from core.boundedyaml import MAX_DEPTH, MAX_NODES
+    from core.limits.boundedyaml import MAX_DEPTH, MAX_NODES
 
     names: dict[int, list[str]] = {id(root): [""]}
     stack = [(root, "", 1)]
@@ -264,7 +264,7 @@ def _insert(text: str, mapping: Any, key: str, rendered: str) -> str:
 
 def _reads_back(before: str, result: str, keys: list[str], value: Any) -> bool:
     """True when `result` holds `value` at `keys` for ruamel (YAML 1.2), the server's reader
-    (`core.boundedyaml`, YAML 1.2 core, which `exp diff` uses; it refuses a config with anchors
+    (`core.limits.boundedyaml`, YAML 1.2 core, which `exp diff` uses; it refuses a config with anchors
     whole, so there it has no say) AND PyYAML's `safe_load` (YAML 1.1, what a task most likely
     reads its config with: `1e-3` is a number only in 1.2, `yes` a boolean only in 1.1, so such
     a value is written as JSON instead); and every other path of `result` reads as in `before`.
@@ -272,7 +272,7 @@ def _reads_back(before: str, result: str, keys: list[str], value: Any) -> bool:
     import yaml
     from ruamel.yaml.error import YAMLError
 
-    from core.boundedyaml import YamlLimitError, load
+    from core.limits.boundedyaml import YamlLimitError, load
 
     try:
         old, new = _load(before), _load(result)

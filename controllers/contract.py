@@ -4,7 +4,7 @@ Controllers reach data only through the API server's gRPC API (one entry point f
 validation and audit; docs/decisions.md#dec-grpc-only). `FalconAPI` is that contract; `controllers.grpc_client.GrpcFalconAPI`
 implements it over gRPC. The views are frozen dataclasses with no Django imports, so a loop's
 logic never touches the ORM (plain data across the boundary). Statuses travel as the
-status enums of `core.statuses`, never as bare strings: the gRPC client converts them once.
+status enums of `core.domain.statuses`, never as bare strings: the gRPC client converts them once.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from core.statuses import ArtifactStatus, ExpStatus, JobStatus
+from core.domain.statuses import ArtifactStatus, ExpStatus, JobStatus
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from core.errors import FalconError
-from core.logs import log_context
-from core.statuses import (
+from core.observability.logs import log_context
+from core.domain.statuses import (
     EXP_OPEN,
     JOB_ACTIVE,
     JOB_OPEN,

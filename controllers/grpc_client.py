@@ -28,8 +28,8 @@ from core.grpc.channel import CHANNEL_OPTIONS, auth_metadata
 from core.grpc.from_proto import timestamp
 from core.errors import FalconError
 from core.grpc.errors import error_class_for_code, error_from_rpc_error
-from core.statuses import ArtifactStatus, ExpStatus, JobStatus
-from core.text import truncate
+from core.domain.statuses import ArtifactStatus, ExpStatus, JobStatus
+from core.limits.text import truncate
 from falcon_proto.falcon.v1 import (
     artifact_pb2, artifact_pb2_grpc, common_pb2, experiment_pb2, experiment_pb2_grpc, job_pb2,
     job_pb2_grpc,
@@ -53,12 +53,12 @@ V = TypeVar("V")
 log = logging.getLogger("falcon.controllers.grpc")
 
 # Items per UpdateExpStatuses and UpdateJobStatuses call: the server's limit
-# (core.statemachine.MAX_STATUS_BATCH).
+# (core.domain.statemachine.MAX_STATUS_BATCH).
 BATCH_SIZE = 1000
 # Experiments per ListExpStates page, jobs per ListJobStates page: the servers' largest
 # (experiment_servicer, job_servicer).
 STATES_PAGE_SIZE = 5000
-# The server's bounds of the text a transition carries (core.statemachine.bounded_text: a
+# The server's bounds of the text a transition carries (core.domain.statemachine.bounded_text: a
 # column's 255 characters for reason and cluster_job_name, MAX_STATUS_MESSAGE_BYTES for a
 # message), applied before sending, so that no write is refused for its size (a 20 MiB message
 # passes gRPC's 16 MiB limit, and 1,000 messages of 64 KiB would too). The server cuts the
@@ -460,7 +460,7 @@ class GrpcFalconAPI(GrpcClient):
 def _sendable(text: str | None, *, max_chars: int | None = None,
               max_bytes: int | None = None) -> str | None:
     """`text` as the server would store it, and as protobuf can encode it: cut with the
-    marker (`core.text.truncate`), lone surrogates (not UTF-8: protobuf refuses them, and the
+    marker (`core.limits.text.truncate`), lone surrogates (not UTF-8: protobuf refuses them, and the
     whole request with them) replaced by '?'. None stays None (the field is left unchanged)."""
     if text is None:
         return None

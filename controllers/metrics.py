@@ -13,7 +13,7 @@ their code stays free of metrics:
 
 Names follow Prometheus's conventions (`_total` counters, `_seconds` durations, base units).
 Every label value comes from a closed set: the registry's controller names, the verbs of
-`VERBS`, the statuses of `core.statuses`, the configured queues.
+`VERBS`, the statuses of `core.domain.statuses`, the configured queues.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from prometheus_client import Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
 
-from core.statuses import AnalysisStatus, JobStatus
+from core.domain.statuses import AnalysisStatus, JobStatus
 
 log = logging.getLogger("falcon.controllers")
 

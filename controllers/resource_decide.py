@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from core.statuses import JobStatus
+from core.domain.statuses import JobStatus
 
 from .cluster_backends.base import ClusterJobState, ClusterJobStatus, SubmitResult
 from .contract import JobView

@@ -71,8 +71,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from core.errors import FalconError
-from core.logs import log_context
-from core.statuses import JOB_OPEN, JOB_TERMINAL, JobStatus
+from core.observability.logs import log_context
+from core.domain.statuses import JOB_OPEN, JOB_TERMINAL, JobStatus
 
 from .contract import FalconAPI, JobStatusUpdate, JobView, ListFilter, skipped_of
 from .cluster_backends.k8s_logs import keep_logs
@@ -115,7 +115,7 @@ REPORTED_START = (JobStatus.RUNNING, JobStatus.SUCCEEDED, JobStatus.FAILED)
 # Items per update_job_statuses call: the server's limit (docs/limits.md). The manager sends
 # each batch as its own call, so the Lease fences every 1,000 writes (controllers.leader.Fenced).
 WRITE_BATCH = 1000
-# Values per list filter the API server accepts (`core.filters.MAX_FILTER_VALUES`).
+# Values per list filter the API server accepts (`core.http.filters.MAX_FILTER_VALUES`).
 ID_FILTER_MAX = 1000
 
 

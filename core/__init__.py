@@ -3,6 +3,6 @@ vocabulary (`statuses`), the abstract stateful models (`models`), the configured
 (`cluster_settings`), the FilterSet base (`filters`), the read-only admin (`admin`), and the DRF
 and gRPC glue every app's interfaces use (`drf`, `grpc`).
 
-`core.statuses`, `core.errors`, `core.grpc.errors` and `core.grpc.channel` import no Django:
+`core.domain.statuses`, `core.errors`, `core.grpc.errors` and `core.grpc.channel` import no Django:
 the controllers and the CLI use them too.
 """

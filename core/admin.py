@@ -4,7 +4,7 @@
 rows and run the actions a model admin declares, nothing is added, edited or deleted by a form
 (status fields change only through transitions; deleting goes through the services).
 `FilterSetAdminMixin` makes a changelist's filters and search those of the entity's FilterSet
-(`core.filters`), the same names and values as the HTTP and gRPC lists.
+(`core.http.filters`), the same names and values as the HTTP and gRPC lists.
 
 The display helpers make every entity's pages alike: `status_badge` (a coloured badge),
 `truncated` (a cell cut to fit a 1400-pixel list, the full text on hover), `duration`,
@@ -27,7 +27,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from core.errors import ValidationFailed
-from core.filters import FalconFilterSet, SearchFilter
+from core.http.filters import FalconFilterSet, SearchFilter
 
 
 class ReadOnlyAdminMixin:

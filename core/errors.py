@@ -1,6 +1,6 @@
 """Domain errors with stable codes, mapped once to HTTP and once to gRPC.
 
-Services raise these; `core.drf.exception_handler` maps them to HTTP status codes and the
+Services raise these; `core.http.drf.exception_handler` maps them to HTTP status codes and the
 gRPC layer maps them to `grpc.StatusCode`s. Clients branch on `code`, never on the text
 (decisions.md#dec-errors).
 """

@@ -1,7 +1,7 @@
 """The abstract model of every entity with a state machine (Experiment, Job, Artifact).
 
 Its status changes only through the methods here, each ONE guarded transition of
-`core.statemachine` over the entity's one transition table (`machine`):
+`core.domain.statemachine` over the entity's one transition table (`machine`):
 - `StatefulModel.transition_pk(pk, target, ...)`: the path of the UpdateExp/Job/ArtifactStatus
   services, which the controllers call with a target status over gRPC;
 - `transition(target)` and the named methods on an instance (`RunModel.mark_running`,
@@ -9,7 +9,7 @@ Its status changes only through the methods here, each ONE guarded transition of
 - `TransitionQuerySet.transition(target)`: many rows in one UPDATE (AbortExp's jobs).
 Adding an entity: docs/architecture.md, "Adding an entity with a state machine".
 
-`TransitionEvent` (`core.transition_events`) is the transition history: the engine writes one row per status change, in the
+`TransitionEvent` (`core.domain.transition_events`) is the transition history: the engine writes one row per status change, in the
 transaction of the change (docs/decisions.md, "Transition history").
 """
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Any, ClassVar, Self
 
 from django.db import models
 
-from .statemachine import StateMachine, apply_transition, apply_transition_many, delete_terminal
-from .transition_events import TransitionEvent  # noqa: F401 (a model of this app)
+from core.domain.statemachine import StateMachine, apply_transition, apply_transition_many, delete_terminal
+from core.domain.transition_events import TransitionEvent  # noqa: F401 (a model of this app)
 
 
 class TransitionQuerySet(models.QuerySet):
@@ -41,7 +41,7 @@ class StatefulModel(models.Model):
     """Status, its cause and the timestamps users expect, for an entity with a state machine.
 
     Subclasses set `machine` (their transition table) and a `status` field with the choices of
-    their status enum (`core.statuses`).
+    their status enum (`core.domain.statuses`).
     """
 
     machine: ClassVar[StateMachine]
@@ -64,7 +64,7 @@ class StatefulModel(models.Model):
                       started_at: datetime | None = None) -> tuple[Self, bool]:
         """Move row `pk` to `target` (one guarded transition by pk); return `(row, changed)`.
 
-        See `core.statemachine.apply_transition` for the arguments.
+        See `core.domain.statemachine.apply_transition` for the arguments.
 
         Raises:
             NotFound: no row has this pk.

@@ -15,8 +15,8 @@ from core.admin import (
     status_badge, truncated, verbatim_block, yaml_block,
 )
 from core.errors import FalconError
-from core.history import exp_events
-from core.statuses import ExpStatus
+from core.domain.history import exp_events
+from core.domain.statuses import ExpStatus
 from jobs.models import Job
 
 from . import admin_page, services
@@ -241,7 +241,7 @@ class ExperimentAdmin(ReadOnlyAdminMixin, FilterSetAdminMixin, admin.ModelAdmin)
     @admin.display(description="config, parsed as YAML")
     def config_yaml(self, exp: Experiment) -> str:
         """The config pretty-printed when it is YAML (the verbatim text is below it)."""
-        from core.boundedyaml import YamlLimitError, load
+        from core.limits.boundedyaml import YamlLimitError, load
 
         if not exp.config:
             return "-"

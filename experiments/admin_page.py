@@ -90,7 +90,7 @@ def log_tails_html(exp: Experiment) -> str:
 
 def files_html(exp: Experiment) -> str:
     """The first `FILES_SHOWN` artifact files with their sizes, each a download link."""
-    from core.charts import format_quantity
+    from core.http.charts import format_quantity
 
     try:
         _, page = exp_artifact_page(exp=exp, after=None, limit=FILES_SHOWN)

@@ -5,7 +5,7 @@ Pure Python and Django-free: the HTTP view hands it plain dicts and returns what
 Everything is compared as a tree, not as text lines: mappings by key (so reordered or inserted
 keys only show the keys that differ), lists by position, and a value whose type differs between
 experiments (`1` and `"1"`, a number and a mapping) is one row at its path. The configs are
-parsed as YAML by the YAML 1.2 core schema (`core.boundedyaml`, the reader of the tasks file
+parsed as YAML by the YAML 1.2 core schema (`core.limits.boundedyaml`, the reader of the tasks file
 too): `010` is ten, `on` a string, `0755` the integer 755. Scalars compare by value, and a NaN
 equals a NaN; where two scalars are equal but written differently (`3.10` and `3.1`, `0x10` and
 `16`, `True` and `true`) the path is a difference all the same, and every row whose spellings
@@ -25,8 +25,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from core.boundedyaml import MAX_DEPTH as MAX_CONFIG_DEPTH
-from core.boundedyaml import MAX_NODES as MAX_CONFIG_NODES
+from core.limits.boundedyaml import MAX_DEPTH as MAX_CONFIG_DEPTH
+from core.limits.boundedyaml import MAX_NODES as MAX_CONFIG_NODES
 from plugins.metrics import key_path  # one spelling of paths for configs and metrics
 
 MIN_EXPERIMENTS = 2
@@ -102,7 +102,7 @@ def compare_trees(path: str, values: Sequence[Any], rows: list[dict[str, Any]], 
             or not a scalar).
         include_equal: add the rows whose values are all equal too.
         written: one per experiment, shaped as its value, each scalar's text as written
-            (`core.boundedyaml.load_with_text`); None when unknown. Equal values written
+            (`core.limits.boundedyaml.load_with_text`); None when unknown. Equal values written
             differently are a difference.
     """
     written = list(written) if written is not None else [None] * len(values)
@@ -147,15 +147,15 @@ def parse_config(text: str) -> tuple[bool, Any, Any]:
     """Return `(True, tree, written)` when `text` is YAML holding a mapping or a list, else
     `(False, text, None)`.
 
-    An empty (or comment-only) config is `(True, {}, {})`. Read by `core.boundedyaml` (the
+    An empty (or comment-only) config is `(True, {}, {})`. Read by `core.limits.boundedyaml` (the
     YAML 1.2 core schema under the one rule for users' YAML); `written` is each scalar's text
     as written, shaped as `tree`. Text that is not YAML is `(False, text, None)`.
 
     Raises:
-        core.boundedyaml.YamlLimitError: an anchor or alias, deeper than `MAX_CONFIG_DEPTH`,
+        core.limits.boundedyaml.YamlLimitError: an anchor or alias, deeper than `MAX_CONFIG_DEPTH`,
             more than `MAX_CONFIG_NODES` values.
     """
-    from core.boundedyaml import YamlLimitError, load_with_text
+    from core.limits.boundedyaml import YamlLimitError, load_with_text
 
     try:
         tree, written = load_with_text(text)
@@ -174,7 +174,7 @@ def _holds_surrogate(value: Any) -> bool:
     """Whether a key or string of `value` holds a lone UTF-16 surrogate: YAML's `"\\ud800"`
     escape makes one, which no JSON answer can encode (the diff and compare answered 500).
     Such a config is compared as the text it is written in, which is plain ASCII."""
-    from core.jsoninput import has_surrogate
+    from core.limits.jsoninput import has_surrogate
 
     if isinstance(value, str):
         return has_surrogate(value)
@@ -200,12 +200,12 @@ def _parse_config_cached(text: str) -> tuple[bool, Any, Any]:
 
 def _parse_config_of(exp: Mapping[str, Any]) -> tuple[bool, Any, Any]:
     """`parse_config` of one experiment's config; a config the bounded reader refuses (an
-    alias, too deep, too many values: `core.boundedyaml`) fails the whole diff, naming it.
+    alias, too deep, too many values: `core.limits.boundedyaml`) fails the whole diff, naming it.
 
     Raises:
         ValidationFailed: keyed `config`, naming the experiment, the limit and its number.
     """
-    from core.boundedyaml import YamlLimitError
+    from core.limits.boundedyaml import YamlLimitError
     from core.errors import ValidationFailed
 
     text = exp.get("config") or ""

@@ -23,10 +23,10 @@ from artifacts.models import Artifact
 from artifacts.run_files import replica_log
 from artifacts.services import artifact_purge_files, local_state_dir, remove_local_run_folders
 from artifacts.store import FilePage, OpenFile, artifact_logs_url, store_for
-from core import safefs
+from core.processes import safefs
 from core.errors import NotFound, ValidationFailed
-from core.statuses import JOB_TERMINAL
-from core.text import utf8_page
+from core.domain.statuses import JOB_TERMINAL
+from core.limits.text import utf8_page
 
 from .models import Experiment
 
@@ -43,7 +43,7 @@ class LogChunk:
         role, replica: whose log.
         offset: byte offset of `data` in the log.
         next_offset: where the next read starts (`offset + len(data)`).
-        data: the bytes read: whole UTF-8 characters (`core.text.utf8_page`), and complete
+        data: the bytes read: whole UTF-8 characters (`core.limits.text.utf8_page`), and complete
             lines at the end of a log that may still grow.
         source: `store` (the copy made when the replica ended) or `run` (the live run folder).
         complete: True when the log will not grow: the stored copy, or an ended replica.
@@ -194,7 +194,7 @@ def _chunk(job, replica, offset, limit, tail, size, read, source, complete) -> L
         return LogChunk(job.role, replica, size - len(data), size, data, source, complete)
     if offset >= size:
         return LogChunk(job.role, replica, offset, offset, b"", source, complete)
-    # Pages start and end on UTF-8 character boundaries (`core.text.utf8_page`, the rule of
+    # Pages start and end on UTF-8 character boundaries (`core.limits.text.utf8_page`, the rule of
     # the analysis log too); a page starting inside a character says where it starts.
     offset, data = utf8_page(read, offset, limit, growing=not complete)
     if not complete and offset + len(data) >= size:
@@ -236,7 +236,7 @@ def exp_artifact_file(*, exp: Experiment, name: str) -> OpenFile:
 
     Raises:
         ValidationFailed: `name` is empty, absolute, leaves the artifact path ('..') or is
-            longer than any file's (255 bytes a component: `core.safefs.request_errors`).
+            longer than any file's (255 bytes a component: `core.processes.safefs.request_errors`).
         NotFound: no artifact, no such regular file, or one the server may not read.
     """
     norm = posixpath.normpath(name) if name else ""

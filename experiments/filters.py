@@ -19,11 +19,11 @@ from drf_spectacular.utils import extend_schema_field
 
 from accounts.emails import MAX_EMAIL_CHARS
 from accounts.models import User
-from core.filters import (
+from core.http.filters import (
     ChoiceListFilter, FalconFilterSet, IdListFilter, MultiValueField, MultiValueFilter,
     PrefixSearchFilter, UpdatedSinceFilter, few_matches,
 )
-from core.statuses import ExpStatus, choices
+from core.domain.statuses import ExpStatus, choices
 
 from .labels import MAX_LABELS, Selector, parse_selector
 from .models import ExpLabel, Experiment
@@ -87,13 +87,13 @@ class LabelSelectorFilter(MultiValueFilter):
     One subquery whatever the number of selectors: as one `IN` subquery each, 20 selectors
     kept MariaDB's optimizer choosing a join order of 20 semi-joins for minutes. Counting
     each selector's rows up to `FEW_LABELLED` (an index range each; by default
-    `core.filters.few_matches`, which follows the table's size) decides the way. Both
+    `core.http.filters.few_matches`, which follows the table's size) decides the way. Both
     are served by the same indexes on SQLite and MariaDB (decisions.md#dec-labels).
     """
 
     field_class = LabelSelectorField
     # Where sorting the matches costs about what walking the list order to fill a page does:
-    # None follows the table, `core.filters.few_matches` (sqrt(50 x N)); a number fixes it.
+    # None follows the table, `core.http.filters.few_matches` (sqrt(50 x N)); a number fixes it.
     FEW_LABELLED: int | None = None
 
     def filter(self, qs: QuerySet, value: list[Selector]) -> QuerySet:

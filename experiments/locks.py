@@ -9,7 +9,7 @@ UPDATE's, are what deadlocked AbortExp against UpdateJobStatus on MariaDB.
 
 Single-row writers (UpdateJobStatus, UpdateArtifactStatus, UpdateExpStatus) touch one row by
 primary key and lock nothing else, so they cannot close a cycle with this order. The rare
-deadlock or lock-wait timeout left is retried by `core.db.retry_on_lock_conflict`.
+deadlock or lock-wait timeout left is retried by `core.database.db.retry_on_lock_conflict`.
 
 Callers must be inside `transaction.atomic()`. SQLite ignores `SELECT ... FOR UPDATE` (its
 writers are serialised by the database lock).

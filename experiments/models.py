@@ -5,15 +5,15 @@ from django.conf import settings
 from django.db import models
 
 from core.models import RunModel
-from core.statemachine import run_lifecycle
-from core.statuses import EXP_TERMINAL, ExpStatus, choices
+from core.domain.statemachine import run_lifecycle
+from core.domain.statuses import EXP_TERMINAL, ExpStatus, choices
 
 
 class Experiment(RunModel):
     """One experiment: a cluster, a type, one task spec per role and a verbatim config.
 
     `config` is stored exactly as sent (the server never parses it) so runs can be compared, and
-    is injected into every task as `CUSTOM_CONFIG_KEY` (`core.statuses.CONFIG_ENV`). Jobs (one per role) and the Artifact are
+    is injected into every task as `CUSTOM_CONFIG_KEY` (`core.domain.statuses.CONFIG_ENV`). Jobs (one per role) and the Artifact are
     created with it in one transaction by `experiments.services.exp_create`.
     """
 

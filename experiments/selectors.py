@@ -13,8 +13,8 @@ from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
 from accounts.models import User
 from artifacts.models import Artifact
 from core.errors import NotFound
-from core.jsonrows import RelatedJsonArray, json_row
-from core.prepared import IdsQuery
+from core.http.jsonrows import RelatedJsonArray, json_row
+from core.database.prepared import IdsQuery
 from jobs.models import Job
 
 from .filters import ExperimentFilter
@@ -64,14 +64,14 @@ def exp_list_rows(ids: Sequence[int], *, job_fields: Sequence[str],
     An id whose experiment was deleted after the page's ids were read has no row.
 
     The database renders each experiment, with its jobs (sorted by role) and its artifact, as
-    one JSON object (`core.jsonrows`: date-times as ISO 8601 with `Z`, labels as an object), so
+    one JSON object (`core.http.jsonrows`: date-times as ISO 8601 with `Z`, labels as an object), so
     a page converts no value in Python; the query is compiled once per process and thread
-    (`core.prepared.IdsQuery`). Each row holds `LIST_FIELDS`, then `jobs` (their
+    (`core.database.prepared.IdsQuery`). Each row holds `LIST_FIELDS`, then `jobs` (their
     `job_fields`) and, when the experiment has one, `artifact` (its `artifact_fields`), and is
     an `orjson.Fragment`, embedded as it is by the orjson renderer.
 
     Args:
-        ids: experiment ids, at most `core.prepared.BUCKETS[-1]` for one compiled query.
+        ids: experiment ids, at most `core.database.prepared.BUCKETS[-1]` for one compiled query.
         job_fields, artifact_fields: the columns of a job and of the artifact to show.
     """
     if not ids:
@@ -238,7 +238,7 @@ def exp_states(*, statuses: Sequence[str], after: int | None, size: int) -> ExpS
     Three queries in one transaction: the experiments (`WHERE status IN (...) AND id > after
     ORDER BY id LIMIT size + 1`: the status index, then a sort of the matching rows), then
     their jobs and their artifacts by `experiment_id IN (the page's ids)` on the foreign-key
-    indexes, compiled once per bucket of id counts (`core.prepared.IdsQuery`). The jobs and
+    indexes, compiled once per bucket of id counts (`core.database.prepared.IdsQuery`). The jobs and
     the artifact are those of the experiments read, whatever changed in between. Rows are
     `.values()` dicts of the columns named above: no model instance is built.
 

@@ -28,21 +28,21 @@ from accounts.principals import actor_label
 from artifacts.models import Artifact
 from artifacts.services import artifacts_mark_awaiting
 from core.cluster_settings import cluster_problems
-from core.db import retry_on_lock_conflict
+from core.database.db import retry_on_lock_conflict
 from core.errors import (
     Conflict,
     NotFound,
     PermissionDenied,
     ValidationFailed,
 )
-from core.statemachine import (
+from core.domain.statemachine import (
     MAX_STATUS_BATCH,
     StatusChange,
     StatusOutcome,
     apply_transitions,
     validate_status_batch,
 )
-from core.statuses import EXP_ACTIVE, EXP_TERMINAL, ExpStatus, JobStatus
+from core.domain.statuses import EXP_ACTIVE, EXP_TERMINAL, ExpStatus, JobStatus
 from jobs.models import Job
 from jobs.specs import (
     environment_problem, experiment_size_problems, validate_role, validate_task_spec,
@@ -461,18 +461,18 @@ def exp_update_statuses(changes: list[StatusChange]) -> list[StatusOutcome]:
     """UpdateExpStatuses: apply many guarded Experiment transitions; one result per item.
 
     Each item is the guarded transition `exp_update_status` applies, in one transaction for
-    all (`core.statemachine.apply_transitions`: one locking read, rows moved with the same
+    all (`core.domain.statemachine.apply_transitions`: one locking read, rows moved with the same
     values in one UPDATE), so a tick's 10,000 changes cost a few statements per row instead of
     a call each. A refused item is reported in its result and never fails the others. Two
     items of the same experiment apply in order. Starts are recorded as `exp_update_status`
     records them (one query for the batch's first job starts).
 
     Args:
-        changes: at most `MAX_STATUS_BATCH` items (`core.statemachine.StatusChange`, `pk` the
+        changes: at most `MAX_STATUS_BATCH` items (`core.domain.statemachine.StatusChange`, `pk` the
             experiment id; no `extra`).
 
     Returns:
-        One `core.statemachine.StatusOutcome` per item, in order (`pk` is the experiment id).
+        One `core.domain.statemachine.StatusOutcome` per item, in order (`pk` is the experiment id).
 
     Raises:
         ValidationFailed: more than `MAX_STATUS_BATCH` items, or an unknown status.

@@ -15,8 +15,8 @@ from django.conf import settings
 
 from core.cluster_settings import cluster_problems
 from core.errors import PayloadTooLarge, ValidationFailed
-from core.jsoninput import has_surrogate, path_part
-from core.statuses import CONFIG_ENV
+from core.limits.jsoninput import has_surrogate, path_part
+from core.domain.statuses import CONFIG_ENV
 from jobs.specs import (
     MAX_ROLES, environment_problem, experiment_size_problems, is_int, validate_role,
     validate_task_spec,

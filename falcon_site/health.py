@@ -19,12 +19,12 @@ def readyz(request: HttpRequest) -> JsonResponse:
 
 
 def metrics(request):
-    """Prometheus metrics of the API server (`core.metrics`), in the text exposition format.
+    """Prometheus metrics of the API server (`core.observability.metrics`), in the text exposition format.
 
     Unauthenticated, like /healthz: scraped from inside the cluster (a NetworkPolicy or the
     ingress keeps it from the outside); it holds counts and latencies, no data.
     """
-    from core.metrics import exposition
+    from core.observability.metrics import exposition
 
     body, content_type = exposition()
     return HttpResponse(body, content_type=content_type)

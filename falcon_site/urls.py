@@ -39,5 +39,5 @@ urlpatterns = [
     path("metrics", health.metrics, name="metrics"),
 ]
 
-handler404 = "core.drf.not_found"
-handler500 = "core.drf.internal_error"
+handler404 = "core.http.drf.not_found"
+handler500 = "core.http.drf.internal_error"

@@ -6,7 +6,7 @@ from core.admin import (
     FilterSetAdminMixin, ReadOnlyAdminMixin, duration, filterset_list_filter, history_table,
     status_badge, truncated, yaml_block,
 )
-from core.history import entity_events
+from core.domain.history import entity_events
 
 from .filters import JobFilter
 from .models import Job

@@ -6,11 +6,11 @@ gRPC's `CommonListReq` fields map onto these names in `core.grpc.from_proto.list
 """
 from __future__ import annotations
 
-from core.filters import (
+from core.http.filters import (
     ChoiceListFilter, FalconFilterSet, IdListFilter, MultiValueFilter, SearchFilter,
     UpdatedSinceFilter,
 )
-from core.statuses import ExpStatus, JobStatus, choices
+from core.domain.statuses import ExpStatus, JobStatus, choices
 
 from .models import Job
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 from django.db import models
 
 from core.models import RunModel
-from core.statemachine import run_lifecycle
-from core.statuses import JOB_TERMINAL, JobStatus, choices
+from core.domain.statemachine import run_lifecycle
+from core.domain.statuses import JOB_TERMINAL, JobStatus, choices
 
 
 class Job(RunModel):

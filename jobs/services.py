@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from core.db import retry_on_lock_conflict
-from core.statemachine import (
+from core.database.db import retry_on_lock_conflict
+from core.domain.statemachine import (
     StatusChange,
     StatusOutcome,
     apply_transitions,
     validate_status_batch,
 )
-from core.statuses import JobStatus
+from core.domain.statuses import JobStatus
 
 from .models import Job
 
@@ -32,7 +32,7 @@ def job_update_status(*, job_id: int, status: str, reason: str | None = None,
         started_at: when the cluster started the job (Kubernetes Job `status.startTime`, the
             local backend's first replica start), with Running, Succeeded or Failed: the
             job's `started_at` if it has none yet, clamped to [its creation, now]
-            (`core.statemachine.clamp_start`).
+            (`core.domain.statemachine.clamp_start`).
 
     Returns:
         `(job, changed)`.
@@ -52,19 +52,19 @@ def job_update_statuses(changes: list[StatusChange]) -> list[StatusOutcome]:
 
     Each item is the transition `job_update_status` applies (the same table, `expected` check
     and cut of text, `cluster_job_name` recorded with it), all in one transaction
-    (`core.statemachine.apply_transitions`: one locking read by primary key in ascending order,
+    (`core.domain.statemachine.apply_transitions`: one locking read by primary key in ascending order,
     rows moved with the same values in one UPDATE), so the resource manager writes a tick's
     10,000 changes in ten calls instead of 10,000. A refused item is reported in its outcome
     (`StatusOutcome.error`: NotFound, InvalidTransition, TransitionRace) and never fails the
     others; two items of one job apply in order.
 
     Args:
-        changes: at most `MAX_STATUS_BATCH` items (`core.statemachine.StatusChange`, `pk` the
+        changes: at most `MAX_STATUS_BATCH` items (`core.domain.statemachine.StatusChange`, `pk` the
             job id; `extra` may set `cluster_job_name`; `started_at` as `job_update_status`
             takes it).
 
     Returns:
-        One `core.statemachine.StatusOutcome` per item, in order (`pk` is the job id).
+        One `core.domain.statemachine.StatusOutcome` per item, in order (`pk` is the job id).
 
     Raises:
         ValidationFailed: more than `MAX_STATUS_BATCH` items, an unknown status, or a

@@ -12,8 +12,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from core.jsoninput import has_surrogate, path_part
-from core.statuses import CONFIG_ENV
+from core.limits.jsoninput import has_surrogate, path_part
+from core.domain.statuses import CONFIG_ENV
 
 # Kubernetes DNS-1123 label (RFC 1123): role names become parts of Kubernetes object names.
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

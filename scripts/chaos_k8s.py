@@ -279,7 +279,7 @@ def main() -> int:
     from analysis.models import AnalysisRecord
     from analysis.selectors import exps_awaiting_analysis
     from core.models import TransitionEvent
-    from core.statuses import EXP_TERMINAL, ExpStatus, JobStatus
+    from core.domain.statuses import EXP_TERMINAL, ExpStatus, JobStatus
     from experiments.models import Experiment
     from experiments.services import exp_abort, exp_create
     from jobs.models import Job

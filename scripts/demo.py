@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
-from core.statuses import ANALYSIS_TERMINAL, AnalysisStatus, AnalysisType, ExpStatus
+from core.domain.statuses import ANALYSIS_TERMINAL, AnalysisStatus, AnalysisType, ExpStatus
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent

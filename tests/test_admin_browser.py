@@ -12,7 +12,7 @@ import re
 import pytest
 
 from accounts.models import User
-from core.context import acting_as
+from core.observability.context import acting_as
 from experiments.models import Experiment
 from experiments.services import exp_update_status
 from experiments.tests.factories import make_exp

@@ -36,7 +36,7 @@ from accounts.tests.cloudflare import AUD, TEAM
 from accounts.tests.factories import UserFactory
 from core.grpc.channel import auth_metadata
 from core.grpc.errors import ERROR_CODE_KEY
-from core.tokens import HEADER_MARGIN_BYTES, MAX_HEADER_FIELD_BYTES, MAX_TOKEN_BYTES
+from core.limits.tokens import HEADER_MARGIN_BYTES, MAX_HEADER_FIELD_BYTES, MAX_TOKEN_BYTES
 from falcon_proto.falcon.v1 import (analysis_pb2, analysis_pb2_grpc, common_pb2,
                                     experiment_pb2, experiment_pb2_grpc)
 from falcon_site.grpc.testing import grpc_channel, grpc_server  # noqa: F401 (fixtures)

@@ -2,7 +2,7 @@
 
 Filters: a multi-valued list filter with 100,000 values cost minutes of CPU (duplicates were
 removed by a list scan per value); every such filter, over HTTP and gRPC, now takes at most
-`core.filters.MAX_FILTER_VALUES` values, counted before any is parsed or a row read.
+`core.http.filters.MAX_FILTER_VALUES` values, counted before any is parsed or a row read.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from core.testing import wait_until as poll_until
-from core.filters import MAX_FILTER_VALUES
+from core.http.filters import MAX_FILTER_VALUES
 from falcon_proto.falcon.v1 import (
     analysis_pb2, analysis_pb2_grpc, common_pb2, experiment_pb2, job_pb2,
 )

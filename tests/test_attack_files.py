@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from artifacts.services import artifact_update_status
 from artifacts.store import local_path, replica_log_url, store_for
-from core import boundedyaml, safefs
+from core.limits import boundedyaml
+from core.processes import safefs
 from experiments.tests.factories import make_exp
 from experiments.tests.test_exp_files import finish, start, wait_for
 

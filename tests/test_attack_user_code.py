@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from core.testing import wait_until as poll_until
-from core.ports import bind_problem
+from core.processes.ports import bind_problem
 from tests.test_e2e import create, database_url, falcon, free_port, get, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent

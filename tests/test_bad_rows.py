@@ -21,7 +21,7 @@ from controllers.contract import ListFilter, skipped_of
 from controllers.exp_controller import ExpController
 from controllers.resource_manager import ResourceManager
 from core.grpc.paging import keyset_page
-from core.logs import ContextFilter
+from core.observability.logs import ContextFilter
 from experiments.models import Experiment
 from experiments.tests.factories import make_exp
 from falcon_proto.falcon.v1 import common_pb2
@@ -177,7 +177,7 @@ def test_exp_controller_tick_skips_bad_rows_and_decides_the_others(falcon_api, c
     assert f"exp {bad_exp.pk}: skipped this tick" in caplog.text
     assert (f"exp bad-job (id {bad_job_exp.pk}): skipped this tick: job "
             f"{job_of(bad_job_exp).pk} of it could not be read") in caplog.text
-    # Each line carries the id of the experiment it is about as a field (core.logs).
+    # Each line carries the id of the experiment it is about as a field (core.observability.logs).
     skipped = {r.exp_id for r in caplog.records if "skipped this tick" in r.getMessage()
                and r.name == "falcon.controllers.exp"}
     assert skipped == {bad_exp.pk, bad_job_exp.pk}
@@ -290,7 +290,7 @@ def test_resource_manager_tick_skips_bad_jobs_and_serves_the_others(falcon_api, 
            "state: KeyError" in log
     assert f"job {bad_submit.pk}, role main): skipped this tick: cannot handle it: TypeError" \
         in log
-    # Each line carries the ids of the job it is about as fields (core.logs).
+    # Each line carries the ids of the job it is about as fields (core.observability.logs).
     skipped = {(r.exp_id, r.job_id) for r in caplog.records
                if "skipped this tick" in r.getMessage()}
     assert skipped == {(j.experiment_id, j.pk) for j in (unreadable, bad_observe, bad_submit)}

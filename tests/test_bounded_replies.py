@@ -114,7 +114,7 @@ def test_the_largest_row_a_page_sends_leaves_room_for_the_rest_of_the_reply():
 # -- controller-written text is cut to its column ------------------------------------------------
 
 def test_truncate_keeps_what_fits_and_says_how_much_is_gone():
-    from core.text import truncate
+    from core.limits.text import truncate
 
     assert truncate("short", max_bytes=100, max_chars=10) == "short"
     text = "é" * 100  # 200 bytes
@@ -144,7 +144,7 @@ def test_truncate_keeps_what_fits_and_says_how_much_is_gone():
 
 def test_controller_text_is_cut_to_its_column_with_a_marker(stubs):
     from artifacts.models import Artifact
-    from core.statemachine import MAX_STATUS_MESSAGE_BYTES
+    from core.domain.statemachine import MAX_STATUS_MESSAGE_BYTES
     from falcon_proto.falcon.v1 import artifact_pb2
 
     exp = make_exp(name="loud")

@@ -2,7 +2,7 @@
 the same 8 MiB limit, by the real production server (gunicorn), and refused with a 411 saying
 so where the server cannot read one (`runserver`); it is never read as empty.
 
-`core.middleware.ChunkedBodyWSGIMiddleware`, around `falcon_site.wsgi.application`.
+`core.http.middleware.ChunkedBodyWSGIMiddleware`, around `falcon_site.wsgi.application`.
 """
 from __future__ import annotations
 

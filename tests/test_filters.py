@@ -1,4 +1,4 @@
-"""The FilterSets (`core.filters`): one definition per entity, validated once, applied anywhere."""
+"""The FilterSets (`core.http.filters`): one definition per entity, validated once, applied anywhere."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
@@ -10,9 +10,9 @@ from django.http import QueryDict
 from artifacts.filters import ArtifactFilter
 from artifacts.selectors import artifact_list
 from core.errors import ValidationFailed
-from core.filters import MAX_FILTER_VALUES, IdListField, MultiValueField
+from core.http.filters import MAX_FILTER_VALUES, IdListField, MultiValueField
 from core.grpc.from_proto import LIST_FILTER_NAMES
-from core.statuses import ArtifactStatus, ExpStatus, JobStatus
+from core.domain.statuses import ArtifactStatus, ExpStatus, JobStatus
 from experiments.filters import ExperimentFilter
 from experiments.selectors import exp_list
 from experiments.services import exp_update_status

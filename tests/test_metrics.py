@@ -83,7 +83,7 @@ def test_made_up_methods_and_paths_add_a_constant_number_of_series(client):
 
 
 def test_http_labels_fold_statuses_outside_the_registry():
-    from core.metrics import http_labels
+    from core.observability.metrics import http_labels
 
     assert http_labels("healthz", "GET", 200) == ("healthz", "GET", "200")
     assert http_labels(None, "get", 799) == ("unmatched", "other", "other")

@@ -12,7 +12,7 @@ from urllib.parse import quote
 import pytest
 from django.test import Client
 
-from core.numbers import BadNumber, parse_decimal
+from core.limits.numbers import BadNumber, parse_decimal
 from analysis.tests.factories import make_analysis
 from experiments.tests.factories import make_exp
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from core.testing import wait_until as poll_until
-from core.ports import bind_problem
+from core.processes.ports import bind_problem
 from tests.test_e2e import alive, database_url, free_port
 
 ROOT = Path(__file__).resolve().parent.parent

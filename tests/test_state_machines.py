@@ -6,15 +6,15 @@ import itertools
 import pytest
 
 from artifacts.models import Artifact
-from core.statuses import ArtifactStatus
+from core.domain.statuses import ArtifactStatus
 from artifacts.services import artifact_update_status
 from experiments.models import Experiment
-from core.statuses import ExpStatus
+from core.domain.statuses import ExpStatus
 from experiments.services import exp_update_status
 from experiments.tests.factories import make_exp
 from core.errors import InvalidTransition, NotFound, TransitionRace
 from jobs.models import Job
-from core.statuses import JobStatus
+from core.domain.statuses import JobStatus
 from jobs.services import job_update_status
 
 # (machine, model, states, update function, id kwarg, row getter)

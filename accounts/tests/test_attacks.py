@@ -448,7 +448,7 @@ def test_header_authenticated_clients_need_no_csrf(cloudflare, own_exp):
 @pytest.mark.parametrize("addr", ["0.0.0.0:8000", "[::]:8000", "10.1.2.3:8000", "example.com:80",
                                   "0:8000"])
 def test_local_mode_refuses_a_non_loopback_bind_without_the_opt_in(addr):
-    from core.ports import local_bind_problem
+    from core.processes.ports import local_bind_problem
 
     refusal, warning = local_bind_problem(addr, mode="local", opt_in=False)
     assert refusal and "FALCON_LOCAL_ALLOW_NONLOOPBACK" in refusal and warning is None
@@ -460,7 +460,7 @@ def test_local_mode_refuses_a_non_loopback_bind_without_the_opt_in(addr):
 @pytest.mark.parametrize("addr", ["127.0.0.1:8000", "[::1]:8000", "localhost:8000",
                                   "127.0.0.2:9"])
 def test_local_mode_binds_loopback(addr):
-    from core.ports import local_bind_problem
+    from core.processes.ports import local_bind_problem
 
     assert local_bind_problem(addr, mode="local", opt_in=False) == (None, None)
 

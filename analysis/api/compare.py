@@ -13,8 +13,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.errors import ValidationFailed
-from core.filters import MAX_ID, IdSequenceField
-from core.numbers import BadNumber, parse_decimal
+from core.http.filters import MAX_ID, IdSequenceField
+from core.limits.numbers import BadNumber, parse_decimal
 from plugins.gate import CONDITION_PATTERN, MAX_CONDITION_CHARS, MAX_CONDITIONS
 
 from ..compare import MAX_EXPERIMENTS, MAX_FILTERS, MAX_PATTERN_CHARS, MIN_EXPERIMENTS, \

@@ -13,7 +13,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from core.filters import MAX_ID
+from core.http.filters import MAX_ID
 from experiments.api.serializers import StrictCharField, StrictIntegerField, StrictSerializer
 
 from .. import selectors

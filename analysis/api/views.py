@@ -2,7 +2,7 @@
 `/api/v1/plugins`.
 
 Views parse, call a service, a selector or the analyzer client, and serialize; domain errors
-become HTTP errors in `core.drf.exception_handler` (the controller down: 503 `unavailable`).
+become HTTP errors in `core.http.drf.exception_handler` (the controller down: 503 `unavailable`).
 Reads come from the database and the store; what has a side effect on the analyzer controller
 (create, cancel, delete, the live log) or is its data (the catalog) goes through
 `analysis.analyzer_client`. Cancel and the log fall back to the database and the store when the
@@ -18,12 +18,12 @@ from rest_framework import generics, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.drf import FilterSetBackend, StrictCursorPagination
+from core.http.drf import FilterSetBackend, StrictCursorPagination
 from core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
-from core.filters import MAX_ID, MAX_NAME_CHARS
-from core.numbers import parse_param
-from core.statuses import AnalysisStatus, AnalysisType
-from core.text import utf8_page
+from core.http.filters import MAX_ID, MAX_NAME_CHARS
+from core.limits.numbers import parse_param
+from core.domain.statuses import AnalysisStatus, AnalysisType
+from core.limits.text import utf8_page
 
 from .. import analyzer_client, selectors, services
 from ..analyzer_client import ServiceUnavailable
@@ -63,7 +63,7 @@ def _list_param(name: str, items: dict, description: str) -> OpenApiParameter:
 
 
 LIST_PARAMETERS = [
-    # An empty value is a 400 (core.middleware.EmptyQueryValueMiddleware): no "" here.
+    # An empty value is a 400 (core.http.middleware.EmptyQueryValueMiddleware): no "" here.
     _list_param("status", {"type": "string", "enum": [*AnalysisStatus]},
                 "Only analyses in these statuses (repeat it, or a comma list)."),
     _list_param("analysis_type", {"type": "string", "enum": [*AnalysisType]},
@@ -281,7 +281,7 @@ class AnalysisLogsView(APIView):
             first.setdefault("note", note)
             return content
 
-        # Whole characters only, by the rule of every log page (`core.text.utf8_page`).
+        # Whole characters only, by the rule of every log page (`core.limits.text.utf8_page`).
         start, content = utf8_page(read, offset, limit, growing=not record.is_terminal)
         next_offset, complete, note = start + len(content), first["complete"], first["note"]
         if not content and record.status == AnalysisStatus.PENDING:

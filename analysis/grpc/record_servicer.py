@@ -17,7 +17,7 @@ from accounts.grpc_auth import current_principal
 from core.errors import ValidationFailed
 from core.grpc.from_proto import optional, repeated_values, require_choice
 from core.grpc.paging import ordered_keyset_page
-from core.statuses import AnalysisStatus
+from core.domain.statuses import AnalysisStatus
 from falcon_proto.falcon.v1 import analysis_pb2, analysis_pb2_grpc
 
 from .. import selectors, services

@@ -8,7 +8,7 @@ from accounts.tests.factories import UserFactory
 from analysis.models import AnalysisRecord
 from analysis.services import analysis_record_create
 from artifacts.services import artifact_update_status
-from core.statuses import ArtifactStatus, ExpStatus
+from core.domain.statuses import ArtifactStatus, ExpStatus
 from experiments.services import exp_update_status
 from experiments.tests.factories import make_exp
 from jobs.models import Job

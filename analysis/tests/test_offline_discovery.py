@@ -16,7 +16,7 @@ from analysis.models import AnalysisRecord
 from analysis.tests.factories import RESULT_ROOT, make_finished_exp
 from artifacts.models import Artifact
 from artifacts.services import artifact_set_prune_state
-from core.statuses import AnalysisType, ArtifactStatus, ExpStatus
+from core.domain.statuses import AnalysisType, ArtifactStatus, ExpStatus
 
 pytestmark = pytest.mark.django_db
 

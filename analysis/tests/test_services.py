@@ -13,7 +13,7 @@ from analysis.tests.factories import RESULT_ROOT, make_analysis, make_finished_e
 from core.errors import (
     AlreadyExists, Conflict, InvalidTransition, NotFound, TransitionRace, ValidationFailed,
 )
-from core.statuses import AnalysisStatus, ArtifactStatus, ExpStatus
+from core.domain.statuses import AnalysisStatus, ArtifactStatus, ExpStatus
 from experiments.tests.factories import make_exp
 
 pytestmark = pytest.mark.django_db

@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from core import safefs
+from core.processes import safefs
 
 DEFAULT_LIST_LIMIT = 1000
 # Client-side timeout for every GCS call, seconds (cluster-behaviours.md#cb-16: no call may block
@@ -264,7 +264,7 @@ class ArtifactStore(ABC):
         `root_url`, None when there is none; the local store follows no link on the way.
 
         Raises:
-            core.safefs.UnsafeName: `name` is absolute or has a `..` (or empty) component.
+            core.processes.safefs.UnsafeName: `name` is absolute or has a `..` (or empty) component.
         """
         safefs.name_parts(name)
         return self.size_of(f"{root_url.rstrip('/')}/{name}")
@@ -274,7 +274,7 @@ class ArtifactStore(ABC):
         """`read_range` of the file `name` below the folder `root_url` (see `size_in`).
 
         Raises:
-            core.safefs.UnsafeName: as `size_in`.
+            core.processes.safefs.UnsafeName: as `size_in`.
             FileNotFoundError: no regular file there (a link is none).
         """
         safefs.name_parts(name)
@@ -285,7 +285,7 @@ class ArtifactStore(ABC):
         is none (see `size_in`).
 
         Raises:
-            core.safefs.UnsafeName: as `size_in`.
+            core.processes.safefs.UnsafeName: as `size_in`.
         """
         size = self.size_in(root_url, name)
         if size is None:

@@ -19,7 +19,7 @@ from artifacts.store.base import (
     resume_copy,
     split_gs_url,
 )
-from core import safefs
+from core.processes import safefs
 
 
 class GCSArtifactStore(ArtifactStore):
@@ -137,7 +137,7 @@ class GCSArtifactStore(ArtifactStore):
         versions (an object rewritten meanwhile reads as gone).
 
         Raises:
-            core.safefs.UnsafeName: as `size_in`.
+            core.processes.safefs.UnsafeName: as `size_in`.
         """
         from google.api_core.exceptions import NotFound, RequestRangeNotSatisfiable
 

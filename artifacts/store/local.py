@@ -20,7 +20,7 @@ from artifacts.store.base import (
     local_path,
     resume_copy,
 )
-from core import safefs
+from core.processes import safefs
 
 
 class LocalArtifactStore(ArtifactStore):
@@ -35,7 +35,7 @@ class LocalArtifactStore(ArtifactStore):
     def _walk(self, url: str):
         """Yield `(relative path, lstat result)` of the regular files under `url`.
 
-        `core.safefs.walk_files`: no link is followed and links, FIFOs, devices and sockets
+        `core.processes.safefs.walk_files`: no link is followed and links, FIFOs, devices and sockets
         are skipped, so listing, sizes, manifests and `has_files` never leave the folder (a
         link to `/` neither makes a path look full nor lists the disk). Lazy: `has_files`
         stops at the first file.
@@ -121,7 +121,7 @@ class LocalArtifactStore(ArtifactStore):
 
     def size_in(self, root_url: str, name: str) -> int | None:
         """Size of the regular file `name` below the folder `root_url`, opened component by
-        component with no link followed (`core.safefs.open_in`); None when there is none."""
+        component with no link followed (`core.processes.safefs.open_in`); None when there is none."""
         try:
             fd = safefs.open_in(local_path(root_url), name)
         except FileNotFoundError:
@@ -132,7 +132,7 @@ class LocalArtifactStore(ArtifactStore):
             os.close(fd)
 
     def open_in(self, root_url: str, name: str) -> OpenFile | None:
-        """Open the regular file `name` below `root_url` (`core.safefs.open_in`: no link
+        """Open the regular file `name` below `root_url` (`core.processes.safefs.open_in`: no link
         followed in any component); reads come from that descriptor."""
         try:
             fd = safefs.open_in(local_path(root_url), name)
@@ -145,7 +145,7 @@ class LocalArtifactStore(ArtifactStore):
     def read_in(self, root_url: str, name: str, offset: int = 0,
                 limit: int | None = None) -> bytes:
         """Read the regular file `name` below the folder `root_url` from the descriptor
-        `core.safefs.open_in` opened (no link followed in any component)."""
+        `core.processes.safefs.open_in` opened (no link followed in any component)."""
         check_offset(offset)
         try:
             fd = safefs.open_in(local_path(root_url), name)

@@ -6,9 +6,9 @@ import pytest
 
 from experiments.grpc.artifact_servicer import ArtifactServicer
 from artifacts.models import Artifact
-from core.statuses import ArtifactStatus
+from core.domain.statuses import ArtifactStatus
 from artifacts.services import artifact_update_status
-from core.statuses import ExpStatus
+from core.domain.statuses import ExpStatus
 from experiments.services import exp_abort, exp_update_status
 from experiments.tests.factories import make_exp
 from core.grpc.errors import ERROR_CODE_KEY

@@ -188,10 +188,10 @@ def test_a_type_no_experiment_has_is_said_on_stderr(tmp_path):
 
 def test_each_pruned_artifact_is_logged_with_its_ids(tmp_path, caplog, monkeypatch):
     """Retention's lines about an artifact carry `exp_id` and `artifact_id` as fields
-    (core.logs), a pruned one and one left Pruning alike."""
+    (core.observability.logs), a pruned one and one left Pruning alike."""
     import logging
 
-    from core.logs import ContextFilter
+    from core.observability.logs import ContextFilter
 
     done = finished_exp("pruned", tmp_path, days_ago=40)
     stuck = finished_exp("stuck", tmp_path, days_ago=40)

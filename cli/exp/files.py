@@ -346,7 +346,7 @@ def _recorded_version(root, name: str) -> str | None:
     """The ETag recorded for `name` in DIR, None when there is none (or it cannot be read)."""
     import os
 
-    from core import safefs
+    from core.processes import safefs
 
     try:
         fd = safefs.open_in(root, f"{VERSIONS_DIR}/{name}")
@@ -363,7 +363,7 @@ def _record_version(root, name: str, etag: str) -> None:
     link followed, as the files are. Raises OSError, safefs.UnsafeName."""
     import os
 
-    from core import safefs
+    from core.processes import safefs
 
     fd = safefs.open_for_append_in(root, f"{VERSIONS_DIR}/{name}")
     try:
@@ -394,7 +394,7 @@ def _download(env, client, exp_id: int, files, dest: str) -> tuple[int, int, int
     import os
     from pathlib import Path
 
-    from core import safefs
+    from core.processes import safefs
 
     root = Path(dest).resolve()
     fetched = skipped = moved = 0

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import rich_click as click
 
-from core.statuses import CONFIG_ENV, ExpStatus
+from core.domain.statuses import CONFIG_ENV, ExpStatus
 
 from ..options import FalconSubGroup
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import rich_click as click
 
-from core.statuses import CONFIG_ENV
+from core.domain.statuses import CONFIG_ENV
 
 from .group import ATTEMPTS, CONFIG_MAX_BYTES, EXPS, IDEMPOTENCY_HEADER, TASKS_MAX_BYTES
 

@@ -5,7 +5,7 @@ from typing import Any
 
 import rich_click as click
 
-from core.statuses import EXP_TERMINAL, ExpStatus
+from core.domain.statuses import EXP_TERMINAL, ExpStatus
 
 from ..errors import CLIError
 from ..exit_codes import ExitCode

@@ -25,7 +25,7 @@ from analysis.tests.factories import make_analysis, make_finished_exp
 from analysis.tests.fake_analyzer import LOG, closed_port
 from artifacts.store import local_path
 from cli.exit_codes import ExitCode
-from core.statuses import AnalysisStatus
+from core.domain.statuses import AnalysisStatus
 from plugins.render import format_value
 
 from .conftest import EMAIL, one_line

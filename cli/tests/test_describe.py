@@ -12,7 +12,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_describe_shows_rows_then_events_in_order(logged_in, files):
-    from core.context import acting_as
+    from core.observability.context import acting_as
     from experiments.services import exp_update_status
     from jobs.services import job_update_status
 

@@ -218,7 +218,7 @@ def test_yaml_output_quotes_every_string_another_reader_would_type(logged_in, fi
     # PyYAML quotes only what YAML 1.1 would type, so `0o10` and `1e3` came out plain and a
     # YAML 1.2 reader (yq, Go's yaml.v3, ruamel) read 8 and 1000.0; `y` came out plain and
     # YAML 1.1 readers other than PyYAML (Go's yaml.v2 under kubectl) read true (pyyaml#791).
-    from core import boundedyaml
+    from core.limits import boundedyaml
 
     labels = {"a": "0o10", "b": "1e3", "c": "y", "d": "N", "e": "0x1F", "f": "on", "g": "010",
               "h": "Null", "i": "1.0", "j": "plain"}

@@ -133,7 +133,7 @@ def test_an_alias_chain_is_bounded_not_expanded():
 
 
 def test_a_config_deeper_than_the_readers_limit_is_refused():
-    from core.boundedyaml import MAX_DEPTH
+    from core.limits.boundedyaml import MAX_DEPTH
 
     deep = "a: " + "[" * (MAX_DEPTH + 1) + "1" + "]" * (MAX_DEPTH + 1) + "\nx: 1\n"
     with pytest.raises(SetError, match="deeper than"):

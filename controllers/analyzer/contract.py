@@ -12,9 +12,9 @@ from datetime import datetime
 from typing import Protocol
 
 from core.errors import AlreadyExists
-from core.statuses import AnalysisStatus
+from core.domain.statuses import AnalysisStatus
 
-# The statuses as the enum (`core.statuses.AnalysisStatus`), named for this package's callers.
+# The statuses as the enum (`core.domain.statuses.AnalysisStatus`), named for this package's callers.
 PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, SKIPPED = (
     AnalysisStatus.PENDING, AnalysisStatus.RUNNING, AnalysisStatus.SUCCEEDED,
     AnalysisStatus.FAILED, AnalysisStatus.CANCELLED, AnalysisStatus.SKIPPED)

@@ -32,7 +32,7 @@ and the next cluster work waits the capped back-off; a start the cluster refused
 an attempt, at most `max_start_retries` times, while a refusal for good fails the analysis.
 AnalyzerService (`server.py`) shares this object: every access holds `self.lock`.
 
-Every step about one analysis runs inside its `about` block (`core.logs.log_context`), so every
+Every step about one analysis runs inside its `about` block (`core.observability.logs.log_context`), so every
 line logged meanwhile, the backends' and the API client's included, carries `analysis_id` and,
 once a record of it was read, `exp_id` as fields, as the exp controller's lines carry `exp_id`.
 """
@@ -49,7 +49,7 @@ from typing import Any
 
 from artifacts.store import store_for
 from core.errors import Conflict, NotFound
-from core.logs import log_context
+from core.observability.logs import log_context
 
 from .backends.base import MISSING, UNKNOWN, AnalysisBackend, BackendError, RunRefused, RunSpec
 from .backends.base import PENDING as RUN_PENDING
@@ -120,7 +120,7 @@ class AnalyzerConfig:
         """Queue -> runs one user may have at once in it: `max_running_per_user`, else half
         the queue's slots rounded up (at least 1), so one user's backlog leaves slots free
         for the others."""
-        from core.fairshare import default_per_user
+        from core.domain.fairshare import default_per_user
 
         return {queue: self.max_running_per_user or default_per_user(int(limit))
                 for queue, limit in self.limits.items()}

@@ -22,7 +22,7 @@ from google.protobuf import field_mask_pb2
 from controllers.grpc_client import GrpcClient
 from core.grpc.channel import auth_metadata
 from core.grpc.errors import ApiUnavailable, error_from_rpc_error
-from core.statuses import AnalysisStatus
+from core.domain.statuses import AnalysisStatus
 from falcon_proto.falcon.v1 import analysis_pb2, analysis_pb2_grpc
 
 from .contract import ANALYSIS_ID_KEY, WRITABLE_FIELDS, AlreadyExists, AnalysisView, AwaitingView

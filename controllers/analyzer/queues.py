@@ -3,7 +3,7 @@
 Admission (docs/analyzer.md, "Queues"): when a slot of a queue is free, the next analysis comes
 from the user with the fewest of that queue's slots (round-robin among users with queued work),
 oldest first by `(created_at, analysis_id)` within a user, and no user holds more than its
-per-user cap of a queue's slots (`core.fairshare.fair_admissions`, the one rule). So eight
+per-user cap of a queue's slots (`core.domain.fairshare.fair_admissions`, the one rule). So eight
 analyses of one user delay another user's next one by at most one run. A slot is taken at
 admission and held until `release`, which the controller calls only once the backend says
 nothing of the analysis is alive any more: a cancelled or failed analysis whose run is still
@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from core.fairshare import Queued, fair_admissions
+from core.domain.fairshare import Queued, fair_admissions
 
 from .contract import QUEUES
 

@@ -35,7 +35,7 @@ A runner killed outright writes no exit status; the backend reports that run fai
 and what the command printed so far stays in output.log.
 
 The runner's own lines (its start and end, a failed upload; the local backend's `runner.log`, a
-Pod's container log) are log records (`core.logs`, `FALCON_LOG_FORMAT`: JSON lines in
+Pod's container log) are log records (`core.observability.logs`, `FALCON_LOG_FORMAT`: JSON lines in
 production) carrying the run's `analysis_id` and `exp_id`; what the command prints goes to
 output.log only.
 """
@@ -53,9 +53,9 @@ import time
 from pathlib import Path
 
 from artifacts.store import fetch_tree, local_path, store_for
-from core.atomicfiles import write_atomic
-from core.logs import configure, log_context
-from core.proctree import become_subreaper, describe_exit, reap_orphans, signal_descendants
+from core.processes.atomicfiles import write_atomic
+from core.observability.logs import configure, log_context
+from core.processes.proctree import become_subreaper, describe_exit, reap_orphans, signal_descendants
 
 from .upload import writer_for
 
@@ -243,7 +243,7 @@ class Run:
         """SIGTERM to the command's group and to every process below this runner, SIGKILL to
         both after `grace_seconds` (in a thread).
 
-        The runner is a child subreaper (`core.proctree`), so a process the command detached
+        The runner is a child subreaper (`core.processes.proctree`), so a process the command detached
         with `setsid` (out of its group) is still below the runner and is stopped too.
         """
         proc = self.proc
@@ -415,7 +415,7 @@ def _run(spec: dict, termination_log: str) -> int:
     for key in ("work_dir", "exit_file", "child_file"):
         Path(spec[key]).parent.mkdir(parents=True, exist_ok=True)
     run = Run(spec)
-    # Before the command starts: whatever it detaches stays below this runner (core.proctree).
+    # Before the command starts: whatever it detaches stays below this runner (core.processes.proctree).
     become_subreaper()
     signal.signal(signal.SIGTERM, run.on_sigterm)
     log.info("analysis %s: run started (attempt %s)", spec.get("analysis_id"),

@@ -37,13 +37,13 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from artifacts.store import store_for
-from core.context import reset_request_id, set_request_id
+from core.observability.context import reset_request_id, set_request_id
 from core.errors import FalconError, NotFound
 from core.grpc.channel import CHANNEL_OPTIONS, REQUEST_ID_KEY, request_id_from
 from core.grpc.errors import (
     ApiCallFailed, abort_with_status, trailing_metadata_for, with_request_id,
 )
-from core.logs import add_log_ids, log_context
+from core.observability.logs import add_log_ids, log_context
 from falcon_proto.falcon.v1 import analysis_pb2, analysis_pb2_grpc
 from plugins.rules import (
     lone_script_name_problem,

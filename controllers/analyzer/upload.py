@@ -123,7 +123,7 @@ def _private_copy(path: str | os.PathLike) -> Iterator[str]:
     import shutil
     import tempfile
 
-    from core.safefs import open_regular
+    from core.processes.safefs import open_regular
 
     with os.fdopen(open_regular(path), "rb") as src, \
             tempfile.NamedTemporaryFile(prefix=".falcon-upload-") as tmp:

@@ -24,7 +24,7 @@ from enum import StrEnum
 from typing import Any
 
 from controllers.contract import JobView
-from core.statuses import JobStatus
+from core.domain.statuses import JobStatus
 
 # Kubernetes object names used as label values (`job-name`, `batch.kubernetes.io/job-name`) must
 # be DNS-1123 labels of at most 63 characters, so the Job name is held to the same limit.

@@ -26,7 +26,7 @@ and at the latest by `delete`, so logs outlive the folder, aborts included (`art
 Admission (CB-23): at most `max_replicas` replicas run at once on this local cluster, and at
 most `max_replicas_per_user` of one user's jobs (`FALCON_LOCAL_MAX_REPLICAS`,
 `FALCON_LOCAL_MAX_REPLICAS_PER_USER`). `observe` decides, from the jobs the resource manager
-reads each tick, which waiting jobs start now (`core.fairshare.fair_admissions`: the user with
+reads each tick, which waiting jobs start now (`core.domain.fairshare.fair_admissions`: the user with
 the fewest replicas running first, FIFO by job id within a user); `submit` creates only those,
 and answers the others `WaitingForCapacity` before anything is created, so the job stays
 Pending with the reason and nothing of it runs. A job asking for more replicas than either
@@ -72,10 +72,10 @@ from controllers.cluster_backends.local_state import (
     read_stat,
     scan_replicas,
 )
-from core.atomicfiles import locked, write_atomic
-from core.fairshare import Queued, default_per_user, fair_admissions
-from core.logs import log_context
-from core.statuses import CONFIG_ENV
+from core.processes.atomicfiles import locked, write_atomic
+from core.domain.fairshare import Queued, default_per_user, fair_admissions
+from core.observability.logs import log_context
+from core.domain.statuses import CONFIG_ENV
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1

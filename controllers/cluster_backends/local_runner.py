@@ -9,12 +9,12 @@ Both writes are atomic (temp file, fsync, rename), so a resource manager that re
 moment reads either nothing or a whole value. The runner exists because a restarted resource
 manager is no longer the parent of the command and could not learn its exit status otherwise.
 
-The runner is also a child subreaper (`core.proctree`, shared with the analyzer's runner): a
+The runner is also a child subreaper (`core.processes.proctree`, shared with the analyzer's runner): a
 process the command detaches with `setsid cmd &` or a double fork is reparented to the runner
 instead of init, so it is still found and stopped when the replica ends or is stopped, as a
 container's processes all end with the container.
 
-Standard library only (and `core.proctree` and `core.atomicfiles`, themselves standard library
+Standard library only (and `core.processes.proctree` and `core.processes.atomicfiles`, themselves standard library
 only) and no Django: it starts in milliseconds and does not depend on settings.
 """
 from __future__ import annotations
@@ -28,8 +28,8 @@ from pathlib import Path
 if not __package__:  # started by path (`python local_runner.py`): the project is not on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from core.atomicfiles import write_atomic  # noqa: E402
-from core.proctree import become_subreaper, reap_orphans, signal_descendants  # noqa: E402
+from core.processes.atomicfiles import write_atomic  # noqa: E402
+from core.processes.proctree import become_subreaper, reap_orphans, signal_descendants  # noqa: E402
 
 # Signals that ask the replica to stop; forwarded to the command so that killing only the runner
 # (not the whole group) does not leave the command orphaned.

@@ -19,7 +19,7 @@ from controllers.cluster_backends.base import (
     ClusterJobState,
     ClusterJobStatus,
 )
-from core import safefs
+from core.processes import safefs
 
 
 @dataclass(frozen=True)

@@ -266,7 +266,7 @@ def test_deployed_processes_run_in_the_cloudflare_mode_with_an_audience():
 
 
 def test_every_deployed_process_writes_json_lines():
-    """JSON lines in production (core.logs): every container of every Deployment, init
+    """JSON lines in production (core.observability.logs): every container of every Deployment, init
     containers (migrate) included, reads FALCON_LOG_FORMAT=json from the falcon-logs
     ConfigMap; the analyzer passes it on to its analysis Pods."""
     cm = next(o for o in all_objects() if o["kind"] == "ConfigMap"

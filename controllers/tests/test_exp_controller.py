@@ -372,9 +372,9 @@ def test_failed_updates_are_logged_with_exp_and_job_and_the_next_exp_goes_on(fal
 
 
 def test_lines_about_an_experiment_carry_its_id_as_a_field(falcon_api, caplog):
-    """The structured logs' `exp_id` field (core.logs): the controller logs inside the
+    """The structured logs' `exp_id` field (core.observability.logs): the controller logs inside the
     experiment's log_context, so a JSON line can be found by id, not only by its text."""
-    from core.logs import ContextFilter
+    from core.observability.logs import ContextFilter
 
     user = UserFactory()
     raced = make_exp(creator=user, name="raced", roles=("main",))

@@ -11,7 +11,7 @@ from django.core.exceptions import ImproperlyConfigured
 from controllers.contract import ArtifactView, ExpView, FalconAPI, JobView, ListFilter
 from controllers.grpc_client import GrpcFalconAPI, from_settings
 from experiments.models import Experiment
-from core.statuses import ExpStatus
+from core.domain.statuses import ExpStatus
 from experiments.services import exp_update_status
 from experiments.tests.factories import make_exp
 from core.errors import (
@@ -21,7 +21,7 @@ from core.grpc.errors import ApiCallFailed, ApiUnavailable, Unauthenticated
 from falcon_proto.falcon.v1 import common_pb2, experiment_pb2, job_pb2
 from falcon_site.grpc.testing import INTERNAL_TOKEN, falcon_api, grpc_server  # noqa: F401
 from jobs.models import Job
-from core.statuses import JobStatus
+from core.domain.statuses import JobStatus
 from jobs.services import job_update_status
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -58,9 +58,9 @@ def test_list_calls_follow_every_page(falcon_api):
 
 
 def test_statuses_arrive_as_the_status_enums(falcon_api):
-    """Every view a list call returns carries its statuses as the enums of core.statuses, so a
+    """Every view a list call returns carries its statuses as the enums of core.domain.statuses, so a
     controller compares and passes on `JobStatus.RUNNING`, never a bare string."""
-    from core.statuses import ArtifactStatus
+    from core.domain.statuses import ArtifactStatus
 
     make_exp(name="enums", roles=("a",))
     [exp] = falcon_api.list_exps(ListFilter())

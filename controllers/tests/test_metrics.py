@@ -149,7 +149,7 @@ def test_the_exp_controller_exports_its_jobs_by_status(falcon_api, metrics_port,
     monkeypatch.setattr("controllers.grpc_client.STATES_PAGE_SIZE", 1)
     from controllers.contract import ListFilter
     from controllers.exp_controller import EXP_NON_TERMINAL, ExpController
-    from core.statuses import JobStatus
+    from core.domain.statuses import JobStatus
 
     controller = ExpController(falcon_api, has_files=lambda url: True)
     metrics.instrument(controller, registry=CollectorRegistry())

@@ -26,7 +26,7 @@ from controllers.resource_decide import (
     decide,
     decide_submit,
 )
-from core.statuses import JobStatus
+from core.domain.statuses import JobStatus
 
 NAME = "falcon-1-demo-main"
 START = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)

@@ -4,12 +4,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from core.context import current_request_id, new_request_id
-from core.tokens import MAX_METADATA_BYTES
+from core.observability.context import current_request_id, new_request_id
+from core.limits.tokens import MAX_METADATA_BYTES
 
 # Large enough for a config (< 128 KiB) plus its task specs in every message; list pages stay under
 # `core.grpc.paging.PAGE_BYTE_BUDGET`. Server and clients use the same limits. The metadata limits
-# let the verifier's largest token through (`core.tokens`): a server refuses metadata over its
+# let the verifier's largest token through (`core.limits.tokens`): a server refuses metadata over its
 # limit, and a client refuses trailers over its own.
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 CHANNEL_OPTIONS = (
@@ -40,7 +40,7 @@ def set_client_name(name: str) -> None:
 def auth_metadata(token: str) -> tuple[tuple[str, str], ...]:
     """Return the call metadata that authenticates with `token` (internal token or user JWT),
     with this process's name when one is set (`set_client_name`), and the id of the request
-    being served when there is one (`core.context`): a call made while serving a request (the
+    being served when there is one (`core.observability.context`): a call made while serving a request (the
     API server calling AnalyzerService for an HTTP request, the analyzer controller calling the
     API server for an AnalyzerService call) is served, and logged, under the same id."""
     metadata = (("authorization", f"Bearer {token}"),)
@@ -52,7 +52,7 @@ def auth_metadata(token: str) -> tuple[tuple[str, str], ...]:
 
 def request_id_from(metadata: Iterable[Any] | None) -> str:
     """The request id of an incoming call: its `x-request-id` metadata when it is a valid one
-    (`core.context.REQUEST_ID`), else a new one.
+    (`core.observability.context.REQUEST_ID`), else a new one.
 
     Args:
         metadata: the call's invocation metadata, `(key, value)` pairs (grpcio's

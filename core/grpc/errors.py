@@ -113,9 +113,9 @@ def trailing_metadata_for(error: FalconError) -> tuple[tuple[str, str], ...]:
 
 
 def with_request_id(metadata: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
-    """`metadata` plus the served request's `x-request-id` (`core.context`), when there is one:
+    """`metadata` plus the served request's `x-request-id` (`core.observability.context`), when there is one:
     pass trailing metadata through it, since `set_trailing_metadata` replaces what was set."""
-    from core.context import current_request_id
+    from core.observability.context import current_request_id
 
     request_id = current_request_id()
     return metadata + ((("x-request-id", request_id),) if request_id else ())

@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from core import jsoninput
+from core.limits import jsoninput
 from core.errors import ValidationFailed
 
 if TYPE_CHECKING:
-    from core.filters import FalconFilterSet
-    from core.statemachine import StatusChange
+    from core.http.filters import FalconFilterSet
+    from core.domain.statemachine import StatusChange
 
-# CommonListReq field -> the filter it sets in the entity's FilterSet (`core.filters`): the one
+# CommonListReq field -> the filter it sets in the entity's FilterSet (`core.http.filters`): the one
 # place where the proto's names meet the names of the HTTP API and the admin.
 LIST_FILTER_NAMES: dict[str, str] = {
     "statuses": "status",
@@ -108,10 +108,10 @@ def repeated_values(values: Sequence[Any], field: str, *,
         choices: the allowed values (`JobStatus`), None for any.
 
     Raises:
-        ValidationFailed: more than `core.filters.MAX_FILTER_VALUES` values, or a value not
+        ValidationFailed: more than `core.http.filters.MAX_FILTER_VALUES` values, or a value not
             one of `choices`; reported under `field`.
     """
-    from core.filters import check_value_count
+    from core.http.filters import check_value_count
 
     check_value_count(field, len(values))
     if choices is not None:
@@ -141,7 +141,7 @@ def parse_items(items: Iterable[Any], parse: Callable[[Any], Any]) -> list[Any]:
 def status_changes(items: Sequence[Any], statuses: Iterable[str], *,
                    extra_fields: tuple[str, ...] = (),
                    with_start: bool = False) -> list[StatusChange]:
-    """The `core.statemachine.StatusChange`s of a batch status call's items
+    """The `core.domain.statemachine.StatusChange`s of a batch status call's items
     (UpdateExpStatuses, UpdateJobStatuses: repeated `Update<X>StatusReq`).
 
     Args:
@@ -156,7 +156,7 @@ def status_changes(items: Sequence[Any], statuses: Iterable[str], *,
             item (keyed `items[<index>].<field>`: a bad id, status, expected or
             started_at).
     """
-    from core.statemachine import StatusChange, check_batch_size
+    from core.domain.statemachine import StatusChange, check_batch_size
 
     check_batch_size(len(items))  # before reading any: a huge request costs little
     known = list(statuses)
@@ -175,7 +175,7 @@ def status_changes(items: Sequence[Any], statuses: Iterable[str], *,
 
 
 def json_value(text: str, field: str) -> Any:
-    """Parse a `*_json` request field as strict JSON (`core.jsoninput`: bounded depth, no
+    """Parse a `*_json` request field as strict JSON (`core.limits.jsoninput`: bounded depth, no
     duplicate keys, NaN or lone surrogates); None when empty. The domain validates the content.
 
     Raises:
@@ -209,10 +209,10 @@ def list_filters(request: Any, filterset_class: type[FalconFilterSet], *,
 
     Raises:
         ValidationFailed: a filter this RPC does not apply is set, a repeated field has more
-            than `core.filters.MAX_FILTER_VALUES` values, a status is unknown, or an id is not
+            than `core.http.filters.MAX_FILTER_VALUES` values, a status is unknown, or an id is not
             positive; each reported under its request field (`statuses`, `ids`, ...).
     """
-    from core.filters import too_many_values
+    from core.http.filters import too_many_values
 
     declared = set(filterset_class.filter_names())
     supported = sorted(field for field, name in LIST_FILTER_NAMES.items() if name in declared)

@@ -22,7 +22,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from core import keyset
+from core.http import keyset
 from core.errors import ValidationFailed
 from core.grpc.channel import MAX_MESSAGE_BYTES
 
@@ -58,7 +58,7 @@ def decode_page_token(token: str) -> int | None:
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode("ascii")
         if raw.startswith(_TOKEN_PREFIX):
-            from core.numbers import parse_decimal
+            from core.limits.numbers import parse_decimal
 
             # ASCII digits within BIGINT: a larger id fails in the database driver.
             return parse_decimal(raw[len(_TOKEN_PREFIX):], minimum=0, maximum=_MAX_ID)
@@ -139,7 +139,7 @@ def ordered_keyset_page(queryset: QuerySet, *, ordering: tuple[str, ...], page_s
     """Return the page of `queryset` in `ordering` after `page_token`, like `keyset_page`.
 
     For lists ordered by other keys than an integer id (ListAnalysisRecords: `(created_at,
-    analysis_id)`, whose key is a string): the token is a `core.keyset` position on the full
+    analysis_id)`, whose key is a string): the token is a `core.http.keyset` position on the full
     ordering (the primary key appended if missing), so rows created while a client pages never
     shift or repeat a page. Skipping, budgets and errors are `keyset_page`'s.
 

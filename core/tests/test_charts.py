@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from core.charts import MAX_MARKS, Mark, bar_chart, escape, format_quantity, unit_of
+from core.http.charts import MAX_MARKS, Mark, bar_chart, escape, format_quantity, unit_of
 
 SVG = "{http://www.w3.org/2000/svg}"
 

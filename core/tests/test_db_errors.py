@@ -1,4 +1,4 @@
-"""Which database errors tell a client to retry (`core.db.is_unavailable`): a lost connection
+"""Which database errors tell a client to retry (`core.database.db.is_unavailable`): a lost connection
 or a lock conflict does; an error the query itself causes (an input no check bounded) does
 not, on both databases."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.db import OperationalError, connection
 
-from core.db import is_unavailable
+from core.database.db import is_unavailable
 
 pytestmark = pytest.mark.django_db
 

@@ -1,9 +1,9 @@
-"""`core.fairshare.fair_admissions`: who starts next when capacity frees, row by row."""
+"""`core.domain.fairshare.fair_admissions`: who starts next when capacity frees, row by row."""
 from __future__ import annotations
 
 import pytest
 
-from core.fairshare import Queued, default_per_user, fair_admissions
+from core.domain.fairshare import Queued, default_per_user, fair_admissions
 
 
 def q(user: str, n: int, size: int = 1) -> Queued:

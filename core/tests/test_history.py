@@ -8,10 +8,10 @@ from accounts.tests.factories import UserFactory
 from analysis.models import AnalysisRecord
 from analysis.tests.factories import RESULT_ROOT, make_finished_exp
 from analysis.services import analysis_record_create
-from core.context import acting_as
-from core.history import exp_events
+from core.observability.context import acting_as
+from core.domain.history import exp_events
 from core.models import TransitionEvent
-from core.statuses import AnalysisStatus, ExpStatus, JobStatus
+from core.domain.statuses import AnalysisStatus, ExpStatus, JobStatus
 from experiments.services import exp_abort, exp_update_status
 from experiments.tests.factories import make_exp
 from jobs.models import Job

@@ -35,7 +35,7 @@ def test_list_exp_events_names_the_controller_and_returns_the_request_id(stubs, 
         "internal service")
     assert event.at.ToDatetime().microsecond == exp.__class__.objects.get().started_at.microsecond
 
-    from core.metrics import GRPC_CALLS
+    from core.observability.metrics import GRPC_CALLS
 
     not_found = GRPC_CALLS.labels("/falcon.v1.HistoryService/ListExpEvents", "NOT_FOUND")
     before = not_found._value.get()
@@ -44,7 +44,7 @@ def test_list_exp_events_names_the_controller_and_returns_the_request_id(stubs, 
                               metadata=(*stubs.md, ("x-request-id", "nf-1")), timeout=10)
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
     assert ("x-request-id", "nf-1") in err.value.trailing_metadata()
-    assert not_found._value.get() == before + 1  # counted by method and code (core.metrics)
+    assert not_found._value.get() == before + 1  # counted by method and code (core.observability.metrics)
 
 
 def test_the_actor_names_the_calling_controller(stubs):
@@ -55,7 +55,7 @@ def test_the_actor_names_the_calling_controller(stubs):
     stubs.exps.UpdateExpStatus(
         experiment_pb2.UpdateExpStatusReq(id=exp.pk, status="Failed"),
         metadata=(*stubs.md, ("x-falcon-client", "Not A Name!")), timeout=10)
-    from core.history import exp_events
+    from core.domain.history import exp_events
 
     assert [e.actor for e in exp_events(exp_id=exp.pk)] == [
         "internal service (exp)", "internal service"]

@@ -1,4 +1,4 @@
-"""core.logs: the format switch, the ids every line carries, and credentials never written."""
+"""core.observability.logs: the format switch, the ids every line carries, and credentials never written."""
 from __future__ import annotations
 
 import io
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.context import reset_request_id, set_request_id
-from core.logs import (
+from core.observability.context import reset_request_id, set_request_id
+from core.observability.logs import (
     TRACEBACK_INDENT, escape_controls, log_context, log_format, logging_config, redact,
 )
 
@@ -85,7 +85,7 @@ def test_credentials_are_masked_in_every_field_of_a_json_line():
 
 
 def test_a_credential_sent_as_the_request_id_is_replaced():
-    from core.context import new_request_id
+    from core.observability.context import new_request_id
 
     jwt = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2lnbmF0dXJlLXNpZ25hdHVyZQ"
     assert new_request_id("trace-0af7651916cd43dd8448eb211c80319c") == (
@@ -110,7 +110,7 @@ def test_format_setting_accepts_text_and_json_only():
 def test_lines_an_http_view_logs_carry_the_ids_of_its_path(client, caplog):
     """RequestContextMiddleware.process_view: a line logged while the view runs (here DRF's
     authentication refusing a token) carries the path's exp_id, and so does the request's line."""
-    from core.logs import ContextFilter
+    from core.observability.logs import ContextFilter
 
     caplog.handler.addFilter(ContextFilter())
     with caplog.at_level(logging.INFO):

@@ -1,10 +1,10 @@
-"""`core.user_code`: who may run users' code as the server, and `core.ports.metrics_host`."""
+"""`core.processes.user_code`: who may run users' code as the server, and `core.processes.ports.metrics_host`."""
 from __future__ import annotations
 
 import pytest
 
-from core.ports import metrics_host
-from core.user_code import check_user_code, user_code_problem
+from core.processes.ports import metrics_host
+from core.processes.user_code import check_user_code, user_code_problem
 
 KUBERNETES_ONLY = "clusters:\n  tpu-a:\n    backend: kubernetes\n    namespace: jobs\n"
 MIXED = KUBERNETES_ONLY + "  laptop:\n    backend: local\n  desk:\n    backend: local\n"

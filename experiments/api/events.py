@@ -1,7 +1,7 @@
 """HTTP gateway of an experiment's transition history: `GET /api/v1/exps/{exp_id}/events`.
 
-The events are written by the transition engine (`core.statemachine`) and read by
-`core.history`; this view checks the experiment exists and serializes them.
+The events are written by the transition engine (`core.domain.statemachine`) and read by
+`core.domain.history`; this view checks the experiment exists and serializes them.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.errors import ValidationFailed
-from core.history import ENTITY_TYPES, MAX_EVENTS, exp_events
+from core.domain.history import ENTITY_TYPES, MAX_EVENTS, exp_events
 from core.models import TransitionEvent
 
 from .. import selectors

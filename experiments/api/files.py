@@ -21,7 +21,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.errors import ValidationFailed
-from core.filters import MAX_ID
+from core.http.filters import MAX_ID
 
 from .. import selectors
 from ..files import (
@@ -35,11 +35,11 @@ STREAM_CHUNK = 1 << 20  # bytes per read while streaming a file
 
 
 class QueryIntegerField(serializers.IntegerField):
-    """An integer query parameter read as the server reads every number (`core.numbers`):
+    """An integer query parameter read as the server reads every number (`core.limits.numbers`):
     1-20 ASCII digits within `min_value..max_value`; `²`, `+1`, `1.0` or `0x10` are a 400."""
 
     def to_internal_value(self, data):
-        from core.numbers import BadNumber, parse_decimal
+        from core.limits.numbers import BadNumber, parse_decimal
 
         try:
             return parse_decimal(data, minimum=self.min_value, maximum=self.max_value)
@@ -49,7 +49,7 @@ class QueryIntegerField(serializers.IntegerField):
 
 def _validated(serializer_class, request) -> dict:
     """The query parameters read by `serializer_class`; an unknown one is a 400 naming it, as
-    on every list (`core.drf.FilterSetBackend`)."""
+    on every list (`core.http.drf.FilterSetBackend`)."""
     accepted = set(serializer_class().fields) | {"format"}
     unknown = sorted(set(request.query_params) - accepted)
     if unknown:

@@ -12,7 +12,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from artifacts.models import Artifact
-from core.jsoninput import path_part
+from core.limits.jsoninput import path_part
 from jobs.models import Job
 from jobs.specs import (
     DNS1123_LABEL, ENV_NAME, MAX_DEVICE_COUNT, MAX_ENV_NAME_CHARS, MAX_ENVS, MAX_REPLICA,

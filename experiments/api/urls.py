@@ -1,14 +1,14 @@
 from django.urls import path, re_path, register_converter
 from django.views.decorators.csrf import csrf_exempt
 
-from core.filters import MAX_ID
-from core.numbers import parse_decimal
+from core.http.filters import MAX_ID
+from core.limits.numbers import parse_decimal
 
 from . import files, views
 
 
 class IdConverter:
-    """A database id in a path: ASCII digits, 1 to 2^63 - 1 (`core.numbers.parse_decimal`).
+    """A database id in a path: ASCII digits, 1 to 2^63 - 1 (`core.limits.numbers.parse_decimal`).
 
     Anything else in that segment (a sign, a space, `²`, a 30-digit number) does not match
     here and falls through to `views.bad_exp_id`: a 400 naming `exp_id`, never a 500.

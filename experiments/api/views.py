@@ -1,7 +1,7 @@
 """HTTP gateway of ExperimentService (docs/architecture.md).
 
 Views parse, call a service or selector, and serialize; domain errors become HTTP errors in
-`core.drf.exception_handler`.
+`core.http.drf.exception_handler`.
 """
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.emails import MAX_EMAIL_CHARS
-from core.drf import StrictCursorPagination, represent
+from core.http.drf import StrictCursorPagination, represent
 from core.errors import ValidationFailed
-from core.filters import MAX_ID, MAX_NAME_CHARS
-from core.parsers import MergePatchParser, StrictJSONParser
+from core.http.filters import MAX_ID, MAX_NAME_CHARS
+from core.http.parsers import MergePatchParser, StrictJSONParser
 
 from .. import selectors, services
 from ..filters import SEARCH_HELP, SEARCH_MAX_CHARS, ExperimentFilter
@@ -44,7 +44,7 @@ class ExpCursorPagination(StrictCursorPagination):
 
 ORDERING_FIELDS = ["created_at", "updated_at", "name", "status", "priority", "id"]
 # Django's text fields refuse NUL characters, and an empty (or blank) value is a 400
-# (core.middleware.EmptyQueryValueMiddleware).
+# (core.http.middleware.EmptyQueryValueMiddleware).
 NON_BLANK = "^[^\\x00]*[^\\s\\x00][^\\x00]*$"
 _ORDER_KEY = f"-?({'|'.join(ORDERING_FIELDS)})"
 
@@ -55,7 +55,7 @@ def _list_param(name: str, items: dict, description: str) -> OpenApiParameter:
                             style="form", description=description)
 
 
-# What the server accepts (core.filters, core.drf), which the generated parameters leave out.
+# What the server accepts (core.http.filters, core.http.drf), which the generated parameters leave out.
 LIST_EXPS_PARAMETERS = [
     _list_param("id", {"type": "integer", "minimum": 1, "maximum": MAX_ID},
                 "Only these experiment ids (repeat it, or a comma list)."),
@@ -156,7 +156,7 @@ class ExpListCreateView(generics.ListAPIView):
                         headers=headers)
 
 
-# The path's experiment id as the server reads it (`IdConverter`, `core.numbers`): ASCII digits,
+# The path's experiment id as the server reads it (`IdConverter`, `core.limits.numbers`): ASCII digits,
 # 1 to 2^63 - 1; anything else answers 400 naming `exp_id`.
 EXP_ID_PARAM = OpenApiParameter(
     "exp_id", {"type": "integer", "minimum": 1, "maximum": MAX_ID}, OpenApiParameter.PATH,
@@ -262,7 +262,7 @@ class ExpDiffView(APIView):
         from django.forms import ValidationError as FormError
 
         from core.errors import ValidationFailed
-        from core.filters import IdSequenceField
+        from core.http.filters import IdSequenceField
 
         try:
             ids = IdSequenceField().clean(request.query_params.getlist("ids"))
@@ -276,7 +276,7 @@ class ExpDiffView(APIView):
 
 @csrf_exempt
 def bad_exp_id(request, raw: str, action: str | None = None):
-    """400 for `/api/v1/exps/<raw>[/abort|/labels]` where `raw` is not an id (`core.numbers`).
+    """400 for `/api/v1/exps/<raw>[/abort|/labels]` where `raw` is not an id (`core.limits.numbers`).
 
     Only for the methods the real route serves (GET and DELETE on the experiment, POST on
     `/abort`, PATCH on `/labels`): any other method is 405 Method Not Allowed with `Allow`, as
@@ -294,7 +294,7 @@ def bad_id_answer(request, raw: str, allowed: tuple[str, ...]):
     a method outside `allowed`, else 400 naming `exp_id` and the accepted range."""
     from django.http import JsonResponse
 
-    from core.numbers import BadNumber, parse_decimal
+    from core.limits.numbers import BadNumber, parse_decimal
 
     if request.method not in allowed:
         res = JsonResponse({"detail": f'Method "{request.method}" not allowed.',

@@ -13,7 +13,7 @@ from artifacts.filters import ArtifactFilter
 from artifacts.grpc.to_proto import artifact_to_item
 from core.grpc.from_proto import list_filters, optional, require_choice, require_id
 from core.grpc.paging import keyset_page
-from core.statuses import ArtifactStatus
+from core.domain.statuses import ArtifactStatus
 from experiments.services import artifact_create
 from falcon_proto.falcon.v1 import artifact_pb2, artifact_pb2_grpc, common_pb2
 

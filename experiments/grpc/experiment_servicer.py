@@ -23,7 +23,7 @@ from core.grpc.paging import (
 
 from .. import selectors, services
 from ..filters import ExperimentFilter
-from core.statuses import ExpStatus
+from core.domain.statuses import ExpStatus
 from .to_proto import exp_state_to_item, exp_to_item
 
 # ListExpStates' page sizes, in experiments: its rows are small (no config, specs or labels).

@@ -1,19 +1,19 @@
 """HistoryService (falcon.v1): an experiment's transition history over gRPC.
 
-The events are written by the transition engine (`core.statemachine`) and read by
-`core.history`, as for `GET /api/v1/exps/{exp_id}/events`.
+The events are written by the transition engine (`core.domain.statemachine`) and read by
+`core.domain.history`, as for `GET /api/v1/exps/{exp_id}/events`.
 """
 from __future__ import annotations
 
 from core.grpc.from_proto import require_id, timestamp
-from core.history import exp_events
+from core.domain.history import exp_events
 from falcon_proto.falcon.v1 import history_pb2, history_pb2_grpc
 
 from .. import selectors
 
 
 class HistoryServicer(history_pb2_grpc.HistoryServiceServicer):
-    """HistoryService over `core.history`."""
+    """HistoryService over `core.domain.history`."""
 
     def ListExpEvents(self, request, context):
         """ListExpEvents: the experiment's events oldest first, kept after it is deleted;

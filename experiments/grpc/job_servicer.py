@@ -28,7 +28,7 @@ from core.grpc.paging import (
     keyset_page,
     page_size_of,
 )
-from core.statuses import JobStatus
+from core.domain.statuses import JobStatus
 from experiments.services import job_create
 from falcon_proto.falcon.v1 import common_pb2, job_pb2, job_pb2_grpc
 

@@ -7,7 +7,7 @@ The name search (`search=`, a case-insensitive prefix) needs, on SQLite, an inde
 `COLLATE NOCASE` for its `LIKE 'text%'`; MariaDB's index on the name already serves it (its
 collation ignores case), so that index is created on SQLite only."""
 
-import core.statuses
+import core.domain.statuses
 import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
@@ -71,7 +71,7 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='experiment',
             name='status',
-            field=models.CharField(choices=[('Created', 'Created'), ('Running', 'Running'), ('Succeeded', 'Succeeded'), ('Failed', 'Failed'), ('Aborting', 'Aborting'), ('Aborted', 'Aborted')], default=core.statuses.ExpStatus['CREATED'], max_length=16),
+            field=models.CharField(choices=[('Created', 'Created'), ('Running', 'Running'), ('Succeeded', 'Succeeded'), ('Failed', 'Failed'), ('Aborting', 'Aborting'), ('Aborted', 'Aborted')], default=core.domain.statuses.ExpStatus['CREATED'], max_length=16),
         ),
         migrations.RunPython(create_name_nocase_index, drop_name_nocase_index),
     ]

@@ -82,7 +82,7 @@ def test_admin_needs_staff(client, user):
 # -- filters: the entity's FilterSet, as the HTTP and gRPC lists -------------------------------
 
 def test_changelist_filters_by_status_with_the_filtersets_names_and_choices(staff_client, user):
-    from core.statuses import ExpStatus
+    from core.domain.statuses import ExpStatus
 
     make_exp(creator=user, name="still-created")
     running = make_exp(creator=user, name="now-running")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.safefs import NAME_MAX_BYTES, PATH_MAX_BYTES
+from core.processes.safefs import NAME_MAX_BYTES, PATH_MAX_BYTES
 from experiments.tests.factories import make_exp
 from experiments.tests.test_exp_files import EXPS, alice, gcs_server, put, store_root  # noqa: F401
 
@@ -31,7 +31,7 @@ def test_a_file_name_over_the_file_systems_limits_is_a_404_naming_the_limit(
 
 
 def test_a_path_over_4096_bytes_is_refused_by_the_name_check():
-    from core.safefs import UnsafeName, name_parts
+    from core.processes.safefs import UnsafeName, name_parts
 
     with pytest.raises(UnsafeName, match=f"at most {PATH_MAX_BYTES} bytes"):
         name_parts("/".join(["d" * 250] * 17))

@@ -22,7 +22,7 @@ from google.protobuf.descriptor_pool import DescriptorPool
 from accounts.tests.factories import UserFactory
 from experiments.grpc.experiment_servicer import ExperimentServicer
 from experiments.models import Experiment
-from core.statuses import ExpStatus
+from core.domain.statuses import ExpStatus
 from experiments.services import exp_update_status
 from experiments.tests.factories import make_exp
 from core.grpc.channel import auth_metadata
@@ -32,7 +32,7 @@ from falcon_site.grpc.testing import (  # noqa: F401  (fixtures)
     INTERNAL_TOKEN, grpc_channel, grpc_server, stubs,
 )
 from jobs.models import Job
-from core.statuses import JobStatus
+from core.domain.statuses import JobStatus
 from jobs.services import job_update_status
 
 pytestmark = pytest.mark.django_db(transaction=True)

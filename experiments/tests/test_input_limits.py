@@ -215,7 +215,7 @@ def test_body_over_the_limit_is_a_json_413(auth_api, settings):
 def test_the_parser_stops_reading_at_the_limit(settings):
     from io import BytesIO
 
-    from core.parsers import RequestTooLarge, StrictJSONParser
+    from core.http.parsers import RequestTooLarge, StrictJSONParser
 
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
     stream = BytesIO(b"[" + b" " * 5000 + b"]")

@@ -214,7 +214,7 @@ def test_a_label_on_many_experiments_walks_the_list_order(labelled, monkeypatch)
     while the list order's index is walked: the page is never a sort of every match."""
     from django.http import QueryDict
 
-    from core import keyset
+    from core.http import keyset
     from experiments import selectors
     from experiments.filters import ExperimentFilter, LabelSelectorFilter
 

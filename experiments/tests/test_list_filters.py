@@ -12,7 +12,7 @@ import pytest
 
 from core.grpc.errors import ERROR_CODE_KEY, ERROR_FIELDS_KEY
 from core.grpc.from_proto import LIST_FILTER_NAMES, PROTO_FIELD_OF
-from core.statuses import ExpStatus
+from core.domain.statuses import ExpStatus
 from experiments.filters import ExperimentFilter
 from experiments.models import Experiment
 from experiments.services import exp_update_status

@@ -14,7 +14,7 @@ from django.http import QueryDict
 from django.utils import timezone
 
 from accounts.models import User
-from core import keyset
+from core.http import keyset
 from experiments import selectors
 from experiments.filters import ExperimentFilter
 from experiments.models import Experiment
@@ -108,7 +108,7 @@ def test_a_search_page_reads_the_name_index_alone(seeded, after_row, monkeypatch
     never read from the table first (migration 0004). MariaDB may instead walk the list
     order's index and stop at the page's end (no sort at all). The plan choice itself is
     tested in test_search_plans.py."""
-    from core.filters import PrefixSearchFilter
+    from core.http.filters import PrefixSearchFilter
 
     monkeypatch.setattr(PrefixSearchFilter, "few", 10**9)
     sql, params = page_query("search=exp-1", after_row=after_row)

@@ -1,7 +1,7 @@
 """A list row, rendered as JSON by the database, is what the documented serializer gives.
 
 `selectors.exp_list_rows` asks SQLite or MariaDB for each row's JSON text
-(`core.jsonrows`); `ExpListItemSerializer` documents the same row in the OpenAPI schema.
+(`core.http.jsonrows`); `ExpListItemSerializer` documents the same row in the OpenAPI schema.
 These check that both agree value for value on the awkward cases: date-times with and
 without a fraction, NULLs, names and messages that need JSON escaping, labels, several
 roles, an artifact manifest.
@@ -16,7 +16,7 @@ from django.db import connection
 from django.db.models import F
 
 from artifacts.models import Artifact
-from core.jsonrows import IsoUTC, JsonObject, json_row
+from core.http.jsonrows import IsoUTC, JsonObject, json_row
 from experiments.api.serializers import ExpListItemSerializer, utc_iso
 from experiments.models import Experiment
 from experiments.tests.factories import make_exp
@@ -103,7 +103,7 @@ def test_json_object_keys_must_be_identifiers():
 @pytest.mark.django_db
 def test_the_page_query_binds_only_ids(auth_api, user, django_assert_max_num_queries):
     """The row query (experiments with their jobs and artifacts) is compiled once and binds
-    the page's ids alone (no JSON keys as parameters), so `core.prepared.IdsQuery` can reuse
+    the page's ids alone (no JSON keys as parameters), so `core.database.prepared.IdsQuery` can reuse
     it."""
     from experiments import selectors
 

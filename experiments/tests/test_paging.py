@@ -156,9 +156,9 @@ def test_a_cursor_of_another_ordering_is_refused_not_misread(auth_api, alice):
 @pytest.mark.django_db
 @pytest.mark.parametrize("count,page_size", [(0, 5), (1, 5), (5, 5), (6, 5), (9, 1), (9, 50)])
 def test_page_rows_reads_the_ids_and_converts_the_page_edges(alice, count, page_size):
-    """`core.keyset.page_rows` returns the rows `list(qs[:page_size + 1])` does, by id, and the
+    """`core.http.keyset.page_rows` returns the rows `list(qs[:page_size + 1])` does, by id, and the
     page's first and last rows with every key as the ORM converts it (the cursors' values)."""
-    from core import keyset
+    from core.http import keyset
 
     for i in range(count):
         make_exp(creator=alice, name=f"edge{i}")

@@ -1,11 +1,11 @@
-"""A list page's row read (`core.prepared.IdsQuery`) returns what the ORM returns, compiled once
+"""A list page's row read (`core.database.prepared.IdsQuery`) returns what the ORM returns, compiled once
 per size bucket, for any number of ids."""
 from __future__ import annotations
 
 import pytest
 
 from artifacts.models import Artifact
-from core.prepared import BUCKETS, IdsQuery, bucket
+from core.database.prepared import BUCKETS, IdsQuery, bucket
 from experiments.api.serializers import ARTIFACT_SUMMARY_FIELDS, JOB_SUMMARY_FIELDS
 from experiments.models import Experiment
 from experiments.selectors import _exp_rows

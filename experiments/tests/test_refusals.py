@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from core.errors import Conflict
-from core.statuses import ExpStatus, JobStatus
+from core.domain.statuses import ExpStatus, JobStatus
 from experiments.models import Experiment
 from experiments.services import exp_abort_refusal, exp_delete_refusal
 

@@ -1,5 +1,5 @@
 """The name search chooses its plan by the prefix's matches, against a bound that follows the
-table (`core.filters.few_matches`), and both plans answer what the plain prefix query answers.
+table (`core.http.filters.few_matches`), and both plans answer what the plain prefix query answers.
 
 Plans are read with EXPLAIN on a seeded table on both databases; never timings (bench/api.py).
 """
@@ -12,7 +12,7 @@ from django.db import connection
 from django.db.models import Max
 from django.http import QueryDict
 
-from core.filters import FEW_FLOOR, PLAN_PAGE, PrefixSearchFilter, few_matches
+from core.http.filters import FEW_FLOOR, PLAN_PAGE, PrefixSearchFilter, few_matches
 from experiments import selectors
 from experiments.filters import ExperimentFilter
 from experiments.models import Experiment

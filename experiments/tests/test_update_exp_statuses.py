@@ -7,7 +7,7 @@ import pytest
 from accounts.tests.factories import UserFactory
 from controllers.contract import ExpStatusUpdate
 from core.errors import InvalidTransition, NotFound, TransitionRace, ValidationFailed
-from core.statemachine import StatusChange
+from core.domain.statemachine import StatusChange
 from experiments.models import Experiment
 from experiments.services import (
     MAX_STATUS_BATCH,
@@ -74,7 +74,7 @@ def test_an_unknown_status_is_invalid_argument(stubs):
 
 
 def test_every_applied_item_is_in_the_transition_history_in_order():
-    from core.history import exp_events
+    from core.domain.history import exp_events
 
     user = UserFactory()
     a, b = (make_exp(creator=user, name=n) for n in ("a", "b"))

@@ -18,10 +18,10 @@ import grpc
 from django.core.exceptions import ImproperlyConfigured
 from django.db import OperationalError, close_old_connections
 
-from core.context import reset_actor, reset_request_id, set_actor, set_request_id
-from core.db import is_unavailable
+from core.observability.context import reset_actor, reset_request_id, set_actor, set_request_id
+from core.database.db import is_unavailable
 from core.errors import FalconError
-from core.logs import log_context
+from core.observability.logs import log_context
 
 from accounts.verifier import KeysUnavailable
 
@@ -34,7 +34,7 @@ from core.grpc.errors import (
 
 log = logging.getLogger(__name__)
 calls = logging.getLogger("falcon.grpc")
-# The request field holding the id of what a service's RPCs are about (core.logs.CONTEXT_KEYS).
+# The request field holding the id of what a service's RPCs are about (core.observability.logs.CONTEXT_KEYS).
 SERVICE_IDS = {"ExperimentService": ("id", "exp_id"), "JobService": ("id", "job_id"),
                "ArtifactService": ("id", "artifact_id"),
                "AnalysisRecordService": ("analysis_id", "analysis_id"),
@@ -63,7 +63,7 @@ def _log_call(method: str, request: Any, context: grpc.ServicerContext, started:
     seconds = time.perf_counter() - started
     calls.log(level, "gRPC %s %s %.1f ms", method, name, seconds * 1000,
               extra=call_ids(method, request))
-    from core.metrics import observe_grpc
+    from core.observability.metrics import observe_grpc
 
     observe_grpc(method if method in served_methods() else UNKNOWN_METHOD, name, seconds)
 
@@ -108,7 +108,7 @@ class FalconServerInterceptor(grpc.ServerInterceptor):
     3. the servicer; a `FalconError` it raises ends the call with
        `core.grpc.errors.abort_with_error` (the one mapping), a database
        `OperationalError` that retrying can cure (lock wait timeout, deadlock, lost or refused
-       connection: `core.db.is_unavailable`) with UNAVAILABLE so clients retry, and anything
+       connection: `core.database.db.is_unavailable`) with UNAVAILABLE so clients retry, and anything
        else (a query error caused by the input included) with INTERNAL (logged, details not
        leaked).
 

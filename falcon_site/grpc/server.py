@@ -24,7 +24,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from core.grpc.channel import CHANNEL_OPTIONS
-from core.ports import bind_problem
+from core.processes.ports import bind_problem
 from falcon_proto.falcon.v1 import (
     analysis_pb2_grpc, artifact_pb2_grpc, experiment_pb2_grpc, history_pb2_grpc, job_pb2_grpc,
     schedule_pb2_grpc,

@@ -135,7 +135,7 @@ if FALCON_AUTH_MODE == "cloudflare":
             "issuer.")
 
 # Local mode listens on loopback only unless this is set (decisions.md#auth-10,
-# core.ports.local_bind_problem): runlocal, rungrpc and gunicorn refuse another address,
+# core.processes.ports.local_bind_problem): runlocal, rungrpc and gunicorn refuse another address,
 # and the HTTP API refuses requests from a non-loopback peer.
 FALCON_LOCAL_ALLOW_NONLOOPBACK = os.environ.get("FALCON_LOCAL_ALLOW_NONLOOPBACK", "").strip() \
     .lower() in {"1", "true", "yes", "on"}

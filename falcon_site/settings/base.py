@@ -26,7 +26,7 @@ Environment variables:
   at the start of each request and reopened if the server dropped it.
 - `FALCON_LOG_LEVEL`: the root logger's level (default `INFO`).
 - `FALCON_LOG_FORMAT`: `text` (readable lines, default) or `json` (one JSON object per line,
-  for production); see `core.logs`.
+  for production); see `core.observability.logs`.
 """
 from __future__ import annotations
 
@@ -37,9 +37,9 @@ import dj_database_url
 import orjson
 from django.core.exceptions import ImproperlyConfigured
 
-from core.logs import log_format, logging_config
-from core.statuses import ArtifactStatus, ExpStatus, JobStatus
-from core.statuses import choices as status_choices
+from core.observability.logs import log_format, logging_config
+from core.domain.statuses import ArtifactStatus, ExpStatus, JobStatus
+from core.domain.statuses import choices as status_choices
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 VAR_DIR = Path(os.environ.get("FALCON_VAR_DIR", BASE_DIR / "var"))
@@ -113,11 +113,11 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     # Before all: the request id (X-Request-ID) and the actor of the transition history.
-    "core.middleware.RequestContextMiddleware",
+    "core.http.middleware.RequestContextMiddleware",
     # First: a body over DATA_UPLOAD_MAX_MEMORY_SIZE is answered 413 before anything reads it.
-    "core.middleware.BodySizeLimitMiddleware",
+    "core.http.middleware.BodySizeLimitMiddleware",
     # A query parameter with an empty value (`?status=`) is a 400 naming it, on every endpoint.
-    "core.middleware.EmptyQueryValueMiddleware",
+    "core.http.middleware.EmptyQueryValueMiddleware",
     # The local mode answers loopback peers only, whatever the Host header says.
     "accounts.middleware.LocalModeLoopbackOnlyMiddleware",
     "django.middleware.security.SecurityMiddleware",
@@ -167,7 +167,7 @@ DATABASES = {
 if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
     # utf8mb4 for names and configs in any language; strict mode so MySQL refuses a value that
     # does not fit instead of truncating it. A list row's jobs are one GROUP_CONCAT
-    # (core.jsonrows.RelatedJsonArray), cut short by the server beyond group_concat_max_len
+    # (core.http.jsonrows.RelatedJsonArray), cut short by the server beyond group_concat_max_len
     # (MySQL's default is 1,024 bytes): 4 MiB holds the 64 roles of the largest experiment
     # many times over.
     DATABASES["default"].setdefault("OPTIONS", {}).update(
@@ -213,7 +213,7 @@ STATIC_ROOT = VAR_DIR / "static"
 # Request bodies, in bytes (8 MiB; docs/limits.md). The largest valid CreateExp fits: its
 # TaskSpecs hold at most 4 MiB of text (jobs.specs.MAX_TASK_SPECS_BYTES) and its config under
 # 128 KiB (FALCON_CONFIG_MAX_BYTES), so a field's own limit answers first. A larger body is a
-# JSON 413 `too_large` (core.middleware.BodySizeLimitMiddleware, core.parsers.StrictJSONParser).
+# JSON 413 `too_large` (core.http.middleware.BodySizeLimitMiddleware, core.http.parsers.StrictJSONParser).
 DATA_UPLOAD_MAX_MEMORY_SIZE = 8 * 1024 * 1024
 
 REST_FRAMEWORK = {
@@ -223,15 +223,15 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": [
-        "core.drf.FilterSetBackend",  # the view's FilterSet, `search` included
-        "core.drf.StrictOrderingFilter",
+        "core.http.drf.FilterSetBackend",  # the view's FilterSet, `search` included
+        "core.http.drf.StrictOrderingFilter",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    # JSON only, bounded in size and depth, no duplicate keys or lone surrogates (core.jsoninput).
-    "DEFAULT_PARSER_CLASSES": ["core.parsers.StrictJSONParser"],
-    "EXCEPTION_HANDLER": "core.drf.exception_handler",
+    # JSON only, bounded in size and depth, no duplicate keys or lone surrogates (core.limits.jsoninput).
+    "DEFAULT_PARSER_CLASSES": ["core.http.parsers.StrictJSONParser"],
+    "EXCEPTION_HANDLER": "core.http.drf.exception_handler",
     # An unknown ?format= is a 406 naming the formats, not DRF's 404.
-    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "core.drf.StrictContentNegotiation",
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "core.http.drf.StrictContentNegotiation",
     # JSON by orjson (the same JSON as DRF's renderer, several times faster on list pages);
     # the browsable API for browsers.
     "DEFAULT_RENDERER_CLASSES": [
@@ -253,10 +253,10 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     # 3.1: JSON Schema's `propertyNames` states the role and environment variable names.
     "OAS_VERSION": "3.1.0",
-    # The JSON error body and the error statuses of every operation (core.openapi).
+    # The JSON error body and the error statuses of every operation (core.http.openapi).
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "core.openapi.add_error_responses",
+        "core.http.openapi.add_error_responses",
     ],
     "ENUM_NAME_OVERRIDES": {
         # The same (value, label) pairs as the models' choices.
@@ -267,7 +267,7 @@ SPECTACULAR_SETTINGS = {
 }
 
 # One console handler; `FALCON_LOG_FORMAT=json` for JSON lines (production), `text` (default)
-# for readable lines; every line carries the request id and the entity ids (core.logs).
+# for readable lines; every line carries the request id and the entity ids (core.observability.logs).
 LOGGING = logging_config(log_format(), os.environ.get("FALCON_LOG_LEVEL", "INFO"))
-# Applied by core.logs.apply_config: under json, warnings and uncaught exceptions are records too.
-LOGGING_CONFIG = "core.logs.apply_config"
+# Applied by core.observability.logs.apply_config: under json, warnings and uncaught exceptions are records too.
+LOGGING_CONFIG = "core.observability.logs.apply_config"

@@ -11,7 +11,7 @@ Environment variables:
 - `FALCON_UNSAFE_RUN_USER_CODE_AS_SERVER`: `1` lets a server that more than one person can
   authenticate to (`FALCON_AUTH_MODE=cloudflare`, or `FALCON_LOCAL_ALLOW_NONLOOPBACK=1`) run a
   local cluster or `FALCON_ANALYZER_BACKEND=local`: every user's code then runs as this server's
-  OS user and can read its secrets and database (`core.user_code`). `0` or unset: refused.
+  OS user and can read its secrets and database (`core.processes.user_code`). `0` or unset: refused.
 
 `FALCON_CONFIG_MAX_BYTES` (not configurable) is the largest experiment config accepted, in bytes.
 """
@@ -21,7 +21,7 @@ import os
 
 from django.core.exceptions import ImproperlyConfigured
 
-from core.statuses import CONFIG_ENV
+from core.domain.statuses import CONFIG_ENV
 
 from .base import VAR_DIR
 
@@ -36,7 +36,7 @@ if _UNSAFE_USER_CODE not in ("", "0", "1"):
         "1 means every user's code (tasks on a local cluster, local analysis scripts) runs as "
         "this server's OS user and can read its secrets and database; leave it unset and use "
         "Kubernetes clusters and FALCON_ANALYZER_BACKEND=kubernetes instead.")
-# Checked by `core.user_code`, which every process that runs or accepts user code calls.
+# Checked by `core.processes.user_code`, which every process that runs or accepts user code calls.
 FALCON_UNSAFE_RUN_USER_CODE_AS_SERVER = _UNSAFE_USER_CODE == "1"
 
 FALCON_ARTIFACT_ROOT = os.environ.get(

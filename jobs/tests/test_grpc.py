@@ -8,7 +8,7 @@ import pytest
 
 from experiments.models import Experiment
 
-from core.statuses import ExpStatus
+from core.domain.statuses import ExpStatus
 from experiments.services import exp_abort, exp_update_status
 from experiments.tests.factories import make_exp
 from core.grpc.errors import ERROR_CODE_KEY, ERROR_FIELDS_KEY
@@ -16,7 +16,7 @@ from falcon_proto.falcon.v1 import common_pb2, job_pb2
 from falcon_site.grpc.testing import grpc_channel, grpc_server, stubs  # noqa: F401 (fixtures)
 from experiments.grpc.job_servicer import JobServicer
 from jobs.models import Job
-from core.statuses import JobStatus
+from core.domain.statuses import JobStatus
 from jobs.services import job_update_status
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -7,7 +7,7 @@ import grpc
 import pytest
 
 from controllers.contract import ListFilter, skipped_of
-from core.statuses import JobStatus
+from core.domain.statuses import JobStatus
 from experiments.services import exp_abort
 from experiments.tests.factories import make_exp
 from falcon_proto.falcon.v1 import job_pb2

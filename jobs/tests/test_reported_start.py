@@ -12,7 +12,7 @@ from django.utils import timezone
 from accounts.tests.factories import UserFactory
 from controllers.contract import JobStatusUpdate
 from core.grpc.from_proto import timestamp
-from core.statemachine import START_CASE_ROWS
+from core.domain.statemachine import START_CASE_ROWS
 from experiments.tests.factories import make_exp
 from falcon_proto.falcon.v1 import job_pb2
 from falcon_site.grpc.testing import (  # noqa: F401  (fixtures)

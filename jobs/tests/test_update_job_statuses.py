@@ -7,8 +7,8 @@ import pytest
 from accounts.tests.factories import UserFactory
 from controllers.contract import JobStatusUpdate
 from core.errors import InvalidTransition, NotFound, TransitionRace, ValidationFailed
-from core.history import exp_events
-from core.statemachine import MAX_STATUS_BATCH
+from core.domain.history import exp_events
+from core.domain.statemachine import MAX_STATUS_BATCH
 from experiments.services import exp_abort
 from experiments.tests.factories import make_exp
 from falcon_proto.falcon.v1 import job_pb2
@@ -19,7 +19,7 @@ from falcon_site.grpc.testing import (  # noqa: F401  (fixtures)
     stubs,
 )
 from jobs.models import Job
-from core.statemachine import StatusChange
+from core.domain.statemachine import StatusChange
 from jobs.services import job_update_statuses
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -139,7 +139,7 @@ def test_the_client_bounds_text_as_the_server_does():
     """The client cuts text before sending with the server's own numbers, so a write is never
     refused for its size and what is stored is what the server would store."""
     import controllers.grpc_client as grpc_client
-    from core.statemachine import MAX_STATUS_MESSAGE_BYTES
+    from core.domain.statemachine import MAX_STATUS_MESSAGE_BYTES
 
     assert grpc_client.MESSAGE_MAX_BYTES == MAX_STATUS_MESSAGE_BYTES
     for column in ("reason", "cluster_job_name"):
@@ -165,7 +165,7 @@ def test_a_message_beyond_grpc_limits_is_cut_as_the_server_cuts_it(falcon_api):
     [result] = falcon_api.update_job_statuses([JobStatusUpdate(job.pk, "Running",
                                                                message=message + "!")])
     assert result.error is None
-    from core.statemachine import MAX_STATUS_MESSAGE_BYTES
+    from core.domain.statemachine import MAX_STATUS_MESSAGE_BYTES
 
     stored = Job.objects.get(pk=job.pk).message
     assert len(stored.encode()) <= MAX_STATUS_MESSAGE_BYTES and "[truncated" in stored

@@ -7,11 +7,11 @@ from datetime import timedelta
 
 from django.core.management.base import BaseCommand, CommandError
 
-from core.commands import LoggedOutputMixin
+from core.observability.commands import LoggedOutputMixin
 from django.utils import timezone
 from django.utils.dateparse import parse_duration
 
-from core.statuses import EXP_TERMINAL
+from core.domain.statuses import EXP_TERMINAL
 
 from ...services import artifacts_prune
 

@@ -9,7 +9,7 @@ import threading
 
 from django.core.management.base import BaseCommand, CommandError
 
-from core.commands import LoggedOutputMixin
+from core.observability.commands import LoggedOutputMixin
 
 from core.errors import FalconError
 

@@ -55,7 +55,7 @@ from kubernetes.client.exceptions import ApiException
 from artifacts.store import store_for
 from controllers.kubeclient import KubeCaller, compare_resource_versions, is_transient
 from controllers.pod_security import RESTRICTED, security_contexts
-from core.logs import log_context
+from core.observability.logs import log_context
 
 from .base import (
     FAILED, MISSING_STATE, PENDING, RUNNING, SUCCEEDED, UNKNOWN_STATE, AnalysisBackend,

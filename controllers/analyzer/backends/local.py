@@ -38,9 +38,9 @@ from pathlib import Path
 from artifacts.store import store_for
 from controllers.cluster_backends.local import DEFAULT_PASSTHROUGH_ENV
 from controllers.cluster_backends.local_state import process_table, read_stat
-from core import safefs
-from core.atomicfiles import locked, write_atomic
-from core.logs import log_context
+from core.processes import safefs
+from core.processes.atomicfiles import locked, write_atomic
+from core.observability.logs import log_context
 
 from .base import (
     FAILED, KILLED, MISSING_STATE, RUNNING, SUCCEEDED, AnalysisBackend, BackendError,

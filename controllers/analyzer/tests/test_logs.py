@@ -1,4 +1,4 @@
-"""The analyzer's structured logs (core.logs): every line about an analysis carries its
+"""The analyzer's structured logs (core.observability.logs): every line about an analysis carries its
 `analysis_id` and `exp_id` as fields, as the exp controller's lines carry `exp_id`
 (controllers/tests/test_exp_controller.py); AnalyzerService serves and logs each call under a
 request id that it returns, as rungrpc does.
@@ -19,9 +19,9 @@ import grpc
 import pytest
 
 from controllers.analyzer.server import build_analyzer_server
-from core.context import reset_request_id, set_request_id
+from core.observability.context import reset_request_id, set_request_id
 from core.grpc.channel import auth_metadata
-from core.logs import ContextFilter, json_formatter
+from core.observability.logs import ContextFilter, json_formatter
 from falcon_proto.falcon.v1 import analysis_pb2, analysis_pb2_grpc
 
 from .fake_records import FakeRecordAPI

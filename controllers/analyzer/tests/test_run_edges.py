@@ -8,7 +8,7 @@ from pathlib import Path
 
 from artifacts.store import local_path
 from controllers.analyzer.backends.base import run_name_for
-from core.proctree import descendants
+from core.processes.proctree import descendants
 
 from .fake_records import FakeRecordAPI
 from .helpers import artifact, make_controller, runner_pids, until

@@ -27,7 +27,7 @@ from controllers.cluster_backends.kubernetes.vocabulary import (
 )
 from controllers.contract import JobView
 from controllers.pod_security import security_contexts
-from core.statuses import CONFIG_ENV
+from core.domain.statuses import CONFIG_ENV
 
 
 def device_of(config: KubernetesClusterConfig, cluster_name: str, spec: Mapping[str, Any]

@@ -19,7 +19,7 @@ import threading
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from core.commands import LoggedOutputMixin
+from core.observability.commands import LoggedOutputMixin
 
 # Every write method of `controllers.contract.FalconAPI`: each call is fenced by the Lease.
 API_WRITES = ("update_exp_status", "update_exp_statuses", "update_job_status",
@@ -95,7 +95,7 @@ def build_analyzer(options, fence=None):
 
 REGISTRY = {"exp": build_exp_controller, "resources": build_resource_manager,
             "analyzer": build_analyzer}
-# What user code each controller runs, for `core.user_code` (the exp controller runs none).
+# What user code each controller runs, for `core.processes.user_code` (the exp controller runs none).
 RUNS_USER_CODE = {"resources": {"tasks": True, "analyses": False},
                   "analyzer": {"tasks": False, "analyses": True}}
 
@@ -190,7 +190,7 @@ class Command(LoggedOutputMixin, BaseCommand):
         if name in RUNS_USER_CODE:
             from django.core.exceptions import ImproperlyConfigured
 
-            from core.user_code import require_isolated_user_code
+            from core.processes.user_code import require_isolated_user_code
 
             # Before the Lease, the listener or any run: a refused setup starts nothing.
             try:
@@ -217,7 +217,7 @@ class Command(LoggedOutputMixin, BaseCommand):
         if name == "analyzer":
             from controllers.analyzer.server import build_analyzer_server
 
-            from core.ports import local_bind_problem
+            from core.processes.ports import local_bind_problem
 
             addr = options["addr"] or settings.FALCON_ANALYZER_ADDR
             # Like the APIs: in the local mode, loopback only unless the operator opts in.
@@ -284,7 +284,7 @@ def _start_metrics(controller, elector, port: int | None) -> None:
     port = port if port is not None else int(os.environ.get("FALCON_METRICS_PORT") or 0)
     if not port:
         return
-    from core.ports import configured_metrics_host
+    from core.processes.ports import configured_metrics_host
 
     # The local mode listens on loopback only, like the APIs.
     try:

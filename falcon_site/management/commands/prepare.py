@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from core.commands import LoggedOutputMixin
+from core.observability.commands import LoggedOutputMixin
 
 from falcon_site.startup import prepare_local_state
 

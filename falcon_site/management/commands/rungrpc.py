@@ -4,7 +4,7 @@ Serves ExperimentService, JobService and ArtifactService (falcon.v1) with gRPC h
 and reflection until SIGINT or SIGTERM, then reports NOT_SERVING, lets calls in flight finish for
 `--grace` seconds and exits 0 (Kubernetes sends SIGTERM on pod shutdown). The port is bound
 exclusively: when another process listens on it, the command exits 1 naming the address.
-Under `FALCON_LOG_FORMAT=json` everything it writes is a JSON line (`core.commands`).
+Under `FALCON_LOG_FORMAT=json` everything it writes is a JSON line (`core.observability.commands`).
 """
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import threading
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from core.commands import LoggedOutputMixin
-from core.logs import log_format
+from core.observability.commands import LoggedOutputMixin
+from core.observability.logs import log_format
 
 log = logging.getLogger("falcon.grpc")
 
@@ -44,8 +44,8 @@ class Command(LoggedOutputMixin, BaseCommand):
         """
         from django.core.exceptions import ImproperlyConfigured
 
-        from core.ports import local_bind_problem
-        from core.user_code import require_isolated_user_code
+        from core.processes.ports import local_bind_problem
+        from core.processes.user_code import require_isolated_user_code
         from falcon_site.grpc.server import AddressUnavailable, build_server
 
         addr = addr or settings.FALCON_GRPC_ADDR
@@ -99,11 +99,11 @@ class Command(LoggedOutputMixin, BaseCommand):
 
 
 def _serve_metrics() -> None:
-    """Serve the gRPC server's Prometheus metrics (`core.metrics`) on `FALCON_METRICS_PORT`.
+    """Serve the gRPC server's Prometheus metrics (`core.observability.metrics`) on `FALCON_METRICS_PORT`.
 
     Unset or 0: off. `FALCON_METRICS_ADDR`, by default loopback in the local mode and all
     addresses in the others, as the controllers do; in the local mode a non-loopback address
-    is refused like the API's own (`core.ports.metrics_host`).
+    is refused like the API's own (`core.processes.ports.metrics_host`).
 
     Raises:
         CommandError: the local mode's loopback rule refuses the address.
@@ -115,7 +115,7 @@ def _serve_metrics() -> None:
         return
     from prometheus_client import start_http_server
 
-    from core.ports import configured_metrics_host
+    from core.processes.ports import configured_metrics_host
 
     try:
         addr, warning = configured_metrics_host(port)

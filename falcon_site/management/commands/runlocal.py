@@ -25,7 +25,7 @@ analyses already running on the local backends keep running in their own process
 adopted by the next resource manager or analyzer controller.
 
 With `FALCON_LOG_FORMAT=json` every child writes JSON lines (runserver's access lines too:
-`falcon_site/management/commands/runserver.py`), and so does this command (`core.commands`).
+`falcon_site/management/commands/runserver.py`), and so does this command (`core.observability.commands`).
 """
 from __future__ import annotations
 
@@ -45,10 +45,10 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from core.commands import LoggedOutputMixin
-from core.logs import log_format
-from core.ports import bind_problem, local_bind_problem, split_addr
-from core.proctree import describe_exit
+from core.observability.commands import LoggedOutputMixin
+from core.observability.logs import log_format
+from core.processes.ports import bind_problem, local_bind_problem, split_addr
+from core.processes.proctree import describe_exit
 from falcon_site.startup import prepare_local_state
 
 GRACE_SECONDS = 10.0
@@ -156,7 +156,7 @@ class Command(LoggedOutputMixin, BaseCommand):
         http, grpc = options["http"], options["grpc"]
         from django.core.exceptions import ImproperlyConfigured
 
-        from core.user_code import require_isolated_user_code
+        from core.processes.user_code import require_isolated_user_code
 
         # Its children would refuse one by one; refusing here starts nothing at all.
         try:

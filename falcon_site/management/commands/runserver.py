@@ -1,21 +1,21 @@
 """`manage.py runserver` (what `runlocal` runs): staticfiles' runserver, structured access lines.
 
 Django's development server logs one access line per request on the `django.server` logger,
-which `core.logs.logging_config` writes through the console handler like every other logger
+which `core.observability.logs.logging_config` writes through the console handler like every other logger
 (`FALCON_LOG_FORMAT`: JSON or readable text). This command gives that line its fields, through
 Django's extension points (the command's `server_cls`, whose request handler is
 `AccessLogHandler`), not by patching Django:
 
 - `method`, `path` (without the query string, which may carry anything), `status`, `bytes`
   (the body bytes sent), `duration_ms` (from the parsed request line to the last byte sent),
-  and `request_id`: the id the request is served under (`core.context.new_request_id`: the
+  and `request_id`: the id the request is served under (`core.observability.context.new_request_id`: the
   client's valid `X-Request-ID`, else a new one), which the handler puts in the request's
-  environ so the middleware (`core.middleware.RequestContextMiddleware`) serves and returns the
+  environ so the middleware (`core.http.middleware.RequestContextMiddleware`) serves and returns the
   same one, and `falcon.http`'s line and this one share it.
 
 Under `json` what the command prints (the system check's summary, "Starting development server
 at ...", Django's warning, "Error: That port is already in use.") is logged too
-(`core.commands.LoggedOutputMixin`), so every line it writes is a JSON object.
+(`core.observability.commands.LoggedOutputMixin`), so every line it writes is a JSON object.
 """
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ from urllib.parse import urlsplit
 from django.contrib.staticfiles.management.commands.runserver import Command as StaticRunserver
 from django.core.servers.basehttp import WSGIRequestHandler, WSGIServer
 
-from core.commands import LoggedOutputMixin
-from core.context import new_request_id
+from core.observability.commands import LoggedOutputMixin
+from core.observability.context import new_request_id
 
 log = logging.getLogger("django.server")
 
@@ -90,7 +90,7 @@ class Command(LoggedOutputMixin, StaticRunserver):
     def run(self, **options) -> None:
         """Refuse, in this process and before the autoreloader starts, what the local mode
         forbids: a non-loopback address without FALCON_LOCAL_ALLOW_NONLOOPBACK (as `rungrpc`,
-        `runlocal` and gunicorn do), and user code run as the server (`core.user_code`).
+        `runlocal` and gunicorn do), and user code run as the server (`core.processes.user_code`).
 
         Checked here rather than left to the served application: under the autoreloader a
         failure in the serving thread leaves the process waiting for file changes, with no
@@ -103,8 +103,8 @@ class Command(LoggedOutputMixin, StaticRunserver):
         from django.core.exceptions import ImproperlyConfigured
         from django.core.management.base import CommandError
 
-        from core.ports import local_bind_problem
-        from core.user_code import require_isolated_user_code
+        from core.processes.ports import local_bind_problem
+        from core.processes.user_code import require_isolated_user_code
 
         addr = f"[{self.addr}]:{self.port}" if self._raw_ipv6 or ":" in self.addr \
             else f"{self.addr}:{self.port}"

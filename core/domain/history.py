@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 
-from .transition_events import TransitionEvent
+from core.domain.transition_events import TransitionEvent
 
 # The most events one read returns (an experiment of 100 roles changes a few hundred times).
 MAX_EVENTS = 5000

@@ -7,8 +7,8 @@ import time
 from django.conf import settings
 from django.http import HttpResponse, JsonResponse
 
-from .parsers import too_large_message
-from .text import strip_blank
+from core.http.parsers import too_large_message
+from core.limits.text import strip_blank
 
 
 class ChunkedBodyWSGIMiddleware:
@@ -93,7 +93,7 @@ class BodySizeLimitMiddleware:
 
     JSON `{"detail": ..., "code": "too_large"}` under /api/, plain text elsewhere; instead of
     Django's HTML 400 from `RequestDataTooBig`. A body without `Content-Length` (chunked) is
-    bounded while it is read (`core.parsers.StrictJSONParser`, Django's own check for forms).
+    bounded while it is read (`core.http.parsers.StrictJSONParser`, Django's own check for forms).
     """
 
     def __init__(self, get_response):
@@ -121,7 +121,7 @@ def empty_query_values(query) -> dict[str, list[str]]:
     `?page_size=` gave the default page while the client meant something. One rule for every
     parameter of every API endpoint, so no view can read it its own way. A blank item inside a
     comma list (`?status=Running,`) is not an empty value: list filters drop it
-    (`core.filters.MultiValueField`).
+    (`core.http.filters.MultiValueField`).
     """
     return {name: ["is empty; give it a value, or leave the parameter out to get its "
                    "default."]
@@ -137,7 +137,7 @@ def _actor_of(request) -> str | None:
 
 
 log = logging.getLogger("falcon.http")
-# The path parameters a request log line carries as ids (core.logs.CONTEXT_KEYS).
+# The path parameters a request log line carries as ids (core.observability.logs.CONTEXT_KEYS).
 PATH_IDS = ("exp_id", "job_id", "analysis_id")
 # Probes and scrapes, every few seconds: logged at DEBUG so they do not drown the requests.
 QUIET_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
@@ -146,9 +146,9 @@ QUIET_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 class RequestContextMiddleware:
     """Give every HTTP request an id and make its user the actor of the changes it causes.
 
-    The id is the incoming `X-Request-ID` when valid (`core.context.new_request_id`), else a new
+    The id is the incoming `X-Request-ID` when valid (`core.observability.context.new_request_id`), else a new
     one; it is current while the request is served (the logs carry it) and returned in the
-    response's `X-Request-ID` header. The actor (`core.context`) is read from `request.user`
+    response's `X-Request-ID` header. The actor (`core.observability.context`) is read from `request.user`
     when a transition needs it: DRF authenticates inside the view, after this middleware, and
     sets `request.user` on the Django request too. One log line per request (`falcon.http`):
     method, path (never the query string, which may carry anything), status and milliseconds,
@@ -163,10 +163,10 @@ class RequestContextMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
-        from .context import (
+        from core.observability.context import (
             new_request_id, reset_actor, reset_request_id, set_actor, set_request_id,
         )
-        from .logs import log_context
+        from core.observability.logs import log_context
 
         request_id = new_request_id(request.headers.get("X-Request-ID"))
         request.request_id = request_id
@@ -189,9 +189,9 @@ class RequestContextMiddleware:
                     fields["bytes"] = len(response.content)
                 log.log(level, "%s %s %s %.1f ms", request.method, request.path,
                         response.status_code, seconds * 1000, extra={**ids, **fields})
-            from .metrics import observe_http
+            from core.observability.metrics import observe_http
 
-            # Labels from closed sets only (core.metrics.http_labels): a made-up method or an
+            # Labels from closed sets only (core.observability.metrics.http_labels): a made-up method or an
             # unmatched path is one series, not one per value sent.
             observe_http(match.route if match else None, request.method,
                          response.status_code, seconds)
@@ -203,7 +203,7 @@ class RequestContextMiddleware:
 
     def process_view(self, request, view_func, view_args, view_kwargs):
         """Make every line the view logs carry the ids of its path (`exp_id`, ...)."""
-        from .logs import add_log_ids
+        from core.observability.logs import add_log_ids
 
         add_log_ids(**{key: value for key, value in view_kwargs.items() if key in PATH_IDS})
         return None

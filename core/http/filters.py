@@ -3,7 +3,7 @@
 Each entity declares its filters once, as a django-filter FilterSet built on `FalconFilterSet`
 (`experiments.filters.ExperimentFilter`, `jobs.filters.JobFilter`,
 `artifacts.filters.ArtifactFilter`). The HTTP list reads them from the query string
-(`core.drf.FilterSetBackend`), the gRPC list maps `CommonListReq` onto them
+(`core.http.drf.FilterSetBackend`), the gRPC list maps `CommonListReq` onto them
 (`core.grpc.from_proto.list_filters`) and the admin's changelist filters and search apply them
 (`core.admin.FilterSetAdminMixin`), so a name means the same rows everywhere and a bad value gives
 the same `ValidationFailed`, naming the filter.
@@ -35,7 +35,7 @@ from django.utils.text import smart_split, unescape_string_literal
 from django_filters.constants import EMPTY_VALUES
 
 from core.errors import ValidationFailed
-from core.text import strip_blank
+from core.limits.text import strip_blank
 
 # Longest value a name filter (`exp_type`, `cluster_name`, ...) accepts: the model fields' size.
 MAX_NAME_CHARS = 255
@@ -132,7 +132,7 @@ class MultiValueField(forms.Field):
                 items.append(raw)
         if raw_items and all(isinstance(item, str) and not strip_blank(item) for item in items):
             # `?status=,` or `?status=%20,`: nothing but blanks is an empty value, refused as
-            # `?status=` is (core.middleware.EmptyQueryValueMiddleware), never "no filter".
+            # `?status=` is (core.http.middleware.EmptyQueryValueMiddleware), never "no filter".
             raise forms.ValidationError("has no value, only blanks; give a value, or leave the "
                                         "parameter out.", code="invalid")
         items = [item for item in items if item not in EMPTY_VALUES]
@@ -179,7 +179,7 @@ class IdListField(MultiValueField):
         if isinstance(item, bool):
             raise ValueError(item)
         if isinstance(item, str):
-            from core.numbers import parse_decimal
+            from core.limits.numbers import parse_decimal
 
             # BadNumber is a ValueError: the item is reported with the others.
             item = parse_decimal(item, minimum=1, maximum=MAX_ID)
@@ -200,7 +200,7 @@ class IdSequenceField(IdListField):
 
 
 class ChoiceListField(MultiValueField):
-    """A list of values out of `choices` (`[(value, label)]`, e.g. `core.statuses.choices`)."""
+    """A list of values out of `choices` (`[(value, label)]`, e.g. `core.domain.statuses.choices`)."""
 
     def __init__(self, *, choices: Iterable[tuple[Any, Any]], **kwargs: Any):
         self.choices = [(str(value), label) for value, label in choices]

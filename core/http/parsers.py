@@ -1,6 +1,6 @@
-"""The HTTP body parser: JSON only, bounded in size and depth, strict (`core.jsoninput`).
+"""The HTTP body parser: JSON only, bounded in size and depth, strict (`core.limits.jsoninput`).
 
-Kept apart from `core.drf`, which imports DRF's views: DRF's settings import this parser.
+Kept apart from `core.http.drf`, which imports DRF's views: DRF's settings import this parser.
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from rest_framework import status
 from rest_framework.exceptions import APIException, ParseError
 from rest_framework.parsers import JSONParser
 
-from . import jsoninput
+from core.limits import jsoninput
 
 
 def too_large_message(size: int | None = None) -> str:
@@ -29,7 +29,7 @@ class RequestTooLarge(APIException):
 
 
 class StrictJSONParser(JSONParser):
-    """DRF's JSON parser, bounded and strict (`core.jsoninput`).
+    """DRF's JSON parser, bounded and strict (`core.limits.jsoninput`).
 
     Reads at most `DATA_UPLOAD_MAX_MEMORY_SIZE` bytes (413 `too_large` beyond), and refuses
     nesting deeper than `MAX_JSON_DEPTH`, a key given twice in one object, NaN/Infinity and lone

@@ -2,11 +2,11 @@
 
 Two context variables, set once per request by the interfaces and read by the code below them:
 
-- the actor: who asked for a change. The HTTP middleware (`core.middleware.RequestContextMiddleware`)
+- the actor: who asked for a change. The HTTP middleware (`core.http.middleware.RequestContextMiddleware`)
   sets a resolver reading `request.user` when it is needed (DRF authenticates inside the view,
   after the middleware ran); the gRPC interceptor sets the authenticated principal's label
   (a user's email, `service <name>` or `internal service`, i.e. the controller identity). The
-  transition engine (`core.statemachine`) records it with every status change. Outside a
+  transition engine (`core.domain.statemachine`) records it with every status change. Outside a
   request (a management command, a test) the actor is `system`.
 - the request id: an incoming `X-Request-ID` (HTTP) or `x-request-id` (gRPC metadata) when it is
   a short printable token, else a new random one (32 hex digits); the logs carry it
@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from core.redaction import redact
+from core.observability.redaction import redact
 
 SYSTEM_ACTOR = "system"
 # What an incoming request id may be: printable ASCII without spaces, at most 128 characters

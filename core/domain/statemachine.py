@@ -15,7 +15,7 @@ because a full `save()` would silently revert columns another process just chang
 It is also the one place where the text a transition carries (`reason`, `message`, and text
 columns in `extra` such as `cluster_job_name`, all sent by controllers) is bounded: cut to its
 column's length, and `message` to `MAX_STATUS_MESSAGE_BYTES`, ending with a visible
-`… [truncated N bytes]` (`core.text.truncate`). Otherwise one 5 MiB message would be stored and
+`… [truncated N bytes]` (`core.limits.text.truncate`). Otherwise one 5 MiB message would be stored and
 sent in every reply and page that carries its row.
 
 It is also the one place that records a run's start as its cluster reported it: a transition
@@ -46,13 +46,13 @@ from django.db import models, transaction
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from core.context import current_actor
+from core.observability.context import current_actor
 from core.errors import Conflict, InvalidTransition, NotFound, TransitionRace, ValidationFailed
-from core.prepared import insert_rows
-from core.text import truncate
+from core.database.prepared import insert_rows
+from core.limits.text import truncate
 
 log = logging.getLogger("falcon.transitions")
-# The log key of each entity's id (core.logs.CONTEXT_KEYS).
+# The log key of each entity's id (core.observability.logs.CONTEXT_KEYS).
 ID_KEYS = {"experiment": "exp_id", "job": "job_id", "artifact": "artifact_id",
            "analysis": "analysis_id"}
 
@@ -94,7 +94,7 @@ EVENT_FIELDS = ("entity_type", "entity_id", "experiment_id", "from_status", "to_
 def record_transitions(machine: "StateMachine", changes: list[tuple[Any, Any, str, str, str]],
                        *, target: str, at: datetime, using: str) -> None:
     """Write one `TransitionEvent` per changed row with one prepared INSERT
-    (`core.prepared.insert_rows`), in the caller's transaction.
+    (`core.database.prepared.insert_rows`), in the caller's transaction.
 
     Args:
         machine: the entity's table (its `name`, lower-cased, is the event's entity type).
@@ -104,7 +104,7 @@ def record_transitions(machine: "StateMachine", changes: list[tuple[Any, Any, st
         at: the time of the change (the rows' `updated_at`).
         using: the database alias of the transaction.
     """
-    from core.transition_events import TransitionEvent
+    from core.domain.transition_events import TransitionEvent
 
     if not changes:
         return
@@ -114,7 +114,7 @@ def record_transitions(machine: "StateMachine", changes: list[tuple[Any, Any, st
         (entity, str(pk), exp_id, source, target, reason or "", message or "", actor, at)
         for pk, exp_id, source, reason, message in changes
     ], using=using)
-    # Logged once the change is committed, with the ids of what changed (core.logs).
+    # Logged once the change is committed, with the ids of what changed (core.observability.logs).
     lines = [(f"{machine.name} {pk}: {source} -> {target}"
               + (f" ({reason})" if reason else "") + f" by {actor}",
               {"exp_id": exp_id, ID_KEYS.get(entity, "entity_id"): pk})
@@ -633,7 +633,7 @@ def run_lifecycle(name: str, statuses: type[StrEnum], *, terminal: frozenset[str
         name: the entity's name for messages ("Experiment").
         statuses: its status enum; must have RUNNING, SUCCEEDED, FAILED, ABORTING, ABORTED
             after its initial member.
-        terminal: its terminal set from `core.statuses` (Succeeded, Failed, Aborted).
+        terminal: its terminal set from `core.domain.statuses` (Succeeded, Failed, Aborted).
 
     Raises:
         ValueError: `terminal` is not the set of states this table cannot leave.

@@ -27,8 +27,8 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.sql.constants import MULTI
 
-from .errors import ValidationFailed
-from .jsoninput import has_surrogate
+from core.errors import ValidationFailed
+from core.limits.jsoninput import has_surrogate
 
 VERSION = 1
 # Bounds of a 64-bit signed integer column: larger numbers would fail in the driver.
@@ -226,7 +226,7 @@ def page_rows(queryset, page_size: int, keys: list[Key]) -> list[dict[str, Any]]
         ValueError: the queryset does not read every key (a caller's bug).
     """
     # The columns' names as `.values()` gives them (Django 5.2 keeps them in `selected`,
-    # annotations included; `core.prepared.IdsQuery` reads them the same way).
+    # annotations included; `core.database.prepared.IdsQuery` reads them the same way).
     names = list(getattr(queryset.query, "selected", None) or queryset.query.values_select)
     if any(key.name not in names for key in keys):
         raise ValueError(f"the page query reads {names}, not every key of "

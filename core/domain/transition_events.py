@@ -1,4 +1,4 @@
-"""The transition history's model: one row per status change, written by `core.statemachine`.
+"""The transition history's model: one row per status change, written by `core.domain.statemachine`.
 
 Its own module so that the engine can import the model it writes without importing the abstract
 models that call the engine (`core.models` re-exports it: the model belongs to the `core` app).
@@ -11,7 +11,7 @@ from django.db import models
 class TransitionEvent(models.Model):
     """One status change of an experiment, a job, an artifact or an analysis.
 
-    Written by the transition engine (`core.statemachine`) in the same transaction as the change,
+    Written by the transition engine (`core.domain.statemachine`) in the same transaction as the change,
     never by anything else, and never updated. Rows outlive the entity (no foreign key): deleting
     an experiment keeps the record of what happened to it.
 
@@ -22,7 +22,7 @@ class TransitionEvent(models.Model):
         from_status, to_status: the status left and the status entered.
         reason, message: the row's cause and detail after the change.
         actor: who asked: a user's email, a service's label (`internal service`,
-            `service <name>`: a controller) or `system` (`core.context.current_actor`).
+            `service <name>`: a controller) or `system` (`core.observability.context.current_actor`).
         at: when, to the microsecond (DATETIME(6) on MariaDB).
     """
 

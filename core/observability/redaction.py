@@ -1,7 +1,7 @@
 """Find credentials in text and replace them: for log lines, request ids and stored messages.
 
-Its own module so that both the request context (`core.context`, which refuses a credential sent
-as a request id) and the log formatting (`core.logs`) can use it without importing each other.
+Its own module so that both the request context (`core.observability.context`, which refuses a credential sent
+as a request id) and the log formatting (`core.observability.logs`) can use it without importing each other.
 """
 from __future__ import annotations
 

@@ -73,7 +73,7 @@ class JsonObject(_SQLiteAndMySQLOnly, Func):
     """`JSON_OBJECT('key', value, ...)` with the keys written into the SQL, not as parameters.
 
     Django's own `JSONObject` passes each key as a query parameter; keeping the keys in the
-    text leaves a query's parameters to its filter values (`core.prepared.IdsQuery` compiles
+    text leaves a query's parameters to its filter values (`core.database.prepared.IdsQuery` compiles
     a query once and binds only ids).
 
     Args:

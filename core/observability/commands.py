@@ -3,7 +3,7 @@
 Under `FALCON_LOG_FORMAT=json` every line a process writes must be a JSON object, and Django's
 commands print plain text (`self.stdout`, `self.stderr`: runserver's banner, a system check's
 summary, `CommandError: ...`). `LoggedOutputMixin` gives such a command streams that log each
-line (`core.logs.LogWriter`): stdout lines at INFO, stderr lines at WARNING, on the logger
+line (`core.observability.logs.LogWriter`): stdout lines at INFO, stderr lines at WARNING, on the logger
 `falcon.commands.<command>`. Under `text` nothing changes: the lines are printed as written.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .logs import LogWriter, log_format
+from core.observability.logs import LogWriter, log_format
 
 
 class LoggedOutputMixin:

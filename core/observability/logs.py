@@ -8,7 +8,7 @@ analysis the line is about); `text` (the default) writes
 Every record goes through `ContextFilter` (installed on the handler, so it sees every logger's
 records), which
 
-- adds `request_id`: the HTTP request's or gRPC call's id (`core.context`), `-` outside one;
+- adds `request_id`: the HTTP request's or gRPC call's id (`core.observability.context`), `-` outside one;
 - adds the ids of the current `log_context` (`exp_id`, `job_id`, `artifact_id`,
   `analysis_id`) unless the call passed its own in `extra`;
 - masks credentials that reached a message anyway (`Bearer <token>`, a JWT, `token=...`), so no
@@ -46,8 +46,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from core.context import current_request_id
-from core.redaction import REDACTED, SECRET_PATTERNS, redact  # noqa: F401 (re-exported)
+from core.observability.context import current_request_id
+from core.observability.redaction import REDACTED, SECRET_PATTERNS, redact  # noqa: F401 (re-exported)
 
 # The ids a log line about an entity carries, as JSON keys and `key=value` text.
 CONTEXT_KEYS = ("exp_id", "job_id", "artifact_id", "analysis_id")
@@ -136,7 +136,7 @@ class ContextFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         # Django logs a response (`django.request`) after the middleware reset the id: the
-        # request object it passes still has it (`core.middleware.RequestContextMiddleware`).
+        # request object it passes still has it (`core.http.middleware.RequestContextMiddleware`).
         record.request_id = (getattr(record, "request_id", None) or current_request_id()
                              or getattr(getattr(record, "request", None), "request_id", None)
                              or "-")
@@ -187,9 +187,9 @@ def logging_config(fmt: str = "text", level: str = "INFO") -> dict[str, Any]:
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "filters": {"context": {"()": "core.logs.ContextFilter"}},
+        "filters": {"context": {"()": "core.observability.logs.ContextFilter"}},
         "formatters": {
-            "text": {"()": "core.logs.TextFormatter",
+            "text": {"()": "core.observability.logs.TextFormatter",
                      "fmt": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] "
                                "%(message)s%(context)s"},
             "json": {

@@ -1,6 +1,6 @@
 """OpenAPI postprocessing: the JSON error body and the error answers every operation can give.
 
-`core.drf.exception_handler` (and `core.drf.not_found`, `core.middleware`) answer every API error
+`core.http.drf.exception_handler` (and `core.http.drf.not_found`, `core.http.middleware`) answer every API error
 with `{"detail": ..., "code": ...}`, or `{<field>: [messages], "code": ...}` for invalid fields.
 drf-spectacular documents only the answers a view names, so this hook adds, to each operation,
 the error statuses the server answers for it and gives every error response that JSON body:
@@ -59,7 +59,7 @@ def _nullable_to_type_list(node) -> None:
 
 
 def _refuse_empty(schema) -> None:
-    """State the empty-value rule (`core.middleware.EmptyQueryValueMiddleware`) in a query
+    """State the empty-value rule (`core.http.middleware.EmptyQueryValueMiddleware`) in a query
     parameter's schema: a text value holds a character other than a space (`pattern: \\S`,
     JSON Schema's unanchored search), an array each of its items."""
     if not isinstance(schema, dict):

@@ -19,10 +19,10 @@ from rest_framework.pagination import CursorPagination
 from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from . import keyset
-from .errors import FalconError, ValidationFailed
-from .filters import MultiValueFilter
-from .parsers import RequestTooLarge, too_large_message
+from core.http import keyset
+from core.errors import FalconError, ValidationFailed
+from core.http.filters import MultiValueFilter
+from core.http.parsers import RequestTooLarge, too_large_message
 
 
 class DomainAPIException(APIException):
@@ -170,13 +170,13 @@ class StrictCursorPagination(CursorPagination):
 
     DRF's cursor keeps a position on the first ordering key plus an offset among rows sharing
     it, so deleting a seen row with the same key made an unseen one vanish. Here the position is
-    the full key of the last row sent, id included (`core.keyset`), and a cursor that this API
+    the full key of the last row sent, id included (`core.http.keyset`), and a cursor that this API
     did not give out (forged, garbled, made for another ordering) is a 400 naming `cursor`, never
     a 404 or 500. The response shape (`next`, `previous`, `results`) and the query parameters
     are DRF's.
 
     `keys_only = True` makes a page of `{"id": ...}` rows, read with the ordering's keys alone
-    (`core.keyset.page_rows`), for a view that reads the rows' contents by id afterwards.
+    (`core.http.keyset.page_rows`), for a view that reads the rows' contents by id afterwards.
     """
 
     keys_only = False
@@ -190,7 +190,7 @@ class StrictCursorPagination(CursorPagination):
         raw = request.query_params.get(self.page_size_query_param)
         if raw is None:
             return self.page_size
-        from core.numbers import BadNumber, parse_decimal
+        from core.limits.numbers import BadNumber, parse_decimal
 
         try:
             return parse_decimal(raw, minimum=1, maximum=self.max_page_size)

@@ -59,7 +59,7 @@ def is_unavailable(exc: BaseException) -> bool:
     Every other `OperationalError` is not: SQLite's "LIKE or GLOB pattern too complex", "too
     many SQL variables", "string or blob too big" or MariaDB's "Out of range value" are caused
     by the query, and would fail the same way on every retry. Those must be bounded before the
-    query is made (`core.filters`); one that is not is a server error (INTERNAL, HTTP 500),
+    query is made (`core.http.filters`); one that is not is a server error (INTERNAL, HTTP 500),
     never UNAVAILABLE, which tells a client to retry what cannot succeed.
     """
     if not isinstance(exc, OperationalError) or not exc.args:

@@ -1,0 +1,1 @@
+"""Database helpers: bounded retries of lock conflicts, prepared queries."""

@@ -1,0 +1,1 @@
+"""The domain engine: the status vocabulary, the guarded transition engine and its history, fair admission."""

@@ -1,0 +1,1 @@
+"""Observability: structured logs, credential redaction, the request's context (actor, request id), Prometheus metrics, command output."""
