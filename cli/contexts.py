@@ -14,7 +14,6 @@ renamed over the old one, in a 0700 folder):
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ import rich_click as click
 from .errors import CLIError
 from .exit_codes import ExitCode
 from .options import output_option, pass_env
+from .token_cache import write_private_json
 
 FILE_NAME = "config.json"
 FORMAT_VERSION = 1
@@ -61,19 +61,7 @@ def load(config_dir: Path) -> dict[str, Any]:
 
 def save(config_dir: Path, data: dict[str, Any]) -> None:
     """Write the contexts file: 0600 from creation, atomically, in a 0700 folder."""
-    config_dir = Path(config_dir)
-    config_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path = _path(config_dir)
-    tmp = path.with_name(f".{FILE_NAME}.{os.getpid()}.tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_private_json(_path(Path(config_dir)), data)
 
 
 def current_server(config_dir: Path) -> str | None:

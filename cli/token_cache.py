@@ -103,6 +103,24 @@ def format_time(epoch: float) -> str:
     return datetime.fromtimestamp(epoch).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z").strip()
 
 
+def write_private_json(path: Path, data: dict[str, Any]) -> None:
+    """Write `data` as JSON to `path` atomically, the file 0600 from its creation (never a
+    chmod afterwards, so a token is never readable by others) in a 0700 folder."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 @dataclass(frozen=True)
 class Session:
     """A cached login for one server.
@@ -160,20 +178,7 @@ class CredentialStore:
         return data
 
     def _save(self, data: dict[str, Any]) -> None:
-        self.config_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{FILE_NAME}.{os.getpid()}.tmp")
-        tmp.unlink(missing_ok=True)
-        # 0600 at creation, never chmod afterwards: the token is never visible to others.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(data, fh, indent=2, sort_keys=True)
-                fh.write("\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        write_private_json(self.path, data)
 
     def get(self, server: str) -> Session | None:
         """Return the session cached for `server` (normalized), or None.
