@@ -128,10 +128,14 @@ def truncated(text: Any, max_chars: int = 40) -> str:
 
 def duration(started: datetime | None, finished: datetime | None,
              now: datetime | None = None) -> str:
-    """How long a run ran, `1h 02m 03s` (seconds), up to now while it runs; `-` before it."""
+    """How long a run ran, `1h 02m 03s` (seconds), up to now while it runs; `-` before it.
+    Under a second it is shown in milliseconds (`12 ms`), never as `0s`."""
     if started is None:
         return "-"
-    seconds = int(((finished or now or timezone.now()) - started).total_seconds())
+    exact = ((finished or now or timezone.now()) - started).total_seconds()
+    if 0 <= exact < 1:
+        return f"{round(exact * 1000)} ms"
+    seconds = int(exact)
     hours, rest = divmod(max(seconds, 0), 3600)
     minutes, seconds = divmod(rest, 60)
     if hours:

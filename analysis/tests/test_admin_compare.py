@@ -154,3 +154,21 @@ def test_a_change_is_better_or_worse_by_the_catalogs_direction(change, better, v
     from analysis.admin_compare import _verdict
 
     assert _verdict({"change": change}, better) == verdict
+
+
+def test_a_sub_second_run_shows_its_duration_not_zero(ops, three):
+    base, slow, same = three
+    from datetime import timedelta
+
+    from experiments.models import Experiment
+    from jobs.models import Job
+
+    start = base.created_at
+    Experiment.objects.filter(pk=base.pk).update(started_at=start,
+                                                 finished_at=start + timedelta(milliseconds=12))
+    Job.objects.filter(experiment=base).update(started_at=start,
+                                        finished_at=start + timedelta(milliseconds=12))
+    text = ops.get(f"{PAGE}?ids={base.pk},{slow.pk}").content.decode()
+    table = text.split('id="falcon-compare-exps"')[1].split("</table>")[0]
+    assert "0.012 s" in table, table
+    assert "0.0 s" not in table, table
