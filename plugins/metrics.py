@@ -26,8 +26,9 @@ _VALUE_NAME = re.compile(r"^[A-Za-z0-9_]+(\.\*)?$")
 RULE_FIELDS = ("kind", "path", "values", "units", "better")
 BETTER = ("higher", "lower")
 # A metric's unit from the end of its name, the plugins' own convention (docs/plugins.md).
+# Throughputs are named by their unit alone as often as by a suffix (`gflops`, `step_tflops`).
 SUFFIX_UNITS = (("_us", "us"), ("_ms", "ms"), ("_seconds", "s"), ("_s", "s"),
-                ("_bytes", "bytes"))
+                ("_bytes", "bytes"), ("gflops", "GFLOP/s"), ("tflops", "TFLOP/s"))
 # What one results file may contribute: a compare reads many of them in one request.
 MAX_METRICS_PER_RESULT = 5000
 
@@ -67,7 +68,9 @@ def _escaped(char: str) -> str:
 
 
 def unit_for(name: str) -> str:
-    """The unit a metric's name implies by its suffix (`total_us` -> `us`), else ``""``."""
+    """The unit a metric's name implies by its suffix (`total_us` -> `us`, `gflops` ->
+    `GFLOP/s`, whatever the case), else ``""``."""
+    name = name.lower()
     for suffix, unit in SUFFIX_UNITS:
         if name.endswith(suffix):
             return unit

@@ -137,7 +137,8 @@ def test_select_compare_read_the_table_and_one_mark_per_experiment(page, live_se
     values = [cells.nth(i).inner_text().splitlines()[0] for i in range(cells.count())]
     headers = page.locator("#falcon-compare-metrics thead th").all_inner_texts()[4:]
     order = [int(h.strip().lstrip("#")) for h in headers]
-    expected = {base.pk: "100", slow.pk: "50", same.pk: "102", hostile.pk: "99"}
+    expected = {base.pk: "100 GFLOP/s", slow.pk: "50 GFLOP/s", same.pk: "102 GFLOP/s",
+                hostile.pk: "99 GFLOP/s"}
     assert values == [expected[pk] for pk in order]
     assert "-50.0 %" in cells.nth(order.index(slow.pk)).inner_text()
     assert "falcon-changed" in cells.nth(order.index(slow.pk)).get_attribute("class")
@@ -162,6 +163,6 @@ def test_select_compare_read_the_table_and_one_mark_per_experiment(page, live_se
         assert [int(label.split()[0].lstrip("#")) for label in labels] == order
     gflops = charts.nth(0).locator("rect.falcon-mark")
     assert [float(gflops.nth(j).get_attribute("data-value")) for j in range(4)] == [
-        float(expected[pk]) for pk in order]
+        float(expected[pk].split()[0]) for pk in order]
     assert page.evaluate("window.__pwned") is None
     _shot(page, "compare.png")

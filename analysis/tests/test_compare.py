@@ -60,7 +60,7 @@ def test_a_slower_dtype_shows_the_config_key_and_the_metric_that_dropped(alice, 
     assert [d["path"] for d in doc["differences"] if d["path"] != "duration_seconds"] == [
         "cloned_from", "config.dtype"]
     mean = _metric(doc, "bench-summary", "results.gflops.mean")
-    assert mean["unit"] == "" and [c["state"] for c in mean["values"]] == ["number", "number"]
+    assert mean["unit"] == "GFLOP/s" and [c["state"] for c in mean["values"]] == ["number", "number"]
     assert mean["values"][0] == {"state": "number", "value": 100.0, "change": 0.0,
                                  "change_percent": 0.0}
     assert mean["values"][1] == {"state": "number", "value": 50.0, "change": -50.0,

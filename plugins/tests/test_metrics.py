@@ -60,7 +60,7 @@ def test_bench_summary_metrics_keep_the_results_own_key_paths(tmp_path, out):
     assert got.values["results.gflops.count"] == 3
     assert got.units["results.gflops.count"] == "count"
     assert got.units["results.latency_ms.p99"] == "ms"  # from the metric's own name
-    assert got.units["mem_bytes.max"] == "bytes" and got.units["results.gflops.p50"] == ""
+    assert got.units["mem_bytes.max"] == "bytes" and got.units["results.gflops.p50"] == "GFLOP/s"
 
 
 def test_group_by_results_get_the_group_as_a_key():
@@ -130,3 +130,13 @@ def test_changes_against_zero_and_patterns():
     assert path_matches('ops["a.b"].*', 'ops["a.b"].self_us')  # `[` is itself
     assert not path_matches("results.gflops.p9?", "results.gflops.p9")
     assert not path_matches("*.mean", "results.gflops.mean_x")
+
+
+@pytest.mark.parametrize("name,unit", [
+    ("gflops", "GFLOP/s"), ("step_TFLOPS", "TFLOP/s"), ("latency_ms", "ms"), ("Total_US", "us"),
+    ("wall_seconds", "s"), ("peak_bytes", "bytes"), ("tokens", ""), ("flops_per_step", ""),
+])
+def test_a_unit_comes_from_the_end_of_the_name_in_any_case(name, unit):
+    from plugins.metrics import unit_for
+
+    assert unit_for(name) == unit
