@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from plugins.metrics import unit_for
+
 BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 
 
@@ -130,14 +132,13 @@ def tables(plugin_name: str, records: list[dict[str, Any]]) -> list[Table]:
 
 
 def unit_of(field: str) -> str:
-    """The unit a result field's name states: `*_us` microseconds, `*_ms`, `*_s`/`*_seconds`,
-    `*_bytes` (or `bytes`) bytes; `""` for a name that states none."""
+    """The unit a result field's name states, by the metrics' one convention
+    (`plugins.metrics.unit_for`: `*_us`, `*_ms`, `*_s`, `*_bytes`, `gflops`...), with bytes
+    as `B` (the charts scale them to KiB, MiB...) and a field named `bytes` in bytes too;
+    `""` for a name that states none."""
     name = str(field).lower()
-    for suffix, unit in (("_us", "us"), ("_ms", "ms"), ("_seconds", "s"), ("_s", "s"),
-                         ("_bytes", "B")):
-        if name.endswith(suffix):
-            return unit
-    return "B" if name == "bytes" else ""
+    unit = "bytes" if name == "bytes" else unit_for(name)
+    return "B" if unit == "bytes" else unit
 
 
 @dataclass(frozen=True)

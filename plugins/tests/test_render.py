@@ -63,7 +63,7 @@ def test_series_of_each_built_in_plugin_from_real_results(tmp_path, out):
     (tmp_path / "r.csv").write_text("lat_us,gflops\n1,10\n2,30\n")
     records = run_plugin("bench-summary", "--input", tmp_path / "r.csv", output=out).records
     gflops, lat = series("bench-summary", records)
-    assert (gflops.title, gflops.unit, lat.title, lat.unit) == ("gflops", "", "lat_us", "us")
+    assert (gflops.title, gflops.unit, lat.title, lat.unit) == ("gflops", "GFLOP/s", "lat_us", "us")
     assert dict(gflops.points) == {"min": 10, "p50": 20, "mean": 20, "p90": 28, "p99": 29.8,
                                    "max": 30}
 
