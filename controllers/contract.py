@@ -8,7 +8,7 @@ status enums of `core.domain.statuses`, never as bare strings: the gRPC client c
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol

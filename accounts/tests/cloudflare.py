@@ -288,6 +288,6 @@ def offline_access() -> Iterator[CloudflareAccess]:
     current, previous = signing_key("current"), signing_key("previous")
     server = CertsServer(certs_document([current, previous]))
     try:
-        yield access
+        yield CloudflareAccess(certs=server, current=current, previous=previous)
     finally:
         server.close()
