@@ -83,6 +83,6 @@ def test_numbers_are_formatted_with_their_units(value, unit, shown):
 
 @pytest.mark.parametrize(("field", "unit"), [("self_us", "us"), ("latency_ms", "ms"),
                                              ("wall_seconds", "s"), ("output_bytes", "B"),
-                                             ("bytes", "B"), ("gflops", ""), ("count", "")])
+                                             ("bytes", "B"), ("gflops", "GFLOP/s"), ("count", "")])
 def test_units_from_field_names(field, unit):
     assert unit_of(field) == unit
