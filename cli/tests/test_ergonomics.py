@@ -313,14 +313,20 @@ def test_abort_wait_follows_the_experiment_until_aborted(logged_in, files):
     assert out.rstrip().endswith(f"experiment {exp_id} Aborted")
 
 
-@pytest.mark.django_db(transaction=True)
-def test_abort_wait_of_a_finished_experiment_says_how_it_ended(logged_in, files):
+def _failed_exp(logged_in, files, name: str) -> int:
+    """An experiment created through the CLI, then Failed (a finished one)."""
     from experiments.services import exp_update_status
 
-    result = logged_in("exp", "create", "--name", "done", "--cluster", "c", "--type", "t",
+    result = logged_in("exp", "create", "--name", name, "--cluster", "c", "--type", "t",
                        "--role-to-task-spec", files("tasks.yaml", TASKS_YAML), "-o", "json")
     exp_id = json.loads(result.stdout)["id"]
     exp_update_status(exp_id=exp_id, status="Failed")
+    return exp_id
+
+
+@pytest.mark.django_db(transaction=True)
+def test_abort_wait_of_a_finished_experiment_says_how_it_ended(logged_in, files):
+    exp_id = _failed_exp(logged_in, files, "done")
     done = run("exp", "abort", str(exp_id), "--wait", config_dir=logged_in.config_dir,
                server=logged_in.server)
     assert done.returncode in (ExitCode.EXP_FAILED, ExitCode.CONFLICT), done.stderr
@@ -330,12 +336,8 @@ def test_abort_wait_of_a_finished_experiment_says_how_it_ended(logged_in, files)
 @pytest.mark.django_db(transaction=True)
 def test_both_deletes_refuse_without_a_terminal_unless_yes(logged_in, files):
     from experiments.models import Experiment
-    from experiments.services import exp_update_status
 
-    result = logged_in("exp", "create", "--name", "gone", "--cluster", "c", "--type", "t",
-                       "--role-to-task-spec", files("tasks.yaml", TASKS_YAML), "-o", "json")
-    exp_id = json.loads(result.stdout)["id"]
-    exp_update_status(exp_id=exp_id, status="Failed")
+    exp_id = _failed_exp(logged_in, files, "gone")
     for args in (["exp", "delete", str(exp_id)], ["analysis", "delete", "an-1"]):
         done = run(*args, config_dir=logged_in.config_dir, server=logged_in.server,
                    input="y\n")
