@@ -1,6 +1,6 @@
 """The `exp` group and what its commands share: the API path, the limits and the polls.
 
-Only click is imported at module level; httpx, rich and yaml are imported inside the commands
+Only click is imported at module level; urllib3, rich and yaml are imported inside the commands
 (`falcon --help` stays fast).
 """
 from __future__ import annotations

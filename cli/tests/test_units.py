@@ -125,6 +125,8 @@ def test_pagination_uses_only_the_cursor_of_next_links_on_its_own_server():
 
     from cli.client import FalconClient
 
+    from .conftest import MockTransport
+
     seen: list[httpx.Request] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -136,7 +138,7 @@ def test_pagination_uses_only_the_cursor_of_next_links_on_its_own_server():
         return httpx.Response(200, json={"next": None, "results": [{"id": 1}]})
 
     client = FalconClient("http://falcon.test:8000", token_provider=lambda: "tok",
-                          transport=httpx.MockTransport(handler))
+                          transport=MockTransport(handler))
     assert [e["id"] for e in client.paginate("/api/v1/exps", params=[("page_size", "1")],
                                              limit=10)] == [2, 1]
     assert [r.url.host for r in seen] == ["falcon.test", "falcon.test"]
