@@ -127,12 +127,12 @@ def error_from_response(status: int, body: Any, *, url: str) -> CLIError:
     return CLIError(message, exit_code, status=status)
 
 
-def _proxy_for(url: str, environ: Mapping[str, str]) -> str | None:
+def _proxy_for(url: str) -> str | None:
     """Return the proxy URL the environment names for `url` (`HTTPS_PROXY`, `HTTP_PROXY`,
     `ALL_PROXY`, lower case too), None when there is none or `NO_PROXY` exempts its host: the
     standard library's reading of them (`urllib.request`), as httpx and requests use."""
-    if not any(name.lower().endswith("_proxy") for name in environ):
-        return None
+    if not any(name.lower().endswith("_proxy") for name in os.environ):
+        return None  # the common case, without importing urllib.request
     from urllib.request import getproxies_environment, proxy_bypass_environment
 
     proxies = getproxies_environment()
@@ -143,21 +143,20 @@ def _proxy_for(url: str, environ: Mapping[str, str]) -> str | None:
     return proxy
 
 
-def pool_for(server: str, environ: Mapping[str, str] | None = None) -> urllib3.PoolManager:
+def pool_for(server: str) -> urllib3.PoolManager:
     """Return the urllib3 pool that reaches `server`: through the environment's proxy, if any;
     certificates checked against `SSL_CERT_FILE` / `SSL_CERT_DIR`, else certifi's bundle (as
     httpx did). Retries and redirects are off (the client decides)."""
-    environ = os.environ if environ is None else environ
     options: dict[str, Any] = {"retries": False}
     if server.startswith("https:"):
-        if environ.get("SSL_CERT_FILE") or environ.get("SSL_CERT_DIR"):
-            options["ca_certs"] = environ.get("SSL_CERT_FILE") or None
-            options["ca_cert_dir"] = environ.get("SSL_CERT_DIR") or None
+        cert_file, cert_dir = os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")
+        if cert_file or cert_dir:
+            options.update(ca_certs=cert_file or None, ca_cert_dir=cert_dir or None)
         else:
             import certifi
 
             options["ca_certs"] = certifi.where()
-    proxy = _proxy_for(server, environ)
+    proxy = _proxy_for(server)
     if proxy:
         return urllib3.ProxyManager(proxy, **options)
     return urllib3.PoolManager(**options)
