@@ -112,3 +112,25 @@ def test_a_piped_exp_list_imports_neither_rich_console_nor_httpx_nor_yaml(tmp_pa
     assert code == 0 and out == "No experiments match.\n"
     assert "urllib3" in loaded and "cli.table" in loaded
     assert _under(loaded, NOT_FOR_A_PIPED_LIST) == []
+
+
+def test_every_exp_command_is_found_in_the_module_that_defines_it():
+    from cli.exp.group import COMMAND_MODULES, exp_group
+
+    import click
+
+    names = exp_group.list_commands(click.Context(exp_group))  # imports every module
+    assert sorted(names) == sorted(COMMAND_MODULES)
+    for name, module in COMMAND_MODULES.items():
+        assert exp_group.commands[name].callback.__module__ == f"cli.exp.{module}", name
+
+
+def test_exp_list_imports_only_its_own_command_module():
+    # `--limit 0` is refused by `list` itself, after the group looked the command up.
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys\nfrom cli.main import main\n"
+         "try:\n    main(['exp', 'list', '--limit', '0'])\nexcept SystemExit:\n    pass\n"
+         "print(','.join(sorted(m for m in sys.modules if m.startswith('cli.exp.'))))"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip().splitlines()[-1].split(",") == [
+        "cli.exp.group", "cli.exp.inputs", "cli.exp.read"]
