@@ -1,6 +1,6 @@
 """`falcon analysis` and `falcon plugins`: the Data Analyzer's HTTP API (docs/analyzer.md).
 
-Only click is imported at module level; httpx, rich and yaml are imported inside the commands.
+Only click is imported at module level; urllib3, rich and yaml are imported inside the commands.
 
 The API server keeps the analysis records; what has a side effect on the analyzer controller
 (creating, cancelling, deleting, the live log, the plugin catalog) goes through it, and a 503

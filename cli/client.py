@@ -8,20 +8,30 @@ carried to another host.
 
 Errors become `CLIError`s with one line and an `ExitCode` chosen from the response's stable
 `code` (decisions.md#dec-errors) or, when there is none, from the HTTP status: never from the text.
+
+The HTTP library is urllib3 (docs/decisions.md#dec-cli-startup: it costs the CLI's start-up
+half of what httpx did), with what httpx gave the CLI kept: a connect and a read timeout, no
+retry of its own (`request(attempts=...)` retries with tenacity), no redirect followed, the
+proxies of `HTTP_PROXY` / `HTTPS_PROXY` / `ALL_PROXY` / `NO_PROXY`, and certifi's CA bundle
+(or `SSL_CERT_FILE` / `SSL_CERT_DIR`) for https.
 """
 from __future__ import annotations
 
+import json as jsonlib
+import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
-import httpx
+import urllib3
+from urllib3.exceptions import HTTPError, NewConnectionError, TimeoutError
 
 from .errors import CLIError
 from .exit_codes import ExitCode
 
 USER_AGENT = "falcon-cli/0.1.0"
 CONNECT_TIMEOUT = 5.0  # seconds
+STREAM_CHUNK = 64 * 1024  # bytes read at a time from a download
 
 
 class RedirectedError(CLIError):
@@ -117,6 +127,41 @@ def error_from_response(status: int, body: Any, *, url: str) -> CLIError:
     return CLIError(message, exit_code, status=status)
 
 
+def _proxy_for(url: str) -> str | None:
+    """Return the proxy URL the environment names for `url` (`HTTPS_PROXY`, `HTTP_PROXY`,
+    `ALL_PROXY`, lower case too), None when there is none or `NO_PROXY` exempts its host: the
+    standard library's reading of them (`urllib.request`), as httpx and requests use."""
+    if not any(name.lower().endswith("_proxy") for name in os.environ):
+        return None  # the common case, without importing urllib.request
+    from urllib.request import getproxies_environment, proxy_bypass_environment
+
+    proxies = getproxies_environment()
+    parts = urlsplit(url)
+    proxy = proxies.get(parts.scheme) or proxies.get("all")
+    if not proxy or proxy_bypass_environment(parts.hostname or "", proxies):
+        return None
+    return proxy
+
+
+def pool_for(server: str) -> urllib3.PoolManager:
+    """Return the urllib3 pool that reaches `server`: through the environment's proxy, if any;
+    certificates checked against `SSL_CERT_FILE` / `SSL_CERT_DIR`, else certifi's bundle (as
+    httpx did). Retries and redirects are off (the client decides)."""
+    options: dict[str, Any] = {"retries": False}
+    if server.startswith("https:"):
+        cert_file, cert_dir = os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")
+        if cert_file or cert_dir:
+            options.update(ca_certs=cert_file or None, ca_cert_dir=cert_dir or None)
+        else:
+            import certifi
+
+            options["ca_certs"] = certifi.where()
+    proxy = _proxy_for(server)
+    if proxy:
+        return urllib3.ProxyManager(proxy, **options)
+    return urllib3.PoolManager(**options)
+
+
 class FalconClient:
     """Talk JSON over HTTP to one Falcon API server.
 
@@ -125,7 +170,8 @@ class FalconClient:
         token_provider: returns the bearer token for `server`, checking its expiry; it is called
             before EACH authenticated request and raises `CLIError(AUTH)` to stop the request.
         timeout: seconds a request may take (connecting: at most 5 s).
-        transport: an `httpx.BaseTransport` (tests), None for the network.
+        transport: a `urllib3.PoolManager` to send the requests through (tests), None for the
+            network (`pool_for`).
     """
 
     def __init__(self, server: str, *, token_provider: Callable[[], str] | None = None,
@@ -134,15 +180,23 @@ class FalconClient:
         self.server = server
         self._sleep = sleep
         self._token_provider = token_provider
-        self._http = httpx.Client(
-            base_url=server, transport=transport, follow_redirects=False,
-            timeout=httpx.Timeout(timeout, connect=min(CONNECT_TIMEOUT, timeout)),
-            headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
-        )
+        self._http = transport if transport is not None else pool_for(server)
+        self._timeout = urllib3.Timeout(connect=min(CONNECT_TIMEOUT, timeout), read=timeout)
 
     def close(self) -> None:
         """Close the connection pool."""
-        self._http.close()
+        self._http.clear()
+
+    def _send(self, method: str, path: str, *, params: Any, headers: Mapping[str, str],
+              body: bytes | None = None, stream: bool = False):
+        """Send one request to `server + path` (with the query `params`); return urllib3's
+        response (its body not read yet when `stream`)."""
+        url = f"{self.server}{path}"
+        if params:
+            url += ("&" if "?" in path else "?") + urlencode(params, doseq=True)
+        sent = {"User-Agent": USER_AGENT, "Accept": "application/json", **headers}
+        return self._http.request(method, url, body=body, headers=sent, timeout=self._timeout,
+                                  redirect=False, retries=False, preload_content=not stream)
 
     def __enter__(self) -> FalconClient:
         return self
@@ -200,42 +254,47 @@ class FalconClient:
             # access curl` sends); the origin accepts either header. Both go to this one server.
             headers["cf-access-token"] = token
         url = f"{self.server}{path}"
+        body_bytes = None
+        if json is not None:
+            body_bytes = jsonlib.dumps(json, ensure_ascii=False, separators=(",", ":"),
+                                       allow_nan=False).encode()
+            headers["Content-Type"] = "application/json"
         try:
-            response = self._http.request(method, path, json=json, params=params,
-                                          headers=headers)
-        except httpx.TimeoutException:
+            response = self._send(method, path, params=params, headers=headers,
+                                  body=body_bytes)
+        except NewConnectionError as exc:  # before TimeoutError: urllib3 makes it one
+            raise CLIError(f"cannot reach the Falcon server at {self.server} "
+                           f"({_reason(exc)}); is it running? Start it (e.g. `python manage.py "
+                           "runlocal`) or point --server / FALCON_SERVER at it",
+                           ExitCode.UNAVAILABLE) from None
+        except TimeoutError:
             raise CLIError(f"the Falcon server at {self.server} did not answer {method} {path} "
                            "in time; check that it is healthy", ExitCode.UNAVAILABLE) from None
-        except httpx.ConnectError as exc:
-            reason = str(exc).split("] ")[-1] or type(exc).__name__
-            raise CLIError(f"cannot reach the Falcon server at {self.server} ({reason}); is it "
-                           "running? Start it (e.g. `python manage.py runlocal`) or point "
-                           "--server / FALCON_SERVER at it", ExitCode.UNAVAILABLE) from None
-        except httpx.HTTPError as exc:
+        except HTTPError as exc:
             raise CLIError(f"talking to the Falcon server at {self.server} failed "
                            f"({type(exc).__name__}: {exc})", ExitCode.UNAVAILABLE) from None
 
-        if response.is_redirect:
+        if response.status in (301, 302, 303, 307, 308) and "location" in response.headers:
             location = response.headers.get("location", "")
             raise RedirectedError(f"the server at {self.server} redirected {path} to "
                                   f"{location or '?'}; point --server at the final URL, or run "
                                   "`falcon auth login` if it is a login page (redirects are not "
                                   "followed, so the token stays with its server)", location)
         body: Any = None
-        if response.content:
+        if response.data:
             try:
-                body = response.json()
-            except ValueError:
+                body = jsonlib.loads(response.data)
+            except ValueError:  # not JSON, or not UTF-8
                 body = None
-        if response.is_success:
-            if response.status_code == 204:
+        if 200 <= response.status < 300:
+            if response.status == 204:
                 return None
             if body is None:
                 raise CLIError(f"the server at {self.server} answered {method} {path} with "
                                "something that is not JSON; is --server a Falcon API server?",
                                ExitCode.ERROR)
             return body
-        raise error_from_response(response.status_code, body, url=url)
+        raise error_from_response(response.status, body, url=url)
 
     def stream_to(self, path: str, fh, *, params: Any = None,
                   headers: Mapping[str, str] | None = None,
@@ -258,24 +317,30 @@ class FalconClient:
             sent["Authorization"] = f"Bearer {token}"
             sent["cf-access-token"] = token
         try:
-            with self._http.stream("GET", path, params=params, headers=sent) as response:
-                if not response.is_success:
-                    response.read()
+            response = self._send("GET", path, params=params, headers=sent, stream=True)
+            try:
+                if not 200 <= response.status < 300:
                     try:
-                        body = response.json()
+                        body = jsonlib.loads(response.read())
                     except ValueError:
                         body = None
-                    raise error_from_response(response.status_code, body,
+                    raise error_from_response(response.status, body,
                                               url=f"{self.server}{path}")
                 if on_response is not None:
-                    on_response(response.status_code, response.headers)
-                for data in response.iter_bytes():
+                    on_response(response.status, response.headers)
+                for data in response.stream(STREAM_CHUNK):
                     fh.write(data)
-                return response.status_code
-        except httpx.TimeoutException:
+                return response.status
+            finally:
+                response.release_conn()
+        except NewConnectionError as exc:  # before TimeoutError: urllib3 makes it one
+            raise CLIError(f"downloading {path} from {self.server} failed (cannot reach it: "
+                           f"{_reason(exc)}); run the command again to resume",
+                           ExitCode.UNAVAILABLE) from None
+        except TimeoutError:
             raise CLIError(f"the Falcon server at {self.server} did not answer GET {path} in "
                            "time; run the command again to resume", ExitCode.UNAVAILABLE) from None
-        except httpx.HTTPError as exc:
+        except HTTPError as exc:
             raise CLIError(f"downloading {path} from {self.server} failed "
                            f"({type(exc).__name__}: {exc}); run the command again to resume",
                            ExitCode.UNAVAILABLE) from None
@@ -311,6 +376,14 @@ class FalconClient:
             if next_query == query:  # a server bug would otherwise loop forever
                 return
             query = next_query
+
+
+def _reason(exc: NewConnectionError) -> str:
+    """The operating system's words for a failed connection (`Connection refused`)."""
+    cause = exc.__cause__ or exc.__context__
+    if isinstance(cause, OSError) and cause.strerror:
+        return cause.strerror
+    return str(exc).split(": ", 1)[-1] or type(exc).__name__
 
 
 def open_client(env, server: str, *, authenticated: bool = True) -> FalconClient:

@@ -82,6 +82,22 @@ def _console_class():
     return PipeConsole
 
 
+def shows_styles(stream: Any) -> bool:
+    """True when rich would treat `stream` as a terminal (and so could write colours): rich's
+    own `Console.is_terminal` rule, from the process environment as rich reads it
+    (`TTY_COMPATIBLE`, then `FORCE_COLOR`, then `isatty()`)."""
+    tty_compatible = os.environ.get("TTY_COMPATIBLE", "")
+    if tty_compatible in ("0", "1"):
+        return tty_compatible == "1"
+    force_color = os.environ.get("FORCE_COLOR")
+    if force_color is not None:
+        return force_color != ""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
 def can_encode(stream: Any, text: str) -> bool:
     """True when `stream`'s encoding can write `text` as it is (UTF-8 can; Latin-9 cannot
     write `日本`); a stream without an encoding is assumed to take any text."""
@@ -107,7 +123,8 @@ class Environment:
         clock: wall-clock seconds since the epoch (token expiry checks).
         monotonic: monotonic seconds (wait timeouts).
         sleep: sleeps for a number of seconds (the `exp wait` poll interval).
-        transport: an `httpx.BaseTransport` to send requests through; None is the real network.
+        transport: a `urllib3.PoolManager` to send requests through (tests record or answer
+            them); None is the real network (`cli.client.pool_for`).
         http_timeout: seconds a request may take before the server counts as unavailable.
         open_browser: opens a URL in the user's browser, True when it did (`falcon auth login`
             in the cloudflare mode); tests pass a fake browser.
@@ -168,6 +185,22 @@ class Environment:
             elif cached.width < 1:  # a terminal that reports no size
                 cached.width = FALLBACK_WIDTH
             self._consoles[key] = cached
+        return cached
+
+    def table_console(self):
+        """Return where a line table (`cli/table.py`) is printed on stdout: the rich `console()`
+        when the stream is a terminal (the statuses are coloured), else a `PlainConsole` of the
+        same width, which writes the same text without importing rich's console."""
+        stream = self.out
+        if shows_styles(stream):
+            return self.console()
+        from .table import PlainConsole
+
+        cached = self._consoles.get("plain")
+        if cached is None or cached.file is not stream:
+            width = columns_from(self.environ)
+            cached = PlainConsole(stream, PIPE_WIDTH if width is None else width)
+            self._consoles["plain"] = cached
         return cached
 
     def print_err(self, line: str) -> None:

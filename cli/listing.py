@@ -149,10 +149,9 @@ def emit_list(env, rows: list[dict[str, Any]], *, output: str, kind: str, id_key
         id_key: the field `-o name` prints, e.g. `id`.
         no_headers: leave out the header line of a table.
         sort_by: the `--sort-by` field, or None for the server's order.
-        table: draws the rows: `table(console, rows, wide=..., headers=...)`.
+        table: draws the rows: `table(console, rows, wide=..., headers=...)`, on
+            `env.table_console()` (plain text where no colour shows).
     """
-    from .output import emit
-
     rows = sort_rows(rows, sort_by)
     if output == "name":
         if rows:
@@ -162,6 +161,8 @@ def emit_list(env, rows: list[dict[str, Any]], *, output: str, kind: str, id_key
         env.out.write(render_template(output[len("jsonpath="):], rows))
         env.out.flush()
     elif output in ("json", "yaml"):
+        from .output import emit
+
         emit(env, rows, output, None)
     else:
-        table(env.console(), rows, wide=output == "wide", headers=not no_headers)
+        table(env.table_console(), rows, wide=output == "wide", headers=not no_headers)

@@ -1,7 +1,7 @@
 """The `falcon` command: the top-level group and the console-script entry point.
 
 Startup matters (`falcon --help` in well under 0.3 s): this module and the command modules import
-only click/rich-click; httpx, rich, yaml and pyjwt are imported inside the commands that use them
+only click/rich-click; urllib3, rich, yaml and pyjwt are imported inside the commands that use them
 (`bench/cli_startup.py` measures it).
 """
 from __future__ import annotations
@@ -18,6 +18,33 @@ from .errors import CLIError
 from .exit_codes import ExitCode
 
 VERSION = "0.1.0"
+
+
+def _click_version_from_dist_info() -> None:
+    """Set `click.__version__` from the name of click's installed `.dist-info` directory.
+
+    rich-click reads `click.__version__` before it draws any help or usage error, and click 8.2+
+    computes that (deprecated) attribute with `importlib.metadata.version("click")`, which
+    imports importlib.metadata and scans every distribution on `sys.path`: ~0.03 s of CPU, a
+    third of `falcon --help`'s budget (docs/decisions.md#dec-cli-startup). The directory's name
+    (`click-8.5.1.dist-info`, the wheel's normalized name) holds the same version; when there is
+    not exactly one (a source checkout, an egg), click's own lookup is left in place.
+    """
+    import click as plain_click
+
+    if "__version__" in vars(plain_click):
+        return
+    site = os.path.dirname(os.path.dirname(plain_click.__file__))
+    try:
+        names = [name for name in os.listdir(site)
+                 if name.startswith("click-") and name.endswith(".dist-info")]
+    except OSError:
+        return
+    if len(names) == 1:
+        plain_click.__version__ = names[0][len("click-"):-len(".dist-info")]
+
+
+_click_version_from_dist_info()
 
 # The command groups, imported only when one is run (or its own help is asked for): `falcon
 # --help` shows these one-line summaries without importing a command module (a test keeps each

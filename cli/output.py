@@ -1,10 +1,10 @@
 """Rendering of API objects: rich tables for people, JSON or YAML for scripts.
 
 JSON and YAML are written as plain text to stdout (no colours, no wrapping) so they parse back,
-exactly; tables go through `rich`, with the control characters of every text from the server made
-visible (`cli/visible.py`), so a name or a task's output cannot drive the terminal. `rich` and
-`yaml` are imported here, and this module is imported only inside commands, so `falcon --help`
-does not pay for them.
+exactly; tables go through `rich` (the one-line lists through `cli/table.py`), with the control
+characters of every text from the server made visible (`cli/visible.py`), so a name or a task's
+output cannot drive the terminal. `rich` and `yaml` are imported by the functions that draw or
+dump with them: `falcon exp list` into a pipe imports neither (docs/decisions.md#dec-cli-startup).
 """
 from __future__ import annotations
 
@@ -12,17 +12,18 @@ import json
 import re
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
-
-import yaml
-from rich import box
-from rich.console import Console, Group
-from rich.table import Table
-from rich.text import Text
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 from core.domain.statuses import AnalysisStatus, ExpStatus, JobStatus
 
+from .table import Cell
 from .visible import visible
+
+if TYPE_CHECKING:
+    from rich.console import Console, Group
+    from rich.table import Table
+    from rich.text import Text
 
 # A member equals (and hashes as) its value: a job's or artifact's status gets the colour of the
 # experiment status of the same name.
@@ -48,12 +49,20 @@ def dump_json(data: Any, *, ascii_only: bool = False) -> str:
 _ONE_LETTER_BOOLS = frozenset("yYnN")
 
 
-class _PortableDumper(yaml.SafeDumper):
-    """A SafeDumper that quotes every string a YAML 1.1 or 1.2 reader would read as another
-    type, so the output means the same to every reader."""
+@cache
+def _portable_dumper() -> type:
+    """Return a SafeDumper that quotes every string a YAML 1.1 or 1.2 reader would read as
+    another type, so the output means the same to every reader (imports yaml)."""
+    import yaml
+
+    class PortableDumper(yaml.SafeDumper):
+        pass
+
+    PortableDumper.add_representer(str, _represent_str)
+    return PortableDumper
 
 
-def _represent_str(dumper: _PortableDumper, text: str) -> Any:
+def _represent_str(dumper: Any, text: str) -> Any:
     from core.limits.boundedyaml import BOOL_RE, FLOAT_RE, INT_RE, NULL_RE
 
     node = dumper.represent_scalar("tag:yaml.org,2002:str", text)
@@ -65,14 +74,14 @@ def _represent_str(dumper: _PortableDumper, text: str) -> Any:
     return node
 
 
-_PortableDumper.add_representer(str, _represent_str)
-
 
 def dump_yaml(data: Any, *, ascii_only: bool = False) -> str:
     """Return `data` as block-style YAML, keys in the server's order; a string any YAML 1.1 or
     1.2 reader would type (`0o10`, `1e3`, `y`, `on`, `010`) is quoted; a multi-line string is a
     `|` block. `ascii_only` writes other characters as `\\uXXXX` escapes in quoted strings."""
-    return yaml.dump(data, Dumper=_PortableDumper, sort_keys=False,
+    import yaml
+
+    return yaml.dump(data, Dumper=_portable_dumper(), sort_keys=False,
                      allow_unicode=not ascii_only, default_flow_style=False)
 
 
@@ -117,31 +126,47 @@ def status_word(status: Any) -> str:
     return status[:1].upper() + status[1:]
 
 
+def status_cell(status: Any) -> Cell:
+    """Return a status as a coloured table cell (colour only shows on a terminal)."""
+    return Cell(visible(status_word(status)), STATUS_STYLES.get(str(status or "-"), ""))
+
+
 def status_text(status: Any) -> Text:
-    """Return a status as coloured text (colour only shows on a terminal)."""
-    return Text(visible(status_word(status)), style=STATUS_STYLES.get(str(status or "-"), ""))
+    """Return a status as coloured rich text (colour only shows on a terminal)."""
+    return status_cell(status).to_rich()
+
+
+def plain_cell(value: Any) -> Cell:
+    """Return a value as a one-line table cell: control characters escaped; `-` for None and
+    ""."""
+    if value is None or value == "":
+        return Cell("-")
+    return Cell(visible(str(value)))
 
 
 def plain(value: Any, *, multiline: bool = False) -> Text:
-    """Return a value as literal text: never read as rich markup, control characters escaped.
+    """Return a value as literal rich text: never read as rich markup, control characters
+    escaped.
 
     Args:
         value: a value from the server (None and "" show as `-`).
         multiline: keep its newlines and tabs (a job's output, a config).
     """
+    from rich.text import Text
+
     if value is None or value == "":
         return Text("-")
     return Text(visible(str(value), multiline=multiline))
 
 
-def _jobs_summary(exp: dict[str, Any]) -> Text:
-    out = Text()
+def _jobs_summary(exp: dict[str, Any]) -> Cell:
+    out = Cell()
     for index, job in enumerate(exp.get("jobs") or []):
         if index:
             out.append(" ")
         out.append(visible(f"{job.get('role')}:"))
-        out.append_text(status_text(job.get("status")))
-    return out if out.plain else Text("-")
+        out.append_text(status_cell(job.get("status")))
+    return out if out.plain else Cell("-")
 
 
 def labels_text(labels: Any) -> str:
@@ -173,16 +198,16 @@ def exp_list_rows(exps: list[dict[str, Any]], *, now: datetime, wide: bool):
         columns[-1:-1] = [Column("LABELS", elide=True)]
     rows = []
     for exp in exps:
-        status = status_text(exp.get("status"))
+        status = status_cell(exp.get("status"))
         if exp.get("status") in (ExpStatus.FAILED, ExpStatus.ABORTED) and exp.get("reason"):
             status.append(visible(f" ({exp['reason']})"))  # as kubectl's STATUS: OOMKilled
-        cells = [plain(exp.get("id")), plain(exp.get("name")), status,
-                 plain(exp.get("exp_type")), plain(exp.get("cluster_name")),
-                 plain(age(exp.get("created_at"), now)), plain(run_time(exp, now)),
+        cells = [plain_cell(exp.get("id")), plain_cell(exp.get("name")), status,
+                 plain_cell(exp.get("exp_type")), plain_cell(exp.get("cluster_name")),
+                 plain_cell(age(exp.get("created_at"), now)), plain_cell(run_time(exp, now)),
                  _jobs_summary(exp)]
         if wide:
-            cells[5:5] = [plain(exp.get("creator"))]
-            cells[-1:-1] = [plain(labels_text(exp.get("labels")))]
+            cells[5:5] = [plain_cell(exp.get("creator"))]
+            cells[-1:-1] = [plain_cell(labels_text(exp.get("labels")))]
         rows.append(cells)
     return columns, rows
 
@@ -194,7 +219,7 @@ def exp_list_table(console: Console, exps: list[dict[str, Any]], *,
     duration (`run_time`) and the jobs' states; wide also the creator and labels.
 
     Args:
-        console: where to draw.
+        console: where to draw (a rich `Console` or a `cli.table.PlainConsole`).
         exps: list rows as the API returns them.
         now: the current time (aware) the age and a running duration are measured to; None
             means the wall clock.
@@ -219,6 +244,8 @@ def exp_list_table(console: Console, exps: list[dict[str, Any]], *,
 
 
 def _fields_table(rows: list[tuple[str, Text]]) -> Table:
+    from rich.table import Table
+
     table = Table(box=None, show_header=False, pad_edge=False)
     table.add_column(style="bold", no_wrap=True)
     table.add_column(overflow="fold")
@@ -251,6 +278,9 @@ def exp_summary(exp: dict[str, Any]) -> Table:
 
 def jobs_table(exp: dict[str, Any]) -> Table:
     """Return the experiment's jobs, one row per role."""
+    from rich import box
+    from rich.table import Table
+
     table = Table(title="jobs", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for column in ("ID", "ROLE", "STATUS", "REPLICA", "DEVICES", "CLUSTER JOB", "REASON",
                    "MESSAGE"):
@@ -271,6 +301,9 @@ def jobs_table(exp: dict[str, Any]) -> Table:
 
 def artifact_table(exp: dict[str, Any]) -> Table:
     """Return the experiment's artifact as a one-row table."""
+    from rich import box
+    from rich.table import Table
+
     table = Table(title="artifact", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for column in ("ID", "TYPE", "STATUS", "PATH", "FILES", "REASON", "MESSAGE"):
         table.add_column(column, overflow="fold")
@@ -291,6 +324,9 @@ def artifact_table(exp: dict[str, Any]) -> Table:
 
 def exp_detail(console: Console, exp: dict[str, Any]) -> None:
     """Draw one experiment: its fields, its jobs, its artifact and its verbatim config."""
+    from rich.console import Group
+    from rich.text import Text
+
     parts: list[Any] = [exp_summary(exp), Text(""), jobs_table(exp), artifact_table(exp)]
     config = exp.get("config")
     if config:
@@ -305,6 +341,9 @@ def exp_progress(exp: dict[str, Any], elapsed: float) -> Group:
         exp: the experiment as the API returns it.
         elapsed: seconds since the wait started.
     """
+    from rich.console import Group
+    from rich.text import Text
+
     head = Text()
     head.append(visible(f"experiment {exp.get('id')} {exp.get('name')}: "))
     head.append_text(status_text(exp.get("status")))
@@ -374,10 +413,12 @@ def analysis_list_table(console: Console, analyses: list[dict[str, Any]], *,
     columns = [Column("ID"), Column("NAME"), Column("EXP"), Column("TYPE"),
                Column("PLUGIN", elide=not wide), Column("STATUS"), Column("ATTEMPTS"),
                Column("CREATED"), Column("DURATION")]
-    rows = [[plain(item.get("id")), plain(item.get("name")), plain(item.get("exp_id")),
-             plain(item.get("analysis_type")), plain(item.get("plugin_name") or "(command)"),
-             status_text(item.get("status")), plain(item.get("attempts")),
-             plain(when(item.get("created_at"))), plain(run_time(item))] for item in analyses]
+    rows = [[plain_cell(item.get("id")), plain_cell(item.get("name")),
+             plain_cell(item.get("exp_id")), plain_cell(item.get("analysis_type")),
+             plain_cell(item.get("plugin_name") or "(command)"),
+             status_cell(item.get("status")), plain_cell(item.get("attempts")),
+             plain_cell(when(item.get("created_at"))), plain_cell(run_time(item))]
+            for item in analyses]
     print_table(console, columns, rows, headers=headers, fit=not wide)
 
 
@@ -454,9 +495,10 @@ def plugin_list_table(console: Console, plugins: list[dict[str, Any]], *,
     rows = []
     for plugin in plugins:
         timeout = plugin.get("timeout_seconds")
-        rows.append([plain(plugin.get("name")), plain(_types(plugin)),
-                     plain(duration(timeout) if isinstance(timeout, (int, float)) else timeout),
-                     plain(plugin.get("description"))])
+        rows.append([plain_cell(plugin.get("name")), plain_cell(_types(plugin)),
+                     plain_cell(duration(timeout) if isinstance(timeout, (int, float))
+                                else timeout),
+                     plain_cell(plugin.get("description"))])
     print_table(console, columns, rows, headers=headers, fit=not wide)
 
 
@@ -505,6 +547,11 @@ def result_tables(console: Console, tables: list[tuple[str, list[str], list[list
         console: where to draw.
         tables: each table's title, its column names and its rows (one value per column).
     """
+    from rich import box
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     parts: list[Any] = []
     for title, columns, rows in tables:
         table = Table(title=visible(str(title)) if title else None, title_justify="left",
@@ -561,6 +608,8 @@ def generic_tables(records: list[Any]) -> list[tuple[str, list[str], list[list[A
 def diff_cell(value: Any, absent: bool, written: str | None = None) -> Text:
     """A value of `exp diff`: compact JSON (so `1` and `"1"` differ on screen); `<absent>`;
     a scalar written otherwise than its JSON (`010`, `3.10`, `.nan`) also shows its text."""
+    from rich.text import Text
+
     if absent:
         return Text("<absent>", style="dim")
     shown = json.dumps(value, ensure_ascii=False)
@@ -573,6 +622,10 @@ def diff_cell(value: Any, absent: bool, written: str | None = None) -> Text:
 def exp_diff_table(console: Console, diff: dict[str, Any]) -> None:
     """Draw `GET /api/v1/exps/diff`'s answer: one row per path, one column per experiment,
     then the unified diffs of text configs."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
     exps = diff.get("experiments") or []
     rows = diff.get("differences") or []
     if not rows:

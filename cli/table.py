@@ -6,6 +6,11 @@ columns that may be elided (a job summary, labels, a description) shrink, down t
 an experiment id) are never cut, so every id can be copied. A table still too wide runs past
 the edge (the terminal wraps the line; a pipe gets it whole), as kubectl's does; it is never
 broken into pieces over several lines.
+
+Cells are `Cell`s, not rich `Text`s: a table written where no colour shows (a pipe, a file; see
+`cli.env.Environment.table_console`) is plain text, and `falcon exp list | grep` does not import
+rich.text and rich.console for it (docs/decisions.md#dec-cli-startup). Only `rich.cells` (the
+terminal width of a character) is imported here.
 """
 from __future__ import annotations
 
@@ -13,11 +18,106 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rich.text import Text
+from rich.cells import cell_len, set_cell_size
 
 GAP = 3  # spaces between two columns (kubectl's tabwriter pads with 3)
 MIN_ELIDED = 10  # an elided column keeps at least this many cells
 MARKER = "..."  # ASCII, so every encoding can print it
+
+
+class Cell:
+    """One line of table text made of styled parts: what a table needs of rich's `Text`.
+
+    As a `Text`'s, `style` is the cell's base style: it applies to every part, the ones
+    appended later too (a status and its reason share the status's colour).
+
+    Args:
+        text: the first part (none when empty).
+        style: the base rich style, e.g. `green` (shown only on a console with colours).
+    """
+
+    __slots__ = ("parts", "style")
+
+    def __init__(self, text: str = "", style: str = ""):
+        self.style = style
+        self.parts: list[tuple[str, str]] = [(text, "")] if text else []
+
+    @property
+    def plain(self) -> str:
+        """The text without its styles."""
+        return "".join(text for text, _ in self.parts)
+
+    @property
+    def cell_len(self) -> int:
+        """How many terminal cells the text takes (a CJK character or an emoji takes 2)."""
+        return cell_len(self.plain)
+
+    def append(self, text: str, style: str = "") -> Cell:
+        """Add `text` in `style` (on top of the base style) at the end; return self."""
+        if not text:
+            return self
+        if self.parts and self.parts[-1][1] == style:  # one run per style, as rich draws it
+            self.parts[-1] = (self.parts[-1][0] + text, style)
+        else:
+            self.parts.append((text, style))
+        return self
+
+    def append_text(self, other: Cell) -> Cell:
+        """Add `other` at the end, its base style kept on its parts; return self."""
+        for text, style in other.parts:
+            self.append(text, f"{other.style} {style}".strip())
+        return self
+
+    def copy(self) -> Cell:
+        """Return a copy that can be changed without changing this one."""
+        copied = Cell(style=self.style)
+        copied.parts = list(self.parts)
+        return copied
+
+    def truncate(self, width: int) -> None:
+        """Keep the first `width` cells, as rich's `Text.truncate` (a wide character cut in
+        half becomes a space)."""
+        plain = self.plain
+        if cell_len(plain) <= width:
+            return
+        kept = set_cell_size(plain, width)
+        parts, start = [], 0
+        for text, style in self.parts:
+            piece = kept[start:start + len(text)]
+            if piece:
+                parts.append((piece, style))
+            start += len(text)
+        self.parts = parts
+
+    def to_rich(self):
+        """Return the cell as a rich `Text` (imports rich.text)."""
+        from rich.text import Text
+
+        return Text.assemble(*self.parts, style=self.style)
+
+    def __rich__(self):
+        return self.to_rich()
+
+    def __repr__(self) -> str:
+        return f"Cell({self.plain!r})"
+
+
+class PlainConsole:
+    """Where a table goes when no colour would show: plain lines to a text stream.
+
+    What `print_table` and `print_line` use of a rich `Console` (`width`, `print`, `file`),
+    without rich. A closed pipe raises `BrokenPipeError` from the stream, as the rich console of
+    `cli.env` does.
+    """
+
+    def __init__(self, file: Any, width: int):
+        self.file = file
+        self.width = width
+
+    def print(self, text: str = "", **_options: Any) -> None:
+        """Write `text` (a `Cell` or a plain string, never read as markup) and a newline."""
+        self.file.write(f"{text.plain if isinstance(text, Cell) else text}\n")
+        self.file.flush()
 
 
 @dataclass(frozen=True)
@@ -28,24 +128,24 @@ class Column:
     elide: bool = False
 
 
-def _cut(cell: Text, width: int) -> Text:
+def _cut(cell: Cell, width: int) -> Cell:
     if cell.cell_len <= width:
         return cell
     if width <= len(MARKER):
-        return Text(MARKER[:width])
+        return Cell(MARKER[:width])
     cut = cell.copy()
     cut.truncate(width - len(MARKER))
     cut.append(MARKER, style="dim")
     return cut
 
 
-def widths_of(columns: Sequence[Column], rows: Sequence[Sequence[Text]], width: int,
+def widths_of(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: int,
               *, headers: bool = True) -> list[int]:
     """Return the width of each column for rows drawn on `width` cells.
 
     Args:
         columns: the columns.
-        rows: the cells, one `Text` each (one line: newlines are escaped before).
+        rows: the cells, one `Cell` each (one line: newlines are escaped before).
         width: the terminal's width in cells (at least 1).
         headers: whether the header line counts.
     """
@@ -67,10 +167,10 @@ def widths_of(columns: Sequence[Column], rows: Sequence[Sequence[Text]], width: 
     return widths
 
 
-def line(cells: Sequence[Text], widths: Sequence[int], columns: Sequence[Column]) -> Text:
+def line(cells: Sequence[Cell], widths: Sequence[int], columns: Sequence[Column]) -> Cell:
     """Return one row as one line: each cell padded to its column's width, a longer one cut
     only in an elidable column (a key cell runs on, moving the cells after it)."""
-    out = Text()
+    out = Cell()
     last = len(cells) - 1
     for index, (cell, width, column) in enumerate(zip(cells, widths, columns)):
         if column.elide:
@@ -81,20 +181,28 @@ def line(cells: Sequence[Text], widths: Sequence[int], columns: Sequence[Column]
     return out
 
 
-def print_table(console: Any, columns: Sequence[Column], rows: Sequence[Sequence[Text]], *,
+def print_table(console: Any, columns: Sequence[Column], rows: Sequence[Sequence[Cell]], *,
                 headers: bool = True, fit: bool = True) -> list[int]:
     """Print `rows` under `columns` on `console`, one line per row; return the widths used
     (`--watch` prints later rows with them). `fit=False` (`-o wide`) elides nothing."""
     width = max(console.width, 1) if fit else 10**9
     widths = widths_of(columns, rows, width, headers=headers)
     if headers:
-        print_line(console, line([Text(column.header, style="bold") for column in columns],
+        print_line(console, line([Cell(column.header, "bold") for column in columns],
                                  widths, columns))
     for row in rows:
         print_line(console, line(row, widths, columns))
     return widths
 
 
-def print_line(console: Any, text: Text) -> None:
-    """Print one line as it is: never wrapped, never cropped at the terminal's edge."""
-    console.print(text, soft_wrap=True, overflow="ignore", crop=False)
+def print_line(console: Any, text: Cell) -> None:
+    """Print one line as it is: never wrapped, never cropped at the terminal's edge.
+
+    Args:
+        console: a `PlainConsole`, or a rich `Console` (which draws the styles).
+        text: the line.
+    """
+    if isinstance(console, PlainConsole):
+        console.print(text)
+    else:
+        console.print(text.to_rich(), soft_wrap=True, overflow="ignore", crop=False)

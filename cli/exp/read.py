@@ -138,7 +138,7 @@ def watch_list(env, client, *, params: list[tuple[str, str]], limit: int, interv
     from ..listing import sort_rows
     from ..table import line, print_line
 
-    console = env.console()
+    console = env.table_console()
     seen: dict = {}
     widths = None
     unavailable = False

@@ -5,8 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import io
+
 import httpx
 import pytest
+import urllib3
 from click.testing import CliRunner, Result
 
 from cli.env import Environment
@@ -36,16 +39,39 @@ max_concurrency: 64
 """
 
 
-class RecordingTransport(httpx.HTTPTransport):
-    """A real network transport that remembers every request it sends."""
+def as_request(method: str, url: str, sent: dict) -> httpx.Request:
+    """A request the client sent through urllib3, as an `httpx.Request`: the tests read its
+    parsed URL (`url.path`, `url.params`) and its case-insensitive headers."""
+    return httpx.Request(method, url, headers=dict(sent.get("headers") or {}),
+                         content=sent.get("body") or b"")
+
+
+class RecordingTransport(urllib3.PoolManager):
+    """A real network pool (`Environment.transport`) that remembers every request it sends."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(retries=False)
         self.requests: list[httpx.Request] = []
 
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        self.requests.append(request)
-        return super().handle_request(request)
+    def urlopen(self, method, url, redirect=True, **kw):
+        self.requests.append(as_request(method, url, kw))
+        return super().urlopen(method, url, redirect=redirect, **kw)
+
+
+class MockTransport(urllib3.PoolManager):
+    """A pool that answers every request with `handler(request) -> httpx.Response`, as
+    `httpx.MockTransport` does, without a network."""
+
+    def __init__(self, handler) -> None:
+        super().__init__()
+        self.handler = handler
+
+    def urlopen(self, method, url, redirect=True, **kw):
+        answer = self.handler(as_request(method, url, kw))
+        return urllib3.HTTPResponse(
+            body=io.BytesIO(answer.read()), status=answer.status_code,
+            headers=list(answer.headers.multi_items()), request_method=method, request_url=url,
+            preload_content=kw.get("preload_content", True))
 
 
 @dataclass

@@ -34,7 +34,7 @@ from cli.env import Environment
 from cli.exit_codes import ExitCode
 from cli.main import falcon
 
-from .conftest import RecordingTransport, one_line
+from .conftest import MockTransport, RecordingTransport, one_line
 
 pytestmark = pytest.mark.django_db(transaction=True)
 CODE = re.compile(r"\b[BCDFGHJKLMNPQRSTVWXZ]{4}-[BCDFGHJKLMNPQRSTVWXZ]{4}\b")
@@ -295,7 +295,7 @@ def test_mode_is_cloudflare_when_access_guards_the_config_endpoint():
         return httpx.Response(302, headers={
             "Location": "https://acme.cloudflareaccess.com/cdn-cgi/access/login/falcon"})
 
-    with FalconClient("https://falcon.example.com", transport=httpx.MockTransport(edge)) as c:
+    with FalconClient("https://falcon.example.com", transport=MockTransport(edge)) as c:
         assert discover_mode(c) == ("cloudflare", None)
 
 
@@ -306,7 +306,7 @@ def test_a_login_page_on_another_host_is_refused(tmp_path, login_url):
         return httpx.Response(200, json={"mode": "cloudflare", "login_url": login_url})
 
     opened: list[str] = []
-    env = Environment(config_dir=tmp_path, environ={}, transport=httpx.MockTransport(server),
+    env = Environment(config_dir=tmp_path, environ={}, transport=MockTransport(server),
                       open_browser=lambda url: opened.append(url) or False, login_timeout=0.2)
     result = CliRunner().invoke(falcon, ["auth", "login"], obj=env,
                                 env={"FALCON_SERVER": "https://falcon.example.com"})
@@ -335,7 +335,7 @@ def test_a_redeem_path_guarded_by_access_names_the_bypass_fix(tmp_path):
             assert res.status == 200
         return True
 
-    env = Environment(config_dir=tmp_path, environ={}, transport=httpx.MockTransport(server),
+    env = Environment(config_dir=tmp_path, environ={}, transport=MockTransport(server),
                       open_browser=browser, login_timeout=5)
     result = CliRunner().invoke(falcon, ["auth", "login"], obj=env,
                                 env={"FALCON_SERVER": "https://falcon.example.com"})

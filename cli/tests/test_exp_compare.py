@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import re
 
-import httpx
 import pytest
+import urllib3
 
 from cli.exp import diff as exp_diff
 from cli.exit_codes import ExitCode
@@ -220,12 +220,12 @@ class DroppingTransport(RecordingTransport):
         super().__init__()
         self.drops = drops
 
-    def handle_request(self, request):
-        response = super().handle_request(request)
-        if request.method == "POST" and request.url.path == "/api/v1/exps" and self.drops:
+    def urlopen(self, method, url, redirect=True, **kw):
+        response = super().urlopen(method, url, redirect=redirect, **kw)
+        if method == "POST" and self.requests[-1].url.path == "/api/v1/exps" and self.drops:
             self.drops -= 1
-            response.read()
-            raise httpx.ReadError("connection reset by peer", request=request)
+            raise urllib3.exceptions.ProtocolError(
+                "Connection aborted.", ConnectionResetError(104, "connection reset by peer"))
         return response
 
 

@@ -237,3 +237,37 @@ def test_yaml_output_quotes_every_string_another_reader_would_type(logged_in, fi
     for key in ("c", "d"):
         assert f"{key}: '{labels[key]}'\n" in text
     assert "j: plain\n" in text  # a string no reader types stays plain
+
+
+@pytest.mark.parametrize("width", [30, 80, 200])
+@pytest.mark.parametrize("wide", [None, True, False])
+def test_a_piped_table_is_the_text_rich_draws_there(width, wide):
+    """Into a pipe the line tables are written without rich (`cli.table.PlainConsole`): the
+    very text a rich console draws there, and on a terminal the same text with colours."""
+    import re
+    from datetime import datetime, timezone
+
+    from rich.console import Console
+
+    from cli import output
+    from cli.table import PlainConsole
+
+    exps = [_hostile_exp(),
+            {"id": 8, "name": "\u6a21\u578b-\U0001f985-" * 3, "status": "Aborted",
+             "reason": "\u65e5\u672c" * 4, "exp_type": "t\u0301" * 20,
+             "cluster_name": "\u6a21" * 15, "creator": "b@example.com", "labels": {"k": "v"},
+             "created_at": "2026-12-01T00:00:00+00:00", "started_at": None,
+             "jobs": [{"role": f"r{i}\u578b", "status": "Running"} for i in range(6)]}]
+    now = datetime(2026, 12, 3, tzinfo=timezone.utc)
+    drawn, plain, coloured = io.StringIO(), io.StringIO(), io.StringIO()
+    widths = output.exp_list_table(
+        Console(file=drawn, width=width, force_terminal=False, highlight=False,
+                soft_wrap=False), exps, now=now, wide=wide)
+    assert output.exp_list_table(PlainConsole(plain, width), exps, now=now,
+                                 wide=wide) == widths
+    assert plain.getvalue() == drawn.getvalue()
+    output.exp_list_table(Console(file=coloured, width=width, force_terminal=True,
+                                  color_system="standard", highlight=False, soft_wrap=False),
+                          exps, now=now, wide=wide)
+    assert "\x1b[35mAborted (" in coloured.getvalue()  # the reason shares the status's colour
+    assert re.sub(r"\x1b\[[0-9;]*m", "", coloured.getvalue()) == plain.getvalue()

@@ -125,6 +125,8 @@ def test_pagination_uses_only_the_cursor_of_next_links_on_its_own_server():
 
     from cli.client import FalconClient
 
+    from .conftest import MockTransport
+
     seen: list[httpx.Request] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -136,7 +138,7 @@ def test_pagination_uses_only_the_cursor_of_next_links_on_its_own_server():
         return httpx.Response(200, json={"next": None, "results": [{"id": 1}]})
 
     client = FalconClient("http://falcon.test:8000", token_provider=lambda: "tok",
-                          transport=httpx.MockTransport(handler))
+                          transport=MockTransport(handler))
     assert [e["id"] for e in client.paginate("/api/v1/exps", params=[("page_size", "1")],
                                              limit=10)] == [2, 1]
     assert [r.url.host for r in seen] == ["falcon.test", "falcon.test"]
@@ -176,3 +178,45 @@ def test_the_cli_checks_analysis_ids_as_the_server_defines_them():
             cli_ok = False
         server_ok = len(text) <= ANALYSIS_ID_MAX and bool(DNS1123_LABEL.fullmatch(text))
         assert cli_ok == server_ok == bool(route.fullmatch(text)), text
+
+
+@pytest.mark.parametrize("environ,server,proxy", [
+    ({}, "https://falcon.example.com", None),
+    ({"HTTPS_PROXY": "http://proxy.corp:3128"}, "https://falcon.example.com",
+     "http://proxy.corp:3128"),
+    ({"https_proxy": "http://proxy.corp:3128", "NO_PROXY": ".example.com"},
+     "https://falcon.example.com", None),
+    ({"HTTP_PROXY": "http://proxy.corp:3128"}, "https://falcon.example.com", None),
+    ({"ALL_PROXY": "http://proxy.corp:3128"}, "http://127.0.0.1:8000",
+     "http://proxy.corp:3128"),
+])
+def test_the_client_uses_the_proxy_the_environment_names(monkeypatch, environ, server, proxy):
+    """As httpx did: *_PROXY and NO_PROXY, read by the standard library."""
+    import urllib3
+
+    from cli.client import pool_for
+
+    for name in [n for n in os.environ if n.lower().endswith("_proxy")]:
+        monkeypatch.delenv(name)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    pool = pool_for(server)
+    if proxy is None:
+        assert not isinstance(pool, urllib3.ProxyManager)
+    else:
+        assert isinstance(pool, urllib3.ProxyManager) and pool.proxy.url == proxy
+
+
+def test_https_is_checked_against_certifi_unless_ssl_cert_file_says_otherwise(monkeypatch,
+                                                                            tmp_path):
+    import certifi
+
+    from cli.client import pool_for
+
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    assert pool_for("https://falcon.example.com").connection_pool_kw["ca_certs"] == \
+        certifi.where()
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))
+    assert pool_for("https://falcon.example.com").connection_pool_kw["ca_certs"] == \
+        str(tmp_path / "ca.pem")

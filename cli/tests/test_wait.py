@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import urllib3
 
 from cli.exit_codes import ExitCode
 from experiments.models import Experiment
@@ -169,25 +170,20 @@ def test_ctrl_c_stops_waiting_not_the_experiment(logged_in, files):
     assert Experiment.objects.get(pk=exp_id).status == "Created"
 
 
-class Flaky:
-    """An httpx transport to the live server that refuses connections while `down` > 0."""
+class Flaky(urllib3.PoolManager):
+    """A pool to the live server that refuses connections while `down` > 0."""
 
     def __init__(self):
-        import httpx
-
-        self.real = httpx.HTTPTransport()
+        super().__init__(retries=False)
         self.down = 0
 
-    def handle_request(self, request):
-        import httpx
-
+    def urlopen(self, method, url, redirect=True, **kw):
         if self.down:
             self.down -= 1
-            raise httpx.ConnectError("connection refused", request=request)
-        return self.real.handle_request(request)
-
-    def close(self):
-        self.real.close()
+            raise urllib3.exceptions.NewConnectionError(
+                None, "Failed to establish a new connection: [Errno 111] Connection refused"
+            ) from ConnectionRefusedError(111, "Connection refused")
+        return super().urlopen(method, url, redirect=redirect, **kw)
 
 
 def test_wait_rides_out_a_server_restart(logged_in, files):
