@@ -114,11 +114,34 @@ def _row_key(exp: dict) -> tuple:
             tuple((job.get("role"), job.get("status")) for job in exp.get("jobs") or []))
 
 
+DELETED = "Deleted"  # the STATUS a watch prints for an experiment deleted while watched
+
+
+def _gone_rows(client, rows: list[dict], seen: dict) -> list[dict]:
+    """The rows to print for experiments listed before and missing now: a deleted one (GetExp
+    answers 404) as it was last listed with status `Deleted`, as `kubectl get -w` prints a
+    deleted object; one that still exists but no longer matches the filters (or fell beyond
+    `--limit`) with its current state, when that changed."""
+    out = []
+    for row in rows:
+        try:
+            now = client.request("GET", f"{EXPS}/{row.get('id')}")
+        except CLIError as exc:
+            if exc.code != ExitCode.NOT_FOUND:
+                raise
+            out.append({**row, "status": DELETED, "reason": None})
+            continue
+        if _row_key(now) != seen.get(row.get("id")):
+            out.append(now)
+    return out
+
+
 def watch_list(env, client, *, params: list[tuple[str, str]], limit: int, interval: float,
                wide: bool | None = None, headers: bool = True,
                sort_by: str | None = None) -> None:
     """Print the list, then poll ListExps every `interval` seconds and print one line for each
-    experiment that is new or changed, until Ctrl-C (exit 0), as `kubectl get -w` does.
+    experiment that is new or changed, until Ctrl-C (exit 0), as `kubectl get -w` does; an
+    experiment deleted meanwhile gets a last line with status `Deleted` (`_gone_rows`).
 
     Every change is printed once, on a terminal and into a pipe alike, with the first table's
     column widths. A server that stops answering is polled again (one stderr line says so)
@@ -140,6 +163,7 @@ def watch_list(env, client, *, params: list[tuple[str, str]], limit: int, interv
 
     console = env.console()
     seen: dict = {}
+    last: dict = {}  # id -> the row as last listed
     widths = None
     unavailable = False
     try:
@@ -160,14 +184,19 @@ def watch_list(env, client, *, params: list[tuple[str, str]], limit: int, interv
                                                     now=_now(env), wide=wide, headers=headers)
                     changed = []
                 else:
-                    # Oldest change first, as the events happened.
+                    # Oldest change first, as the events happened; then the rows that left
+                    # the list: deleted, or no longer matching.
                     changed = [e for e in reversed(exps) if seen.get(e.get("id")) != _row_key(e)]
+                    listed = {e.get("id") for e in exps}
+                    changed += _gone_rows(client, [last[i] for i in seen if i not in listed],
+                                          seen)
                 if changed:
                     use_wide = wide if wide is not None else console.width >= out.WIDE_LIST
                     columns, rows = out.exp_list_rows(changed, now=_now(env), wide=use_wide)
                     for row in rows:
                         print_line(console, line(row, widths, columns))
                 seen = {e.get("id"): _row_key(e) for e in exps}
+                last = {e.get("id"): e for e in exps}
             env.sleep(interval)
     except KeyboardInterrupt:
         return  # stopping a watch is its normal end

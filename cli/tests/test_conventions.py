@@ -196,6 +196,45 @@ def test_watch_into_a_pipe_prints_the_table_then_each_change_once(cli, four_role
     assert [line.split()[2] for line in lines] == ["STATUS", "Created", "Running", "Succeeded"]
 
 
+def test_watch_prints_a_deleted_row_when_an_experiment_is_deleted_through_the_api(
+        cli, logged_in):
+    """kubectl get -w prints a deleted object's last row; the watch prints it with status
+    Deleted, and a row that only stops matching the filter with its current state."""
+    from accounts.models import User
+
+    assert logged_in("exp", "list").exit_code == 0  # the server registers alice on first sight
+    gone = make_exp(name=LONG_NAME, roles=ROLES, creator=User.objects.get(
+        email="alice@example.com"))
+    other = make_exp(name="stays", roles=("main",))
+    exp_update_status(exp_id=gone.pk, status="Failed")
+    process = subprocess.Popen(
+        cli.command("exp", "list", "--watch", "--interval", "0.1", "--status", "Created",
+                    "--status", "Failed"),
+        cwd=ROOT, env=cli.environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        encoding="utf-8")
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(process.stdout.readline, "")),
+                              daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: len(lines) >= 3, what="the first table")
+        result = logged_in("exp", "delete", str(gone.pk), "--yes")
+        assert result.exit_code == 0, result.output
+        wait_until(lambda: any(" Deleted " in line for line in lines), what="the Deleted row")
+        exp_update_status(exp_id=other.pk, status="Running")  # leaves the --status filter
+        wait_until(lambda: any(" Running " in line for line in lines), what="the Running row")
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=60)
+    reader.join(timeout=60)
+    assert process.returncode == 0, process.stderr.read()
+    rows = [line.split()[:3] for line in lines]
+    assert rows[3:] == [[str(gone.pk), LONG_NAME, "Deleted"],
+                        [str(other.pk), "stays", "Running"]], lines
+    start = lines[0].index("STATUS")  # the first table's columns
+    assert lines[3][start:].startswith("Deleted")
+
+
 # --- 5. results yaml, status words, repeated options ---------------------------------------------
 
 @pytest.mark.parametrize("args", [["exp", "list", "--type", "a", "--type", "b"],
