@@ -98,3 +98,66 @@ def print_table(console: Any, columns: Sequence[Column], rows: Sequence[Sequence
 def print_line(console: Any, text: Text) -> None:
     """Print one line as it is: never wrapped, never cropped at the terminal's edge."""
     console.print(text, soft_wrap=True, overflow="ignore", crop=False)
+
+
+def _one_line(text: Text) -> Text:
+    out = text.copy()
+    out.no_wrap, out.overflow, out.end = True, "ignore", "\n"
+    return out
+
+
+class FieldLines:
+    """A `key  value` table (`exp get`, `describe`, `analysis get`) drawn as lines that never
+    wrap: each value takes the rest of the line after the widest key, and a value longer than
+    that ends in `...` (at least `MIN_ELIDED` cells are kept; below that the line runs past the
+    edge). A value with newlines (a message, a command) keeps them, each further line under
+    the value column.
+
+    Print it with `crop=False` so a line that runs past the edge is not cut by the console.
+
+    Args:
+        rows: `(key, value)` pairs; keys are shown bold and never cut.
+        whole: the keys whose values are never elided either (ids, names, paths: they run
+            past the edge so they can be copied, as a list's key columns).
+    """
+
+    def __init__(self, rows: Sequence[tuple[str, Text]], whole: Sequence[str] = ()):
+        self.rows, self.whole = list(rows), set(whole)
+
+    def __rich_console__(self, console: Any, options: Any):
+        key_width = max((len(key) for key, _ in self.rows), default=0)
+        room = max(options.max_width - key_width - GAP, MIN_ELIDED)
+        for key, value in self.rows:
+            for index, part in enumerate(value.split("\n", include_separator=False)):
+                out = Text(key if index == 0 else "", style="bold" if index == 0 else "")
+                out.append(" " * (key_width - out.cell_len + GAP))
+                out.append_text(part if key in self.whole else _cut(part, room))
+                yield _one_line(out)
+
+
+class RowLines:
+    """A titled table of rows (an experiment's jobs, artifact and events) drawn as `print_table`
+    draws a list: one line per row, elidable columns shrunk to the width, key columns never
+    cut (a row still too wide runs past the edge: print it with `crop=False`). A cell's
+    newlines must be escaped (`plain` without `multiline`).
+
+    Args:
+        title: a bold line above the table.
+        columns: the columns.
+        rows: the cells.
+        caption: a line under the table (e.g. "no status change yet").
+    """
+
+    def __init__(self, title: str, columns: Sequence[Column], rows: Sequence[Sequence[Text]],
+                 caption: str | None = None):
+        self.title, self.columns, self.rows, self.caption = title, columns, rows, caption
+
+    def __rich_console__(self, console: Any, options: Any):
+        widths = widths_of(self.columns, self.rows, max(options.max_width, 1))
+        yield _one_line(Text(self.title, style="bold"))
+        yield _one_line(line([Text(column.header, style="bold") for column in self.columns],
+                             widths, self.columns))
+        for row in self.rows:
+            yield _one_line(line(row, widths, self.columns))
+        if self.caption:
+            yield _one_line(Text(self.caption, style="dim"))

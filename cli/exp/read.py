@@ -6,7 +6,7 @@ import rich_click as click
 from ..errors import CLIError
 from ..exit_codes import ExitCode
 from ..listing import list_options
-from ..options import exp_id_argument, output_option, pass_env, server_option
+from ..options import exp_id_argument, get_output_option, pass_env, server_option
 from .group import DEFAULT_INTERVAL, EXPS, PAGE_SIZE, STATUSES, exp_group
 
 # `--limit` unset lists every row; this bound only stops a server bug from paging forever.
@@ -16,15 +16,18 @@ from .inputs import SelectorArg
 
 @exp_group.command("get")
 @exp_id_argument
-@output_option
+@get_output_option
 @server_option
 @pass_env
 def get(env, exp_id: int, output: str, server: str) -> None:
     """Show one experiment (GetExp) with its jobs, artifact and config.
 
+    `-o wide` prints its one row of `exp list -o wide` instead (with the header).
+
     \b
     Examples:
       falcon exp get 12
+      falcon exp get 12 -o wide
       falcon exp get 12 -o yaml
     """
     from .. import output as out
@@ -32,6 +35,9 @@ def get(env, exp_id: int, output: str, server: str) -> None:
 
     with open_client(env, server) as client:
         exp = client.request("GET", f"{EXPS}/{exp_id}")
+    if output == "wide":
+        out.exp_list_table(env.console(), [exp], now=_now(env), wide=True)
+        return
     out.emit(env, exp, output, out.exp_detail)
 
 

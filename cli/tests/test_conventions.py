@@ -107,6 +107,47 @@ def test_wide_elides_nothing_and_no_headers_drops_the_header(cli, four_roles):
     assert EMAIL in row and all(f"{role}:Pending" in row for role in ROLES)
 
 
+def test_get_wide_prints_the_objects_row_of_the_wide_list(cli, four_roles):
+    from analysis.tests.factories import make_analysis, make_finished_exp
+
+    listed = _rows(cli("exp", "list", "-o", "wide", COLUMNS="80").stdout)
+    done = cli("exp", "get", str(four_roles.pk), "-o", "wide", COLUMNS="80")
+    assert done.returncode == 0, done.stderr
+    got = _rows(done.stdout)
+    age = listed[0].split().index("AGE")  # the seconds since creation may tick between the two
+    assert [line.split()[:age] + line.split()[age + 1:] for line in got] == \
+        [line.split()[:age] + line.split()[age + 1:] for line in listed]
+    assert got[0] == listed[0] and len(got) == 2  # the header and the row, nothing elided
+    assert EMAIL in listed[1] and all(f"{role}:Pending" in listed[1] for role in ROLES)
+    analysis = make_analysis(exp=make_finished_exp(name="analysed"), name=LONG_NAME)
+    listed = _rows(cli("analysis", "list", "-o", "wide").stdout)
+    done = cli("analysis", "get", analysis.pk, "-o", "wide", COLUMNS="80")
+    assert done.returncode == 0, done.stderr
+    assert _rows(done.stdout) == listed and analysis.pk in listed[1]
+
+
+@pytest.mark.parametrize("command", ["get", "describe"])
+def test_get_and_describe_never_wrap_a_value_at_80_columns(cli, four_roles, command):
+    from experiments.models import Experiment
+    from jobs.models import Job
+
+    message = "the replica ran out of memory while loading shard " * 4  # 200 characters
+    Experiment.objects.filter(pk=four_roles.pk).update(message=message.strip())
+    Job.objects.filter(experiment=four_roles).update(message=message.strip())
+    done = cli("exp", command, str(four_roles.pk), COLUMNS="80")
+    assert done.returncode == 0, done.stderr
+    lines = _rows(done.stdout)
+    fields = [line for line in lines if line.split(" ", 1)[0] in ("id", "name", "message")]
+    assert [line.split()[0] for line in fields] == ["id", "name", "message"], lines
+    assert fields[1].split()[1] == LONG_NAME  # a key value is whole
+    assert fields[2].endswith("...") and len(fields[2]) == 80  # a long one elided to the edge
+    # Each job is one line (its message elided, not folded onto the next lines).
+    jobs = [line for line in lines if line.split()[1:2] and line.split()[1] in ROLES]
+    assert len(jobs) == 4, lines
+    assert all(line.endswith("...") for line in jobs), jobs
+    assert not any(line.startswith(" ") and "shard" in line for line in lines), lines
+
+
 # --- 2. list options -----------------------------------------------------------------------------
 
 def test_name_jsonpath_sort_by_and_label_short_form(cli, logged_in):
