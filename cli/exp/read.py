@@ -123,23 +123,27 @@ def _row_key(exp: dict) -> tuple:
 DELETED = "Deleted"  # the STATUS a watch prints for an experiment deleted while watched
 
 
-def _gone_rows(client, rows: list[dict], seen: dict) -> list[dict]:
+def _gone_rows(client, rows: list[dict], seen: dict) -> tuple[list[dict], list[dict]]:
     """The rows to print for experiments listed before and missing now: a deleted one (GetExp
     answers 404) as it was last listed with status `Deleted`, as `kubectl get -w` prints a
     deleted object; one that still exists but no longer matches the filters (or fell beyond
-    `--limit`) with its current state, when that changed."""
-    out = []
+    `--limit`) with its current state, when that changed. Also returns the rows that could
+    not be looked up (server unavailable): asked about again at the next poll."""
+    out, unresolved = [], []
     for row in rows:
         try:
             now = client.request("GET", f"{EXPS}/{row.get('id')}")
         except CLIError as exc:
+            if exc.code == ExitCode.UNAVAILABLE:
+                unresolved.append(row)
+                continue
             if exc.code != ExitCode.NOT_FOUND:
                 raise
             out.append({**row, "status": DELETED, "reason": None})
             continue
         if _row_key(now) != seen.get(row.get("id")):
             out.append(now)
-    return out
+    return out, unresolved
 
 
 def watch_list(env, client, *, params: list[tuple[str, str]], limit: int, interval: float,
@@ -183,7 +187,7 @@ def watch_list(env, client, *, params: list[tuple[str, str]], limit: int, interv
                     env.print_err(f"server unavailable, retrying every {interval:g}s: {exc}")
                 unavailable = True
             else:
-                unavailable = False
+                unavailable, unresolved = False, []
                 if not widths:  # the first table (or the first rows after "No experiments")
                     if exps or widths is None:
                         widths = out.exp_list_table(console, sort_rows(exps, sort_by),
@@ -194,15 +198,19 @@ def watch_list(env, client, *, params: list[tuple[str, str]], limit: int, interv
                     # the list: deleted, or no longer matching.
                     changed = [e for e in reversed(exps) if seen.get(e.get("id")) != _row_key(e)]
                     listed = {e.get("id") for e in exps}
-                    changed += _gone_rows(client, [last[i] for i in seen if i not in listed],
-                                          seen)
+                    gone, unresolved = _gone_rows(
+                        client, [last[i] for i in seen if i not in listed], seen)
+                    changed += gone
                 if changed:
                     use_wide = wide if wide is not None else console.width >= out.WIDE_LIST
                     columns, rows = out.exp_list_rows(changed, now=_now(env), wide=use_wide)
                     for row in rows:
                         print_line(console, line(row, widths, columns))
+                previous = seen
                 seen = {e.get("id"): _row_key(e) for e in exps}
                 last = {e.get("id"): e for e in exps}
+                for row in unresolved:  # kept until it can be looked up
+                    seen[row.get("id")], last[row.get("id")] = previous[row.get("id")], row
             env.sleep(interval)
     except KeyboardInterrupt:
         return  # stopping a watch is its normal end

@@ -341,3 +341,40 @@ def test_a_stdout_that_cannot_encode_the_text_never_fails(cli, four_roles, encod
     done = cli("exp", "diff", exp_id, str(other.pk), **env)
     assert done.returncode == 1, done.stderr  # 1: they differ (12 would be a failure)
     assert "\\u65e5\\u672c" in done.stdout and "unexpected" not in done.stderr
+
+
+def test_watch_asks_again_about_a_missing_row_while_the_server_is_unavailable():
+    """A row gone from the list whose lookup finds the server down is neither printed nor
+    forgotten: the next poll asks again, and its deletion is still printed."""
+    import io
+
+    from cli.env import Environment
+    from cli.errors import CLIError
+    from cli.exp.read import watch_list
+
+    row = {"id": 7, "name": "gone", "status": "Failed", "jobs": []}
+    answers = iter([[row], [], [], []])
+    lookups = iter([CLIError("down", ExitCode.UNAVAILABLE),
+                    CLIError("no such experiment", ExitCode.NOT_FOUND)])
+
+    class Client:
+        def paginate(self, path, params, limit):
+            return next(answers)
+
+        def request(self, method, path):
+            raise next(lookups)
+
+    polls = []
+
+    def sleep(_seconds):
+        polls.append(1)
+        if len(polls) == 3:
+            raise KeyboardInterrupt
+
+    out = io.StringIO()
+    env = Environment(environ={"COLUMNS": "120"}, stdout=out, stderr=io.StringIO(),
+                      sleep=sleep, clock=lambda: 0.0)
+    watch_list(env, Client(), params=[], limit=10, interval=1)
+    lines = out.getvalue().splitlines()
+    assert [line.split()[:3] for line in lines[1:]] == [["7", "gone", "Failed"],
+                                                       ["7", "gone", "Deleted"]], lines
