@@ -124,6 +124,14 @@ def test_get_wide_prints_the_objects_row_of_the_wide_list(cli, four_roles):
     done = cli("analysis", "get", analysis.pk, "-o", "wide", COLUMNS="80")
     assert done.returncode == 0, done.stderr
     assert _rows(done.stdout) == listed and analysis.pk in listed[1]
+    # Its field table at 80 columns: a long message elided at the edge, one line per field.
+    type(analysis).objects.filter(pk=analysis.pk).update(
+        message="the plugin could not parse the benchmark summary file " * 3)
+    done = cli("analysis", "get", analysis.pk, COLUMNS="80")
+    assert done.returncode == 0, done.stderr
+    (message,) = [line for line in _rows(done.stdout) if line.startswith("message ")]
+    assert message.endswith("...") and len(message) == 80, done.stdout
+    assert not any(line.startswith(" ") for line in _rows(done.stdout)), done.stdout
 
 
 @pytest.mark.parametrize("command", ["get", "describe"])
