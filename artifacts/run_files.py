@@ -10,6 +10,7 @@ Layout of one run folder (`<state_dir>/<cluster job name>/`)::
     manifest.json         job id, experiment id, role, artifact path, runner pid per replica
     replica-<i>.log       the replica's stdout and stderr, interleaved as written (one file,
                           as a container runtime keeps a container's log)
+    replica-<i>.times     when each line of the log was read (`core.processes.logtimes`)
     replica-<i>.copied    written once replica-<i>.log was copied to the artifact store
     replica-<i>.exit      the command's exit code (written by the runner)
 
@@ -28,6 +29,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from core.processes.logtimes import times_name
+
 from .store import job_log_url, store_for
 
 MANIFEST = "manifest.json"
@@ -37,6 +40,11 @@ LOCK = ".lock"
 def replica_log(folder: Path, index: int) -> Path:
     """Return the log file of replica `index` in a run folder."""
     return folder / f"replica-{index}.log"
+
+
+def replica_times(folder: Path, index: int) -> Path:
+    """Return the times file of replica `index`'s log (`core.processes.logtimes`)."""
+    return folder / times_name(f"replica-{index}.log")
 
 
 def read_manifest(folder: Path) -> dict[str, Any] | None:
@@ -103,6 +111,13 @@ def copy_replica_log(folder: Path, manifest: dict[str, Any], index: int) -> bool
     if not source.exists() and not source.is_symlink():
         source.touch()  # a replica that never wrote a byte still has a (empty) log
     url = job_log_url(artifact_path, manifest["role"], index)
+    times = replica_times(folder, index)
+    if times.is_file() and not times.is_symlink():
+        # Before the log: a stored log is complete, and its times (if any) are there with it.
+        try:
+            store_for(url).put_file(times, times_name(url))
+        except FileNotFoundError:
+            pass  # replaced by a link or a FIFO meanwhile: the log is kept without its times
     try:
         store_for(url).put_file(source, url)  # opened without following a link
     except FileNotFoundError:

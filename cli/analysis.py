@@ -23,6 +23,7 @@ from .options import (
     FalconSubGroup,
     ExpIdType,
     analysis_id_argument,
+    get_output_option,
     confirm_delete,
     output_option,
     pass_env,
@@ -334,16 +335,19 @@ def list_(env, exp_id: int | None, status: str | None, analysis_type: str | None
 
 @analysis_group.command("get")
 @analysis_id_argument
-@output_option
+@get_output_option
 @server_option
 @pass_env
 def get(env, analysis_id: str, output: str, server: str) -> None:
     """Show one analysis: every field, its queue position while pending, its error when it
     failed.
 
+    `-o wide` prints its one row of `analysis list -o wide` instead (with the header).
+
     \b
     Examples:
       falcon analysis get an-127d556979606b76
+      falcon analysis get an-127d556979606b76 -o wide
       falcon analysis get an-127d556979606b76 -o yaml
     """
     from . import output as out
@@ -351,6 +355,9 @@ def get(env, analysis_id: str, output: str, server: str) -> None:
 
     with open_client(env, server) as client, api_errors(analysis_id=analysis_id):
         analysis = client.request("GET", f"{ANALYSES}/{analysis_id}")
+    if output == "wide":
+        out.analysis_list_table(env.console(), [analysis], wide=True)
+        return
     out.emit(env, analysis, output, out.analysis_detail)
 
 

@@ -59,6 +59,17 @@ def output_option(func):
     )(func)
 
 
+def get_output_option(func):
+    """Add `-o/--output table|wide|json|yaml` to a command that shows one object: `wide` is the
+    object's row with every column of the wide list, as `kubectl get KIND NAME -o wide`."""
+    return click.option(
+        "-o", "--output", "output", type=click.Choice(("table", "wide", "json", "yaml")),
+        default="table", show_default=True,
+        help="table for people; wide: the object's row of the wide list (every column, "
+             "nothing elided); json or yaml for scripts (stdout only).",
+    )(func)
+
+
 class IdType(click.ParamType):
     """A database id: ASCII digits, from 1 to `MAX_ID`, checked before any request.
 

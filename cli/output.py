@@ -22,8 +22,9 @@ from .visible import visible
 
 if TYPE_CHECKING:
     from rich.console import Console, Group
-    from rich.table import Table
     from rich.text import Text
+
+    from .table import FieldLines
 
 # A member equals (and hashes as) its value: a job's or artifact's status gets the colour of the
 # experiment status of the same name.
@@ -243,18 +244,19 @@ def exp_list_table(console: Console, exps: list[dict[str, Any]], *,
     return print_table(console, columns, rows, headers=headers, fit=fit)
 
 
-def _fields_table(rows: list[tuple[str, Text]]) -> Table:
-    from rich.table import Table
-
-    table = Table(box=None, show_header=False, pad_edge=False)
-    table.add_column(style="bold", no_wrap=True)
-    table.add_column(overflow="fold")
-    for key, value in rows:
-        table.add_row(key, value)
-    return table
+# Fields whose values are never elided in `get`/`describe` (they run past the edge instead),
+# so they can be copied whole, as a list's key columns.
+WHOLE_FIELDS = ("id", "name", "creator", "cloned from", "artifact path", "experiment",
+                "artifact", "result path", "cluster object")
 
 
-def exp_summary(exp: dict[str, Any]) -> Table:
+def _fields_table(rows: list[tuple[str, Text]]):
+    from .table import FieldLines
+
+    return FieldLines(rows, whole=WHOLE_FIELDS)
+
+
+def exp_summary(exp: dict[str, Any]) -> FieldLines:
     """Return the experiment's own fields as a two-column table."""
     return _fields_table([
         ("id", plain(exp.get("id"))),
@@ -276,15 +278,14 @@ def exp_summary(exp: dict[str, Any]) -> Table:
     ])
 
 
-def jobs_table(exp: dict[str, Any]) -> Table:
-    """Return the experiment's jobs, one row per role."""
-    from rich import box
-    from rich.table import Table
+def jobs_table(exp: dict[str, Any]):
+    """Return the experiment's jobs, one line per role (`cli.table.RowLines`)."""
+    from .table import Column, RowLines
 
-    table = Table(title="jobs", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for column in ("ID", "ROLE", "STATUS", "REPLICA", "DEVICES", "CLUSTER JOB", "REASON",
-                   "MESSAGE"):
-        table.add_column(column, overflow="fold")
+    columns = [Column("ID"), Column("ROLE"), Column("STATUS"), Column("REPLICA"),
+               Column("DEVICES", elide=True), Column("CLUSTER JOB"),
+               Column("REASON", elide=True), Column("MESSAGE", elide=True)]
+    rows = []
     for job in exp.get("jobs") or []:
         spec = job.get("task_spec") or {}
         devices = "-"
@@ -292,21 +293,21 @@ def jobs_table(exp: dict[str, Any]) -> Table:
             devices = f"{spec.get('device_count')} x {spec.get('device_type') or 'device'}"
             if spec.get("device_topo"):
                 devices += f" ({spec['device_topo']})"
-        table.add_row(plain(job.get("id")), plain(job.get("role")), status_text(job.get("status")),
-                      plain(spec.get("replica")), plain(devices),
-                      plain(job.get("cluster_job_name")), plain(job.get("reason")),
-                      plain(job.get("message"), multiline=True))
-    return table
+        rows.append([plain(job.get("id")), plain(job.get("role")),
+                     status_text(job.get("status")), plain(spec.get("replica")),
+                     plain(devices), plain(job.get("cluster_job_name")),
+                     plain(job.get("reason")), plain(job.get("message"))])
+    return RowLines("jobs", columns, rows)
 
 
-def artifact_table(exp: dict[str, Any]) -> Table:
-    """Return the experiment's artifact as a one-row table."""
-    from rich import box
-    from rich.table import Table
+def artifact_table(exp: dict[str, Any]):
+    """Return the experiment's artifact as a one-line table (`cli.table.RowLines`)."""
+    from .table import Column, RowLines
 
-    table = Table(title="artifact", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for column in ("ID", "TYPE", "STATUS", "PATH", "FILES", "REASON", "MESSAGE"):
-        table.add_column(column, overflow="fold")
+    columns = [Column("ID"), Column("TYPE", elide=True), Column("STATUS"), Column("PATH"),
+               Column("FILES", elide=True), Column("REASON", elide=True),
+               Column("MESSAGE", elide=True)]
+    rows = []
     artifact = exp.get("artifact")
     if artifact:
         # The manifest (recorded when it Succeeded) and retention: "3 (1024 B)", "pruned".
@@ -314,12 +315,11 @@ def artifact_table(exp: dict[str, Any]) -> Table:
                  f"{artifact['file_count']} ({artifact.get('total_bytes')} B)")
         if artifact.get("prune_state"):
             files += f", {str(artifact['prune_state']).lower()}"
-        table.add_row(plain(artifact.get("id")), plain(artifact.get("artifact_type")),
-                      status_text(artifact.get("status")), plain(artifact.get("path")),
-                      plain(files),
-                      plain(artifact.get("reason")),
-                      plain(artifact.get("message"), multiline=True))
-    return table
+        rows.append([plain(artifact.get("id")), plain(artifact.get("artifact_type")),
+                     status_text(artifact.get("status")), plain(artifact.get("path")),
+                     plain(files), plain(artifact.get("reason")),
+                     plain(artifact.get("message"))])
+    return RowLines("artifact", columns, rows)
 
 
 def exp_detail(console: Console, exp: dict[str, Any]) -> None:
@@ -331,7 +331,7 @@ def exp_detail(console: Console, exp: dict[str, Any]) -> None:
     config = exp.get("config")
     if config:
         parts += [Text("config", style="bold"), plain(config, multiline=True)]
-    console.print(Group(*parts))
+    console.print(Group(*parts), crop=False)
 
 
 def exp_progress(exp: dict[str, Any], elapsed: float) -> Group:
@@ -422,7 +422,7 @@ def analysis_list_table(console: Console, analyses: list[dict[str, Any]], *,
     print_table(console, columns, rows, headers=headers, fit=not wide)
 
 
-def analysis_summary(analysis: dict[str, Any]) -> Table:
+def analysis_summary(analysis: dict[str, Any]) -> FieldLines:
     """Return every field of an analysis as a two-column table; the queue position only while
     pending; the error message only when there is one, labelled `error` when the analysis
     failed and `message` otherwise (a cancellation is no error)."""
@@ -464,7 +464,7 @@ def analysis_summary(analysis: dict[str, Any]) -> Table:
 
 def analysis_detail(console: Console, analysis: dict[str, Any]) -> None:
     """Draw one analysis (`analysis_summary`)."""
-    console.print(analysis_summary(analysis))
+    console.print(analysis_summary(analysis), crop=False)
 
 
 def _resources(plugin: dict[str, Any]) -> str:
@@ -516,7 +516,7 @@ def plugin_detail(console: Console, plugin: dict[str, Any]) -> None:
         ("timeout", plain(f"{timeout} s" if timeout is not None else None)),
     ]
     rows += [(str(key), plain(cell(value))) for key, value in plugin.items() if key not in known]
-    console.print(_fields_table(rows))
+    console.print(_fields_table(rows), crop=False)
 
 
 def cell(value: Any) -> str:

@@ -206,3 +206,94 @@ def print_line(console: Any, text: Cell) -> None:
         console.print(text)
     else:
         console.print(text.to_rich(), soft_wrap=True, overflow="ignore", crop=False)
+
+
+def _as_cell(cell: Any) -> Cell:
+    """A rich `Text` given where a `Cell` is drawn: its text in its base style."""
+    if isinstance(cell, Cell):
+        return cell
+    return Cell(cell.plain, str(cell.style or ""))
+
+
+def _one_line(text: Any) -> Any:
+    """Return a rich `Text` (or a `Cell`, made one) that is never wrapped by the console."""
+    out = text.to_rich() if isinstance(text, Cell) else text.copy()
+    out.no_wrap, out.overflow, out.end = True, "ignore", "\n"
+    return out
+
+
+def _cut_text(text: Any, width: int) -> Any:
+    """`_cut` for a rich `Text` (a `get` field's value, which may have been multi-line)."""
+    from rich.text import Text
+
+    if text.cell_len <= width:
+        return text
+    if width <= len(MARKER):
+        return Text(MARKER[:width])
+    cut = text.copy()
+    cut.truncate(width - len(MARKER))
+    cut.append(MARKER, style="dim")
+    return cut
+
+
+class FieldLines:
+    """A `key  value` table (`exp get`, `describe`, `analysis get`) drawn as lines that never
+    wrap: each value takes the rest of the line after the widest key, and a value longer than
+    that ends in `...` (at least `MIN_ELIDED` cells are kept; below that the line runs past the
+    edge). A value with newlines (a message, a command) keeps them, each further line under
+    the value column.
+
+    Print it with `crop=False` so a line that runs past the edge is not cut by the console.
+
+    Args:
+        rows: `(key, value)` pairs, values rich `Text`s (or `Cell`s); keys are shown bold and
+            never cut.
+        whole: the keys whose values are never elided either (ids, names, paths: they run
+            past the edge so they can be copied, as a list's key columns).
+    """
+
+    def __init__(self, rows: Sequence[tuple[str, Any]], whole: Sequence[str] = ()):
+        self.rows = [(key, value.to_rich() if isinstance(value, Cell) else value)
+                     for key, value in rows]
+        self.whole = set(whole)
+
+    def __rich_console__(self, console: Any, options: Any):
+        from rich.text import Text
+
+        key_width = max((len(key) for key, _ in self.rows), default=0)
+        room = max(options.max_width - key_width - GAP, MIN_ELIDED)
+        for key, value in self.rows:
+            for index, part in enumerate(value.split("\n", include_separator=False)):
+                out = Text(key if index == 0 else "", style="bold" if index == 0 else "")
+                out.append(" " * (key_width - out.cell_len + GAP))
+                out.append_text(part if key in self.whole else _cut_text(part, room))
+                yield _one_line(out)
+
+
+class RowLines:
+    """A titled table of rows (an experiment's jobs, artifact and events) drawn as `print_table`
+    draws a list: one line per row, elidable columns shrunk to the width, key columns never
+    cut (a row still too wide runs past the edge: print it with `crop=False`). A cell's
+    newlines must be escaped (`plain_cell`, not `plain(..., multiline=True)`).
+
+    Args:
+        title: a bold line above the table.
+        columns: the columns.
+        rows: the cells (`Cell`s; a rich `Text` is drawn in its base style).
+        caption: a line under the table (e.g. "no status change yet").
+    """
+
+    def __init__(self, title: str, columns: Sequence[Column], rows: Sequence[Sequence[Any]],
+                 caption: str | None = None):
+        self.title, self.columns, self.caption = title, columns, caption
+        self.rows = [[_as_cell(cell) for cell in row] for row in rows]
+
+    def __rich_console__(self, console: Any, options: Any):
+        widths = widths_of(self.columns, self.rows, max(options.max_width, 1))
+        yield _one_line(Cell(self.title, "bold"))
+        yield _one_line(line([Cell(column.header, "bold") for column in self.columns],
+                             widths, self.columns))
+        for row in self.rows:
+            yield _one_line(line(row, widths, self.columns))
+        if self.caption:
+            yield _one_line(Cell(self.caption, "dim"))

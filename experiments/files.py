@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import posixpath
 from dataclasses import dataclass
@@ -24,7 +25,8 @@ from artifacts.run_files import replica_log
 from artifacts.services import artifact_purge_files, local_state_dir, remove_local_run_folders
 from artifacts.store import FilePage, OpenFile, artifact_logs_url, store_for
 from core.processes import safefs
-from core.errors import NotFound, ValidationFailed
+from core.processes.logtimes import TimesIndex, rfc3339, times_name
+from core.errors import Conflict, NotFound, ValidationFailed
 from core.domain.statuses import JOB_TERMINAL
 from core.limits.text import utf8_page
 
@@ -47,6 +49,8 @@ class LogChunk:
             lines at the end of a log that may still grow.
         source: `store` (the copy made when the replica ended) or `run` (the live run folder).
         complete: True when the log will not grow: the stored copy, or an ended replica.
+        has_times: whether the log has a time per line (`core.processes.logtimes`); None when
+            neither timestamps nor `since_ns` were asked for (the times were not read).
     """
 
     role: str
@@ -56,6 +60,7 @@ class LogChunk:
     data: bytes
     source: str
     complete: bool
+    has_times: bool | None = None
 
 
 def _replica_count(task_spec: dict[str, Any]) -> int:
@@ -93,7 +98,8 @@ def _whole_lines(data: bytes) -> bytes:
 
 def exp_log_chunk(*, exp: Experiment, role: str | None = None, replica: int = 0,
                   offset: int = 0, limit: int = DEFAULT_LOG_CHUNK,
-                  tail: int | None = None) -> LogChunk:
+                  tail: int | None = None, timestamps: bool = False,
+                  since_ns: int | None = None) -> LogChunk:
     """Read part of the log of replica `replica` of role `role`.
 
     Args:
@@ -104,6 +110,13 @@ def exp_log_chunk(*, exp: Experiment, role: str | None = None, replica: int = 0,
         limit: most bytes to return (1 to `MAX_LOG_CHUNK`).
         tail: return the last `tail` lines instead (from an offset found by reading back at
             most `TAIL_WINDOW_PER_LINE` bytes per line); `offset` is then ignored.
+        timestamps: start each line that begins in the chunk with the time it was produced
+            (`core.processes.logtimes.rfc3339` and a space, as `kubectl logs --timestamps`);
+            `offset` and `next_offset` stay offsets in the log as written. A log kept without
+            times gets no prefix (`has_times` False).
+        since_ns: only lines produced at or after this time (nanoseconds since the epoch): the
+            chunk starts at the first such line when that is after `offset` (and `tail` counts
+            among them only).
 
     Raises:
         ValidationFailed: no role given for an experiment of several roles, a negative
@@ -112,6 +125,7 @@ def exp_log_chunk(*, exp: Experiment, role: str | None = None, replica: int = 0,
             the valid values).
         NotFound: no log exists (yet) for this replica: not started, or a Kubernetes replica
             still running (its log reaches the store when it ends).
+        Conflict: `since_ns` for a log kept without times (before Falcon recorded them).
     """
     job = _pick_job(exp, role)
     count = _replica_count(job.task_spec or {})
@@ -137,9 +151,17 @@ def exp_log_chunk(*, exp: Experiment, role: str | None = None, replica: int = 0,
         # are served when stored, beyond the TaskSpec's replica count.)
         raise NotFound(f"replica: role {job.role!r} has {count} replica(s); valid values: 0 "
                        f"to {count - 1}; got {replica}.")
+    want_times = timestamps or since_ns is not None
+    times_fd = None
+    times = None
     if size is not None:
         read = lambda start, n: store.read_in(logs_root, log_name, start, n)  # noqa: E731
         source, complete = "store", True
+        if want_times:
+            times_size = store.size_in(logs_root, times_name(log_name))
+            if times_size is not None:
+                times = TimesIndex(lambda start, n: store.read_in(
+                    logs_root, times_name(log_name), start, n), times_size)
     else:
         state_dir = local_state_dir(job.cluster_name)
         path = (replica_log(state_dir / job.cluster_job_name, replica)
@@ -164,13 +186,54 @@ def exp_log_chunk(*, exp: Experiment, role: str | None = None, replica: int = 0,
         read = lambda start, n: safefs.read_at(log_fd, start, n)  # noqa: E731
 
         source, complete = "run", job.status in JOB_TERMINAL
+        if want_times:
+            try:
+                times_fd = safefs.open_in(path.parent, times_name(path.name))
+            except (OSError, safefs.UnsafeName):
+                times_fd = None  # a run started before times were recorded
+            if times_fd is not None:
+                times = TimesIndex(lambda start, n: safefs.read_at(times_fd, start, n),
+                                   os.fstat(times_fd).st_size)
 
     try:
+        if since_ns is not None and times is None:
+            raise Conflict(f"since_seconds: the log of replica {replica} of role {job.role!r} "
+                           f"of experiment {exp.pk} was kept without line times (before "
+                           "Falcon recorded them), so it cannot be cut by time; ask without "
+                           "since_seconds (falcon exp logs without --since).")
         with safefs.request_errors(field="role", what=f"{log_name!r} of experiment {exp.pk}"):
-            return _chunk(job, replica, offset, limit, tail, size, read, source, complete)
+            chunk = _chunk(job, replica, offset, limit, tail, size, read, source, complete,
+                           since=None if since_ns is None else times.first_line_since(
+                               since_ns, size))
+            if not want_times:
+                return chunk
+            data = _stamped(chunk.data, chunk.offset, read, times) if timestamps else chunk.data
+            return dataclasses.replace(chunk, data=data, has_times=times is not None)
     finally:
         if source == "run":
             os.close(log_fd)
+        if times_fd is not None:
+            os.close(times_fd)
+
+
+def _stamped(data: bytes, offset: int, read, times: TimesIndex | None) -> bytes:
+    """`data` (from `offset` of the log) with each line that starts in it preceded by its time
+    and a space; a line whose time is unknown by `-` and a space; no prefix at all when the
+    log has no times."""
+    if times is None or not data:
+        return data
+    out = []
+    start = 0
+    at_line_start = offset == 0 or read(offset - 1, 1) == b"\n"
+    while start < len(data):
+        end = data.find(b"\n", start)
+        end = len(data) if end < 0 else end + 1
+        if at_line_start:
+            ns = times.time_of(offset + start)
+            out.append(b"- " if ns is None else rfc3339(ns).encode() + b" ")
+        out.append(data[start:end])
+        at_line_start, start = True, end
+    return b"".join(out)
 
 
 def _lines(data: bytes) -> list[bytes]:
@@ -181,7 +244,9 @@ def _lines(data: bytes) -> list[bytes]:
     return [part + b"\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
 
 
-def _chunk(job, replica, offset, limit, tail, size, read, source, complete) -> LogChunk:
+def _chunk(job, replica, offset, limit, tail, size, read, source, complete, *,
+           since: int | None = None) -> LogChunk:
+    """Read the chunk; `since`: the offset of the first line to give (a line start), or None."""
     if tail is not None:
         window = min(size, MAX_LOG_CHUNK, max(tail, 1) * TAIL_WINDOW_PER_LINE)
         start = size - window
@@ -189,9 +254,15 @@ def _chunk(job, replica, offset, limit, tail, size, read, source, complete) -> L
         # that byte's `\n` alone, dropped either way (a line starting the window is kept).
         data = read(start - 1, window + 1) if start > 0 else read(0, window) if window else b""
         lines = _lines(data)[1:] if start > 0 else _lines(data)
+        if since is not None:  # only the lines from `since` on count
+            first = size - sum(len(line) for line in lines)
+            while lines and first < since:
+                first += len(lines.pop(0))
         keep = lines[-tail:] if tail else []
         data = b"".join(keep)
         return LogChunk(job.role, replica, size - len(data), size, data, source, complete)
+    if since is not None:
+        offset = max(offset, since)
     if offset >= size:
         return LogChunk(job.role, replica, offset, offset, b"", source, complete)
     # Pages start and end on UTF-8 character boundaries (`core.limits.text.utf8_page`, the rule of

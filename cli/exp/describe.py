@@ -38,25 +38,21 @@ def _object_name(event: dict[str, Any], roles: dict[str, str]) -> str:
 
 
 def events_table(exp: dict[str, Any], events: list[dict[str, Any]]):
-    """Return the events as a rich table, oldest first (time, object, from -> to, why, who)."""
-    from rich import box
-    from rich.table import Table
-    from rich.text import Text
-
+    """Return the events, oldest first (time, object, from -> to, why, who), one line each
+    (`cli.table.RowLines`: the reason and message are elided to the width)."""
     from ..output import plain, status_text
+    from ..table import Column, RowLines
 
     roles = {str(job.get("id")): str(job.get("role")) for job in exp.get("jobs") or []}
-    table = Table(title="events", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for column in ("TIME", "OBJECT", "FROM", "TO", "REASON", "ACTOR", "MESSAGE"):
-        table.add_column(column, overflow="fold")
-    for event in events:
-        table.add_row(plain(event_time(event.get("at"))), plain(_object_name(event, roles)),
-                      status_text(event.get("from_status")), status_text(event.get("to_status")),
-                      plain(event.get("reason")), plain(event.get("actor")),
-                      plain(event.get("message"), multiline=True))
-    if not events:
-        table.caption = Text("no status change yet")
-    return table
+    columns = [Column("TIME"), Column("OBJECT"), Column("FROM"), Column("TO"),
+               Column("REASON", elide=True), Column("ACTOR", elide=True),
+               Column("MESSAGE", elide=True)]
+    rows = [[plain(event_time(event.get("at"))), plain(_object_name(event, roles)),
+             status_text(event.get("from_status")), status_text(event.get("to_status")),
+             plain(event.get("reason")), plain(event.get("actor")), plain(event.get("message"))]
+            for event in events]
+    return RowLines("events", columns, rows,
+                    caption=None if events else "no status change yet")
 
 
 def describe_view(console, data: dict[str, Any]) -> None:
@@ -67,7 +63,7 @@ def describe_view(console, data: dict[str, Any]) -> None:
     from ..output import artifact_table, exp_summary, jobs_table
 
     console.print(Group(exp_summary(data), Text(""), jobs_table(data), artifact_table(data),
-                        events_table(data, data.get("events") or [])))
+                        events_table(data, data.get("events") or [])), crop=False)
 
 
 @exp_group.command("describe")
@@ -104,7 +100,7 @@ def describe(env, exp_id: int, output: str, server: str) -> None:
             env.print_err(f"experiment {exp_id} was deleted; its status changes are kept:")
             out.emit(env, {"id": exp_id, "deleted": True, "events": history.get("events", [])},
                      output, lambda console, data: console.print(
-                         events_table(data, data["events"])))
+                         events_table(data, data["events"]), crop=False))
             return
         history = client.request("GET", f"{EXPS}/{exp_id}/events")
     out.emit(env, {**exp, "events": history.get("events", [])}, output, describe_view)

@@ -4,12 +4,15 @@ Only click is imported at module level (`falcon --help` stays fast).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import rich_click as click
 
 from ..errors import CLIError
 from ..exit_codes import ExitCode
-from ..options import exp_id_argument, output_option, pass_env, server_option
+from ..options import ExpIdType, exp_id_argument, output_option, pass_env, server_option
 from .group import exp_group
+from .inputs import SelectorArg
 
 EXPS = "/api/v1/exps"
 LOG_CHUNK = 256 * 1024  # bytes asked per logs request
@@ -17,8 +20,68 @@ FOLLOW_INTERVAL = 1.0  # seconds between polls of `logs --follow`
 LIST_PAGE = 1000  # files per artifacts page: the server's maximum
 
 
+class DurationType(click.ParamType):
+    """A Go duration, as kubectl's `--since` reads it (`30s`, `5m`, `1h30m`; durationpy),
+    more than 0; converted to whole seconds, rounded up."""
+
+    name = "DURATION"
+
+    def convert(self, value, param, ctx):
+        import math
+
+        import durationpy
+
+        if isinstance(value, int):
+            return value
+        try:
+            seconds = durationpy.from_str(str(value)).total_seconds()
+        except durationpy.DurationError:
+            self.fail(f"{value!r} is not a duration; write it as kubectl does: 30s, 5m, 2h, "
+                      "1h30m", param, ctx)
+        if seconds <= 0:
+            self.fail(f"{value!r} must be more than 0 (e.g. 5m)", param, ctx)
+        return max(1, math.ceil(seconds))
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """How every log of one `exp logs` is read: the first request's `tail` and `since_seconds`,
+    the `timestamps` of every request, and `follow` with its poll `interval`."""
+
+    tail: int | None
+    since: int | None
+    timestamps: bool
+    follow: bool
+    interval: float
+
+    def first_query(self, query: dict[str, object]) -> dict[str, object]:
+        """The query of the first request of a log (its tail, or its start by `since`)."""
+        query = self.query(query)
+        if self.since is not None:
+            query["since_seconds"] = self.since
+        if self.tail is not None:
+            query["tail"] = self.tail
+        else:
+            query.update(offset=0, limit=LOG_CHUNK)
+        return query
+
+    def query(self, query: dict[str, object]) -> dict[str, object]:
+        query = dict(query)
+        if self.timestamps:
+            query["timestamps"] = "true"
+        return query
+
+
 @exp_group.command("logs")
-@exp_id_argument
+@click.argument("exp_id", type=ExpIdType(), metavar="[ID]", required=False)
+@click.option("--label", "-l", "selectors", multiple=True, type=SelectorArg(),
+              help="Instead of ID: the logs of every experiment with this label, key=value or "
+                   "key (repeatable; all must match), as kubectl logs -l; each line is "
+                   "prefixed with [exp/ID/role/replica-N].")
+@click.option("--max-exps", type=click.IntRange(min=1, max=100), default=10,
+              show_default=True,
+              help="With -l: refuse when more experiments match (as kubectl's "
+                   "--max-log-requests).")
 @click.option("--role", "roles", multiple=True,
               help="The job's role (optional when the experiment has one role); repeat it for "
                    "several roles.")
@@ -31,54 +94,102 @@ LIST_PAGE = 1000  # files per artifacts page: the server's maximum
                    "on when more than one log is printed.")
 @click.option("--tail", type=click.IntRange(min=0), default=None,
               help="Only the last N lines (of each log).")
+@click.option("--timestamps", is_flag=True,
+              help="Start each line with the time it was produced (RFC 3339, UTC, "
+                   "nanoseconds), as kubectl logs --timestamps: when the runner or the "
+                   "container runtime read it from the task's output.")
+@click.option("--since", type=DurationType(), default=None,
+              help="Only lines produced in the last DURATION (5s, 2m, 3h, 1h30m), as kubectl "
+                   "logs --since; with --tail, the last N of those.")
 @click.option("--follow", "-f", is_flag=True,
               help="Keep printing new output until the replica (every replica) ends.")
 @click.option("--interval", type=click.FloatRange(min=0.1), default=FOLLOW_INTERVAL,
               show_default=True, help="Seconds between two polls with --follow.")
 @server_option
 @pass_env
-def logs(env, exp_id: int, roles: tuple[str, ...], replica: int, all_replicas: bool,
-         prefix: bool | None, tail: int | None, follow: bool, interval: float,
-         server: str) -> None:
+def logs(env, exp_id: int | None, selectors: tuple[str, ...], max_exps: int,
+         roles: tuple[str, ...], replica: int, all_replicas: bool, prefix: bool | None,
+         tail: int | None, timestamps: bool, since: int | None, follow: bool,
+         interval: float, server: str) -> None:
     """Print a replica's output (stdout and stderr), live or kept after it ended.
 
     Logs are read from the run while it is live on the local cluster, and from the artifact
     store once the replica ended (aborted runs included). The log is text: UTF-8, a byte that
     is not UTF-8 shown as U+FFFD; on a terminal, control characters are shown as escapes.
-    Several logs (--role repeated, --all-replicas) are printed one after the other, or with
-    --follow interleaved as they grow, each line prefixed with its [role/replica-N].
+    Several logs (--role repeated, --all-replicas, -l) are printed one after the other, or
+    with --follow interleaved as they grow, each line prefixed with its [role/replica-N]
+    ([exp/ID/role/replica-N] with -l). With -l, an experiment without the --role or
+    --replica asked for is left out.
 
     \b
     Examples:
       falcon exp logs 12
       falcon exp logs 12 --role worker --replica 1 --tail 50
-      falcon exp logs 12 --follow
+      falcon exp logs 12 --follow --timestamps
+      falcon exp logs 12 --since 5m
       falcon exp logs 12 --all-replicas --tail 20
       falcon exp logs 12 --role main --role worker --all-replicas -f
+      falcon exp logs -l team=infra --role main --tail 5
     """
     from ..client import open_client
 
-    path = f"{EXPS}/{exp_id}/logs"
+    if (exp_id is None) == (not selectors):
+        raise CLIError("give an experiment ID or -l/--label KEY=VALUE (not both), e.g. "
+                       "falcon exp logs 12, falcon exp logs -l team=infra", ExitCode.USAGE)
+    reading = _Reading(tail, since, timestamps, follow, interval)
     with open_client(env, server) as client:
         try:
+            if exp_id is None:
+                streams = _labelled_streams(env, client, selectors, max_exps, roles, replica,
+                                            all_replicas)
+                if streams:
+                    _print_many(env, client, streams, reading, prefix=prefix is not False,
+                                with_exp=True)
+                return
             if len(roles) <= 1 and not all_replicas and (roles or not prefix):
                 params: dict[str, object] = {"replica": replica}
                 if roles:
                     params["role"] = roles[0]
                 label = f"[{roles[0]}/replica-{replica}] " if roles else None
-                _print_logs(env, client, exp_id, path, params, tail, follow, interval,
+                _print_logs(env, client, exp_id, params, reading,
                             prefix=label if prefix else None)
                 return
-            streams = _streams(client, exp_id, roles, replica, all_replicas)
-            _print_many(env, client, exp_id, path, streams, tail, follow, interval,
-                        prefix=prefix is not False)
+            streams = [(exp_id, *pair) for pair in _streams(client, exp_id, roles, replica,
+                                                             all_replicas)]
+            _print_many(env, client, streams, reading, prefix=prefix is not False)
         except KeyboardInterrupt:
             raise CLIError("stopped following the log", ExitCode.INTERRUPTED) from None
 
 
+def _labelled_streams(env, client, selectors, max_exps, roles, replica, all_replicas):
+    """The (experiment, role, replica) logs of every experiment matching the label selectors,
+    oldest experiment first; an experiment without the roles or replica asked for is left
+    out. None matching prints a note on stderr (exit 0, as kubectl's "No resources found").
+
+    Raises:
+        CLIError(USAGE): more than `max_exps` experiments match.
+    """
+    params = [("label", selector) for selector in selectors] + [("page_size", "100")]
+    exps = list(client.paginate(EXPS, params=params, limit=max_exps + 1))
+    if len(exps) > max_exps:
+        raise CLIError(f"more than {max_exps} experiments match {', '.join(selectors)}; "
+                       "narrow the selector or raise --max-exps", ExitCode.USAGE)
+    if not exps:
+        env.print_err(f"No experiments match {', '.join(selectors)}.")
+        return []
+    streams = []
+    for exp in sorted(exps, key=lambda e: int(e["id"])):
+        pairs = _streams(client, exp["id"], roles, replica, all_replicas, strict=False)
+        streams += [(exp["id"], role, index) for role, index in pairs]
+    return streams
+
+
 def _streams(client, exp_id: int, roles: tuple[str, ...], replica: int,
-             all_replicas: bool) -> list[tuple[str, int]]:
+             all_replicas: bool, *, strict: bool = True) -> list[tuple[str, int]]:
     """Return the (role, replica) pairs to print, from the experiment's jobs, in role order.
+
+    Args:
+        strict: a role or replica the experiment does not have is an error; else left out.
 
     Raises:
         CLIError(NOT_FOUND): a role the experiment does not have (naming the ones it has).
@@ -87,87 +198,109 @@ def _streams(client, exp_id: int, roles: tuple[str, ...], replica: int,
     counts = {job.get("role"): int((job.get("task_spec") or {}).get("replica") or 1)
               for job in exp.get("jobs") or []}
     unknown = [role for role in roles if role not in counts]
-    if unknown:
+    if unknown and strict:
         raise CLIError(f"experiment {exp_id} has no role {unknown[0]!r}; its roles: "
                        f"{', '.join(sorted(counts))}", ExitCode.NOT_FOUND)
-    chosen = list(dict.fromkeys(roles)) if roles else sorted(counts)
+    chosen = [role for role in dict.fromkeys(roles) if role in counts] if roles else sorted(
+        counts)
     pairs = []
     for role in chosen:
         if all_replicas:
             pairs += [(role, index) for index in range(counts[role])]
         elif replica < counts[role]:
             pairs.append((role, replica))
-        else:
+        elif strict:
             raise CLIError(f"role {role!r} of experiment {exp_id} has {counts[role]} "
                            f"replica(s); --replica is 0 to {counts[role] - 1}",
                            ExitCode.NOT_FOUND)
     return pairs
 
 
-def _print_many(env, client, exp_id, path, streams, tail, follow, interval, *,
-                prefix: bool) -> None:
+def _print_many(env, client, streams, reading: _Reading, *, prefix: bool,
+                with_exp: bool = False) -> None:
     """Print several logs, each read to its current end in turn (so without `follow` one after
-    the other); with `follow`, poll them in turn until every one is complete."""
-    writers = {pair: _LineWriter(env, f"[{pair[0]}/replica-{pair[1]}] " if prefix else None)
-               for pair in streams}
-    offsets: dict = {pair: None for pair in streams}  # None: not read yet
+    the other); with `follow`, poll them in turn until every one is complete.
+
+    Args:
+        streams: (experiment id, role, replica) of each log.
+        prefix: start each line with `[role/replica-N]` (`[exp/ID/role/replica-N]` when
+            `with_exp`).
+    """
+    def label(stream) -> str:
+        exp_id, role, index = stream
+        return f"[exp/{exp_id}/{role}/replica-{index}] " if with_exp else \
+            f"[{role}/replica-{index}] "
+
+    writers = {stream: _LineWriter(env, label(stream) if prefix else None)
+               for stream in streams}
+    offsets: dict = {stream: None for stream in streams}  # None: not read yet
     done: set = set()
+    tail, follow = reading.tail, reading.follow
     while True:
         progressed = False
-        for pair in streams:
-            while pair not in done:
+        for stream in streams:
+            while stream not in done:
                 try:
-                    got = _read_chunk(env, client, exp_id, path, pair, offsets, tail, follow)
+                    got = _read_chunk(env, client, stream, offsets, reading)
                 except _NoLog:
-                    done.add(pair)
+                    done.add(stream)
                     break
                 if got is None:  # no log (yet)
                     if not follow:
-                        done.add(pair)
+                        done.add(stream)
                     break
                 data, complete, first = got
                 if data:
-                    writers[pair].write(data)
+                    writers[stream].write(data)
                     progressed = True
                 if first and tail is not None:
                     if not follow:
-                        done.add(pair)
+                        done.add(stream)
                     break
                 if not data:
                     if complete or not follow:
-                        done.add(pair)
+                        done.add(stream)
                     break
-            if pair in done:
-                writers[pair].close()
+            if stream in done:
+                writers[stream].close()
         if len(done) == len(streams):
             return
         if not progressed:
-            env.sleep(interval)
+            env.sleep(reading.interval)
 
 
-def _read_chunk(env, client, exp_id, path, pair, offsets, tail, follow):
+def _read_chunk(env, client, stream, offsets, reading: _Reading):
     """Read the next chunk of one replica's log: (data, complete, was-first), or None when it
     has no log (a note on stderr once the experiment is over or without `follow`)."""
-    role, index = pair
+    exp_id, role, index = stream
     query: dict[str, object] = {"role": role, "replica": index}
-    first = offsets[pair] is None
-    if first and tail is not None:
-        query["tail"] = tail
+    first = offsets[stream] is None
+    if first:
+        query = reading.first_query(query)
     else:
-        query.update(offset=offsets[pair] or 0, limit=LOG_CHUNK)
+        query = reading.query({**query, "offset": offsets[stream], "limit": LOG_CHUNK})
     try:
-        chunk = client.request("GET", path, params=query)
+        chunk = client.request("GET", f"{EXPS}/{exp_id}/logs", params=query)
     except CLIError as exc:
         if exc.code != ExitCode.NOT_FOUND:
             raise
-        if not follow or client.request("GET", f"{EXPS}/{exp_id}").get("status") in (
+        if not reading.follow or client.request("GET", f"{EXPS}/{exp_id}").get("status") in (
                 "Succeeded", "Failed", "Aborted"):
             env.print_err(f"note: no log of {role}/replica-{index}: {exc.message}")
-            offsets[pair] = offsets[pair] or 0
+            offsets[stream] = offsets[stream] or 0
             raise _NoLog() from None
         return None
-    offsets[pair] = chunk["next_offset"]
+    if first:
+        _note_no_times(env, chunk, reading, f"{role}/replica-{index}")
+    offsets[stream] = chunk["next_offset"]
     return chunk["data"], chunk["complete"], first
+
+
+def _note_no_times(env, chunk: dict, reading: _Reading, which: str) -> None:
+    """Say once on stderr that a log asked `--timestamps` of was kept without times."""
+    if reading.timestamps and chunk.get("has_times") is False:
+        env.print_err(f"note: the log of {which} was kept without line times (before Falcon "
+                      "recorded them); printed without timestamps")
 
 
 class _NoLog(Exception):
@@ -209,23 +342,24 @@ class _LineWriter:
             self.open_line = False
 
 
-def _print_logs(env, client, exp_id, path, params, tail, follow, interval, *,
+def _print_logs(env, client, exp_id, params, reading: _Reading, *,
                 prefix: str | None = None) -> None:
-    """Print the log from the start (or its last `tail` lines), then, with `follow`, what
-    is appended until the log is complete; with `follow` a log that does not exist yet is
-    waited for while the experiment runs."""
+    """Print the log from the start (or its last `tail` lines, or its lines since `since`),
+    then, with `follow`, what is appended until the log is complete; with `follow` a log that
+    does not exist yet is waited for while the experiment runs."""
     from ..analysis import _is_terminal
     from ..visible import visible
 
+    path = f"{EXPS}/{exp_id}/logs"
     raw = not _is_terminal(env.out)
     writer = _LineWriter(env, prefix) if prefix is not None else None
     offset, first = 0, True
+    tail, follow = reading.tail, reading.follow
     while True:
-        query = dict(params)
-        if first and tail is not None:
-            query["tail"] = tail
+        if first:
+            query = reading.first_query(params)
         else:
-            query.update(offset=offset, limit=LOG_CHUNK)
+            query = reading.query({**params, "offset": offset, "limit": LOG_CHUNK})
         try:
             chunk = client.request("GET", path, params=query)
         except CLIError as exc:
@@ -236,8 +370,11 @@ def _print_logs(env, client, exp_id, path, params, tail, follow, interval, *,
             exp = client.request("GET", f"{EXPS}/{exp_id}")
             if exp.get("status") in ("Succeeded", "Failed", "Aborted"):
                 raise
-            env.sleep(interval)
+            env.sleep(reading.interval)
             continue
+        if first:
+            _note_no_times(env, chunk, reading, f"{chunk.get('role')}/replica-"
+                                                f"{chunk.get('replica')}")
         if chunk["data"] and writer is not None:
             writer.write(chunk["data"])
         elif chunk["data"]:
@@ -256,7 +393,7 @@ def _print_logs(env, client, exp_id, path, params, tail, follow, interval, *,
             continue  # more may be there already: read on without waiting
         if chunk["complete"] or not follow:
             break
-        env.sleep(interval)
+        env.sleep(reading.interval)
     if writer is not None:
         writer.close()
 

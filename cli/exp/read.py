@@ -6,7 +6,7 @@ import rich_click as click
 from ..errors import CLIError
 from ..exit_codes import ExitCode
 from ..listing import list_options
-from ..options import exp_id_argument, output_option, pass_env, server_option
+from ..options import exp_id_argument, get_output_option, pass_env, server_option
 from .group import DEFAULT_INTERVAL, EXPS, PAGE_SIZE, STATUSES, exp_group
 
 # `--limit` unset lists every row; this bound only stops a server bug from paging forever.
@@ -16,15 +16,18 @@ from .inputs import SelectorArg
 
 @exp_group.command("get")
 @exp_id_argument
-@output_option
+@get_output_option
 @server_option
 @pass_env
 def get(env, exp_id: int, output: str, server: str) -> None:
     """Show one experiment (GetExp) with its jobs, artifact and config.
 
+    `-o wide` prints its one row of `exp list -o wide` instead (with the header).
+
     \b
     Examples:
       falcon exp get 12
+      falcon exp get 12 -o wide
       falcon exp get 12 -o yaml
     """
     from .. import output as out
@@ -32,6 +35,9 @@ def get(env, exp_id: int, output: str, server: str) -> None:
 
     with open_client(env, server) as client:
         exp = client.request("GET", f"{EXPS}/{exp_id}")
+    if output == "wide":
+        out.exp_list_table(env.console(), [exp], now=_now(env), wide=True)
+        return
     out.emit(env, exp, output, out.exp_detail)
 
 
@@ -114,11 +120,38 @@ def _row_key(exp: dict) -> tuple:
             tuple((job.get("role"), job.get("status")) for job in exp.get("jobs") or []))
 
 
+DELETED = "Deleted"  # the STATUS a watch prints for an experiment deleted while watched
+
+
+def _gone_rows(client, rows: list[dict], seen: dict) -> tuple[list[dict], list[dict]]:
+    """The rows to print for experiments listed before and missing now: a deleted one (GetExp
+    answers 404) as it was last listed with status `Deleted`, as `kubectl get -w` prints a
+    deleted object; one that still exists but no longer matches the filters (or fell beyond
+    `--limit`) with its current state, when that changed. Also returns the rows that could
+    not be looked up (server unavailable): asked about again at the next poll."""
+    out, unresolved = [], []
+    for row in rows:
+        try:
+            now = client.request("GET", f"{EXPS}/{row.get('id')}")
+        except CLIError as exc:
+            if exc.code == ExitCode.UNAVAILABLE:
+                unresolved.append(row)
+                continue
+            if exc.code != ExitCode.NOT_FOUND:
+                raise
+            out.append({**row, "status": DELETED, "reason": None})
+            continue
+        if _row_key(now) != seen.get(row.get("id")):
+            out.append(now)
+    return out, unresolved
+
+
 def watch_list(env, client, *, params: list[tuple[str, str]], limit: int, interval: float,
                wide: bool | None = None, headers: bool = True,
                sort_by: str | None = None) -> None:
     """Print the list, then poll ListExps every `interval` seconds and print one line for each
-    experiment that is new or changed, until Ctrl-C (exit 0), as `kubectl get -w` does.
+    experiment that is new or changed, until Ctrl-C (exit 0), as `kubectl get -w` does; an
+    experiment deleted meanwhile gets a last line with status `Deleted` (`_gone_rows`).
 
     Every change is printed once, on a terminal and into a pipe alike, with the first table's
     column widths. A server that stops answering is polled again (one stderr line says so)
@@ -140,6 +173,7 @@ def watch_list(env, client, *, params: list[tuple[str, str]], limit: int, interv
 
     console = env.table_console()
     seen: dict = {}
+    last: dict = {}  # id -> the row as last listed
     widths = None
     unavailable = False
     try:
@@ -153,21 +187,30 @@ def watch_list(env, client, *, params: list[tuple[str, str]], limit: int, interv
                     env.print_err(f"server unavailable, retrying every {interval:g}s: {exc}")
                 unavailable = True
             else:
-                unavailable = False
+                unavailable, unresolved = False, []
                 if not widths:  # the first table (or the first rows after "No experiments")
                     if exps or widths is None:
                         widths = out.exp_list_table(console, sort_rows(exps, sort_by),
                                                     now=_now(env), wide=wide, headers=headers)
                     changed = []
                 else:
-                    # Oldest change first, as the events happened.
+                    # Oldest change first, as the events happened; then the rows that left
+                    # the list: deleted, or no longer matching.
                     changed = [e for e in reversed(exps) if seen.get(e.get("id")) != _row_key(e)]
+                    listed = {e.get("id") for e in exps}
+                    gone, unresolved = _gone_rows(
+                        client, [last[i] for i in seen if i not in listed], seen)
+                    changed += gone
                 if changed:
                     use_wide = wide if wide is not None else console.width >= out.WIDE_LIST
                     columns, rows = out.exp_list_rows(changed, now=_now(env), wide=use_wide)
                     for row in rows:
                         print_line(console, line(row, widths, columns))
+                previous = seen
                 seen = {e.get("id"): _row_key(e) for e in exps}
+                last = {e.get("id"): e for e in exps}
+                for row in unresolved:  # kept until it can be looked up
+                    seen[row.get("id")], last[row.get("id")] = previous[row.get("id")], row
             env.sleep(interval)
     except KeyboardInterrupt:
         return  # stopping a watch is its normal end

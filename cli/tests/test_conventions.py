@@ -107,6 +107,55 @@ def test_wide_elides_nothing_and_no_headers_drops_the_header(cli, four_roles):
     assert EMAIL in row and all(f"{role}:Pending" in row for role in ROLES)
 
 
+def test_get_wide_prints_the_objects_row_of_the_wide_list(cli, four_roles):
+    from analysis.tests.factories import make_analysis, make_finished_exp
+
+    listed = _rows(cli("exp", "list", "-o", "wide", COLUMNS="80").stdout)
+    done = cli("exp", "get", str(four_roles.pk), "-o", "wide", COLUMNS="80")
+    assert done.returncode == 0, done.stderr
+    got = _rows(done.stdout)
+    age = listed[0].split().index("AGE")  # the seconds since creation may tick between the two
+    assert [line.split()[:age] + line.split()[age + 1:] for line in got] == \
+        [line.split()[:age] + line.split()[age + 1:] for line in listed]
+    assert got[0] == listed[0] and len(got) == 2  # the header and the row, nothing elided
+    assert EMAIL in listed[1] and all(f"{role}:Pending" in listed[1] for role in ROLES)
+    analysis = make_analysis(exp=make_finished_exp(name="analysed"), name=LONG_NAME)
+    listed = _rows(cli("analysis", "list", "-o", "wide").stdout)
+    done = cli("analysis", "get", analysis.pk, "-o", "wide", COLUMNS="80")
+    assert done.returncode == 0, done.stderr
+    assert _rows(done.stdout) == listed and analysis.pk in listed[1]
+    # Its field table at 80 columns: a long message elided at the edge, one line per field.
+    type(analysis).objects.filter(pk=analysis.pk).update(
+        message="the plugin could not parse the benchmark summary file " * 3)
+    done = cli("analysis", "get", analysis.pk, COLUMNS="80")
+    assert done.returncode == 0, done.stderr
+    (message,) = [line for line in _rows(done.stdout) if line.startswith("message ")]
+    assert message.endswith("...") and len(message) == 80, done.stdout
+    assert not any(line.startswith(" ") for line in _rows(done.stdout)), done.stdout
+
+
+@pytest.mark.parametrize("command", ["get", "describe"])
+def test_get_and_describe_never_wrap_a_value_at_80_columns(cli, four_roles, command):
+    from experiments.models import Experiment
+    from jobs.models import Job
+
+    message = "the replica ran out of memory while loading shard " * 4  # 200 characters
+    Experiment.objects.filter(pk=four_roles.pk).update(message=message.strip())
+    Job.objects.filter(experiment=four_roles).update(message=message.strip())
+    done = cli("exp", command, str(four_roles.pk), COLUMNS="80")
+    assert done.returncode == 0, done.stderr
+    lines = _rows(done.stdout)
+    fields = [line for line in lines if line.split(" ", 1)[0] in ("id", "name", "message")]
+    assert [line.split()[0] for line in fields] == ["id", "name", "message"], lines
+    assert fields[1].split()[1] == LONG_NAME  # a key value is whole
+    assert fields[2].endswith("...") and len(fields[2]) == 80  # a long one elided to the edge
+    # Each job is one line (its message elided, not folded onto the next lines).
+    jobs = [line for line in lines if line.split()[1:2] and line.split()[1] in ROLES]
+    assert len(jobs) == 4, lines
+    assert all(line.endswith("...") for line in jobs), jobs
+    assert not any(line.startswith(" ") and "shard" in line for line in lines), lines
+
+
 # --- 2. list options -----------------------------------------------------------------------------
 
 def test_name_jsonpath_sort_by_and_label_short_form(cli, logged_in):
@@ -196,6 +245,45 @@ def test_watch_into_a_pipe_prints_the_table_then_each_change_once(cli, four_role
     assert [line.split()[2] for line in lines] == ["STATUS", "Created", "Running", "Succeeded"]
 
 
+def test_watch_prints_a_deleted_row_when_an_experiment_is_deleted_through_the_api(
+        cli, logged_in):
+    """kubectl get -w prints a deleted object's last row; the watch prints it with status
+    Deleted, and a row that only stops matching the filter with its current state."""
+    from accounts.models import User
+
+    assert logged_in("exp", "list").exit_code == 0  # the server registers alice on first sight
+    gone = make_exp(name=LONG_NAME, roles=ROLES, creator=User.objects.get(
+        email="alice@example.com"))
+    other = make_exp(name="stays", roles=("main",))
+    exp_update_status(exp_id=gone.pk, status="Failed")
+    process = subprocess.Popen(
+        cli.command("exp", "list", "--watch", "--interval", "0.1", "--status", "Created",
+                    "--status", "Failed"),
+        cwd=ROOT, env=cli.environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        encoding="utf-8")
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(process.stdout.readline, "")),
+                              daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: len(lines) >= 3, what="the first table")
+        result = logged_in("exp", "delete", str(gone.pk), "--yes")
+        assert result.exit_code == 0, result.output
+        wait_until(lambda: any(" Deleted " in line for line in lines), what="the Deleted row")
+        exp_update_status(exp_id=other.pk, status="Running")  # leaves the --status filter
+        wait_until(lambda: any(" Running " in line for line in lines), what="the Running row")
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=60)
+    reader.join(timeout=60)
+    assert process.returncode == 0, process.stderr.read()
+    rows = [line.split()[:3] for line in lines]
+    assert rows[3:] == [[str(gone.pk), LONG_NAME, "Deleted"],
+                        [str(other.pk), "stays", "Running"]], lines
+    start = lines[0].index("STATUS")  # the first table's columns
+    assert lines[3][start:].startswith("Deleted")
+
+
 # --- 5. results yaml, status words, repeated options ---------------------------------------------
 
 @pytest.mark.parametrize("args", [["exp", "list", "--type", "a", "--type", "b"],
@@ -261,3 +349,40 @@ def test_a_stdout_that_cannot_encode_the_text_never_fails(cli, four_roles, encod
     done = cli("exp", "diff", exp_id, str(other.pk), **env)
     assert done.returncode == 1, done.stderr  # 1: they differ (12 would be a failure)
     assert "\\u65e5\\u672c" in done.stdout and "unexpected" not in done.stderr
+
+
+def test_watch_asks_again_about_a_missing_row_while_the_server_is_unavailable():
+    """A row gone from the list whose lookup finds the server down is neither printed nor
+    forgotten: the next poll asks again, and its deletion is still printed."""
+    import io
+
+    from cli.env import Environment
+    from cli.errors import CLIError
+    from cli.exp.read import watch_list
+
+    row = {"id": 7, "name": "gone", "status": "Failed", "jobs": []}
+    answers = iter([[row], [], [], []])
+    lookups = iter([CLIError("down", ExitCode.UNAVAILABLE),
+                    CLIError("no such experiment", ExitCode.NOT_FOUND)])
+
+    class Client:
+        def paginate(self, path, params, limit):
+            return next(answers)
+
+        def request(self, method, path):
+            raise next(lookups)
+
+    polls = []
+
+    def sleep(_seconds):
+        polls.append(1)
+        if len(polls) == 3:
+            raise KeyboardInterrupt
+
+    out = io.StringIO()
+    env = Environment(environ={"COLUMNS": "120"}, stdout=out, stderr=io.StringIO(),
+                      sleep=sleep, clock=lambda: 0.0)
+    watch_list(env, Client(), params=[], limit=10, interval=1)
+    lines = out.getvalue().splitlines()
+    assert [line.split()[:3] for line in lines[1:]] == [["7", "gone", "Failed"],
+                                                       ["7", "gone", "Deleted"]], lines

@@ -489,3 +489,144 @@ def test_switching_contexts_keeps_the_file_private_whatever_the_umask(tmp_path):
         assert done.returncode == 0, done.stderr
         assert stat.S_IMODE((config / "config.json").stat().st_mode) == 0o600
         assert stat.S_IMODE(config.stat().st_mode) == 0o700
+
+
+# --- exp logs --timestamps, --since and -l ----------------------------------------------------
+
+STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_logs_timestamps_of_a_real_local_replica(logged_in):
+    """The local runner records when it read each line; `--timestamps` prints it before the
+    line (RFC 3339, UTC, nanoseconds), from the run folder and from the stored copy."""
+    import re
+    import time
+    from datetime import datetime
+
+    from accounts.issuer import local_subject
+    from accounts.tests.factories import UserFactory
+    from controllers.cluster_backends import LocalBackend
+    from experiments.files import local_state_dir
+    from experiments.tests.factories import make_exp
+    from experiments.tests.test_exp_files import job_view
+    from jobs.models import Job
+    from jobs.services import job_update_status
+
+    alice = UserFactory(user_id=local_subject(EMAIL), email=EMAIL)
+    exp = make_exp(creator=alice, name="stamped", command="echo one; echo two >&2; echo three")
+    job = Job.objects.select_related("experiment").get(experiment_id=exp.pk)
+    backend = LocalBackend(local_state_dir(job.cluster_name))
+    view = job_view(job)
+    before = time.time_ns()
+    result = backend.submit(view)
+    job_update_status(job_id=job.pk, status="Pending", cluster_job_name=result.cluster_job_name)
+    wait_until(lambda: backend.observe([view])[view.id].terminal, what="the replica to end")
+    after = time.time_ns()
+
+    def logs(*args):
+        done = run("exp", "logs", str(exp.pk), *args, config_dir=logged_in.config_dir,
+                   server=logged_in.server)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.splitlines()
+
+    lines = logs("--timestamps")
+    assert [line.split(" ", 1)[1] for line in lines] == ["one", "two", "three"]
+    stamps = [line.split(" ", 1)[0] for line in lines]
+    assert all(re.fullmatch(STAMP, stamp) for stamp in stamps), stamps
+    seconds = [datetime.fromisoformat(stamp[:26] + "+00:00").timestamp() for stamp in stamps]
+    assert all(before / 1e9 - 1e-6 <= s <= after / 1e9 for s in seconds), (before, seconds)
+    assert logs("--since", "5m") == ["one", "two", "three"]
+    prefixed = logs("--timestamps", "--prefix", "--tail", "1")
+    assert re.fullmatch(rf"\[main/replica-0\] {STAMP} three", prefixed[0]), prefixed
+
+
+@pytest.mark.django_db(transaction=True)
+def test_logs_since_cuts_by_time_and_is_refused_for_a_log_without_times(logged_in, tmp_path):
+    import time
+
+    from accounts.issuer import local_subject
+    from accounts.tests.factories import UserFactory
+    from artifacts.store import replica_log_url
+    from core.processes.logtimes import RECORD, times_name
+    from experiments.tests.factories import make_exp
+
+    from .test_exp_files import put
+
+    alice = UserFactory(user_id=local_subject(EMAIL), email=EMAIL)
+    now, hour = time.time_ns(), 3600 * 10**9
+    exp = make_exp(creator=alice, name="since", roles=("main", "worker"))
+    for role in ("main", "worker"):
+        url = replica_log_url(exp.artifact_path, role, 0)
+        put(times_name(url), RECORD.pack(0, now - 2 * hour) + RECORD.pack(4, now), tmp_path)
+        put(url, f"old\n{role} new\n".encode(), tmp_path)
+    bare = make_exp(creator=alice, name="bare")
+    put(replica_log_url(bare.artifact_path, "main", 0), b"no times\n", tmp_path)
+
+    def logs(*args):
+        return run("exp", "logs", *args, config_dir=logged_in.config_dir,
+                   server=logged_in.server)
+
+    done = logs(str(exp.pk), "--role", "main", "--since", "1h")
+    assert (done.returncode, done.stdout) == (0, "main new\n"), done.stderr
+    assert logs(str(exp.pk), "--role", "main", "--since", "1h30m", "--timestamps",
+                "--follow").stdout.split(" ", 1)[1] == "main new\n"
+    assert logs(str(exp.pk), "--role", "main", "--since", "3h").stdout == "old\nmain new\n"
+    assert logs(str(exp.pk), "--all-replicas", "--since", "10m").stdout.splitlines() == [
+        "[main/replica-0] main new", "[worker/replica-0] worker new"]
+    for bad, why in (("5", "is not a duration"), ("5x", "is not a duration"),
+                     ("0s", "must be more than 0"), ("-5m", "must be more than 0")):
+        done = logs(str(exp.pk), "--role", "main", "--since", bad)
+        assert done.returncode == ExitCode.USAGE and why in flat(done.stderr), (bad, done)
+        assert "--since" in done.stderr
+    # A log kept without times: --since is refused (naming it), --timestamps says so once.
+    done = logs(str(bare.pk), "--since", "1h")
+    assert done.returncode == ExitCode.CONFLICT, done.stderr
+    assert "since_seconds" in flat(done.stderr) and "without line times" in flat(done.stderr)
+    done = logs(str(bare.pk), "--timestamps")
+    assert (done.returncode, done.stdout) == (0, "no times\n")
+    assert "kept without line times" in flat(done.stderr)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_logs_of_every_experiment_matching_a_label(logged_in, tmp_path):
+    from accounts.issuer import local_subject
+    from accounts.tests.factories import UserFactory
+    from artifacts.store import replica_log_url
+    from experiments.tests.factories import make_exp
+
+    from .test_exp_files import put
+
+    alice = UserFactory(user_id=local_subject(EMAIL), email=EMAIL)
+    exps = [make_exp(creator=alice, name=f"lab-{i}", roles=("main", "worker"), replica=2)
+            for i in range(3)]
+    for exp in exps:
+        for role in ("main", "worker"):
+            for index in (0, 1):
+                put(replica_log_url(exp.artifact_path, role, index),
+                    f"{exp.pk} {role} {index}\n".encode(), tmp_path)
+    a, b, other = exps
+    for exp, team in ((a, "infra"), (b, "infra"), (other, "web")):
+        assert logged_in("exp", "label", str(exp.pk), f"team={team}").exit_code == 0
+
+    def logs(*args):
+        return run("exp", "logs", *args, config_dir=logged_in.config_dir,
+                   server=logged_in.server)
+
+    done = logs("-l", "team=infra", "--role", "main")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"[exp/{e.pk}/main/replica-0] {e.pk} main 0"
+                                        for e in (a, b)]
+    done = logs("-l", "team=infra", "--all-replicas", "--tail", "1")
+    assert len(done.stdout.splitlines()) == 8 and done.returncode == 0
+    assert f"[exp/{b.pk}/worker/replica-1] {b.pk} worker 1" in done.stdout.splitlines()
+    done = logs("-l", "team", "--role", "ps")  # no experiment has the role: nothing, exit 0
+    assert (done.returncode, done.stdout) == (0, "")
+    done = logs("-l", "team=nobody")
+    assert done.returncode == 0 and "No experiments match team=nobody" in done.stderr
+    done = logs("-l", "team", "--max-exps", "2")
+    assert done.returncode == ExitCode.USAGE and "--max-exps" in flat(done.stderr)
+    for args in ((), (str(a.pk), "-l", "team=infra")):
+        done = logs(*args)
+        assert done.returncode == ExitCode.USAGE
+        assert "give an experiment ID or -l/--label" in flat(done.stderr)

@@ -3,7 +3,9 @@
 The resource manager calls `keep_logs` once when it sees a job's Job finished (Succeeded or
 Failed) and before it deletes the Job of an aborted job. Each Pod's log (the task container's
 stdout and stderr, `GET /api/v1/namespaces/{ns}/pods/{name}/log`) is streamed to a temporary
-file and stored at `artifacts.store.job_log_url(<job path>, role, <completion index>)`: a Pod's
+file and stored at `artifacts.store.job_log_url(<job path>, role, <completion index>)` (asked with
+`timestamps=true`: the time the container runtime gives each line is kept beside it, in
+`replica-<i>.times`, `core.processes.logtimes`, and the log itself stays as written): a Pod's
 completion index is its replica index when a replica is one Pod, and `replica * hosts + host`
 on a multi-host slice. The API server then serves finished runs' logs from the store and needs
 no cluster credentials for them.
@@ -22,6 +24,7 @@ from datetime import datetime, timezone
 
 from artifacts.store import job_log_url, store_for
 from controllers.contract import JobView
+from core.processes.logtimes import TimesWriter, times_name
 
 from .base import BackendError, ClusterBackend
 
@@ -82,18 +85,71 @@ def copy_pod_logs(backend, job: JobView) -> int:
             continue
         url = job_log_url(job.artifact_path, job.role, index)
         response = backend.caller.call(backend.core.read_namespaced_pod_log, pod.metadata.name,
-                                       ns, container=CONTAINER, _preload_content=False)
+                                       ns, container=CONTAINER, timestamps=True,
+                                       _preload_content=False)
         fd, tmp = tempfile.mkstemp(prefix="falcon-pod-log-")
+        times_fd, times_tmp = tempfile.mkstemp(prefix="falcon-pod-log-times-")
         try:
             with os.fdopen(fd, "wb") as fh:
-                for data in response.stream(CHUNK_BYTES):
-                    fh.write(data)
+                split_timestamps(response.stream(CHUNK_BYTES), fh, TimesWriter(times_fd))
+            # The times first: a stored log is complete, and its times are there with it.
+            store_for(url).put_file(times_tmp, times_name(url))
             store_for(url).put_file(tmp, url)
         finally:
             response.release_conn()
+            os.close(times_fd)
             os.unlink(tmp)
+            os.unlink(times_tmp)
         copied += 1
     return copied
+
+
+def _line_time(stamp: bytes) -> int | None:
+    """Nanoseconds since the epoch of the kubelet's RFC 3339 time (`2026-01-01T00:00:00.5Z`,
+    any offset, 0 to 9 fraction digits), None when it is not one."""
+    from datetime import datetime
+
+    try:
+        text = stamp.decode("ascii")
+        head, _, fraction = text.partition(".")
+        zone = ""
+        if fraction:
+            digits = len(fraction) - len(fraction.lstrip("0123456789"))
+            fraction, zone = fraction[:digits], fraction[digits:]
+        else:
+            head, zone = head[:19], head[19:]
+        if not fraction.isdigit() and fraction:
+            return None
+        moment = datetime.fromisoformat(head + (zone.replace("Z", "+00:00") or "+00:00"))
+        return int(moment.timestamp()) * 1_000_000_000 + int((fraction or "0").ljust(9, "0")[:9])
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
+def split_timestamps(chunks, out, times: TimesWriter) -> None:
+    """Write the Pod log API's `timestamps=true` text to `out` without the times, recording
+    each line's time in `times` (`core.processes.logtimes`). A line whose prefix is not a time
+    is written whole, with no time of its own."""
+    pending = b""
+
+    def line(raw: bytes) -> None:
+        stamp, space, rest = raw.partition(b" ")
+        ns = _line_time(stamp) if space else None
+        if ns is None:
+            rest = raw
+            times.skip(rest)
+        else:
+            times.feed(rest, ns)
+        out.write(rest)
+
+    for data in chunks:
+        pending += data
+        lines = pending.split(b"\n")
+        pending = lines.pop()
+        for raw in lines:
+            line(raw + b"\n")
+    if pending:
+        line(pending)
 
 
 def keep_logs(backend: ClusterBackend, job: JobView) -> None:

@@ -8,6 +8,7 @@ Layout of `state_dir` (one folder per cluster job, named by `cluster_job_name`):
         manifest.json               job ids, artifact path, replica count, runner pid + start
                                     time per replica
         replica-0.log               the replica's stdout and stderr, interleaved as written
+        replica-0.times             when each line of the log was read (core.processes.logtimes)
         replica-0.copied            written once the log was copied to the artifact store
         replica-0.started           written by the runner once the command runs (its pid); its
                                     mtime is the replica's start (CB-25)
@@ -50,7 +51,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from artifacts.run_files import copy_ended_logs, replica_log
+from artifacts.run_files import copy_ended_logs, replica_log, replica_times
 from artifacts.store import local_path
 from controllers.contract import JobView
 from controllers.cluster_backends.base import (
@@ -212,7 +213,8 @@ class LocalBackend(ClusterBackend):
                env: dict[str, str]) -> dict[str, Any]:
         """Start the runner of replica `index`; return its manifest record (pid, start time)."""
         argv = [*self.runner, str(folder / f"replica-{index}.started"),
-                str(folder / f"replica-{index}.exit"), "--", "sh", "-c", command]
+                str(folder / f"replica-{index}.exit"), str(replica_times(folder, index)),
+                "--", "sh", "-c", command]
         # One file for both streams, opened for appending: writes of either land in order.
         with os.fdopen(os.open(replica_log(folder, index), os.O_WRONLY | os.O_APPEND
                                | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666),

@@ -217,6 +217,9 @@ class FakeKube:
         self.requests: list[Request] = []
         # A Pod's log by Pod name (`GET .../pods/{name}/log`); a Pod without one has an empty log.
         self.pod_logs: dict[str, bytes] = {}
+        # With `timestamps=true` each line is prefixed as the kubelet does: by this Pod's list
+        # of RFC 3339 times, one per line (default: 2026-01-01T00:00:00Z for every line).
+        self.pod_log_times: dict[str, list[str]] = {}
         self.server: ThreadingHTTPServer | None = None
         self.thread: threading.Thread | None = None
 
@@ -725,6 +728,12 @@ class _Handler(BaseHTTPRequestHandler):
             kube.requests.append(Request("GET", "pods/log", ns, name, query))
             pod = kube.objects.get(("pods", ns, name))
             data = kube.pod_logs.get(name, b"")
+            times = kube.pod_log_times.get(name, [])
+        if query.get("timestamps") == "true" and data:
+            lines = data.splitlines(keepends=True)
+            data = b"".join(
+                f"{times[i] if i < len(times) else '2026-01-01T00:00:00Z'} ".encode() + line
+                for i, line in enumerate(lines))
         if pod is None:
             return self._send(404, status_body(404, "NotFound", f'pods "{name}" not found',
                                                name=name, kind="pods"))

@@ -104,3 +104,29 @@ def test_a_store_that_refuses_is_retried_then_given_up(fake_kube, kubeconfig, tm
     k8s_logs.keep_logs(backend, view)  # the third failure gives up: the job goes on
     k8s_logs.keep_logs(backend, view)  # and is not tried again
     assert sum(r.resource == "pods/log" for r in fake_kube.requests) == 3
+
+
+def test_the_runtimes_line_times_are_kept_beside_the_log(falcon_api, fake_kube, kubeconfig):
+    """The Pod log is read with `timestamps=true`: the store keeps the log as written and the
+    container runtime's time of each line in its times file (`exp logs --timestamps`)."""
+    exp = make_exp(name="k8s-times", cluster_name="a", image="busybox")
+    job = exp.jobs.get()
+    manager = ResourceManager(falcon_api, {"a": make_backend(kubeconfig)})
+    job = tick_until(manager, job, "Pending")
+    (pod,) = fake_kube.spawn_pods(NS, job.cluster_job_name, statuses=[TERMINATED])
+    fake_kube.pod_logs[pod] = b"first\nsecond line\nlast without newline"
+    fake_kube.pod_log_times[pod] = ["2026-01-01T00:00:00.5Z", "2026-01-01T00:00:01Z",
+                                    "2026-01-01T00:00:02.123456789Z"]
+    fake_kube.set_job_status(NS, job.cluster_job_name, {"succeeded": 1, "conditions": [
+        {"type": "Complete", "status": "True"}]})
+    tick_until(manager, job, "Succeeded")
+
+    url = job_log_url(job.artifact_path, "main", 0)
+    assert store_for(url).read_range(url) == b"first\nsecond line\nlast without newline"
+    assert any(r.resource == "pods/log" and r.query.get("timestamps") == "true"
+               for r in fake_kube.requests)
+    chunk = exp_log_chunk(exp=Experiment.objects.get(pk=exp.pk), timestamps=True)
+    assert chunk.data == (b"2026-01-01T00:00:00.500000000Z first\n"
+                          b"2026-01-01T00:00:01.000000000Z second line\n"
+                          b"2026-01-01T00:00:02.123456789Z last without newline")
+    assert chunk.has_times and chunk.next_offset == len(b"first\nsecond line\nlast without newline")

@@ -1,7 +1,9 @@
 """HTTP views of an experiment's logs and artifact files (`experiments.files`).
 
-- `GET /api/v1/exps/{id}/logs?role=&replica=&offset=&limit=&tail=`: a piece of one replica's
-  log as JSON; follow a live log by asking again from `next_offset` until `complete`.
+- `GET /api/v1/exps/{id}/logs?role=&replica=&offset=&limit=&tail=&timestamps=&since_seconds=`:
+  a piece of one replica's log as JSON; follow a live log by asking again from `next_offset`
+  until `complete`; `timestamps=true` starts each line with the time it was produced,
+  `since_seconds=N` starts at the first line of the last N seconds.
 - `GET /api/v1/exps/{id}/artifacts?after=&page_size=`: one page of the files under the artifact
   path (name, size in bytes, modified time, `etag`), `next` links to the following page.
 - `GET /api/v1/exps/{id}/artifacts/file?name=`: one file's bytes and its `ETag`; a
@@ -15,7 +17,9 @@ import re
 
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field,
+)
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -61,6 +65,26 @@ def _validated(serializer_class, request) -> dict:
     return data.validated_data
 
 
+@extend_schema_field(OpenApiTypes.BOOL)
+class QueryBooleanField(serializers.Field):
+    """A boolean query parameter: exactly `true` or `false` (`1` and `0` too); anything else is
+    a 400 naming the parameter."""
+
+    WORDS = {"true": True, "1": True, "false": False, "0": False}
+
+    def to_internal_value(self, data):
+        value = self.WORDS.get(str(data).lower())
+        if value is None:
+            raise serializers.ValidationError(f"must be true or false; got {str(data)[:40]!r}.")
+        return value
+
+    def to_representation(self, value):
+        return bool(value)
+
+
+MAX_SINCE_SECONDS = 100 * 366 * 86400  # a century: anything longer is the whole log anyway
+
+
 class LogQuerySerializer(serializers.Serializer):
     role = serializers.CharField(required=False, max_length=63,
                                  help_text="The job's role; optional when there is one role.")
@@ -72,6 +96,18 @@ class LogQuerySerializer(serializers.Serializer):
                               max_value=MAX_LOG_CHUNK, help_text="Most bytes to return.")
     tail = QueryIntegerField(required=False, min_value=0, max_value=100_000,
                              help_text="Return the last N lines instead of `offset`.")
+    timestamps = QueryBooleanField(required=False, default=False, help_text=(
+        "`true`: start each line that begins in `data` with the time it was produced, in "
+        "RFC 3339 UTC with nanoseconds and a space (`2026-12-03T08:15:44.123456789Z `), as "
+        "`kubectl logs --timestamps`: when the runner (local cluster) or the container runtime "
+        "(Kubernetes) read the line from the task's output. `offset` and `next_offset` stay "
+        "byte offsets of the log as written. A log kept without times gets no prefix "
+        "(`has_times` false)."))
+    since_seconds = QueryIntegerField(required=False, min_value=1, max_value=MAX_SINCE_SECONDS,
+                                      help_text=(
+        "Only lines produced in the last N seconds (by the server's clock), as `kubectl logs "
+        "--since`: the chunk starts at the first such line when that is after `offset`, and "
+        "`tail` counts among them. 409 for a log kept without times."))
 
 
 class LogChunkSerializer(serializers.Serializer):
@@ -83,6 +119,9 @@ class LogChunkSerializer(serializers.Serializer):
     source = serializers.ChoiceField(["store", "run"], help_text=(
         "`store`: the copy kept when the replica ended; `run`: the live run folder."))
     complete = serializers.BooleanField(help_text="True when the log will not grow any more.")
+    has_times = serializers.BooleanField(required=False, help_text=(
+        "Only with `timestamps` or `since_seconds`: whether the log has a time per line (logs "
+        "kept before Falcon recorded times have none)."))
 
 
 class ExpLogsView(APIView):
@@ -92,19 +131,30 @@ class ExpLogsView(APIView):
                    responses={200: LogChunkSerializer, 400: OpenApiResponse(
                        description="A bad query: a role missing for an experiment of several "
                                    "roles, a negative replica, offset, limit or tail out of "
-                                   "range."),
+                                   "range, timestamps not true or false, since_seconds not "
+                                   "a positive number of seconds."),
                        404: OpenApiResponse(description="No such experiment, role or replica "
                                                         "(the valid values are named), or no "
-                                                        "log yet.")})
+                                                        "log yet."),
+                       409: OpenApiResponse(description="since_seconds for a log kept "
+                                                        "without line times.")})
     def get(self, request, exp_id: int):
+        import time
+
         query = _validated(LogQuerySerializer, request)
+        since = query.get("since_seconds")
         chunk = exp_log_chunk(exp=selectors.exp_get(exp_id=exp_id), role=query.get("role"),
                               replica=query["replica"], offset=query["offset"],
-                              limit=query["limit"], tail=query.get("tail"))
-        return Response({"role": chunk.role, "replica": chunk.replica, "offset": chunk.offset,
-                         "next_offset": chunk.next_offset, "source": chunk.source,
-                         "complete": chunk.complete,
-                         "data": chunk.data.decode("utf-8", "replace")})
+                              limit=query["limit"], tail=query.get("tail"),
+                              timestamps=query["timestamps"],
+                              since_ns=None if since is None else
+                              time.time_ns() - since * 1_000_000_000)
+        body = {"role": chunk.role, "replica": chunk.replica, "offset": chunk.offset,
+                "next_offset": chunk.next_offset, "source": chunk.source,
+                "complete": chunk.complete, "data": chunk.data.decode("utf-8", "replace")}
+        if chunk.has_times is not None:
+            body["has_times"] = chunk.has_times
+        return Response(body)
 
 
 class ArtifactQuerySerializer(serializers.Serializer):
