@@ -13,7 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("falcon_site", "controllers", "cli", "analysis", "experiments", "jobs", "artifacts",
-            "accounts", "core", "clusters", "falcon_proto", "plugins")
+            "accounts", "schedules", "core", "clusters", "falcon_proto", "plugins")
 
 
 def lint_imports() -> subprocess.CompletedProcess:
