@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import posixpath
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 
@@ -58,7 +57,9 @@ class LogChunk:
     complete: bool
 
 
-def _replica_count(task_spec: dict[str, Any]) -> int:
+def replica_count(task_spec: dict[str, Any]) -> int:
+    """Return how many replicas a stored TaskSpec asks for: its `replica`, at least 1 (1 when the
+    row holds no usable number), for the log pages of each replica."""
     try:
         return max(int(task_spec.get("replica") or 1), 1)
     except (TypeError, ValueError):
@@ -114,7 +115,7 @@ def exp_log_chunk(*, exp: Experiment, role: str | None = None, replica: int = 0,
             still running (its log reaches the store when it ends).
     """
     job = _pick_job(exp, role)
-    count = _replica_count(job.task_spec or {})
+    count = replica_count(job.task_spec or {})
     if replica < 0:
         raise ValidationFailed({"replica": [f"must be >= 0; got {replica}."]})
     if offset < 0:

@@ -144,7 +144,7 @@ class PermanentBackendError(BackendError):
     """
 
 
-def _dns_part(text: str) -> str:
+def dns_part(text: str) -> str:
     """Lower-case `text` and squeeze every run of non-DNS characters into one '-'."""
     return _DASHES.sub("-", _NOT_DNS.sub("-", text.lower())).strip("-")
 
@@ -171,7 +171,7 @@ def cluster_job_name_for(*, exp_id: int, exp_name: str, role: str, max_len: int 
         A string of at most `max_len` characters matching `[a-z0-9]([-a-z0-9]*[a-z0-9])?`.
     """
     head = f"{NAME_PREFIX}-{int(exp_id)}"
-    tail = "-".join(p for p in (_dns_part(exp_name), _dns_part(role)) if p)
+    tail = "-".join(p for p in (dns_part(exp_name), dns_part(role)) if p)
     full = f"{head}-{tail}" if tail else head
     if len(full) <= max_len:
         return full
