@@ -129,7 +129,7 @@ def run_if_due(*, now: datetime | None = None) -> RetentionRun:
     """
     from django_celery_beat.models import PeriodicTask
 
-    from core.schedules import schedule_get
+    from schedules.selectors import schedule_get
 
     now = now or timezone.now()
     schedule = schedule_get(SCHEDULE_NAME)

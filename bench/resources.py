@@ -57,6 +57,7 @@ from controllers.kubeclient import KubeConnection  # noqa: E402
 from controllers.resource_manager import ResourceManager  # noqa: E402
 from controllers.tests.fake_k8s import FakeKube  # noqa: E402
 from core.domain.statuses import ExpStatus, JobStatus  # noqa: E402
+from core.domain.taskspec import TaskSpec  # noqa: E402
 
 NS = "falcon-jobs"
 CLUSTER = "k8s-bench"
@@ -117,7 +118,7 @@ class GrpcAPI:
         call_command("migrate", verbosity=0)
         Experiment.objects.all().delete()
         user, _ = User.objects.get_or_create(user_id="bench", defaults={"email": "b@example.com"})
-        spec = views[0].task_spec
+        spec = views[0].task_spec.to_json()
         Experiment.objects.bulk_create(
             Experiment(id=v.exp_id, name=v.exp_name, creator=user, cluster_name=CLUSTER,
                        exp_type=v.exp_type, role_to_task_spec={v.role: spec},
@@ -164,8 +165,7 @@ def populate(fake: FakeKube, backend: KubernetesBackend, n: int, *, pending: boo
     for i in range(1, n + 1):
         view = JobView(id=i, exp_id=i, exp_name=f"bench-{i}", exp_status=ExpStatus.RUNNING,
                        role="main", cluster_name=CLUSTER, exp_type="benchmark",
-                       task_spec={"command": "sleep 1", "replica": 1, "image": "busybox:1",
-                                  "envs": {}}, artifact_path=f"gs://b/{i}", config="",
+                       task_spec=TaskSpec(command="sleep 1", image="busybox:1"), artifact_path=f"gs://b/{i}", config="",
                        status=JobStatus.PENDING if pending else JobStatus.RUNNING)
         name = backend.cluster_job_name(view)
         job = backend.api.sanitize_for_serialization(backend.build_job(view, name))

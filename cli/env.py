@@ -40,12 +40,17 @@ def default_config_dir(environ: Mapping[str, str]) -> Path:
     return Path("~/.config/falcon").expanduser()
 
 
+def is_terminal(stream: Any) -> bool:
+    """True when `stream` is a terminal; False for a pipe, a file, a closed or replaced stream."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
 def _stdin_is_terminal() -> bool:
     """True when the process's stdin is a terminal (a prompt can be answered)."""
-    try:
-        return sys.stdin is not None and sys.stdin.isatty()
-    except (AttributeError, ValueError):  # a closed or replaced stdin
-        return False
+    return sys.stdin is not None and is_terminal(sys.stdin)
 
 
 def columns_from(environ: Mapping[str, str]) -> int | None:

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from core.domain.statuses import ArtifactStatus, ExpStatus, JobStatus
+from core.domain.taskspec import TaskSpec
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class JobView:
     role: str
     cluster_name: str
     exp_type: str
-    task_spec: dict[str, Any]
+    task_spec: TaskSpec
     artifact_path: str
     config: str
     status: JobStatus
@@ -105,7 +106,8 @@ class ExpState:
     (`FalconAPI.list_exp_states`): what the exp controller decides a tick from.
 
     The jobs carry their experiment's fields from `exp` (name, status, cluster, type, artifact
-    path) and no task spec or config (`task_spec` `{}`, `config` ""): the exp controller never
+    path) and no task spec or config (`task_spec` `taskspec.EMPTY`, `config` ""): the exp
+    controller never
     reads them.
     """
 

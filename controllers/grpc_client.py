@@ -29,6 +29,7 @@ from core.grpc.from_proto import timestamp
 from core.errors import FalconError
 from core.grpc.errors import error_class_for_code, error_from_rpc_error
 from core.domain.statuses import ArtifactStatus, ExpStatus, JobStatus
+from core.domain.taskspec import EMPTY, TaskSpec
 from core.limits.text import truncate
 from falcon_proto.falcon.v1 import (
     artifact_pb2, artifact_pb2_grpc, common_pb2, experiment_pb2, experiment_pb2_grpc, job_pb2,
@@ -105,12 +106,17 @@ def exp_view(item: experiment_pb2.ExpItem) -> ExpView:
 
 
 def job_view(item: job_pb2.JobItem) -> JobView:
-    """Return the `JobView` of a `falcon.v1.JobItem` (task_spec parsed from its JSON)."""
+    """Return the `JobView` of a `falcon.v1.JobItem` (task_spec parsed from its JSON).
+
+    Raises:
+        ValueError: `task_spec_json` is not a JSON TaskSpec (`TaskSpec.from_json`).
+    """
     return _view(JobView, id=item.id, exp_id=item.exp_id, exp_name=item.exp_name,
                  exp_status=_exp_status(item.exp_status), role=item.role,
                  cluster_name=item.cluster_name,
                  exp_type=item.exp_type,
-                 task_spec=json.loads(item.task_spec_json) if item.task_spec_json else {},
+                 task_spec=(TaskSpec.from_json(json.loads(item.task_spec_json))
+                            if item.task_spec_json else EMPTY),
                  artifact_path=item.artifact_path, config=item.exp_config,
                  status=JobStatus(item.status),
                  reason=item.reason, message=item.message,
@@ -125,13 +131,15 @@ def job_state_view(item: job_pb2.JobState) -> JobView:
     empty for a job whose cluster job name is recorded (see ListJobStates).
 
     Raises:
-        orjson.JSONDecodeError: `task_spec_json` is not strict JSON (the list skips the job).
+        ValueError: `task_spec_json` is not strict JSON (`orjson.JSONDecodeError`) or not a
+            TaskSpec (the list skips the job).
     """
     return JobView(id=item.id, exp_id=item.exp_id, exp_name=item.exp_name,
                    exp_status=_exp_status(item.exp_status), role=item.role,
                  cluster_name=item.cluster_name,
                    exp_type=item.exp_type,
-                   task_spec=orjson.loads(item.task_spec_json) if item.task_spec_json else {},
+                   task_spec=(TaskSpec.from_json(orjson.loads(item.task_spec_json))
+                              if item.task_spec_json else EMPTY),
                    artifact_path=item.artifact_path, config=item.exp_config,
                    status=JobStatus(item.status), reason=item.reason, message=item.message,
                    cluster_job_name=item.cluster_job_name, creator=item.exp_creator_email)
@@ -153,7 +161,7 @@ def exp_state_view(item: experiment_pb2.ExpState) -> ExpState:
     exp_id, name, status = item.id, item.name, ExpStatus(item.status)
     cluster, exp_type, path = item.cluster_name, item.exp_type, item.artifact_path
     exp = ExpView(exp_id, name, status, cluster, exp_type, path, item.reason, item.message)
-    jobs = tuple(JobView(j.id, exp_id, name, status, j.role, cluster, exp_type, {}, path, "",
+    jobs = tuple(JobView(j.id, exp_id, name, status, j.role, cluster, exp_type, EMPTY, path, "",
                          JobStatus(j.status), j.reason, j.message)
                  for j in item.jobs)
     artifact = None

@@ -1,7 +1,7 @@
 """Follow a loop's schedule: read it from the API server while waiting, apply it at once.
 
 Operators edit or pause the loops' schedules in the admin (django-celery-beat periodic tasks,
-`core.schedules`); a controller reads its own with `ScheduleService.GetSchedule` over gRPC (never
+`schedules.selectors`); a controller reads its own with `ScheduleService.GetSchedule` over gRPC (never
 the tables) before its first tick and after every slice of its wait for the next one
 (`runner.SLICE_SECONDS`, 1 s), so a change applies within a second whatever the previous
 interval (the loop does not wait out a long interval it read before):
@@ -33,7 +33,7 @@ from .grpc_client import GrpcClient
 
 log = logging.getLogger("falcon.controllers")
 
-# The schedule each controller follows (core.schedules.DEFAULTS).
+# The schedule each controller follows (schedules.selectors.DEFAULTS).
 SCHEDULE_OF = {"exp": "exp-reconcile", "resources": "resource-sync",
                "analyzer": "offline-analysis-discovery"}
 

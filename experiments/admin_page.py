@@ -26,7 +26,7 @@ from django.utils.html import format_html, format_html_join
 from core.errors import FalconError, ValidationFailed
 
 from . import services
-from .files import _replica_count, exp_artifact_page, exp_log_chunk
+from .files import exp_artifact_page, exp_log_chunk, replica_count
 from .filters import ExperimentFilter
 from .labels import parse_label_args
 from .models import ExpLabel, Experiment
@@ -65,7 +65,7 @@ def log_tails_html(exp: Experiment) -> str:
         return "no jobs"
     parts = []
     for job in jobs:
-        count = _replica_count(job.task_spec or {})
+        count = replica_count(job.task_spec or {})
         for replica in range(min(count, REPLICAS_SHOWN)):
             api = reverse("exp-logs", kwargs={"exp_id": exp.pk}) + "?" + urlencode(
                 {"role": job.role, "replica": replica})

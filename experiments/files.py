@@ -16,7 +16,6 @@ import dataclasses
 import os
 import posixpath
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 
@@ -63,7 +62,9 @@ class LogChunk:
     has_times: bool | None = None
 
 
-def _replica_count(task_spec: dict[str, Any]) -> int:
+def replica_count(task_spec: dict[str, Any]) -> int:
+    """Return how many replicas a stored TaskSpec asks for: its `replica`, at least 1 (1 when the
+    row holds no usable number), for the log pages of each replica."""
     try:
         return max(int(task_spec.get("replica") or 1), 1)
     except (TypeError, ValueError):
@@ -128,7 +129,7 @@ def exp_log_chunk(*, exp: Experiment, role: str | None = None, replica: int = 0,
         Conflict: `since_ns` for a log kept without times (before Falcon recorded them).
     """
     job = _pick_job(exp, role)
-    count = _replica_count(job.task_spec or {})
+    count = replica_count(job.task_spec or {})
     if replica < 0:
         raise ValidationFailed({"replica": [f"must be >= 0; got {replica}."]})
     if offset < 0:

@@ -43,9 +43,11 @@ from core.domain.statemachine import (
     validate_status_batch,
 )
 from core.domain.statuses import EXP_ACTIVE, EXP_TERMINAL, ExpStatus, JobStatus
+from core.domain.taskspec import TaskSpec
 from jobs.models import Job
 from jobs.specs import (
-    environment_problem, experiment_size_problems, validate_role, validate_task_spec,
+    environment_problem, experiment_size_problems, task_spec_of, validate_role,
+    validate_task_spec,
 )
 
 from .idempotency import (
@@ -225,6 +227,10 @@ def exp_create(*, creator, name: Any, cluster_name: Any, exp_type: Any,
             "characters, e.g. a UUID (uuid4); send a new one for each new experiment."]
     if errors:
         raise ValidationFailed(errors)
+    # Stored as the JSON object it has always been (`TaskSpec.to_json`): the rows, the replies
+    # and the idempotency fingerprint are those of before the typed spec.
+    data["role_to_task_spec"] = {role: spec.to_json()
+                                 for role, spec in data["role_to_task_spec"].items()}
     data["labels"] = dict(sorted(labels.items()))
     data["cloned_from"] = cloned_from
     fingerprint = create_fingerprint(data) if idempotency_key else ""
@@ -486,7 +492,7 @@ def exp_update_statuses(changes: list[StatusChange]) -> list[StatusOutcome]:
     return outcomes
 
 
-def _validate_new_job(*, exp_id: int, role: Any, task_spec: Any) -> dict[str, Any]:
+def _validate_new_job(*, exp_id: int, role: Any, task_spec: Any) -> TaskSpec:
     """Check a new job's role and TaskSpec, and that the spec runs on the experiment's cluster.
 
     Reads the experiment's cluster without a lock: the cluster of an experiment never changes.
@@ -498,7 +504,7 @@ def _validate_new_job(*, exp_id: int, role: Any, task_spec: Any) -> dict[str, An
         task_spec: the raw TaskSpec mapping (`jobs.specs.validate_task_spec`).
 
     Returns:
-        The normalised TaskSpec (defaults filled, envs as strings).
+        The `TaskSpec` (defaults filled, envs as strings).
 
     Raises:
         ValidationFailed: keyed `role` or `task_spec.<field>` (a cluster rule on another key
@@ -526,7 +532,7 @@ def _validate_new_job(*, exp_id: int, role: Any, task_spec: Any) -> dict[str, An
               for field, messages in cluster_problems(cluster, {role: spec}).items()}
     if errors:
         raise ValidationFailed(errors)
-    return spec
+    return task_spec_of(spec)
 
 
 @retry_on_lock_conflict
@@ -554,7 +560,7 @@ def job_create(*, exp_id: int, role: Any, task_spec: Any) -> Job:
         Conflict: the experiment is terminal (Succeeded, Failed, Aborted) or Aborting, or
             already has a job for `role` (HTTP 409).
     """
-    spec = _validate_new_job(exp_id=exp_id, role=role, task_spec=task_spec)
+    spec = _validate_new_job(exp_id=exp_id, role=role, task_spec=task_spec).to_json()
     taken = (f"Experiment {exp_id} already has a job for role {role!r}; use another role name.")
     with _locked_active_exp(exp_id, "a job") as (exp, jobs):
         if any(job.role == role for job in jobs):

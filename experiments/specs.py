@@ -18,8 +18,8 @@ from core.errors import PayloadTooLarge, ValidationFailed
 from core.limits.jsoninput import has_surrogate, path_part
 from core.domain.statuses import CONFIG_ENV
 from jobs.specs import (
-    MAX_ROLES, environment_problem, experiment_size_problems, is_int, validate_role,
-    validate_task_spec,
+    MAX_ROLES, environment_problem, experiment_size_problems, is_int, task_spec_of,
+    validate_role, validate_task_spec,
 )
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -31,7 +31,7 @@ PRIORITY_MAX = 2**31 - 1
 
 def validate_create(*, name: Any, cluster_name: Any, exp_type: Any, role_to_task_spec: Any,
                     config: Any, priority: Any) -> dict[str, Any]:
-    """Validate every CreateExp field and return them normalised.
+    """Validate every CreateExp field and return them normalised, each TaskSpec a `TaskSpec`.
 
     `cluster_name` must name a cluster of the clusters file (`core.cluster_settings`), and
     each TaskSpec must be runnable there (`clusters.validation`: on Kubernetes an image, a known
@@ -127,4 +127,5 @@ def validate_create(*, name: Any, cluster_name: Any, exp_type: Any, role_to_task
     if errors:
         raise ValidationFailed(errors)
     return {"name": name, "cluster_name": cluster_name, "exp_type": exp_type,
-            "role_to_task_spec": specs, "config": config, "priority": priority}
+            "role_to_task_spec": {role: task_spec_of(spec) for role, spec in specs.items()},
+            "config": config, "priority": priority}

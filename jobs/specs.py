@@ -5,6 +5,9 @@ A TaskSpec has the fields of a role in the user's `tasks.yaml`: `command`, `repl
 the field it concerns, with what to do about it, and all problems are reported at once. The
 rules that depend on the cluster (an image and a known device on Kubernetes) are in
 `clusters.validation`. The numeric limits are listed in docs/limits.md.
+
+The checks work on the raw mapping (a spec with problems has no typed form); a spec that passes
+them becomes a `TaskSpec` (`task_spec_of`), the one form stored and run from then on.
 """
 from __future__ import annotations
 
@@ -12,8 +15,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from core.limits.jsoninput import has_surrogate, path_part
 from core.domain.statuses import CONFIG_ENV
+from core.domain.taskspec import TaskSpec
+from core.limits.jsoninput import has_surrogate, path_part
 
 # Kubernetes DNS-1123 label (RFC 1123): role names become parts of Kubernetes object names.
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -311,6 +315,15 @@ def validate_task_spec(role: str, spec: Any, errors: dict[str, list[str]]) -> di
     out["device_count"] = _check_device_count(path, spec, out.get("device_type"), errors)
     out["envs"] = _check_envs(path, spec, errors)
     return out
+
+
+def task_spec_of(checked: Mapping[str, Any]) -> TaskSpec:
+    """Return the `TaskSpec` of a spec `validate_task_spec` checked with no problem.
+
+    Args:
+        checked: the normalised mapping `validate_task_spec` returned (every field present).
+    """
+    return TaskSpec(**checked)
 
 
 def validate_role(role: Any) -> str | None:

@@ -73,7 +73,7 @@ def test_two_runners_that_read_the_same_schedule_prune_once(monkeypatch, tmp_pat
     """The claim is a conditional UPDATE of last_run_at: the second runner, which read the
     schedule before the first claimed it, finds it moved and does nothing."""
     set_task(kwargs='{"older_than": "30d"}')
-    from core import schedules
+    from schedules import selectors as schedules
 
     stale = schedules.schedule_get("retention")
     assert run_if_due().ran

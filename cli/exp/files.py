@@ -312,10 +312,10 @@ class _LineWriter:
     until its end arrives, so two logs' lines never mix)."""
 
     def __init__(self, env, prefix: str | None):
-        from ..analysis import _is_terminal
+        from ..env import is_terminal
 
         self.env, self.prefix, self.pending, self.open_line = env, prefix, "", False
-        self.raw = not _is_terminal(env.out)
+        self.raw = not is_terminal(env.out)
 
     def write(self, text: str) -> None:
         from ..visible import visible
@@ -347,11 +347,11 @@ def _print_logs(env, client, exp_id, params, reading: _Reading, *,
     """Print the log from the start (or its last `tail` lines, or its lines since `since`),
     then, with `follow`, what is appended until the log is complete; with `follow` a log that
     does not exist yet is waited for while the experiment runs."""
-    from ..analysis import _is_terminal
+    from ..env import is_terminal
     from ..visible import visible
 
     path = f"{EXPS}/{exp_id}/logs"
-    raw = not _is_terminal(env.out)
+    raw = not is_terminal(env.out)
     writer = _LineWriter(env, prefix) if prefix is not None else None
     offset, first = 0, True
     tail, follow = reading.tail, reading.follow

@@ -25,6 +25,7 @@ from typing import Any
 
 from controllers.contract import JobView
 from core.domain.statuses import JobStatus
+from core.domain.taskspec import TaskSpec
 
 # Kubernetes object names used as label values (`job-name`, `batch.kubernetes.io/job-name`) must
 # be DNS-1123 labels of at most 63 characters, so the Job name is held to the same limit.
@@ -143,7 +144,7 @@ class PermanentBackendError(BackendError):
     """
 
 
-def _dns_part(text: str) -> str:
+def dns_part(text: str) -> str:
     """Lower-case `text` and squeeze every run of non-DNS characters into one '-'."""
     return _DASHES.sub("-", _NOT_DNS.sub("-", text.lower())).strip("-")
 
@@ -170,7 +171,7 @@ def cluster_job_name_for(*, exp_id: int, exp_name: str, role: str, max_len: int 
         A string of at most `max_len` characters matching `[a-z0-9]([-a-z0-9]*[a-z0-9])?`.
     """
     head = f"{NAME_PREFIX}-{int(exp_id)}"
-    tail = "-".join(p for p in (_dns_part(exp_name), _dns_part(role)) if p)
+    tail = "-".join(p for p in (dns_part(exp_name), dns_part(role)) if p)
     full = f"{head}-{tail}" if tail else head
     if len(full) <= max_len:
         return full
@@ -180,7 +181,7 @@ def cluster_job_name_for(*, exp_id: int, exp_name: str, role: str, max_len: int 
     return "-".join(p for p in (head, cut, digest) if p)
 
 
-def ignored_fields_note(task_spec: dict[str, Any], fields: tuple[str, ...], backend: str) -> str:
+def ignored_fields_note(task_spec: TaskSpec, fields: tuple[str, ...], backend: str) -> str:
     """Return a note naming the TaskSpec fields a backend cannot honour, or "" when none are set.
 
     Args:
@@ -188,7 +189,7 @@ def ignored_fields_note(task_spec: dict[str, Any], fields: tuple[str, ...], back
         fields: the field names the backend ignores.
         backend: the backend's name for the message, e.g. "local".
     """
-    used = [f for f in fields if task_spec.get(f)]
+    used = [f for f in fields if getattr(task_spec, f)]
     if not used:
         return ""
     return (f"image and device fields are ignored by the {backend} backend "

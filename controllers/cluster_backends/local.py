@@ -187,7 +187,7 @@ class LocalBackend(ClusterBackend):
         path = env.get("PATH", os.defpath)
         if bindir not in path.split(os.pathsep):
             env["PATH"] = bindir + os.pathsep + path
-        env.update({str(k): str(v) for k, v in (job.task_spec.get("envs") or {}).items()})
+        env.update(job.task_spec.envs)
         artifact = job.artifact_path
         if artifact.startswith("file:"):
             try:
@@ -253,8 +253,8 @@ class LocalBackend(ClusterBackend):
         name = self.name_of(job)
         folder = self.state_dir / name
         spec = job.task_spec
-        command = spec.get("command")
-        if not isinstance(command, str) or not command.strip():
+        command = spec.command
+        if not command.strip():
             raise BackendError(f"job {job.id} has no command in its task spec.")
         note = ignored_fields_note(spec, IGNORED_FIELDS, self.name)
         with locked(self.state_dir / ".lock"):  # one submit or delete at a time
@@ -268,7 +268,7 @@ class LocalBackend(ClusterBackend):
                     "version": MANIFEST_VERSION, "name": name, "job_id": job.id,
                     "exp_id": job.exp_id, "role": job.role, "command": command,
                     "artifact_path": job.artifact_path,
-                    "replica": int(spec.get("replica") or 1), "note": note,
+                    "replica": spec.replica or 1, "note": note,
                     "created_at": time.time(), "deleting_since": None, "replicas": {},
                 }
                 self._write_manifest(folder, manifest)
@@ -326,10 +326,7 @@ class LocalBackend(ClusterBackend):
 
     @staticmethod
     def _replicas_of(job: JobView) -> int:
-        try:
-            return max(1, int(job.task_spec.get("replica") or 1))
-        except (TypeError, ValueError):
-            return 1
+        return max(1, job.task_spec.replica)
 
     def _never_fits(self, job: JobView) -> str | None:
         """Why `job` can never run on this cluster (too many replicas), else None."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from controllers.contract import ArtifactView, ExpView, JobView
+from core.domain.taskspec import EMPTY
 from controllers.exp_controller import Update, decide, job_status_to_exp_status
 
 
@@ -15,7 +16,7 @@ def exp(status="Running", message=""):
 
 def job(id, status, role=None, reason="", message=""):
     return JobView(id=id, exp_id=1, exp_name="e", exp_status="Running", role=role or f"r{id}",
-                   cluster_name="local", exp_type="profiling", task_spec={}, artifact_path="",
+                   cluster_name="local", exp_type="profiling", task_spec=EMPTY, artifact_path="",
                    config="", status=status, reason=reason, message=message)
 
 

@@ -9,6 +9,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from controllers.contract import ArtifactView, ExpView, FalconAPI, JobView, ListFilter
+from core.domain.taskspec import TaskSpec
 from controllers.grpc_client import GrpcFalconAPI, from_settings
 from experiments.models import Experiment
 from core.domain.statuses import ExpStatus
@@ -48,9 +49,10 @@ def test_list_calls_follow_every_page(falcon_api):
     assert isinstance(first, JobView)
     assert (first.exp_id, first.exp_name, first.exp_status, first.config) == (
         exps[0].pk, "e0", "Created", "i: 0\n")
-    assert first.task_spec == {"command": "echo hello", "replica": 1, "image": "",
-                               "device_type": "", "device_topo": "", "device_count": None,
-                               "envs": {}}
+    assert first.task_spec == TaskSpec(command="echo hello")
+    assert first.task_spec.to_json() == {"command": "echo hello", "replica": 1, "image": "",
+                                         "device_type": "", "device_topo": "",
+                                         "device_count": None, "envs": {}}
 
     arts = falcon_api.list_artifacts(ListFilter(extra={"page_size": 4}))
     assert [a.exp_id for a in arts] == [e.pk for e in exps]

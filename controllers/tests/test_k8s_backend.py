@@ -16,6 +16,7 @@ import pytest
 from kubernetes import client
 
 from controllers.contract import JobView
+from core.domain.taskspec import TaskSpec
 from controllers.cluster_backends.base import BackendError, ClusterJobStatus, PermanentBackendError
 from clusters.devices import DeviceTable
 from controllers.cluster_backends.kubernetes import (
@@ -37,7 +38,8 @@ def job_view(job_id: int = 7, *, exp_id: int = 3, exp_name: str = "demo", role: 
                  "device_type": "", "device_count": 0, "device_topo": "", "envs": {}}
     task_spec.update(spec)
     return JobView(id=job_id, exp_id=exp_id, exp_name=exp_name, exp_status="Created",
-                   role=role, cluster_name="k8s-a", exp_type="profiling", task_spec=task_spec,
+                   role=role, cluster_name="k8s-a", exp_type="profiling",
+                   task_spec=TaskSpec.from_json(task_spec),
                    artifact_path=f"gs://bucket/falcon/{exp_id}/{role}", config="model: x\n",
                    status="Pending")
 
@@ -158,7 +160,7 @@ def test_an_operator_device_entry_extends_the_table():
     assert job.spec.completions == 2
     assert job.spec.template.spec.node_selector["cloud.google.com/gke-tpu-accelerator"] == "tpu7x"
     assert backend.validate(job_view(device_type="tpu-v7x", device_count=8,
-                                     device_topo="2x2x2").task_spec) == {}
+                                     device_topo="2x2x2").task_spec.to_json()) == {}
 
 
 def test_names_are_deterministic_dns_labels_short_enough_for_pod_hostnames():
@@ -193,19 +195,19 @@ def test_names_are_deterministic_dns_labels_short_enough_for_pod_hostnames():
      "replica"),
 ])
 def test_validate_names_the_field_a_cluster_cannot_run(spec, field):
-    problems = make_backend().validate(job_view(**spec).task_spec)
+    problems = make_backend().validate(job_view(**spec).task_spec.to_json())
     assert list(problems) == [field], problems
 
 
 def test_tpu_replicas_are_refused_with_a_hint_but_gpu_and_cpu_replicas_are_fine():
     backend = make_backend()
     problems = backend.validate(job_view(replica=2, device_type="tpu-v6e", device_count=4,
-                                         device_topo="2x2").task_spec)
+                                         device_topo="2x2").task_spec.to_json())
     assert "one replica per role" in problems["replica"][0]
     assert "several roles" in problems["replica"][0]
     assert backend.validate(job_view(replica=2, device_type="h100",
-                                     device_count=8).task_spec) == {}
-    assert backend.validate(job_view(replica=4).task_spec) == {}
+                                     device_count=8).task_spec.to_json()) == {}
+    assert backend.validate(job_view(replica=4).task_spec.to_json()) == {}
 
 
 def test_a_single_host_single_replica_tpu_job_has_no_subdomain_and_no_service(backend,
@@ -224,7 +226,7 @@ def test_a_single_host_single_replica_tpu_job_has_no_subdomain_and_no_service(ba
 
 def test_validate_lists_the_known_device_types():
     problems = make_backend().validate(job_view(device_type="tpu-v9z", device_count=1,
-                                                device_topo="1x1").task_spec)
+                                                device_topo="1x1").task_spec.to_json())
     assert "tpu-v5p" in problems["device_type"][0] and "nvidia-h100-80gb" in \
         problems["device_type"][0]
 

@@ -11,12 +11,13 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
 from controllers.contract import JobView
+from core.domain.taskspec import TaskSpec
 from controllers.cluster_backends import (
     ClusterJobStatus,
     LocalBackend,
@@ -56,7 +57,7 @@ def make_job(tmp_path: Path, command: str, *, job_id: int = 1, exp_id: int = 7,
                  "device_type": "", "device_topo": "", "envs": envs or {}, **spec}
     return JobView(
         id=job_id, exp_id=exp_id, exp_name="demo-exp", exp_status="Running", role=role,
-        cluster_name="local", exp_type="profiling", task_spec=task_spec,
+        cluster_name="local", exp_type="profiling", task_spec=TaskSpec.from_json(task_spec),
         artifact_path=artifact_path or (tmp_path / "artifacts" / f"{exp_id}-{role}").as_uri(),
         config=config, status="Pending")
 
@@ -136,7 +137,7 @@ def test_two_replicas_succeed_and_see_env_config_and_artifact_dir(backend, tmp_p
         assert env["LOG_LEVEL"] == "info"
         assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
         assert "FALCON_TEST_SECRET" not in env
-    assert backend.validate(job.task_spec) == {}
+    assert backend.validate(job.task_spec.to_json()) == {}
 
 
 def test_gs_artifact_path_is_passed_unchanged(backend, tmp_path):
@@ -239,9 +240,13 @@ def submit_from_other_process(state_dir: Path, job: JobView) -> dict:
     """Submit `job` from a separate resource-manager process that then exits (a restart)."""
     script = ("import json, sys; from pathlib import Path; from controllers.contract import JobView; "
               "from controllers.cluster_backends import LocalBackend; "
-              "r = LocalBackend(Path(sys.argv[1])).submit(JobView(**json.loads(sys.argv[2]))); "
+              "from core.domain.taskspec import TaskSpec; "
+              "d = json.loads(sys.argv[2]); d['task_spec'] = TaskSpec.from_json(d['task_spec']); "
+              "r = LocalBackend(Path(sys.argv[1])).submit(JobView(**d)); "
               "print(json.dumps({'name': r.cluster_job_name, 'created': r.created}))")
-    out = subprocess.run([sys.executable, "-c", script, str(state_dir), json.dumps(asdict(job))],
+    data = {f.name: getattr(job, f.name) for f in fields(job)}
+    data["task_spec"] = job.task_spec.to_json()
+    out = subprocess.run([sys.executable, "-c", script, str(state_dir), json.dumps(data)],
                          cwd=REPO, capture_output=True, text=True, timeout=60, check=True)
     return json.loads(out.stdout)
 

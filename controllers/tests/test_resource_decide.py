@@ -11,6 +11,7 @@ import pytest
 
 from controllers.cluster_backends.base import ClusterJobState, ClusterJobStatus, SubmitResult
 from controllers.contract import JobView
+from core.domain.taskspec import EMPTY
 from controllers.resource_decide import (
     Adopt,
     Delete,
@@ -36,7 +37,7 @@ P, R = JobStatus.PENDING, JobStatus.RUNNING
 
 def job(status=P, recorded=NAME) -> JobView:
     return JobView(id=9, exp_id=1, exp_name="demo", exp_status="Running", role="main",
-                   cluster_name="local", exp_type="profile", task_spec={}, artifact_path="",
+                   cluster_name="local", exp_type="profile", task_spec=EMPTY, artifact_path="",
                    config="", status=status, cluster_job_name=recorded)
 
 

@@ -1,5 +1,7 @@
-"""The loops' default schedules (core.schedules.DEFAULTS), as django-celery-beat rows operators
-edit or pause in the admin. Existing rows of the same name are left as operators set them."""
+"""The loops' default schedules (schedules.selectors.DEFAULTS), as django-celery-beat rows
+operators edit or pause in the admin. Existing rows of the same name are left as operators set
+them. Applied history: it stays in core although the `schedules` app now reads the rows
+(docs/decisions.md#dec-schedules-app)."""
 from django.db import migrations
 
 DEFAULTS = (

@@ -83,7 +83,7 @@ def test_operators_edit_and_pause_a_schedule_in_the_admin(staff_client):
     from django.apps import apps
     from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
-    from core.schedules import schedule_get
+    from schedules.selectors import schedule_get
 
     importlib.import_module("core.migrations.0002_default_schedules").create(apps, None)
     task = PeriodicTask.objects.get(name="resource-sync")

@@ -13,6 +13,7 @@ from artifacts.services import artifact_update_status
 from artifacts.store import GCSArtifactStore, replica_log_url, store_for
 from controllers.cluster_backends import LocalBackend
 from controllers.contract import JobView
+from core.domain.taskspec import TaskSpec
 from core.testing import wait_until as poll_until
 from experiments.files import local_state_dir
 from experiments.services import exp_update_status
@@ -61,7 +62,7 @@ def job_view(job: Job) -> JobView:
     exp = job.experiment
     return JobView(id=job.pk, exp_id=exp.pk, exp_name=exp.name, exp_status=exp.status,
                    role=job.role, cluster_name=job.cluster_name, exp_type=job.exp_type,
-                   task_spec=job.task_spec, artifact_path=job.artifact_path or exp.artifact_path,
+                   task_spec=TaskSpec.from_json(job.task_spec), artifact_path=job.artifact_path or exp.artifact_path,
                    config=exp.config, status=job.status)
 
 

@@ -85,7 +85,7 @@ def build_server(addr: str, *, max_workers: int = 16) -> FalconGrpcServer:
             what to do.
     """
     from analysis.grpc.record_servicer import AnalysisRecordServicer
-    from core.grpc.schedule_servicer import ScheduleServicer
+    from schedules.grpc.schedule_servicer import ScheduleServicer
     from experiments.grpc.artifact_servicer import ArtifactServicer
     from experiments.grpc.experiment_servicer import ExperimentServicer
     from experiments.grpc.history_servicer import HistoryServicer

@@ -103,6 +103,7 @@ INSTALLED_APPS = [
     # (docs/decisions.md#dec-beat).
     "django_celery_beat",
     "core",  # the transition history (core.models.TransitionEvent)
+    "schedules",  # the loops' schedules (reads django_celery_beat's rows; no models)
     "accounts",
     "experiments",
     "jobs",

@@ -44,7 +44,7 @@ def test_each_job_reads_as_list_jobs_reads_it_without_the_unsent_fields(falcon_a
         for field in dataclasses.fields(view):
             if field.name not in NOT_SENT | ONLY_STATES:
                 assert getattr(view, field.name) == getattr(expected, field.name), field.name
-    assert lean[0].task_spec["envs"] == spec_envs and lean[0].config == exps[0].config
+    assert lean[0].task_spec.envs == spec_envs and lean[0].config == exps[0].config
     creators = {job.pk: exp.creator.email for exp in exps for job in exp.jobs.all()}
     assert {view.id: view.creator for view in lean} == creators
 

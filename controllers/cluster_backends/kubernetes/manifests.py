@@ -2,13 +2,11 @@
 
 Pure: each builder reads a Falcon job (`JobView`) and the cluster's settings and returns the
 `kubernetes.client` model, with no API call, so a manifest can be checked without a cluster.
+The job's TaskSpec is a typed `TaskSpec` (`JobView.task_spec`), read once from its JSON.
 What a Falcon Job becomes is told in the package's docstring (`controllers.cluster_backends.
 kubernetes`).
 """
 from __future__ import annotations
-
-from collections.abc import Mapping
-from typing import Any
 
 from kubernetes import client
 
@@ -28,16 +26,17 @@ from controllers.cluster_backends.kubernetes.vocabulary import (
 from controllers.contract import JobView
 from controllers.pod_security import security_contexts
 from core.domain.statuses import CONFIG_ENV
+from core.domain.taskspec import TaskSpec
 
 
-def device_of(config: KubernetesClusterConfig, cluster_name: str, spec: Mapping[str, Any]
+def device_of(config: KubernetesClusterConfig, cluster_name: str, spec: TaskSpec
               ) -> DeviceType | None:
     """Return the TaskSpec's device type from the cluster's table (None without one).
 
     Raises:
         PermanentBackendError: the device type has no mapping in this cluster.
     """
-    device_type = spec.get("device_type") or ""
+    device_type = spec.device_type
     if not device_type:
         return None
     device = config.devices.get(device_type)
@@ -48,7 +47,7 @@ def device_of(config: KubernetesClusterConfig, cluster_name: str, spec: Mapping[
     return device
 
 
-def shape(config: KubernetesClusterConfig, cluster_name: str, spec: Mapping[str, Any]
+def shape(config: KubernetesClusterConfig, cluster_name: str, spec: TaskSpec
           ) -> tuple[int, int, DeviceType | None]:
     """Return `(replica, hosts per replica, device)` of a validated TaskSpec.
 
@@ -58,8 +57,8 @@ def shape(config: KubernetesClusterConfig, cluster_name: str, spec: Mapping[str,
             wired by GKE as one slice, see `validate`).
     """
     device = device_of(config, cluster_name, spec)
-    hosts = device.hosts(int(spec.get("device_count") or 0)) if device else 1
-    replica = int(spec.get("replica") or 1)
+    hosts = device.hosts(spec.device_count or 0) if device else 1
+    replica = spec.replica or 1
     if device is not None and device.kind == "tpu" and replica > 1:
         raise PermanentBackendError(
             f"cluster {cluster_name}: replica is {replica}, but TPU slices run one "
@@ -89,7 +88,7 @@ def task_env(job: JobView, *, cluster_name: str, name: str, replica: int, hosts:
         hosts: Pods per replica (several for a multi-host TPU slice, else 1).
     """
     total = replica * hosts
-    env = {str(k): str(v) for k, v in (job.task_spec.get("envs") or {}).items()}
+    env = dict(job.task_spec.envs)
     env.update({
         CONFIG_ENV: job.config,
         "FALCON_EXP_ID": str(job.exp_id),
@@ -106,7 +105,7 @@ def task_env(job: JobView, *, cluster_name: str, name: str, replica: int, hosts:
     return env
 
 
-def accelerators(config: KubernetesClusterConfig, spec: Mapping[str, Any],
+def accelerators(config: KubernetesClusterConfig, spec: TaskSpec,
                  device: DeviceType | None
                  ) -> tuple[client.V1ResourceRequirements | None, dict[str, str]]:
     """Return the container's resources and the Pod's node selector for a TaskSpec.
@@ -123,12 +122,12 @@ def accelerators(config: KubernetesClusterConfig, spec: Mapping[str, Any],
     node_selector = dict(config.node_selector)
     if device is None:
         return None, node_selector
-    per_pod = str(device.chips_per_pod(int(spec["device_count"])))
+    per_pod = str(device.chips_per_pod(spec.device_count or 0))
     resources = client.V1ResourceRequirements(limits={device.resource: per_pod},
                                               requests={device.resource: per_pod})
     node_selector.update(device.node_selector)
     if device.kind == "tpu":
-        node_selector[TPU_TOPOLOGY_LABEL] = spec["device_topo"]
+        node_selector[TPU_TOPOLOGY_LABEL] = spec.device_topo
     return resources, node_selector
 
 
@@ -151,12 +150,12 @@ def pod_spec(config: KubernetesClusterConfig, cluster_name: str, job: JobView, *
     env = task_env(job, cluster_name=cluster_name, name=name, replica=replica, hosts=hosts)
     script = (f"export FALCON_REPLICA_INDEX=$(( ${{JOB_COMPLETION_INDEX:-0}} / {hosts} )) "
               f"FALCON_HOST_INDEX=$(( ${{JOB_COMPLETION_INDEX:-0}} % {hosts} ))\n"
-              f"{spec['command']}")
+              f"{spec.command}")
     resources, node_selector = accelerators(config, spec, device)
     pod_security, container_security = security_contexts(
         config.pod_security, run_as_user=config.run_as_user)
     container = client.V1Container(
-        name=CONTAINER, image=spec.get("image") or "", command=["/bin/sh", "-c", script],
+        name=CONTAINER, image=spec.image, command=["/bin/sh", "-c", script],
         env=[client.V1EnvVar(name=k, value=v) for k, v in env.items()],
         resources=resources,
         # The tail of the output becomes the termination message when the container fails

@@ -106,11 +106,11 @@ def default_lease_name(prefix: str, controller: str, clusters: list[str] | None)
     Resource managers serving different cluster sets must not share a Lease; the same set in
     any order gives the same name. Names too long for a DNS subdomain end in a hash.
     """
-    from controllers.cluster_backends.base import _dns_part
+    from controllers.cluster_backends.base import dns_part
 
-    name = _dns_part(f"{prefix}-{controller}")
+    name = dns_part(f"{prefix}-{controller}")
     if clusters:
-        name = f"{name}-{_dns_part('-'.join(sorted(set(clusters))))}"
+        name = f"{name}-{dns_part('-'.join(sorted(set(clusters))))}"
     if len(name) > LEASE_NAME_MAX:
         digest = hashlib.sha256(name.encode()).hexdigest()[:8]
         name = f"{name[:LEASE_NAME_MAX - 9].rstrip('-')}-{digest}"

@@ -4,7 +4,8 @@ process; the controllers read their schedule over gRPC (`ScheduleService.GetSche
 each tick.
 
 `DEFAULTS` are the rows the data migration `core.0002_default_schedules` creates, so a fresh
-installation works with no edit.
+installation works with no edit (the migration stayed in core when this module left it:
+docs/decisions.md#dec-schedules-app).
 """
 from __future__ import annotations
 

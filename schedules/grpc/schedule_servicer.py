@@ -1,14 +1,14 @@
-"""ScheduleService (falcon.v1): a loop's schedule (`core.schedules`) for the controllers."""
+"""ScheduleService (falcon.v1): a loop's schedule (`schedules.selectors`) for the controllers."""
 from __future__ import annotations
 
 from core.errors import ValidationFailed
 from core.grpc.from_proto import timestamp
-from core.schedules import schedule_get
+from schedules.selectors import schedule_get
 from falcon_proto.falcon.v1 import schedule_pb2, schedule_pb2_grpc
 
 
 class ScheduleServicer(schedule_pb2_grpc.ScheduleServiceServicer):
-    """ScheduleService over `core.schedules`."""
+    """ScheduleService over `schedules.selectors`."""
 
     def GetSchedule(self, request, context):
         """GetSchedule: the schedule named `name`; INVALID_ARGUMENT without one, NOT_FOUND."""

@@ -1,0 +1,72 @@
+"""The `falcon analysis` click group, its constants and the rewording of the server's errors."""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import rich_click as click
+
+from core.domain.statuses import AnalysisStatus, AnalysisType
+
+from ..errors import CLIError
+from ..exit_codes import ExitCode
+from ..options import FalconSubGroup
+
+ANALYSES = "/api/v1/analyses"
+PLUGINS = "/api/v1/plugins"
+STATUSES = tuple(status.value for status in AnalysisStatus)
+TYPES = tuple(kind.value for kind in AnalysisType)
+DEFAULT_INTERVAL = 2.0  # seconds between polls of `--wait` and `logs --follow`
+# Seconds `--wait` and `logs --follow` keep polling a server that stopped answering (a restart).
+UNAVAILABLE_GRACE = 60.0
+CONTROLLER_UNAVAILABLE = ("the analyzer controller is unavailable; records stay readable "
+                          "(falcon analysis list/get)")
+RESOURCE_OPTIONS = ("cpu_request", "cpu_limit", "memory_request", "memory_limit")
+
+
+@contextlib.contextmanager
+def api_errors(*, analysis_id: str | None = None, plugin: str | None = None) -> Iterator[None]:
+    """Reword the server's errors of an analysis or plugins request.
+
+    A 503 becomes `CONTROLLER_UNAVAILABLE` with exit code UNAVAILABLE; a 404 about the analysis
+    `analysis_id` (or the plugin `plugin`) becomes `no analysis ID` (`no plugin NAME`) with
+    NOT_FOUND. Anything else (400 field errors, 401, 409, ...) passes through as the client made
+    it (`cli.client.error_from_response`).
+
+    Args:
+        analysis_id: the analysis the request is about, or None.
+        plugin: the plugin the request is about, or None.
+
+    Raises:
+        CLIError: the reworded error.
+    """
+    try:
+        yield
+    except CLIError as exc:
+        if exc.status == 503:
+            raise CLIError(CONTROLLER_UNAVAILABLE, ExitCode.UNAVAILABLE, status=503) from None
+        if exc.status == 404 and analysis_id is not None:
+            raise CLIError(f"no analysis {analysis_id} (see `falcon analysis list`)",
+                           ExitCode.NOT_FOUND, status=404) from None
+        if exc.status == 404 and plugin is not None:
+            raise CLIError(f"no plugin {plugin!r} (see `falcon plugins list`)",
+                           ExitCode.NOT_FOUND, status=404) from None
+        raise
+
+
+# --- falcon analysis ---------------------------------------------------------------------------
+
+@click.group("analysis", cls=FalconSubGroup)
+def analysis_group() -> None:
+    """Run plugins or commands over an experiment's artifact, and read their results.
+
+    An analysis runs one plugin (`falcon plugins list`) or your own command (with an optional
+    script) over a finished experiment's artifact, and writes its results and its log.
+
+    \b
+    Examples:
+      falcon analysis create --exp 12 --plugin bench-summary --wait
+      falcon analysis list --exp 12
+      falcon analysis results an-127d556979606b76 -o json
+    """
+

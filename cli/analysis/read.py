@@ -1,0 +1,184 @@
+"""`falcon analysis list`, `get` and `logs` (with `--follow`)."""
+from __future__ import annotations
+
+from typing import Any
+
+import rich_click as click
+
+from ..env import is_terminal
+from ..errors import CLIError
+from ..listing import list_options
+from ..exit_codes import ExitCode
+from ..options import (ExpIdType, analysis_id_argument, get_output_option, output_option, pass_env,
+                       server_option)
+from ..visible import visible
+from .group import (
+    ANALYSES, DEFAULT_INTERVAL, STATUSES, TYPES, UNAVAILABLE_GRACE, analysis_group, api_errors,
+)
+
+
+@analysis_group.command("list")
+@click.option("--exp", "exp_id", type=ExpIdType(), metavar="ID",
+              help="Only analyses of this experiment.")
+@click.option("--status", type=click.Choice(STATUSES, case_sensitive=False),
+              help="Only analyses in this status.")
+@click.option("--type", "analysis_type", type=click.Choice(TYPES, case_sensitive=False),
+              help="Only offline (automatic) or online (asked for) analyses.")
+@click.option("--plugin", help="Only analyses of this plugin.")
+@click.option("--limit", type=click.IntRange(min=1), default=None,
+              help="At most this many rows, newest first. Default: every matching row "
+                   "(pages are followed), as kubectl and argo list.")
+@list_options
+@server_option
+@pass_env
+def list_(env, exp_id: int | None, status: str | None, analysis_type: str | None,
+          plugin: str | None, limit: int | None, output: str, no_headers: bool,
+          sort_by: str | None, server: str) -> None:
+    """List analyses, newest first; `-o name` prints `analysis/ID`.
+
+    \b
+    Examples:
+      falcon analysis list --exp 12
+      falcon analysis list --status failed --type offline -o json
+    """
+    from .. import output as out
+    from ..client import open_client
+    from ..listing import emit_list
+
+    params: list[tuple[str, str]] = []
+    for key, value in (("exp", exp_id), ("status", status), ("analysis_type", analysis_type),
+                       ("plugin", plugin)):
+        if value is not None:
+            params.append((key, str(value)))
+    with open_client(env, server) as client, api_errors():
+        analyses = list(client.paginate(ANALYSES, params=params, limit=limit or 10**9))
+    emit_list(env, analyses, output=output, kind="analysis", id_key="id",
+              no_headers=no_headers, sort_by=sort_by, table=out.analysis_list_table)
+
+
+@analysis_group.command("get")
+@analysis_id_argument
+@get_output_option
+@server_option
+@pass_env
+def get(env, analysis_id: str, output: str, server: str) -> None:
+    """Show one analysis: every field, its queue position while pending, its error when it
+    failed.
+
+    `-o wide` prints its one row of `analysis list -o wide` instead (with the header).
+
+    \b
+    Examples:
+      falcon analysis get an-127d556979606b76
+      falcon analysis get an-127d556979606b76 -o wide
+      falcon analysis get an-127d556979606b76 -o yaml
+    """
+    from .. import output as out
+    from ..client import open_client
+
+    with open_client(env, server) as client, api_errors(analysis_id=analysis_id):
+        analysis = client.request("GET", f"{ANALYSES}/{analysis_id}")
+    if output == "wide":
+        out.analysis_list_table(env.console(), [analysis], wide=True)
+        return
+    out.emit(env, analysis, output, out.analysis_detail)
+
+
+@analysis_group.command("logs")
+@analysis_id_argument
+@click.option("--follow", "-f", is_flag=True,
+              help="Keep printing the log as it grows, until the analysis has ended.")
+@server_option
+@pass_env
+def logs(env, analysis_id: str, follow: bool, server: str) -> None:
+    """Print an analysis' log (its stdout and stderr) as text.
+
+    Without --follow, prints what there is now; with it, keeps polling until the log is
+    complete. The log is text: UTF-8, a byte that is not UTF-8 shown as U+FFFD (the store's
+    output.log holds the bytes as written). On a terminal, control characters are shown as
+    escapes; a pipe gets the text unescaped. A note (the analysis is pending, the log read from
+    the store) goes to stderr.
+
+    \b
+    Examples:
+      falcon analysis logs an-127d556979606b76
+      falcon analysis logs an-127d556979606b76 --follow
+    """
+    from ..client import open_client
+
+    with open_client(env, server) as client:
+        follow_log(env, client, analysis_id, follow=follow, interval=DEFAULT_INTERVAL)
+
+
+def follow_log(env, client, analysis_id: str, *, follow: bool, interval: float) -> None:
+    """Print the log of `analysis_id` page by page, from byte offset 0.
+
+    Each page is `GET /api/v1/analyses/{id}/logs?offset=N`, answered with `{"content",
+    "next_offset", "complete", "note"}`; the next page starts at `next_offset`. Without `follow`,
+    pages are read while they bring content; with it, until `complete` is true, sleeping
+    `interval` seconds whenever a page brings nothing new. A `note` (e.g. "the analysis is
+    pending (queue position 2); its log starts when it runs") is printed on stderr as soon as it
+    comes, once while it stays the same.
+
+    Args:
+        env: the run's `Environment`.
+        client: a `FalconClient`.
+        analysis_id: the analysis.
+        follow: keep polling until the log is complete.
+        interval: seconds between polls that brought nothing.
+
+    Raises:
+        CLIError: NOT_FOUND (no such analysis), UNAVAILABLE (503: the controller is down, or
+            the server unreachable for `UNAVAILABLE_GRACE` seconds while following),
+            INTERRUPTED (Ctrl-C), ERROR (an answer that is not a log page).
+    """
+    raw = not is_terminal(env.out)
+    offset = 0
+    note = None
+    down_since: float | None = None
+    path = f"{ANALYSES}/{analysis_id}/logs"
+    try:
+        while True:
+            try:
+                with api_errors(analysis_id=analysis_id):
+                    page = client.request("GET", path, params={"offset": str(offset)})
+                down_since = None
+            except CLIError as exc:
+                if not follow or offset == 0 or exc.code != ExitCode.UNAVAILABLE:
+                    raise
+                down_since = env.monotonic() if down_since is None else down_since
+                if env.monotonic() - down_since > UNAVAILABLE_GRACE:
+                    raise
+                env.sleep(interval)
+                continue
+            content, next_offset = _log_page(page, path)
+            if content:
+                env.out.write(content if raw else visible(content, multiline=True))
+                env.out.flush()
+            if page.get("note") and page.get("note") != note:
+                note = page.get("note")
+                env.print_err(visible(f"note: {note}"))  # at once: a follower may wait long
+            complete = bool(page.get("complete"))
+            advanced = next_offset > offset
+            offset = max(offset, next_offset)
+            if complete:
+                break
+            if not follow:
+                if not content or not advanced:
+                    break
+                continue
+            if not content:
+                env.sleep(interval)
+    except KeyboardInterrupt:
+        raise CLIError(f"stopped following the log of analysis {analysis_id} (the analysis goes "
+                       "on)", ExitCode.INTERRUPTED) from None
+
+
+def _log_page(page: Any, path: str) -> tuple[str, int]:
+    content = page.get("content") if isinstance(page, dict) else None
+    next_offset = page.get("next_offset") if isinstance(page, dict) else None
+    if (not isinstance(content, str) or isinstance(next_offset, bool)
+            or not isinstance(next_offset, int)):
+        raise CLIError(f"the server's answer to GET {path} is not a log page", ExitCode.ERROR)
+    return content, next_offset
+
