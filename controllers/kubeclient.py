@@ -171,15 +171,17 @@ class KubeCaller:
 
     Args:
         conn: the connection's limits (timeouts, retries, qps, burst).
-        sleep: injectable for tests; used for backoff waits.
+        sleep: injectable for tests; used for backoff waits and the QPS limit's.
+        clock: injectable for tests; the QPS limit's monotonic clock.
 
     Attributes:
         calls: HTTP requests sent so far (each attempt counts): the benchmark's "API calls".
     """
 
-    def __init__(self, conn: KubeConnection, *, sleep: Callable[[float], None] = time.sleep):
+    def __init__(self, conn: KubeConnection, *, sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic):
         self.conn = conn
-        self.bucket = TokenBucket(conn.qps, conn.burst, sleep=sleep)
+        self.bucket = TokenBucket(conn.qps, conn.burst, clock=clock, sleep=sleep)
         self._sleep = sleep
         self.calls = 0
         self._calls_lock = threading.Lock()

@@ -1,15 +1,20 @@
-"""Wait in tests for an event itself (a status, a log line, a file, a port), with a deadline.
+"""Wait in tests for an event itself (a status, a log line, a file, a port), with a deadline;
+count work instead of timing it.
 
 Tests never sleep a fixed time hoping that something happened meanwhile: on a loaded machine
 it has not, and on an idle one the test waits for nothing. They poll the event with
 `wait_until`, whose deadline is generous (a slow machine makes a test slow, never failed) and
 whose failure names what did not happen. This is the one place the suite's polling pauses.
+
+A test that means "this is cheap" (linear, refused before the work) counts the work done
+(`count_calls`: parser steps, queries, tries) and bounds the count, which no load can change.
 """
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -59,3 +64,29 @@ class FakeClock:
     def advance(self, seconds: float) -> None:
         assert seconds >= 0, "a monotonic clock never goes back"
         self.now += seconds
+
+
+class CallCount:
+    """How many times a patched callable was called (`count_calls`)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+
+def count_calls(monkeypatch: Any, owner: Any, name: str) -> CallCount:
+    """Count the calls of `owner.name` (a function of a module, a method of a class, a C
+    method included) until `monkeypatch` undoes the patch at the test's end.
+
+    Returns:
+        a `CallCount` whose `calls` grows with each call.
+    """
+    real = getattr(owner, name)
+    counted = CallCount()
+
+    @functools.wraps(real)
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        counted.calls += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counting)
+    return counted

@@ -12,10 +12,15 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# A fresh process reads the settings module, as every process does first at its start; the
+# values are checked there. (No `django.setup()`: loading the apps costs about ten times
+# the settings and checks nothing more here.)
+READ_SETTINGS = ("import os; os.environ['DJANGO_SETTINGS_MODULE'] = 'falcon_site.settings'; "
+                 "from django.conf import settings as s; ")
+
+
 def load(**env: str) -> subprocess.CompletedProcess:
-    code = ("import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'falcon_site.settings'; "
-            "django.setup(); from django.conf import settings as s; "
-            "print(s.FALCON_ANALYSIS_CONCURRENCY, s.FALCON_ANALYSIS_POLL_SECONDS)")
+    code = READ_SETTINGS + "print(s.FALCON_ANALYSIS_CONCURRENCY, s.FALCON_ANALYSIS_POLL_SECONDS)"
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, **env}, timeout=60)
 
@@ -65,9 +70,8 @@ def test_bad_local_replica_limits_are_refused_naming_the_variable(env, message):
 
 
 def test_local_replica_limits_default_to_the_cpus_and_half_of_them():
-    code = ("import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'falcon_site.settings'; "
-            "django.setup(); from django.conf import settings as s; "
-            "print(s.FALCON_LOCAL_MAX_REPLICAS, s.FALCON_LOCAL_MAX_REPLICAS_PER_USER)")
+    code = READ_SETTINGS + ("print(s.FALCON_LOCAL_MAX_REPLICAS, "
+                            "s.FALCON_LOCAL_MAX_REPLICAS_PER_USER)")
     env = {k: v for k, v in os.environ.items() if not k.startswith("FALCON_LOCAL_MAX_")}
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                             text=True, env=env, timeout=60)

@@ -21,7 +21,6 @@ import socket
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -98,9 +97,12 @@ class Controller:
         grpc_port: the in-process API server's gRPC port (FALCON_GRPC_TARGET).
         addr: where it serves AnalyzerService (FALCON_ANALYZER_ADDR).
         env: extra environment (e.g. FALCON_ANALYSIS_ONLINE_CONCURRENCY).
+        results: the analyses' store (FALCON_ANALYSIS_ROOT), the API server's too.
     """
 
-    def __init__(self, tmp_path: Path, grpc_port: int, addr: str, env: dict[str, str]):
+    def __init__(self, tmp_path: Path, grpc_port: int, addr: str, env: dict[str, str],
+                 results: Path):
+        tmp_path.mkdir(parents=True, exist_ok=True)
         self.addr = addr
         self.state_dir = tmp_path / "analyzer-state"
         self.log_path = tmp_path / "controller.log"
@@ -112,7 +114,7 @@ class Controller:
             FALCON_ANALYZER_ADDR=addr,
             FALCON_INTERNAL_TOKEN=INTERNAL_TOKEN,
             FALCON_ANALYZER_TOKEN=ANALYZER_TOKEN,
-            FALCON_ANALYSIS_ROOT=(tmp_path / "results").as_uri(),
+            FALCON_ANALYSIS_ROOT=results.as_uri(),
             FALCON_ANALYZER_STATE_DIR=str(self.state_dir),
             FALCON_ANALYSIS_POLL_SECONDS="0.2",
             FALCON_ANALYSIS_BACKOFF_SECONDS="0.2",
@@ -199,7 +201,8 @@ class Http:
 
 
 class Platform:
-    """The running pieces of one test: `http` (the user's API), `controller`, `tmp`."""
+    """What one test works with: `http` (the user's API), `controller`, `tmp` (the test's own
+    folder) and `user`."""
 
     def __init__(self, http: Http, controller: Controller, tmp: Path, user):
         self.http = http
@@ -220,38 +223,144 @@ def finished_exp(user, tmp: Path, *, exp_type: str, files: dict[str, str],
     return finish_exp(exp)
 
 
-@pytest.fixture
-def platform_factory(live_server, settings, tmp_path, token_for):
-    """Build the platform: the API server (gRPC in process, HTTP on `live_server`) and a
-    started controller with the extra environment given; stopped at teardown."""
+class ApiServer:
+    """The module's API server (gRPC in process, HTTP on `live_server`) and the controllers it
+    has started: at most one runs at a time, for two would both act on the same records.
+
+    `shared` is the controller with the default settings, kept from one test to the next while
+    it runs untouched; a test that needs other settings, or stops or kills its controller,
+    gets one of its own (`own`), after the shared one is stopped.
+    """
+
+    def __init__(self, tmp: Path, grpc_port: int, base_url: str):
+        self.tmp, self.grpc_port, self.base_url = tmp, grpc_port, base_url
+        self.results = tmp / "results"
+        self.shared: Controller | None = None
+        self.started = 0
+
+    def new_controller(self, env: dict[str, str]) -> Controller:
+        self.started += 1
+        controller = Controller(self.tmp / f"controller-{self.started}", self.grpc_port,
+                                f"127.0.0.1:{free_port()}", env, self.results)
+        controller.start()
+        return controller
+
+    def shared_controller(self) -> Controller:
+        if self.shared is None or self.shared.proc.poll() is not None:
+            self.drop_shared()
+            self.shared = self.new_controller({})
+        return self.shared
+
+    def drop_shared(self) -> None:
+        if self.shared is not None:
+            shared, self.shared = self.shared, None
+            retire(shared)
+
+
+def retire(controller: Controller) -> None:
+    """Stop `controller` and what it left running; it reached its records through gRPC only."""
+    controller.stop()
+    _stop_leftover_runs(controller.state_dir)
+    assert not controller.no_db.exists(), "the controller opened a database"
+
+
+@pytest.fixture(scope="module")
+def api_server(django_db_setup, django_db_blocker, live_server, tmp_path_factory):
+    """The API server of the module, its settings and its controllers (`ApiServer`).
+
+    Its gRPC threads and the shared controller's polls reach the database between tests too,
+    so the module keeps the database unblocked; each test still flushes it at its end
+    (`transaction=True`), after `platform` has seen the shared controller idle.
+    """
+    from django.test import override_settings
+
+    tmp = tmp_path_factory.mktemp("analyzer-e2e")
+    overrides = override_settings(
+        FALCON_INTERNAL_TOKEN=INTERNAL_TOKEN, FALCON_ANALYZER_TOKEN=ANALYZER_TOKEN,
+        FALCON_ANALYSIS_ROOT=(tmp / "results").as_uri())
+    overrides.enable()
+    try:
+        with django_db_blocker.unblock(), running_server(max_workers=8) as server:
+            api = ApiServer(tmp, server.port, live_server.url)
+            try:
+                yield api
+            finally:
+                api.drop_shared()
+                analyzer_client.close()
+    finally:
+        overrides.disable()
+
+
+def _user_platform(api: ApiServer, controller: Controller, settings, tmp_path: Path,
+                   token_for) -> Platform:
+    """The platform as this test's user sees it, calling `controller`."""
     from accounts.models import User
 
-    settings.FALCON_INTERNAL_TOKEN = INTERNAL_TOKEN
-    settings.FALCON_ANALYZER_TOKEN = ANALYZER_TOKEN
-    settings.FALCON_ANALYSIS_ROOT = (tmp_path / "results").as_uri()
-    addr = f"127.0.0.1:{free_port()}"
-    settings.FALCON_ANALYZER_TARGET = addr
+    settings.FALCON_ANALYZER_TARGET = controller.addr
     analyzer_client.close()
+    http = Http(api.base_url, token_for(USER))
+    assert http.get("/api/v1/analyses").status_code == 200  # registers the user
+    return Platform(http, controller, tmp_path, User.objects.get(email=USER))
+
+
+def _busy(controller: Controller) -> list[str]:
+    """What `controller` still has in flight: records not terminal, offline analyses owed (not
+    created yet), run folders left; empty when it is idle."""
+    from analysis.selectors import exps_awaiting_analysis
+    from plugins.catalog import load_catalog
+
+    busy = [f"analysis {a} {s}" for a, s in AnalysisRecord.objects.exclude(
+        status__in=TERMINAL).values_list("analysis_id", "status")]
+    busy += [f"exp {t.experiment.pk} owes {t.plugin_name}" for t in exps_awaiting_analysis(
+        limit=10, plugins=[(p.name, p.artifact_types) for p in load_catalog().values()])]
+    if controller.state_dir.is_dir():
+        busy += [f"run folder {f.name}" for f in controller.state_dir.glob("analysis-*")]
+    return busy
+
+
+@pytest.fixture
+def platform(api_server, transactional_db, settings, tmp_path, token_for) -> Platform:
+    """The platform with the default settings, on the module's shared controller.
+
+    At the end the test waits for the controller to be idle (what the test started has
+    finished: e.g. the offline analyses of its experiments), so the flush that follows removes
+    no row the controller is still working on and the next test starts from nothing. A
+    controller that does not get idle is not shared any further.
+    """
+    platform = _user_platform(api_server, api_server.shared_controller(), settings, tmp_path,
+                              token_for)
+    yield platform
+    left: list[str] = []
+
+    def idle() -> bool:
+        left[:] = _busy(platform.controller)
+        return not left
+
+    try:
+        until(idle, every=0.1, what="the shared controller idle (nothing left of the test)")
+    except BaseException as exc:
+        api_server.drop_shared()
+        raise AssertionError(f"{exc}; left: {left}") from None
+
+
+@pytest.fixture
+def platform_factory(api_server, transactional_db, settings, tmp_path, token_for):
+    """Build a platform on a controller of the test's own, with the extra environment given
+    (started after the shared one is stopped); stopped at teardown."""
     controllers: list[Controller] = []
-    with running_server(max_workers=8) as server:
 
-        def build(**env: str) -> Platform:
-            http = Http(live_server.url, token_for(USER))
-            assert http.get("/api/v1/analyses").status_code == 200  # registers the user
-            controller = Controller(tmp_path, server.port, addr, env)
-            controllers.append(controller)
-            controller.start()
-            return Platform(http, controller, tmp_path, User.objects.get(email=USER))
+    def build(**env: str) -> Platform:
+        api_server.drop_shared()
+        controller = api_server.new_controller(env)
+        controllers.append(controller)
+        return _user_platform(api_server, controller, settings, tmp_path, token_for)
 
-        try:
-            yield build
-        finally:
-            for controller in controllers:
-                controller.stop()
-                # The controller reached its records through gRPC only.
-                assert not controller.no_db.exists(), "the controller opened a database"
-            _stop_leftover_runs(tmp_path / "analyzer-state")
-            analyzer_client.close()
+    try:
+        yield build
+    finally:
+        for controller in controllers:
+            retire(controller)
+        analyzer_client.close()
 
 
 def _stop_leftover_runs(state_dir: Path) -> None:
@@ -269,12 +378,6 @@ def _stop_leftover_runs(state_dir: Path) -> None:
                     os.killpg(pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
-
-
-@pytest.fixture
-def platform(platform_factory) -> Platform:
-    """The platform with the default settings."""
-    return platform_factory()
 
 
 # -- scenarios --------------------------------------------------------------------------------
@@ -420,6 +523,42 @@ def test_online_command_with_a_script_over_http(platform):
     assert AnalysisRecord.objects.get(pk=created["id"]).script_content == SCRIPT
 
 
+def _running_child(platform: Platform, analysis_id: str) -> int:
+    """The pid of the command of a running analysis (the run folder's child.json)."""
+    child = platform.controller.run_folder(analysis_id) / "child.json"
+    until(child.exists, what=f"the command of {analysis_id} started")
+    pid = json.loads(child.read_text())["pid"]
+    assert alive(pid)
+    return pid
+
+
+def test_cancel_a_running_analysis_over_http(platform):
+    exp = finished_exp(platform.user, platform.tmp, exp_type="training", files={"x.txt": "x"})
+    created = platform.http.create(exp_id=exp.pk, command="echo started; sleep 120")
+    analysis_id = created["id"]
+    platform.http.wait_status(analysis_id, ("running",))
+    pid = _running_child(platform, analysis_id)
+    until(lambda: "started" in platform.http.get(
+        f"/api/v1/analyses/{analysis_id}/logs").json()["content"], what="the first line")
+
+    resp = platform.http.post(f"/api/v1/analyses/{analysis_id}/cancel")
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["status"] == "cancelled"
+    until(lambda: not alive(pid), what="the command stopped")
+    until(lambda: not platform.controller.run_folder(analysis_id).exists(),
+          what="the run folder removed")
+    final = platform.http.analysis(analysis_id)
+    assert final["status"] == "cancelled" and final["reason"] == "Cancelled"
+    assert final["finished_at"]
+    log = local_path(final["result_path"]) / "output.log"
+    assert "started" in log.read_text()  # the log is kept
+    logs = platform.http.get(f"/api/v1/analyses/{analysis_id}/logs").json()
+    assert "started" in logs["content"] and logs["complete"] is True
+    # Cancelling again is fine and changes nothing.
+    again = platform.http.post(f"/api/v1/analyses/{analysis_id}/cancel")
+    assert again.status_code == 200 and again.json()["status"] == "cancelled"
+
+
 def test_online_queue_admits_one_at_a_time_in_fifo_order(platform_factory):
     platform = platform_factory(FALCON_ANALYSIS_ONLINE_CONCURRENCY="1")
     exp = finished_exp(platform.user, platform.tmp, exp_type="training",
@@ -472,42 +611,6 @@ def test_online_queue_admits_one_at_a_time_in_fifo_order(platform_factory):
         assert a.finished_at <= b.started_at  # the next one started after the last ended
 
 
-def _running_child(platform: Platform, analysis_id: str) -> int:
-    """The pid of the command of a running analysis (the run folder's child.json)."""
-    child = platform.controller.run_folder(analysis_id) / "child.json"
-    until(child.exists, what=f"the command of {analysis_id} started")
-    pid = json.loads(child.read_text())["pid"]
-    assert alive(pid)
-    return pid
-
-
-def test_cancel_a_running_analysis_over_http(platform):
-    exp = finished_exp(platform.user, platform.tmp, exp_type="training", files={"x.txt": "x"})
-    created = platform.http.create(exp_id=exp.pk, command="echo started; sleep 120")
-    analysis_id = created["id"]
-    platform.http.wait_status(analysis_id, ("running",))
-    pid = _running_child(platform, analysis_id)
-    until(lambda: "started" in platform.http.get(
-        f"/api/v1/analyses/{analysis_id}/logs").json()["content"], what="the first line")
-
-    resp = platform.http.post(f"/api/v1/analyses/{analysis_id}/cancel")
-    assert resp.status_code == 200, resp.text
-    assert resp.json()["status"] == "cancelled"
-    until(lambda: not alive(pid), what="the command stopped")
-    until(lambda: not platform.controller.run_folder(analysis_id).exists(),
-          what="the run folder removed")
-    final = platform.http.analysis(analysis_id)
-    assert final["status"] == "cancelled" and final["reason"] == "Cancelled"
-    assert final["finished_at"]
-    log = local_path(final["result_path"]) / "output.log"
-    assert "started" in log.read_text()  # the log is kept
-    logs = platform.http.get(f"/api/v1/analyses/{analysis_id}/logs").json()
-    assert "started" in logs["content"] and logs["complete"] is True
-    # Cancelling again is fine and changes nothing.
-    again = platform.http.post(f"/api/v1/analyses/{analysis_id}/cancel")
-    assert again.status_code == 200 and again.json()["status"] == "cancelled"
-
-
 def test_controller_down_then_back(platform_factory):
     platform = platform_factory(FALCON_ANALYSIS_ONLINE_CONCURRENCY="1")
     http = platform.http
@@ -552,7 +655,8 @@ def test_controller_down_then_back(platform_factory):
     assert not platform.controller.run_folder(queued).exists()
 
 
-def test_controller_killed_mid_run_the_run_finishes_once(platform):
+def test_controller_killed_mid_run_the_run_finishes_once(platform_factory):
+    platform = platform_factory()
     exp = finished_exp(platform.user, platform.tmp, exp_type="training", files={"x.txt": "x"})
     gate = platform.tmp / "gate"
     command = (f'echo first; while [ ! -e "{gate}" ]; do sleep 0.05; done; echo last; '

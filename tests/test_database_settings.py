@@ -25,7 +25,8 @@ mariadb_only = pytest.mark.skipif(
 
 
 def _database_settings(**env) -> dict:
-    code = ("import django, json; django.setup(); from django.conf import settings; "
+    # The settings module alone (no `django.setup()`: the apps add nothing to these values).
+    code = ("import json; from django.conf import settings; "
             "print(json.dumps({k: v for k, v in settings.DATABASES['default'].items() "
             "if k in ('CONN_MAX_AGE', 'CONN_HEALTH_CHECKS')}))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, text=True,
@@ -45,8 +46,11 @@ def test_reused_connections_are_health_checked():
 
 def test_an_sqlite_file_is_written_ahead_without_an_fsync_per_commit(tmp_path):
     """The embedded SQLite file runs in WAL mode with synchronous=NORMAL: readers go on while a
-    write commits, and a commit does not wait for the disk (settings, dec-database)."""
-    code = ("import django; django.setup(); from django.db import connection; "
+    write commits, and a commit does not wait for the disk (settings, dec-database).
+
+    The pragmas are the connection's `init_command` (settings), so a fresh process opens the
+    connection without `django.setup()`, which would load every app for nothing."""
+    code = ("from django.db import connection; "
             "cursor = connection.cursor(); cursor.execute('PRAGMA journal_mode'); "
             "mode = cursor.fetchone()[0]; cursor.execute('PRAGMA synchronous'); "
             "print(mode, cursor.fetchone()[0])")
@@ -61,7 +65,7 @@ def test_an_sqlite_file_is_written_ahead_without_an_fsync_per_commit(tmp_path):
 def _sqlite_pragma(tmp_path, pragma: str, mmap_bytes: str | None) -> subprocess.CompletedProcess:
     """Read `PRAGMA <pragma>` in a fresh process on an SQLite file, FALCON_SQLITE_MMAP_BYTES
     set to `mmap_bytes` (None: unset)."""
-    code = ("import django; django.setup(); from django.db import connection; "
+    code = ("from django.db import connection; "
             f"print(connection.cursor().execute('PRAGMA {pragma}').fetchone()[0])")
     env = {key: value for key, value in os.environ.items() if key != "FALCON_SQLITE_MMAP_BYTES"}
     if mmap_bytes is not None:

@@ -6,6 +6,7 @@ import json
 import threading
 import time
 
+import grpc
 import pytest
 from rest_framework.test import APIClient
 
@@ -211,19 +212,61 @@ def test_create_404_and_409(alice, analyzer):
     assert resp.status_code == 409 and "not finished" in resp.json()["detail"]
 
 
-def test_create_without_analyzer_is_503_at_once(alice, no_analyzer):
+class _RecordedStub:
+    """An AnalyzerService stub that records each attempt: the method, the `timeout` and
+    `wait_for_ready` it was given and the status code it ended with."""
+
+    def __init__(self, stub, attempts: list[tuple[str, float, bool, grpc.StatusCode]]):
+        self._stub, self._attempts = stub, attempts
+
+    def __getattr__(self, method: str):
+        def call(request, *, timeout, wait_for_ready, **kwargs):
+            code = grpc.StatusCode.OK
+            try:
+                return getattr(self._stub, method)(request, timeout=timeout,
+                                                   wait_for_ready=wait_for_ready, **kwargs)
+            except grpc.RpcError as exc:
+                code = exc.code()
+                raise
+            finally:
+                self._attempts.append((method, timeout, wait_for_ready, code))
+        return call
+
+
+def test_create_without_analyzer_is_503_at_once(alice, no_analyzer, monkeypatch):
+    """"At once": each call makes its bounded number of tries (two, for one endpoint), none
+    waits for the controller to become ready, each ends UNAVAILABLE (refused, not a deadline
+    run out), and nothing sleeps between them: no back-off, no retry loop."""
     client, user = alice
     exp = make_finished_exp(creator=user)
-    started = time.monotonic()
+    attempts: list[tuple[str, float, bool, grpc.StatusCode]] = []
+    real_stubs = analyzer_client._stubs
+    monkeypatch.setattr(analyzer_client, "_stubs", lambda: [
+        (index, _RecordedStub(stub, attempts)) for index, stub in real_stubs()])
+    slept: list[float] = []
+    real_sleep, caller = time.sleep, threading.get_ident()
+
+    def sleep(seconds: float) -> None:
+        if threading.get_ident() == caller:
+            slept.append(seconds)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", sleep)
     resp = client.post("/api/v1/analyses", {"exp_id": exp.pk, "plugin": "summary"},
                        format="json")
-    assert time.monotonic() - started < 3
     assert resp.status_code == 503
     body = resp.json()
     assert body["code"] == "unavailable"
     assert body["detail"].startswith("the analyzer controller is unavailable")
     assert client.get("/api/v1/plugins").status_code == 503
     assert client.get("/api/v1/plugins/summary").status_code == 503
+    assert [(method, ready, code) for method, _, ready, code in attempts] == [
+        (method, False, grpc.StatusCode.UNAVAILABLE)
+        for method in ("CreateAnalysis", "ListPlugins", "GetPlugin") for _ in range(2)]
+    # Every try carries a deadline within the call's budget: none can wait unbounded.
+    assert all(0 < timeout <= analyzer_client.CALL_TIMEOUT_SECONDS
+               for _, timeout, _, _ in attempts)
+    assert slept == []
 
 
 def test_a_frozen_replica_does_not_block_creation_nor_create_twice(alice, settings,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 
 import pytest
 from kubernetes import client
@@ -25,6 +24,7 @@ from controllers.cluster_backends.kubernetes import (
     KubernetesClusterConfig,
 )
 from controllers.kubeclient import KubeCaller, KubeConnection, TokenBucket
+from core.testing import FakeClock
 from core.testing import wait_until as poll_until
 from controllers.tests.fake_k8s import fake_kube, kubeconfig  # noqa: F401
 
@@ -511,13 +511,19 @@ def test_token_bucket_allows_a_burst_then_the_rate():
 
 
 def test_the_client_is_held_to_its_qps(kubeconfig, fake_kube):
+    clock, slept = FakeClock(), []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock.advance(seconds)
+
     conn = KubeConnection(kubeconfig=str(kubeconfig), qps=20, burst=2)
-    caller = KubeCaller(conn)
+    caller = KubeCaller(conn, sleep=sleep, clock=clock)
     backend = make_backend(kubeconfig)
     api = client.BatchV1Api(backend.api)
-    started = time.monotonic()
+    before = fake_kube.count("GET", "jobs")
     for _ in range(8):
         caller.call(api.list_namespaced_job, NS)
-    # 2 at once, then 6 more at 20/s: at least 0.3 s.
-    assert time.monotonic() - started >= 0.28
-    assert caller.calls == 8
+    # 2 at once, then 6 more at 20/s: each waits 1/20 s, 0.3 s in all.
+    assert slept == pytest.approx([0.05] * 6)
+    assert caller.calls == 8 and fake_kube.count("GET", "jobs") - before == 8

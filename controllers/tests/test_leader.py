@@ -437,7 +437,6 @@ def test_two_resource_managers_one_lease_the_leader_killed_the_other_finishes(
             assert lease_spec(fake_kube)["holderIdentity"] == "rm-a"
             procs["rm-a"].send_signal(signal.SIGKILL)
             procs["rm-a"].wait(10)
-            killed_at = time.monotonic()
             fake_kube.set_job_status("falcon-jobs", name, {
                 "succeeded": 1, "completedIndexes": "0",
                 "conditions": [{"type": "Complete", "status": "True"}]})
@@ -446,10 +445,11 @@ def test_two_resource_managers_one_lease_the_leader_killed_the_other_finishes(
                          "rm-b to finish the job")
             except AssertionError:
                 raise AssertionError(logs())
-            took = time.monotonic() - killed_at
+            # rm-b took the Lease over; how soon (within lease duration + retry period) is
+            # shown on a virtual clock by the two `..._takes_over_within_duration_plus_retry...`
+            # tests above, which no load on this machine can fail.
             spec = lease_spec(fake_kube)
             assert spec["holderIdentity"] == "rm-b" and spec["leaseTransitions"] >= 1
-            assert took < 1.5 + 0.2 + 3  # lease duration + retry period + a tick and slack
             assert fake_kube.count("POST", "jobs") == 1  # never submitted twice
             assert procs["rm-b"].poll() is None
         finally:

@@ -28,8 +28,9 @@ CATALOG = {
 }
 
 
-def make_controller(api, tmp_path: Path, *, limits=None, catalog=None, **config):
-    """An AnalyzerController over `api` and a LocalAnalysisBackend under `tmp_path`."""
+def make_controller(api, tmp_path: Path, *, limits=None, catalog=None, clock=None, **config):
+    """An AnalyzerController over `api` and a LocalAnalysisBackend under `tmp_path`; `clock`
+    (e.g. a `core.testing.FakeClock`) replaces its monotonic clock."""
     backend = LocalAnalysisBackend(tmp_path / "state", grace_seconds=0.5,
                                    log_upload_seconds=0.2)
     cfg = dict(result_root=(tmp_path / "results").as_uri(), limits=limits or
@@ -37,7 +38,7 @@ def make_controller(api, tmp_path: Path, *, limits=None, catalog=None, **config)
                backoff_seconds=0.1, backoff_max_seconds=0.4)
     cfg.update(config)
     return AnalyzerController(api, backend, catalog if catalog is not None else CATALOG,
-                              AnalyzerConfig(**cfg))
+                              AnalyzerConfig(**cfg), **({"clock": clock} if clock else {}))
 
 
 def artifact(tmp_path: Path) -> str:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import random
 import signal
-import time
 from datetime import timedelta
 
 from artifacts.store import local_path
 from controllers.analyzer.backends.base import run_name_for
 from controllers.analyzer.contract import AwaitingView
+from core.testing import FakeClock
 
 from .fake_records import T0, FakeRecordAPI
 from .helpers import artifact, make_controller, runner_pids, until
@@ -247,12 +247,17 @@ def test_lost_run_recreated_after_backoff_then_given_up(tmp_path):
     rec = api.add(status="running", attempts=1, plugin_name="slow",
                   command="echo again; sleep 30", artifact_path=artifact(tmp_path),
                   result_path=(tmp_path / "results" / "x").as_uri() + "/")
-    c = make_controller(api, tmp_path, backoff_seconds=0.3, max_attempts=2)
-    started = time.monotonic()
-    c.tick()
-    assert not runner_pids(run_name_for(rec.analysis_id))  # waits for the back-off first
+    clock = FakeClock()
+    c = make_controller(api, tmp_path, backoff_seconds=0.3, max_attempts=2, clock=clock)
+    c.tick()  # finds the run lost: starts it again 0.3 s (the back-off) later
+    clock.advance(0.29)
+    for _ in range(3):
+        c.tick()
+    # It waits for the back-off first: no run, no new attempt.
+    assert not runner_pids(run_name_for(rec.analysis_id))
+    assert api.get_record(rec.analysis_id).attempts == 1
+    clock.advance(0.01)
     until(lambda: runner_pids(run_name_for(rec.analysis_id)), tick=c.tick)
-    assert time.monotonic() - started >= 0.3
     assert api.get_record(rec.analysis_id).attempts == 2
     # Lost again (state removed, processes gone): attempts are used up -> failed RunLost.
     name = run_name_for(rec.analysis_id)
