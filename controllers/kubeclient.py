@@ -410,13 +410,17 @@ class Informer:
         page_size: `limit` of each LIST page.
         watch_timeout: `timeoutSeconds` of each WATCH request, seconds.
         what: a name for log lines ("Jobs").
+        transform: applied to every object before it is cached (client-go's SetTransform):
+            returns what the readers need of it, so the cache does not hold the rest.
 
     The thread starts with `start()` and is a daemon; `stop()` ends it.
     """
 
     def __init__(self, caller: KubeCaller, list_fn: Callable[..., Any], namespace: str, *,
                  label_selector: str, page_size: int = 500, watch_timeout: float = 60.0,
-                 what: str = "objects"):
+                 what: str = "objects",
+                 transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None):
+        self.transform = transform or (lambda obj: obj)
         self.caller = caller
         self.list_fn = list_fn
         self.namespace = namespace
@@ -503,7 +507,7 @@ class Informer:
         items, rv = list_all_raw(self.caller, self.list_fn, self.namespace,
                                  label_selector=self.label_selector, page_size=self.page_size)
         with self._cond:
-            self._items = {o["metadata"]["name"]: o for o in items}
+            self._items = {o["metadata"]["name"]: self.transform(o) for o in items}
             self._rv = 0
             self._set_rv(rv)
             self._cond.notify_all()
@@ -516,7 +520,7 @@ class Informer:
         with self._cond:
             kind = event.get("type")
             if kind in ("ADDED", "MODIFIED"):
-                self._items[meta["name"]] = obj
+                self._items[meta["name"]] = self.transform(obj)
             elif kind == "DELETED":
                 self._items.pop(meta.get("name"), None)
             self._set_rv(meta.get("resourceVersion"))
