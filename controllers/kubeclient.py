@@ -336,6 +336,7 @@ def wrap(value: Any) -> Any:
 
 
 def list_all_raw(caller: KubeCaller, fn: Callable[..., Any], *args: Any, page_size: int = 500,
+                 transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
                  **kwargs: Any) -> tuple[list[dict[str, Any]], str]:
     """Return every item of a LIST call as decoded JSON dicts, and the list's resourceVersion.
 
@@ -348,6 +349,8 @@ def list_all_raw(caller: KubeCaller, fn: Callable[..., Any], *args: Any, page_si
         caller: the `KubeCaller` that sends each page (timeout, retries, QPS).
         fn: a `list_namespaced_*` method of the client.
         page_size: `limit` of each page.
+        transform: applied to each item as its page is decoded (what is kept of it), so that
+            a LIST never holds every item whole at once (`Informer`'s `transform`).
         args, kwargs: the method's other arguments (namespace, label_selector, ...).
 
     Returns:
@@ -369,8 +372,12 @@ def list_all_raw(caller: KubeCaller, fn: Callable[..., Any], *args: Any, page_si
                     page = orjson.loads(resp.data)
                 finally:
                     resp.release_conn()
-                items.extend(page.get("items") or [])
+                if transform is None:
+                    items.extend(page.get("items") or [])
+                else:
+                    items.extend(transform(item) for item in page.get("items") or [])
                 meta = page.get("metadata") or {}
+                del page
                 token = meta.get("continue")
                 if not token:
                     return items, str(meta.get("resourceVersion") or "")
@@ -505,9 +512,10 @@ class Informer:
 
     def _relist(self) -> None:
         items, rv = list_all_raw(self.caller, self.list_fn, self.namespace,
-                                 label_selector=self.label_selector, page_size=self.page_size)
+                                 label_selector=self.label_selector, page_size=self.page_size,
+                                 transform=self.transform)
         with self._cond:
-            self._items = {o["metadata"]["name"]: self.transform(o) for o in items}
+            self._items = {o["metadata"]["name"]: o for o in items}
             self._rv = 0
             self._set_rv(rv)
             self._cond.notify_all()
