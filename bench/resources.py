@@ -27,6 +27,7 @@ This is a measurement, not a test: timings depend on the machine, so no test ass
 from __future__ import annotations
 
 import argparse
+import gc
 import multiprocessing
 import os
 import sys
@@ -48,6 +49,8 @@ if "--grpc" in sys.argv[1:]:
 import django  # noqa: E402
 
 django.setup()
+
+from bench.server_process import figures_of, reset_peak  # noqa: E402
 
 from controllers.contract import ItemResult, JobView, ListFilter  # noqa: E402
 from controllers.cluster_backends.kubernetes import (  # noqa: E402
@@ -101,34 +104,29 @@ class GrpcAPI:
         calls: every RPC by method name.
     """
 
-    def __init__(self, views: list[JobView]):
+    def __init__(self, views: list[JobView], *, server_process: bool = False):
         import collections
 
         import grpc
         from django.conf import settings
         from django.core.management import call_command
 
-        from accounts.models import User
         from controllers.grpc_client import GrpcFalconAPI
-        from experiments.models import Experiment
-        from falcon_site.grpc.server import build_server
+        from falcon_site.grpc.server import CHANNEL_OPTIONS, build_server
         from falcon_site.grpc.testing import channel_to
-        from jobs.models import Job
 
         call_command("migrate", verbosity=0)
-        Experiment.objects.all().delete()
-        user, _ = User.objects.get_or_create(user_id="bench", defaults={"email": "b@example.com"})
-        spec = views[0].task_spec.to_json()
-        Experiment.objects.bulk_create(
-            Experiment(id=v.exp_id, name=v.exp_name, creator=user, cluster_name=CLUSTER,
-                       exp_type=v.exp_type, role_to_task_spec={v.role: spec},
-                       status=ExpStatus.RUNNING, artifact_path=v.artifact_path)
-            for v in views)
-        Job.objects.bulk_create(
-            Job(id=v.id, experiment_id=v.exp_id, cluster_name=CLUSTER, exp_type=v.exp_type,
-                role=v.role, task_spec=spec, artifact_path=v.artifact_path,
-                status=v.status, reason=v.reason,
-                message=v.message, cluster_job_name=v.cluster_job_name) for v in views)
+        self.server_process = None
+        if server_process:
+            # Seeding builds every row in memory: in a child, so this process holds none of it.
+            ctx = multiprocessing.get_context("spawn")
+            seeder = ctx.Process(target=_seed, args=(views,))
+            seeder.start()
+            seeder.join()
+            if seeder.exitcode != 0:
+                raise RuntimeError(f"seeding failed (exit {seeder.exitcode})")
+        else:
+            _seed(views)
         self.calls: collections.Counter = collections.Counter()
         calls = self.calls
 
@@ -137,11 +135,18 @@ class GrpcAPI:
                 calls[details.method.rsplit("/", 1)[-1]] += 1
                 return continuation(details, request)
 
-        self.server = build_server("127.0.0.1:0", max_workers=4)
-        self.server.start()
+        if server_process:
+            from bench.server_process import ServerProcess
+
+            self.server = None
+            self.server_process = ServerProcess(workers=4)
+            channel = grpc.insecure_channel(self.server_process.target, options=CHANNEL_OPTIONS)
+        else:
+            self.server = build_server("127.0.0.1:0", max_workers=4)
+            self.server.start()
+            channel = channel_to(self.server)
         self.client = GrpcFalconAPI("unused", settings.FALCON_INTERNAL_TOKEN, timeout=120,
-                                    channel=grpc.intercept_channel(channel_to(self.server),
-                                                                   Count()))
+                                    channel=grpc.intercept_channel(channel, Count()))
         self.writes = 0
 
     @property
@@ -151,13 +156,45 @@ class GrpcAPI:
     def list_job_states(self, flt):
         return self.client.list_job_states(flt)
 
+    def list_job_state_pages(self, flt):
+        return self.client.list_job_state_pages(flt)
+
     def update_job_statuses(self, updates):
         self.writes += len(updates)
         return self.client.update_job_statuses(updates)
 
     def close(self) -> None:
         self.client.close()
-        self.server.stop(grace=0)
+        if self.server_process is not None:
+            self.server_process.close()
+        else:
+            self.server.stop(grace=0)
+
+
+def _seed(views: list[JobView]) -> None:
+    """Replace every experiment by one Running experiment per job of `views`."""
+    import django
+
+    django.setup()
+    from accounts.models import User
+    from experiments.models import Experiment
+    from jobs.models import Job
+
+    Experiment.objects.all().delete()
+    user, _ = User.objects.get_or_create(user_id="bench", defaults={"email": "b@example.com"})
+    spec = views[0].task_spec.to_json()
+    for first in range(0, len(views), 10000):
+        chunk = views[first:first + 10000]
+        Experiment.objects.bulk_create(
+            Experiment(id=v.exp_id, name=v.exp_name, creator=user, cluster_name=CLUSTER,
+                       exp_type=v.exp_type, role_to_task_spec={v.role: spec},
+                       status=ExpStatus.RUNNING, artifact_path=v.artifact_path)
+            for v in chunk)
+        Job.objects.bulk_create(
+            Job(id=v.id, experiment_id=v.exp_id, cluster_name=CLUSTER, exp_type=v.exp_type,
+                role=v.role, task_spec=spec, artifact_path=v.artifact_path,
+                status=v.status, reason=v.reason,
+                message=v.message, cluster_job_name=v.cluster_job_name) for v in chunk)
 
 
 def populate(fake: FakeKube, backend: KubernetesBackend, n: int, *, pending: bool):
@@ -258,7 +295,7 @@ def _kubeconfig(url: str, path: Path) -> Path:
 
 
 def measure(n: int, *, pending: bool, watch: bool, fake_in_process: bool = False,
-            grpc_api: bool = False) -> dict:
+            grpc_api: bool = False, server_process: bool = False) -> dict:
     """Tick twice over `n` jobs; return the figures of both ticks.
 
     The first tick fills the caches (with `watch`: one paged LIST of Jobs and one of Pods,
@@ -270,23 +307,42 @@ def measure(n: int, *, pending: bool, watch: bool, fake_in_process: bool = False
     try:
         with tempfile.TemporaryDirectory() as tmp:
             conn = KubeConnection(kubeconfig=str(_kubeconfig(fake.url, Path(tmp) / "kc")),
-                                  request_timeout=30, call_deadline=30)
+                                  request_timeout=120, call_deadline=120)
             backend = KubernetesBackend(CLUSTER, KubernetesClusterConfig(
                 namespace=NS, connection=conn, watch=watch))
-            api = GrpcAPI(fake.views) if grpc_api else MemoryAPI(fake.views)
+            if grpc_api:
+                api = GrpcAPI(fake.views, server_process=server_process)
+                fake.views = None  # the database holds them: this process keeps none
+            else:
+                api = MemoryAPI(fake.views)
+            gc.collect()
+            server = api.server_process if grpc_api else None
             manager = ResourceManager(api, {CLUSTER: backend})
             out = {"jobs": n, "tick": "pending" if pending else "steady",
                    "mode": "watch" if watch else "list"}
-            for label in ("first", "next"):
+            for label in ("first", "next", "next2"):
                 fake.ask("reset_requests")
                 calls_before, writes_before = backend.caller.calls, api.writes
                 write_calls_before = api.write_calls
+                reset_peak()
+                before = figures_of()
+                if server is not None:
+                    server.reset_peak()
+                    srv_before = server.figures()
                 started, cpu = time.perf_counter(), time.process_time()
                 stats = manager.tick()
                 wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+                after = figures_of()
                 assert not stats.errors, stats.errors[:3]
                 assert stats.deleted == 0
+                if server is not None:
+                    srv = server.figures()
+                    out[label + "_server"] = {"cpu_s": srv.cpu_s - srv_before.cpu_s,
+                                              "rss": srv_before.rss_mib, "peak": srv.peak_mib,
+                                              "after": srv.rss_mib, "anon": srv.anon_mib,
+                                              "file": srv.file_mib}
                 out[label] = {"wall_s": wall, "cpu_s": cpu,
+                              "rss": before.rss_mib, "peak": after.peak_mib,
                               "calls": backend.caller.calls - calls_before,
                               "job_lists": fake.ask("count", "GET", "jobs"),
                               "pod_lists": fake.ask("count", "GET", "pods"),
@@ -314,26 +370,43 @@ def main() -> None:
     parser.add_argument("--grpc", action="store_true",
                         help="the real gRPC API server (in this process, a fresh SQLite or "
                         "DATABASE_URL) instead of the in-memory one")
+    parser.add_argument("--server-process", action="store_true",
+                        help="with --grpc: the gRPC server (and the seeding) in processes of "
+                        "their own, so that this process's figures are the resource manager's")
+    parser.add_argument("--situations", nargs="+", choices=("steady", "pending"),
+                        default=["steady", "pending"])
     args = parser.parse_args()
+    if args.server_process and not args.grpc:
+        parser.error("--server-process goes with --grpc")
     print("first = the tick that fills the caches (and records pending reasons); next = every "
-          "tick after it.\nk8s calls = requests this client sent in the tick (WATCH requests "
-          "opened included); cpu = CPU seconds of this process in the tick; API writes = job "
-          "updates sent in both ticks, write calls = the calls that carried them.")
-    print(f"{'jobs':>6} {'tick':>8} {'mode':>6} {'first s':>8} {'cpu':>5} {'calls':>6} "
-          f"{'next s':>7} {'cpu':>5} {'calls':>6} {'Job GETs':>9} {'Pod GETs':>9} "
-          f"{'API writes':>11} {'write calls':>12}")
+          "tick after it (twice).\nk8s calls = requests this client sent in the tick (WATCH "
+          "requests opened included); cpu = CPU seconds of this process in the tick; rss = its "
+          "RSS before the tick, peak = its highest during it (MiB); srv = the gRPC server's "
+          "process (--server-process): CPU in the tick, RSS before, peak, RSS after; API "
+          "writes = job updates sent in the tick, write calls = the calls that carried them.")
+    srv_head = (f" {'srv cpu':>7} {'srv rss':>7} {'srv peak':>8} {'srv after':>9} {'anon':>5} "
+                f"{'file':>5}"
+                if args.server_process else "")
+    print(f"{'jobs':>6} {'tick':>8} {'mode':>6} {'which':>6} {'wall s':>7} {'cpu':>6} "
+          f"{'calls':>6} {'rss':>5} {'peak':>5}{srv_head} {'API writes':>11} "
+          f"{'write calls':>12}")
     for n in args.jobs:
-        for pending in (False, True):
+        for situation in args.situations:
             for mode in args.modes:
-                r = measure(n, pending=pending, watch=mode == "watch",
-                            fake_in_process=args.fake_in_process, grpc_api=args.grpc)
-                first, nxt = r["first"], r["next"]
-                print(f"{r['jobs']:>6} {r['tick']:>8} {r['mode']:>6} {first['wall_s']:>8.2f} "
-                      f"{first['cpu_s']:>5.2f} {first['calls']:>6} {nxt['wall_s']:>7.2f} "
-                      f"{nxt['cpu_s']:>5.2f} {nxt['calls']:>6} "
-                      f"{nxt['job_lists']:>9} {nxt['pod_lists']:>9} "
-                      f"{first['api_writes'] + nxt['api_writes']:>11} "
-                      f"{first['write_calls'] + nxt['write_calls']:>12}", flush=True)
+                r = measure(n, pending=situation == "pending", watch=mode == "watch",
+                            fake_in_process=args.fake_in_process, grpc_api=args.grpc,
+                            server_process=args.server_process)
+                for label in ("first", "next", "next2"):
+                    t = r[label]
+                    srv = ""
+                    if args.server_process:
+                        v = r[label + "_server"]
+                        srv = (f" {v['cpu_s']:>7.2f} {v['rss']:>7.0f} {v['peak']:>8.0f} "
+                               f"{v['after']:>9.0f} {v['anon']:>5.0f} {v['file']:>5.0f}")
+                    print(f"{r['jobs']:>6} {r['tick']:>8} {r['mode']:>6} {label:>6} "
+                          f"{t['wall_s']:>7.2f} {t['cpu_s']:>6.2f} {t['calls']:>6} "
+                          f"{t['rss']:>5.0f} {t['peak']:>5.0f}{srv} {t['api_writes']:>11} "
+                          f"{t['write_calls']:>12}", flush=True)
 
 
 if __name__ == "__main__":

@@ -194,6 +194,14 @@ class FalconAPI(Protocol):
         read with `list_jobs`."""
         ...
 
+    def list_job_state_pages(self, flt: ListFilter) -> Iterator[list[JobView]]:
+        """ListJobStates, one page at a time: what `list_job_states` returns, cut in pages
+        (each with its own `skipped_of`), the next read only when the caller asks for it.
+        Optional: the resource manager reads with it when the client has it, so that it holds
+        one page of the open jobs at a time (a cluster whose backend observes the whole
+        cluster at once, `ClusterBackend.observes_whole_cluster`, keeps its jobs to the end)."""
+        ...
+
     def list_artifacts(self, flt: ListFilter) -> list[ArtifactView]: ...
 
     def list_exp_states(self, statuses: tuple[str, ...]) -> list[ExpState]:

@@ -346,6 +346,41 @@ class GrpcFalconAPI(GrpcClient):
         return self._list_all(self.jobs.ListJobStates, None, "jobs", job_state_view,
                               lambda item: item.exp_id, request=request)
 
+    def list_job_state_pages(self, flt: ListFilter) -> Iterator[Listing]:
+        """ListJobStates, one page at a time (`STATES_PAGE_SIZE` jobs each): what
+        `list_job_states` returns, each page a `Listing` of `JobView` whose `skipped` are the
+        jobs of that page the server could not send or this client could not read. The next
+        call is made when the caller asks for the next page, so a caller that acts on a page
+        before the next holds one page, whatever the number of jobs.
+
+        Raises:
+            ValueError: `flt` filters on anything but statuses and cluster names.
+            ValidationFailed: an unknown status; FalconError: a call failed (the pages
+            yielded before it stand).
+        """
+        if replace(flt, statuses=(), cluster_names=()) != ListFilter():
+            raise ValueError("ListJobStates filters only on statuses and cluster_names")
+        request = job_pb2.ListJobStatesReq(statuses=flt.statuses,
+                                           cluster_names=flt.cluster_names,
+                                           page_size=STATES_PAGE_SIZE)
+        while True:
+            response = self.call(self.jobs.ListJobStates, request)
+            views: list[JobView] = []
+            skipped = [SkippedRow(id=row.id, exp_id=row.exp_id) for row in response.skipped]
+            for item in response.jobs:
+                try:
+                    views.append(job_state_view(item))
+                except Exception as exc:  # one unreadable item must not fail the list
+                    skipped.append(SkippedRow(id=item.id, exp_id=item.exp_id))
+                    log.error("jobs: skipped %s %s, which cannot be read: %s: %s",
+                              type(item).__name__, item.id, type(exc).__name__, exc)
+            token = response.next_page_token
+            del response  # the page's messages go before the caller acts on its views
+            yield Listing(views, skipped)
+            if not token:
+                return
+            request.page_token = token
+
     def list_artifacts(self, flt: ListFilter) -> list[ArtifactView]:
         """ListArtifacts, every page."""
         return self._list_all(self.artifacts.ListArtifacts, flt, "artifacts", artifact_view,

@@ -338,6 +338,7 @@ def wrap(value: Any) -> Any:
 
 
 def list_all_raw(caller: KubeCaller, fn: Callable[..., Any], *args: Any, page_size: int = 500,
+                 transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
                  **kwargs: Any) -> tuple[list[dict[str, Any]], str]:
     """Return every item of a LIST call as decoded JSON dicts, and the list's resourceVersion.
 
@@ -350,6 +351,8 @@ def list_all_raw(caller: KubeCaller, fn: Callable[..., Any], *args: Any, page_si
         caller: the `KubeCaller` that sends each page (timeout, retries, QPS).
         fn: a `list_namespaced_*` method of the client.
         page_size: `limit` of each page.
+        transform: applied to each item as its page is decoded (what is kept of it), so that
+            a LIST never holds every item whole at once (`Informer`'s `transform`).
         args, kwargs: the method's other arguments (namespace, label_selector, ...).
 
     Returns:
@@ -371,8 +374,12 @@ def list_all_raw(caller: KubeCaller, fn: Callable[..., Any], *args: Any, page_si
                     page = orjson.loads(resp.data)
                 finally:
                     resp.release_conn()
-                items.extend(page.get("items") or [])
+                if transform is None:
+                    items.extend(page.get("items") or [])
+                else:
+                    items.extend(transform(item) for item in page.get("items") or [])
                 meta = page.get("metadata") or {}
+                del page
                 token = meta.get("continue")
                 if not token:
                     return items, str(meta.get("resourceVersion") or "")
@@ -412,13 +419,17 @@ class Informer:
         page_size: `limit` of each LIST page.
         watch_timeout: `timeoutSeconds` of each WATCH request, seconds.
         what: a name for log lines ("Jobs").
+        transform: applied to every object before it is cached (client-go's SetTransform):
+            returns what the readers need of it, so the cache does not hold the rest.
 
     The thread starts with `start()` and is a daemon; `stop()` ends it.
     """
 
     def __init__(self, caller: KubeCaller, list_fn: Callable[..., Any], namespace: str, *,
                  label_selector: str, page_size: int = 500, watch_timeout: float = 60.0,
-                 what: str = "objects"):
+                 what: str = "objects",
+                 transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None):
+        self.transform = transform or (lambda obj: obj)
         self.caller = caller
         self.list_fn = list_fn
         self.namespace = namespace
@@ -503,7 +514,8 @@ class Informer:
 
     def _relist(self) -> None:
         items, rv = list_all_raw(self.caller, self.list_fn, self.namespace,
-                                 label_selector=self.label_selector, page_size=self.page_size)
+                                 label_selector=self.label_selector, page_size=self.page_size,
+                                 transform=self.transform)
         with self._cond:
             self._items = {o["metadata"]["name"]: o for o in items}
             self._rv = 0
@@ -518,7 +530,7 @@ class Informer:
         with self._cond:
             kind = event.get("type")
             if kind in ("ADDED", "MODIFIED"):
-                self._items[meta["name"]] = obj
+                self._items[meta["name"]] = self.transform(obj)
             elif kind == "DELETED":
                 self._items.pop(meta.get("name"), None)
             self._set_rv(meta.get("resourceVersion"))

@@ -127,7 +127,8 @@ class ObservedAPI:
     Every attribute is the client's own; the list calls below pass their result through
     unchanged after counting it (`_count_by_status`: only the statuses each call read):
 
-    - `list_jobs`, `list_job_states` (the resource manager: the open jobs of its clusters) and
+    - `list_jobs`, `list_job_states`, `list_job_state_pages` (the resource manager: the open
+      jobs of its clusters; the pages counted as they pass, the gauge set after the last) and
       `list_exp_states` (the exp controller: every job of the open experiments) set
       `falcon_controller_jobs`;
     - `list_records` without `exp_id` or `analysis_type`, and `list_running` (the analyzer)
@@ -146,6 +147,16 @@ class ObservedAPI:
                 _count_by_status(JOBS, name, rows, _jobs_covered(flt))
                 return rows
             return list_jobs
+        if attr == "list_job_state_pages":
+            def list_job_state_pages(flt=None, *args, **kwargs):
+                # As `list_exp_state_pages`: counted page by page, set after the last one.
+                tally: Tally = Tally()
+                for page in value(flt, *args, **kwargs):
+                    tally.update(str(getattr(job, "status", "")) for job in page)
+                    yield page
+                for status in _jobs_covered(flt) or ():
+                    JOBS.labels(name, status).set(tally.get(status, 0))
+            return list_job_state_pages
         if attr == "list_exp_states":
             def list_exp_states(*args, **kwargs):
                 states = value(*args, **kwargs)

@@ -1,9 +1,12 @@
 """The resource manager: the ResourceManager controller (docs/cluster-behaviours.md).
 
 Each tick lists the jobs of the clusters it serves that need cluster work (Pending, Running,
-Aborting) in one paged call (ListJobStates: only the fields a tick reads, an experiment's
-config only for the jobs still to submit; 5,000 jobs a page), asks each cluster's backend for all of their states in one batched
-read, and then:
+Aborting) with ListJobStates (only the fields a tick reads, an experiment's config only for
+the jobs still to submit; 5,000 jobs a page), one page at a time: each page is observed (one
+batched read of its jobs' states per cluster), decided and written before the next is read,
+so a tick holds one page of jobs and the ids of the others (docs/decisions.md#dec-rm-pages);
+a backend that must see a whole cluster at once (the local backend's admission) gets its
+cluster's jobs together once the listing is read. Then:
 - a Pending job with no cluster job yet is submitted (create, or adopt one that a previous run
   of this controller created: CB-3); its cluster job name is recorded. A cluster job
   that exists while no name is recorded is submitted again before its name is recorded, so
@@ -199,48 +202,115 @@ class ResourceManager:
         self._last_refusal.clear()
 
     def tick(self) -> ResourceTickStats:
-        """Reconcile every Pending, Running and Aborting job of the served clusters."""
+        """Reconcile every Pending, Running and Aborting job of the served clusters.
+
+        The open jobs are read one ListJobStates page at a time (`list_job_state_pages`, when
+        the client has it) and each page is observed, decided and written before the next is
+        read, so a tick holds one page of jobs and the ids of the others (what the release and
+        the sweep read), whatever the number of jobs. A backend that observes a whole cluster
+        at once (`observes_whole_cluster`: the local backend's admission weighs every waiting
+        job of the cluster) gets its cluster's jobs together once the listing is read, as
+        before paging. Decisions are the same either way: each job's depends only on itself,
+        its cluster job and its clocks.
+        """
         stats = ResourceTickStats()
-        # ListJobStates when the client has it: only the fields a tick reads, and each
-        # experiment's config only for the jobs still to submit.
-        read = getattr(self.api, "list_job_states", None) or self.api.list_jobs
-        jobs = read(ListFilter(statuses=JOB_NON_TERMINAL, cluster_names=tuple(self.backends)))
-        stats.jobs = len(jobs)
-        for row in skipped_of(jobs):
-            stats.skipped += 1
-            log.error("job %s (exp %s): skipped this tick: the API could not send it (the API "
-                      "server's log says why)", row.id, row.exp_id,
-                      extra={"exp_id": row.exp_id, "job_id": row.id})
-        pending = {j.id for j in jobs if j.status == JobStatus.PENDING}
-        running = {j.id for j in jobs if j.status == JobStatus.RUNNING}
-        # A clock lives while its job is open for it: the pending clock while it is Pending.
-        self._clocks = {k: (v if k in pending else replace(v, pending_since=None))
-                        for k, v in self._clocks.items() if k in pending | running}
-        self._last_refusal = {k: v for k, v in self._last_refusal.items() if k in pending}
         self._ended = set()
         self._writes = []
-        by_cluster: dict[str, list[JobView]] = defaultdict(list)
-        for job in jobs:
-            by_cluster[job.cluster_name].append(job)
-        # Rows the API could not send are open as far as the sweep knows: never swept.
-        unreadable = {row.id for row in skipped_of(jobs)}
+        flt = ListFilter(statuses=JOB_NON_TERMINAL, cluster_names=tuple(self.backends))
+        # ListJobStates when the client has it: only the fields a tick reads, and each
+        # experiment's config only for the jobs still to submit; page by page when it can.
+        paged = getattr(self.api, "list_job_state_pages", None)
+        if paged is not None:
+            pages = paged(flt)
+        else:
+            read = getattr(self.api, "list_job_states", None) or self.api.list_jobs
+            pages = iter((read(flt),))
+        # What the tick keeps of the jobs it read: ids, no views (but the whole-cluster ones).
+        pending: set[int] = set()
+        running: set[int] = set()
+        open_ids: dict[str, set[int]] = defaultdict(set)
+        unreadable: set[int] = set()  # rows the API could not send: open to the sweep
+        whole: dict[str, list[JobView]] = {
+            cluster: [] for cluster, backend in self.backends.items()
+            if getattr(backend, "observes_whole_cluster", False)}
+        failed: set[str] = set()
+        passes = [backend for backend in self.backends.values()
+                  if hasattr(backend, "begin_observe_pass")]
+        for backend in passes:
+            backend.begin_observe_pass()
+        try:
+            for page in pages:
+                stats.jobs += len(page)
+                for row in skipped_of(page):
+                    stats.skipped += 1
+                    unreadable.add(row.id)
+                    log.error("job %s (exp %s): skipped this tick: the API could not send it "
+                              "(the API server's log says why)", row.id, row.exp_id,
+                              extra={"exp_id": row.exp_id, "job_id": row.id})
+                by_cluster: dict[str, list[JobView]] = defaultdict(list)
+                for job in page:
+                    open_ids[job.cluster_name].add(job.id)
+                    if job.status == JobStatus.PENDING:
+                        pending.add(job.id)
+                    elif job.status == JobStatus.RUNNING:
+                        running.add(job.id)
+                        self._pending_clock_stopped(job.id)
+                    by_cluster[job.cluster_name].append(job)
+                del page
+                for cluster, jobs in by_cluster.items():
+                    if cluster in whole:
+                        whole[cluster].extend(jobs)
+                    elif cluster in self.backends and cluster not in failed:
+                        self._reconcile_part(cluster, jobs, failed, stats)
+                del by_cluster
+            for cluster, jobs in whole.items():
+                if jobs:
+                    self._reconcile_part(cluster, jobs, failed, stats)
+            whole.clear()
+        finally:
+            for backend in passes:
+                backend.end_observe_pass()
+        # A clock lives while its job is open for it: the pending clock while it is Pending.
+        self._clocks = {k: (v if k in pending else replace(v, pending_since=None))
+                        for k, v in self._clocks.items() if k in pending or k in running}
+        self._last_refusal = {k: v for k, v in self._last_refusal.items() if k in pending}
         for cluster, backend in self.backends.items():
-            cluster_jobs = by_cluster.get(cluster, [])
+            if cluster in failed:
+                continue
+            ids = open_ids.get(cluster, set())
             try:
-                if cluster_jobs:
-                    try:
-                        self._reconcile_cluster(backend, cluster_jobs, stats)
-                    finally:  # what was done before a cluster outage is recorded too
-                        self._flush(stats)
-                self._release_outcomes(cluster, backend, cluster_jobs, unreadable, stats)
-                self._sweep(cluster, backend, cluster_jobs, unreadable, stats)
+                self._release_outcomes(cluster, backend, ids, unreadable, stats)
+                self._sweep(cluster, backend, ids, unreadable, stats)
             except Exception as exc:  # one unreachable cluster must not stop the others
-                stats.failed += 1
-                stats.errors.append(f"{cluster}: {exc}")
-                log.error("cluster %s: tick failed: %s", cluster, exc)
+                self._cluster_failed(cluster, exc, stats)
         return stats
 
-    def _release_outcomes(self, cluster: str, backend: ClusterBackend, jobs: list[JobView],
+    def _pending_clock_stopped(self, job_id: int) -> None:
+        """A job read as not Pending has no pending clock (as the end of the tick keeps it)."""
+        clocks = self._clocks.get(job_id)
+        if clocks is not None and clocks.pending_since is not None:
+            self._clocks[job_id] = replace(clocks, pending_since=None)
+
+    def _reconcile_part(self, cluster: str, jobs: list[JobView], failed: set[str],
+                        stats: ResourceTickStats) -> None:
+        """Reconcile some of a cluster's jobs (a page, or all of them) and send their writes;
+        a cluster that fails is named in `failed` and left alone for the rest of the tick."""
+        try:
+            try:
+                self._reconcile_cluster(self.backends[cluster], jobs, stats)
+            finally:  # what was done before a cluster outage is recorded too
+                self._flush(stats)
+        except Exception as exc:  # one unreachable cluster must not stop the others
+            failed.add(cluster)
+            self._cluster_failed(cluster, exc, stats)
+
+    @staticmethod
+    def _cluster_failed(cluster: str, exc: Exception, stats: ResourceTickStats) -> None:
+        stats.failed += 1
+        stats.errors.append(f"{cluster}: {exc}")
+        log.error("cluster %s: tick failed: %s", cluster, exc)
+
+    def _release_outcomes(self, cluster: str, backend: ClusterBackend, job_ids: set[int],
                           unreadable: set[int], stats: ResourceTickStats) -> None:
         """Remove Falcon's finalizer from every cluster job whose Falcon job is terminal (CB-19).
 
@@ -255,7 +325,7 @@ class ResourceManager:
         Args:
             cluster: the cluster's name, for log lines.
             backend: its backend (skipped without `held_outcomes`).
-            jobs: the open jobs of this cluster read at the start of the tick.
+            job_ids: the ids of the open jobs of this cluster the tick read.
             unreadable: ids of rows the list call could not read (kept as open).
             stats: this tick's counters, updated in place.
 
@@ -267,7 +337,7 @@ class ResourceManager:
         if held is None:
             return
         holding = held()
-        open_ids = ({j.id for j in jobs} - self._ended) | unreadable
+        open_ids = (job_ids - self._ended) | unreadable
         ask = {i for i in holding.values()
                if i is not None and i not in open_ids and i not in self._ended}
         terminal = self._ended | self._terminal_ids(ask)
@@ -298,14 +368,14 @@ class ResourceManager:
             found |= {row.id for row in rows if row.id in ids and row.status in JOB_TERMINAL}
         return found
 
-    def _sweep(self, cluster: str, backend: ClusterBackend, jobs: list[JobView],
+    def _sweep(self, cluster: str, backend: ClusterBackend, job_ids: set[int],
                unreadable: set[int], stats: ResourceTickStats) -> None:
         """Release finished outcomes and remove orphans of one cluster (backends with `sweep`).
 
         Args:
             cluster: the cluster's name, for log lines.
             backend: its backend.
-            jobs: the open jobs of this cluster read at the start of the tick.
+            job_ids: the ids of the open jobs of this cluster the tick read.
             unreadable: ids of rows the list call could not read (kept as open).
             stats: this tick's counters, updated in place.
 
@@ -315,7 +385,7 @@ class ResourceManager:
         sweep = getattr(backend, "sweep", None)
         if sweep is None:
             return
-        open_ids = ({j.id for j in jobs} - self._ended) | unreadable
+        open_ids = (job_ids - self._ended) | unreadable
         result = sweep(open_ids, grace=self.orphan_grace)
         stats.deleted += len(result.deleted)
         still = set(result.terminating)

@@ -205,6 +205,11 @@ class ClusterBackend(ABC):
     """
 
     name: str = "abstract"
+    # The resource manager observes a cluster page by page (`observe` once per page of open
+    # jobs, the pages of one tick between `begin_observe_pass` and `end_observe_pass` when
+    # the backend has them). A backend whose `observe` must see every open job of the cluster
+    # at once (an admission that weighs them all) sets this: it gets them together.
+    observes_whole_cluster: bool = False
 
     def cluster_job_name(self, job: JobView) -> str:
         """Return the deterministic cluster job name of `job` (see `cluster_job_name_for`)."""

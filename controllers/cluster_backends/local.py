@@ -128,6 +128,9 @@ class LocalBackend(ClusterBackend):
 
     name = "local"
 
+    # Admission (`_plan_admission`) weighs every open job of the cluster: observed at once.
+    observes_whole_cluster = True
+
     def __init__(self, state_dir: Path, *, grace_seconds: float = 10.0,
                  stop_wait_seconds: float = 0.5, workdir: Path | None = None,
                  passthrough_env: Iterable[str] = DEFAULT_PASSTHROUGH_ENV,

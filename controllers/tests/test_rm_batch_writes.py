@@ -176,3 +176,70 @@ def test_an_unchanged_job_is_not_mapped_again_and_a_changed_pod_is_seen(
     manager.tick()
     assert mapped == [job.cluster_job_name]
     assert "ImagePullBackOff" in fresh(job).message
+
+
+def test_a_tick_reads_its_jobs_page_by_page_and_writes_each_page_before_the_next(
+        counted_api, backends, fake_kube, monkeypatch):
+    """With pages of 2 jobs, five new jobs are read in 3 ListJobStates calls, and each page's
+    jobs are submitted and recorded (one UpdateJobStatuses each) before the next page is read:
+    the manager holds one page of the open jobs at a time. The decisions are those of one
+    page: every job submitted once and recorded with its cluster job name; the next tick,
+    paged the same way, maps nothing again that did not change and creates nothing."""
+    import controllers.cluster_backends.kubernetes as kubernetes
+
+    monkeypatch.setattr("controllers.grpc_client.STATES_PAGE_SIZE", 2)
+    exps = [make_exp(name=f"p{i}", cluster_name="k8s-a", image=IMAGE) for i in range(5)]
+    manager = ResourceManager(counted_api, backends, orphan_grace=0)
+    stats = manager.tick()
+    order = counted_api.counter.order
+    assert order == ["ListJobStates", "UpdateJobStatuses"] * 3, order
+    assert stats.jobs == 5 and stats.submitted == 5 and stats.updated == 5
+    assert stats.failed == 0 and stats.deleted == 0, stats.errors
+    for exp in exps:
+        job = Job.objects.get(experiment=exp)
+        assert (job.status, job.reason) == ("Pending", "Submitted") and job.cluster_job_name
+    assert fake_kube.count("POST", "jobs") == 5
+
+    mapped = []
+    real = kubernetes.job_state
+    monkeypatch.setattr(kubernetes.backend, "job_state",
+                        lambda name, *a, **k: mapped.append(name) or real(name, *a, **k))
+    manager.tick()  # maps the 5 Jobs (new objects since the last tick)
+    mapped.clear()
+    order.clear()
+    stats = manager.tick()
+    assert mapped == [], mapped  # every page's states were kept for this tick, not the last's
+    assert order == ["ListJobStates"] * 3, order
+    assert stats.jobs == 5 and stats.failed == 0 and fake_kube.count("POST", "jobs") == 5
+
+
+def test_a_backend_that_observes_the_whole_cluster_gets_every_page_at_once(
+        counted_api, monkeypatch):
+    """A backend with `observes_whole_cluster` (the local backend's admission) is observed
+    once with every open job of its cluster, after the last page is read."""
+    from controllers.cluster_backends.base import SubmitResult
+
+    class Whole:
+        observes_whole_cluster = True
+
+        def __init__(self):
+            self.observed = []
+
+        def cluster_job_name(self, job):
+            return f"whole-{job.id}"
+
+        def observe(self, jobs):
+            self.observed.append(sorted(j.id for j in jobs))
+            return {}  # none exists yet: every job is submitted
+
+        def submit(self, job):
+            return SubmitResult(cluster_job_name=f"whole-{job.id}", created=True)
+
+    monkeypatch.setattr("controllers.grpc_client.STATES_PAGE_SIZE", 2)
+    exps = [make_exp(name=f"w{i}", cluster_name="local") for i in range(5)]
+    backend = Whole()
+    stats = ResourceManager(counted_api, {"local": backend}, orphan_grace=0).tick()
+    ids = sorted(Job.objects.filter(experiment__in=exps).values_list("id", flat=True))
+    assert backend.observed == [ids]
+    assert counted_api.counter.order == ["ListJobStates"] * 3 + ["UpdateJobStatuses"]
+    assert stats.jobs == 5 and stats.updated == 5 and stats.failed == 0, stats.errors

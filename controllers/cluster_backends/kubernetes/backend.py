@@ -12,7 +12,7 @@ import time
 import weakref
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import urllib3
@@ -98,6 +98,48 @@ def _status_message(exc: ApiException) -> str:
     return str(body.get("message") or "") if isinstance(body, dict) else ""
 
 
+def _lean_object(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the caches keep of an object: all but `metadata.managedFields` (the API server's
+    field ownership, often the largest part of an object, which nothing here reads)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    return obj
+
+
+def _lean_job(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the Jobs cache keeps of a Job: `_lean_object`, without `spec.template` (the Pod
+    template, two thirds of a Falcon Job: a state is mapped from the Job's status, counts and
+    suspension and from its Pods, never from the template; a submit reads the Job from the API
+    server)."""
+    obj = _lean_object(obj)
+    spec = obj.get("spec")
+    if isinstance(spec, dict) and "template" in spec:
+        obj = {**obj, "spec": {k: v for k, v in spec.items() if k != "template"}}
+    return obj
+
+
+@dataclass
+class _ObservePass:
+    """What the `observe` calls of one pass share (`KubernetesBackend.begin_observe_pass`).
+
+    Attributes:
+        by_name: the cluster's Jobs by name (a copy of the cache, or one LIST), None until the
+            first `observe`; pod_cache: the Pods cache (with `watch`); cache_rv, fresh: the
+            Jobs cache's resourceVersion and whether it caught up (`_synced_caches`);
+        pods_by_owner: the Pods cache's items by their Job's name, built when first needed;
+        memo, needs: the states mapped and the Jobs that needed their Pods (see `observe`).
+    """
+
+    by_name: dict[str, dict[str, Any]] | None = None
+    pod_cache: Informer | None = None
+    cache_rv: int = 0
+    fresh: bool = False
+    pods_by_owner: dict[str, list[dict[str, Any]]] | None = None
+    memo: dict[tuple, ClusterJobState] = field(default_factory=dict)
+    needs: dict[tuple[str, str, int, str], int] = field(default_factory=dict)
+
+
 class KubernetesBackend(OutcomesMixin, ClusterBackend):
     """Run Falcon Jobs as `batch/v1` Indexed Jobs in one namespace of one cluster.
 
@@ -139,6 +181,8 @@ class KubernetesBackend(OutcomesMixin, ClusterBackend):
         # a cache still holding that copy must not make the next call patch it again. Only
         # saves calls; nothing is concluded from it (a restart forgets it harmlessly).
         self._released: dict[str, str | None] = {}
+        # The observe pass under way (`begin_observe_pass`), None outside one.
+        self._pass: _ObservePass | None = None
 
     # -- clients -----------------------------------------------------------------------------
 
@@ -326,9 +370,11 @@ class KubernetesBackend(OutcomesMixin, ClusterBackend):
             common = {"label_selector": SELECTOR, "page_size": self.config.list_page_size,
                       "watch_timeout": self.config.watch_timeout}
             self._job_cache = Informer(self.caller, self.batch.list_namespaced_job,
-                                       self.config.namespace, what="Jobs", **common).start()
+                                       self.config.namespace, what="Jobs",
+                                       transform=_lean_job, **common).start()
             self._pod_cache = Informer(self.caller, self.core.list_namespaced_pod,
-                                       self.config.namespace, what="Pods", **common).start()
+                                       self.config.namespace, what="Pods",
+                                       transform=_lean_object, **common).start()
             # A backend dropped without close() (tests, a reloaded clusters file) stops its
             # threads when it is garbage-collected.
             weakref.finalize(self, _stop_all, (self._job_cache, self._pod_cache))
@@ -521,19 +567,25 @@ class KubernetesBackend(OutcomesMixin, ClusterBackend):
         """
         if not jobs:
             return {}
-        pod_cache = None
+        read = self._pass if self._pass is not None else _ObservePass()
+        if read.by_name is None:  # the cluster's Jobs, read once a pass
+            if self.config.watch:
+                job_cache, read.pod_cache, fresh = self._synced_caches()
+                read.cache_rv = job_cache.resource_version  # before the items: never newer
+                read.fresh = fresh
+                read.by_name = job_cache.items()
+            else:
+                read.by_name = {j.raw["metadata"]["name"]: j.raw
+                                for j in self._list_raw(self.batch.list_namespaced_job, "Jobs")}
         if self.config.watch:
-            job_cache, pod_cache, fresh = self._synced_caches()
-            cache_rv = job_cache.resource_version  # read before the items: never newer
-            by_name = self._known_jobs(jobs, job_cache.items(), cache_rv, fresh)
+            by_name = self._known_jobs(jobs, read.by_name, read.cache_rv, read.fresh)
         else:
-            by_name = {j.raw["metadata"]["name"]: j.raw
-                       for j in self._list_raw(self.batch.list_namespaced_job, "Jobs")}
+            by_name = read.by_name
+        pod_cache = read.pod_cache
         found: dict[int, tuple[str, Raw | None, int]] = {}
         need_pods: set[str] = set()
         states: dict[int, ClusterJobState] = {}
-        memo: dict[tuple, ClusterJobState] = {}
-        needs: dict[tuple[str, str, int, str], int] = {}
+        memo, needs = read.memo, read.needs
         for job in jobs:
             name = self.name_of(job)
             raw = by_name.get(name)
@@ -570,11 +622,15 @@ class KubernetesBackend(OutcomesMixin, ClusterBackend):
                 if key is not None:
                     memo[key] = state
         if pod_cache is not None and need_pods:
-            pods_by_job: dict[str, list[Raw]] = defaultdict(list)
-            for pod in pod_cache.items().values():
-                owner = ((pod.get("metadata") or {}).get("labels") or {}).get(POD_JOB_NAME_LABEL)
-                if owner in need_pods:
-                    pods_by_job[owner].append(Raw(pod))
+            if read.pods_by_owner is None:  # the Pods cache by owner, once a pass
+                read.pods_by_owner = defaultdict(list)
+                for pod in pod_cache.items().values():
+                    owner = ((pod.get("metadata") or {}).get("labels") or {}).get(
+                        POD_JOB_NAME_LABEL)
+                    if owner is not None:
+                        read.pods_by_owner[owner].append(pod)
+            pods_by_job = {name: [Raw(pod) for pod in read.pods_by_owner[name]]
+                           for name in need_pods if name in read.pods_by_owner}
         else:
             pods_by_job = self._pods_of(need_pods)
         for job in jobs:
@@ -595,9 +651,24 @@ class KubernetesBackend(OutcomesMixin, ClusterBackend):
             states[job.id] = state
             if key is not None:
                 memo[key] = state
-        # Only the states of this tick's Jobs are kept: the next tick may reuse them.
-        self._states, self._needs_pods = memo, needs
+        if self._pass is None:
+            # Only the states of this tick's Jobs are kept: the next tick may reuse them.
+            self._states, self._needs_pods = memo, needs
         return states
+
+    def begin_observe_pass(self) -> None:
+        """Start a pass: the `observe` calls until `end_observe_pass` are the pages of one
+        tick. The cluster is read once for them all (the caches caught up once, the Jobs and
+        the Pods by owner indexed once) and the states they map are kept together, so a tick
+        in pages costs what one `observe` of every job did."""
+        self._pass = _ObservePass()
+
+    def end_observe_pass(self) -> None:
+        """End the pass: the states mapped in it are what the next tick may reuse (a pass cut
+        short by an error keeps those it mapped: a state is a pure function of its key)."""
+        read, self._pass = self._pass, None
+        if read is not None and read.by_name is not None:
+            self._states, self._needs_pods = read.memo, read.needs
 
     def delete(self, job: JobView) -> bool:
         """Delete the Job with `propagationPolicy` Foreground/Background and report when gone.
