@@ -90,6 +90,37 @@ def test_gunicorn_reads_a_chunked_create_and_refuses_one_over_the_limit(server):
     assert body["code"] == "too_large" and "8388608 bytes" in body["detail"]
 
 
+@pytest.mark.parametrize("server", ["gunicorn"], indirect=True)
+def test_gunicorn_reads_a_refused_body_so_the_client_gets_its_413(server):
+    """A body over the limit is read to its end (up to twice the limit) before the 413, so the
+    client finishes sending and reads the answer instead of a reset connection, with a
+    declared length as with a chunked one; the client here sends slowly (small chunks), as a
+    loaded machine does, so the server would otherwise answer long before the body ends."""
+    token = _token(server, chunked=True)
+    auth = {"Authorization": f"Bearer {token}"}
+    big = json.dumps({**CREATE, "config": "a" * (12 << 20)}).encode()
+    for chunked in (True, False):
+        conn = http.client.HTTPConnection("127.0.0.1", server, timeout=120)
+        try:
+            headers = {"Content-Type": "application/json", **auth}
+            if chunked:
+                conn.request("POST", "/api/v1/exps", body=_chunks(big, 4096), headers=headers,
+                             encode_chunked=True)
+            else:
+                headers["Content-Length"] = str(len(big))
+                conn.putrequest("POST", "/api/v1/exps")
+                for name, value in headers.items():
+                    conn.putheader(name, value)
+                conn.endheaders()
+                for part in _chunks(big, 4096):
+                    conn.send(part)  # a broken pipe here is the fault this test is about
+            reply = conn.getresponse()
+            assert reply.status == 413, (chunked, reply.read()[:200])
+            assert json.loads(reply.read())["code"] == "too_large"
+        finally:
+            conn.close()
+
+
 @pytest.mark.parametrize("server", ["runserver"], indirect=True)
 def test_runserver_refuses_a_chunked_body_with_411_saying_so(server):
     status, body = _post(server, "/api/v1/auth/token",

@@ -48,12 +48,32 @@ class ChunkedBodyWSGIMiddleware:
             parts.append(data)
             size += len(data)
         if limit is not None and size > limit:
+            drain(stream, limit)
             return _refuse(environ, start_response, 413, "too_large", too_large_message())
         import io
 
         environ["wsgi.input"] = io.BytesIO(b"".join(parts))
         environ["CONTENT_LENGTH"] = str(size)
         return self.app(environ, start_response)
+
+
+def drain(stream, budget: int | None, chunk: int = 1 << 16) -> None:
+    """Read and drop up to `budget` more bytes of a refused request body (all of it when
+    `budget` is None), before the 413 is written.
+
+    A server that answers and closes while the client is still sending makes the kernel reset
+    the connection (unread data in its receive buffer): the client gets "broken pipe" or
+    "connection reset" while it sends, and may never read the 413 (curl and urllib3 try to;
+    a loaded machine makes the reset win). Reading the rest of a body up to twice the limit
+    lets the client finish sending and read the answer; a longer body is cut off after that,
+    so a refused request never costs more than twice the limit to read.
+    """
+    read = 0
+    while budget is None or read < budget:
+        data = stream.read(chunk if budget is None else min(chunk, budget - read))
+        if not data:
+            return
+        read += len(data)
 
 
 def _refuse(environ, start_response, status: int, code: str, message: str):
@@ -107,6 +127,9 @@ class BodySizeLimitMiddleware:
             size = 0
         if limit is not None and size > limit:
             message = too_large_message(size)
+            if size <= 2 * limit and "wsgi.input" in request.META:
+                # The declared length bounds the read (the server's input ends there).
+                drain(request.META["wsgi.input"], size)
             if request.path.startswith("/api/"):
                 return JsonResponse({"detail": message, "code": "too_large"}, status=413)
             return HttpResponse(message, status=413, content_type="text/plain; charset=utf-8")
