@@ -1,10 +1,12 @@
-"""Queries compiled to SQL once and run many times with other ids (a list page's rows).
+"""Queries compiled to SQL once and run many times with other values (a list page's queries).
 
 Django compiles a queryset to SQL each time it is evaluated. For `experiment_id__in=[50 ids]`
 compiling costs several times what running the query costs on an index: on a list page read
 with three such queries (experiments, jobs, artifacts; one query since), compiling was about a
 fifth of the request's CPU. `IdsQuery` compiles
 the query once per bucket of id counts and reuses the SQL and Django's column converters.
+`QueryShapes` does the same for the page of ids before it, whose filters vary: its SQL is
+kept per shape of the query (its WHERE's SQL, the values left out).
 """
 from __future__ import annotations
 
@@ -12,8 +14,10 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from django.core.exceptions import EmptyResultSet, FullResultSet
 from django.db import connections, router
 from django.db.models import QuerySet
+from django.db.models.sql.where import WhereNode
 
 # Id lists are padded up to one of these sizes (repeating the last id, which changes no `IN`
 # result), so a handful of compiled statements serve every page size up to the largest (5,000
@@ -92,6 +96,94 @@ class IdsQuery:
             return ()
         fields = [select[0] for select in compiler.select[:compiler.col_count]]
         return sql, names, compiler.get_converters(fields), compiler
+
+
+class QueryShapes:
+    """The SQL of `.values()` SELECTs, compiled once per shape and reused with other values.
+
+    Compiling a queryset (`SQLCompiler.as_sql`: its select list, ORDER BY, joins, each filter)
+    cost about as much CPU as running a list page's query of ids on its index. Queries of one
+    shape (the same table, columns, ordering, slice and WHERE with other values: page 2 of
+    `status=Failed` after page 1, another status, another cursor) compile to the same SQL
+    with other parameters. Here only the WHERE's conditions are compiled per call (each a
+    `Lookup`, a few microseconds: its SQL text and its parameters, e.g. `"status" IN (%s, %s)`
+    and `["Failed", "Aborted"]`); the statement is looked up by the rest of the query's
+    parts and those SQL texts, so a condition's text, and so the SQL, differs whenever its
+    number of values or its subquery does.
+
+    A shape is compiled in full the first time, and kept only when the full compile's
+    parameters are the conditions' parameters in order (what Django's `WhereNode` gives); a
+    query this cannot describe (joins, annotations, extra SQL, grouping, aggregates, a
+    condition that matches nothing or everything, such as `qs.none()`) is not kept, and its
+    caller compiles it as usual. Kept per thread (a thread has its own connections) and
+    database alias, at most `max_shapes` per thread (all are forgotten when that is reached).
+    """
+
+    def __init__(self, max_shapes: int = 512):
+        self.max_shapes = max_shapes
+        self._local = threading.local()
+
+    def statement(self, query, using: str):
+        """Return `(sql, params, compiler)` for `query` on `using`, or None.
+
+        None: the query is not of a shape kept here; compile and run it the usual way. The
+        compiler is the one of the shape's first query, for its column converters
+        (`SQLCompiler.results_iter`, `apply_converters`).
+        """
+        compiler = query.get_compiler(using=using)
+        shape = _shape(query, compiler)
+        if shape is None:
+            return None
+        key, params = shape
+        cache = self._local.__dict__.setdefault("shapes", {})
+        kept = cache.get(key)
+        if kept is None:
+            try:
+                sql, full_params = compiler.as_sql()
+            except (EmptyResultSet, FullResultSet):
+                return None
+            if len(cache) >= self.max_shapes:
+                cache.clear()
+            kept = cache[key] = (sql, compiler) if list(full_params) == params else ()
+        if not kept:
+            return None
+        return kept[0], params, kept[1]
+
+
+def _shape(query, compiler) -> tuple[tuple, list[Any]] | None:
+    """Return `(key, params)` of a query `QueryShapes` can keep, else None (see there)."""
+    if (len(query.alias_map) > 1 or query.annotation_select or query.extra_select
+            or query.extra or query.extra_order_by or query.combinator or query.group_by
+            or query.select_for_update or query.select_related or query.distinct_fields
+            or query.subquery or not query.values_select
+            or any(not isinstance(term, str) for term in query.order_by)):
+        return None
+    where = query.where
+    if where.contains_aggregate or where.contains_over_clause:
+        return None
+    params: list[Any] = []
+    try:
+        where_key = _where_shape(where, compiler, params)
+    except (EmptyResultSet, FullResultSet):
+        return None
+    key = (compiler.using, query.model, tuple(query.alias_map), tuple(query.values_select),
+           tuple(query.order_by), query.default_ordering, query.standard_ordering,
+           query.low_mark, query.high_mark, query.distinct, where_key)
+    return key, params
+
+
+def _where_shape(node, compiler, params: list[Any]) -> tuple:
+    """The key of a WHERE node (its connector, negation and each condition's SQL); adds each
+    condition's parameters to `params` in the order the SQL holds them."""
+    parts: list[Any] = [node.connector, node.negated]
+    for child in node.children:
+        if isinstance(child, WhereNode):
+            parts.append(_where_shape(child, compiler, params))
+        else:
+            sql, child_params = compiler.compile(child)
+            parts.append(sql)
+            params.extend(child_params)
+    return tuple(parts)
 
 
 def insert_rows(model: type, fields: Sequence[str], rows: Sequence[Sequence[Any]], *,
