@@ -22,6 +22,8 @@ from itertools import chain
 from datetime import datetime, timezone
 from typing import Any
 
+import orjson
+
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, models
 from django.db.models import Q
@@ -127,8 +129,9 @@ def encode(keys: list[Key], values: tuple[Any, ...], *, reverse: bool = False) -
     """Return the opaque cursor of the position `values` in the order of `keys`."""
     payload = {"v": VERSION, "o": [k.term for k in keys], "k": [_to_json(v) for v in values],
                "r": int(reverse)}
-    raw = json.dumps(payload, separators=(",", ":"), ensure_ascii=True).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    # orjson writes what `json.dumps(separators=(",", ":"))` does, a non-ASCII name as UTF-8
+    # rather than escaped: `decode` reads both.
+    return base64.urlsafe_b64encode(orjson.dumps(payload)).decode().rstrip("=")
 
 
 def decode(cursor: str, model: type[models.Model], keys: list[Key], *,
