@@ -59,6 +59,7 @@ def main() -> None:
                         help="blocks the requests of each operation are split into")
     parser.add_argument("--profile", choices=["list", "create", "healthz"], default=None)
     parser.add_argument("--top", type=int, default=35)
+    parser.add_argument("--save", default=None, help="write the profile to this file too")
     args = parser.parse_args()
     folder = Path(args.db).resolve()
     os.environ.update({"FALCON_VAR_DIR": str(folder), "FALCON_AUTH_MODE": "local",
@@ -128,6 +129,8 @@ def main() -> None:
             for _ in range(args.requests):
                 op()
             profiler.disable()
+            if args.save:
+                profiler.dump_stats(args.save)
             for order in ("cumulative", "tottime"):
                 out = io.StringIO()
                 pstats.Stats(profiler, stream=out).sort_stats(order).print_stats(args.top)

@@ -118,3 +118,35 @@ def test_a_page_query_that_matches_nothing_or_joins_is_left_to_the_orm(exps):
     joined = Experiment.objects.filter(creator__email="x@example.com").values("id")
     assert shapes.statement(joined.query, "default") is None
     assert shapes.statement(_page(ids=[]).query, "default") is None  # `IN ()`: nothing
+
+
+def test_insert_one_stores_what_save_stores(user):
+    """`insert_one` writes the row `Model.objects.create` writes (defaults, `auto_now` dates,
+    JSON), sets the new id and the saved state, and sends `pre_save` and `post_save`."""
+    from django.db.models.signals import post_save, pre_save
+
+    from core.database.prepared import insert_one
+
+    fields = dict(creator=user, name="same", cluster_name="local", exp_type="benchmark",
+                  artifact_path="file:///tmp/a", role_to_task_spec={"main": {"command": "x"}},
+                  labels={"team": "a"}, config="lr: 1\n")
+    saved = Experiment.objects.create(**fields)
+    sent = []
+    receiver = lambda sender, instance, **kwargs: sent.append(  # noqa: E731
+        (kwargs.get("created"), instance.pk))
+    pre_save.connect(receiver, sender=Experiment)
+    post_save.connect(receiver, sender=Experiment)
+    try:
+        exp = Experiment(**fields)
+        insert_one(exp, using="default")
+    finally:
+        pre_save.disconnect(receiver, sender=Experiment)
+        post_save.disconnect(receiver, sender=Experiment)
+    assert exp.pk and exp.pk != saved.pk and not exp._state.adding and exp.created_at
+    assert sent == [(None, None), (True, exp.pk)]
+    stored, expected = (Experiment.objects.filter(pk=pk).values().get()
+                        for pk in (exp.pk, saved.pk))
+    assert stored.pop("id") == exp.pk and expected.pop("id")
+    for key in ("created_at", "updated_at"):
+        assert stored.pop(key) == getattr(exp, key) and expected.pop(key)
+    assert stored == expected
