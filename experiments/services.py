@@ -29,7 +29,7 @@ from artifacts.models import Artifact
 from artifacts.services import artifacts_mark_awaiting
 from core.cluster_settings import cluster_problems
 from core.database.db import retry_on_lock_conflict
-from core.database.prepared import insert_one
+from core.database.prepared import insert_new, insert_one
 from core.errors import (
     Conflict,
     NotFound,
@@ -262,15 +262,15 @@ def _create(creator: User, data: dict[str, Any], idempotency_key: str | None,
     with transaction.atomic():
         # The experiment with its path, its jobs in one statement, its artifact; its labels
         # and idempotency key when given.
-        # (`insert_one`: `Model.objects.create` with its INSERT written once per process)
+        # (`insert_one`, `insert_new`: `create` and `bulk_create`, their INSERTs written once)
         exp = Experiment(creator=creator, artifact_path=path, **data)
         insert_one(exp, using=DEFAULT_DB_ALIAS)
-        jobs = Job.objects.bulk_create([
+        jobs = insert_new([
             Job(experiment=exp, cluster_name=exp.cluster_name, exp_type=exp.exp_type,
                 role=role, task_spec=spec, artifact_path=f"{path}/{role}",
                 priority=exp.priority)
             for role, spec in sorted(data["role_to_task_spec"].items())
-        ])
+        ], using=DEFAULT_DB_ALIAS)
         insert_one(Artifact(experiment=exp, path=path, artifact_type=exp.exp_type),
                    using=DEFAULT_DB_ALIAS)
         if data["labels"]:

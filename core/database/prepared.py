@@ -229,8 +229,35 @@ def insert_rows(model: type, fields: Sequence[str], rows: Sequence[Sequence[Any]
         cursor.executemany(sql, params)
 
 
-# INSERT statements of `insert_one`, by model and database alias: (sql, fields).
+# The columns and the INSERT head of `insert_one` and `insert_new`, by model and alias.
 _inserts: dict[tuple[type, str], tuple[str, list]] = {}
+
+
+def _insert_statement(model: type, using: str) -> tuple[str, list] | None:
+    """`("INSERT INTO table (columns) VALUES ", fields)` of a new row of `model`, or None for a
+    model this module does not insert (see `insert_one`)."""
+    prepared = _inserts.get((model, using))
+    if prepared is None:
+        meta = model._meta
+        if (meta.parents or meta.order_with_respect_to or meta.auto_field is None
+                or list(meta.db_returning_fields) != [meta.auto_field]):
+            return None
+        fields = [f for f in meta.local_concrete_fields
+                  if not f.generated and f is not meta.auto_field]
+        qn = connections[using].ops.quote_name
+        head = (f"INSERT INTO {qn(meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
+                "VALUES ")
+        prepared = _inserts[(model, using)] = (head, fields)
+    return prepared
+
+
+def _values(obj, fields: list, connection) -> list | None:
+    """The INSERT parameters of `obj` (as the compiler prepares them), or None when a value
+    is an expression (which the compiler writes as SQL)."""
+    values = [field.pre_save(obj, True) for field in fields]
+    if any(hasattr(value, "resolve_expression") for value in values):
+        return None
+    return [field.get_db_prep_save(value, connection) for field, value in zip(fields, values)]
 
 
 def insert_one(obj, *, using: str) -> None:
@@ -241,37 +268,73 @@ def insert_one(obj, *, using: str) -> None:
     field as the compiler does (`Field.pre_save(add=True)`, so `auto_now` dates are set on
     `obj`, then `get_db_prep_save`), the `pre_save` and `post_save` signals are sent, and the
     new primary key is set on `obj`, which is then saved (`_state`). A model this does not
-    cover (a parent model, `order_with_respect_to`, a primary key given or not an auto
-    field, a column the database fills, a value that is an expression) is saved by `save`.
+    cover (a parent model, `order_with_respect_to`, no auto field, a column the database
+    fills), a primary key given, or a value that is an expression, is saved by `save`.
     """
     model = type(obj)
-    meta = model._meta
-    if (meta.parents or meta.order_with_respect_to or meta.auto_field is None
-            or obj._is_pk_set(meta) or list(meta.db_returning_fields) != [meta.auto_field]):
+    prepared = _insert_statement(model, using)
+    if prepared is None or obj._is_pk_set(model._meta):
         obj.save(force_insert=True, using=using)
         return
+    head, fields = prepared
     connection = connections[using]
-    prepared = _inserts.get((model, using))
-    if prepared is None:
-        fields = [f for f in meta.local_concrete_fields
-                  if not f.generated and f is not meta.auto_field]
-        qn = connection.ops.quote_name
-        sql = (f"INSERT INTO {qn(meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
-               f"VALUES ({', '.join(['%s'] * len(fields))})")
-        prepared = _inserts[(model, using)] = (sql, fields)
-    sql, fields = prepared
     obj._prepare_related_fields_for_save(operation_name="save")
     pre_save.send(sender=model, instance=obj, raw=False, using=using, update_fields=None)
-    values = [field.pre_save(obj, True) for field in fields]
-    if any(hasattr(value, "resolve_expression") for value in values):
+    params = _values(obj, fields, connection)
+    if params is None:
         obj.save(force_insert=True, using=using)
         return
-    params = [field.get_db_prep_save(value, connection) for field, value in zip(fields, values)]
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        pk = connection.ops.last_insert_id(cursor, meta.db_table, meta.pk.column)
-    setattr(obj, meta.pk.attname, pk)
+        cursor.execute(f"{head}({', '.join(['%s'] * len(fields))})", params)
+        pk = connection.ops.last_insert_id(cursor, model._meta.db_table, model._meta.pk.column)
+    setattr(obj, model._meta.pk.attname, pk)
     obj._state.adding = False
     obj._state.db = using
     post_save.send(sender=model, instance=obj, created=True, update_fields=None, raw=False,
                    using=using)
+
+
+def insert_new(objs: Sequence[Any], *, using: str) -> list[Any]:
+    """INSERT new instances of one model in one statement, as `bulk_create(objs)` does.
+
+    What `Model.objects.using(using).bulk_create(objs)` does for rows of a model `insert_one`
+    covers, without compiling the statement each time (and so without signals, as
+    bulk_create): one multi-row INSERT with `RETURNING` the new ids, set on each object with
+    its saved state. Returns `objs`. Anything else (another model among them, a primary key
+    given, an expression as a value, a database without `RETURNING` on a bulk insert, more
+    values than one statement takes) is handed to `bulk_create`.
+    """
+    objs = list(objs)
+    if not objs:
+        return objs
+    model = type(objs[0])
+    connection = connections[using]
+    prepared = _insert_statement(model, using)
+    meta = model._meta
+    params: list[Any] = []
+    if (prepared is not None and connection.features.can_return_rows_from_bulk_insert
+            and all(type(obj) is model and not obj._is_pk_set(meta) for obj in objs)):
+        head, fields = prepared
+        for obj in objs:
+            obj._prepare_related_fields_for_save(operation_name="bulk_create")
+            values = _values(obj, fields, connection)
+            if values is None:
+                break
+            params.extend(values)
+        else:
+            if len(params) > (connection.features.max_query_params or len(params)):
+                return model._base_manager.using(using).bulk_create(objs)  # in batches
+            returning, returning_params = connection.ops.return_insert_columns([meta.pk])
+            row = f"({', '.join(['%s'] * len(fields))})"
+            with connection.cursor() as cursor:
+                cursor.execute(f"{head}{', '.join([row] * len(objs))} {returning}",
+                               params + list(returning_params))
+                ids = [row[0] for row in cursor.fetchall()]
+            if len(ids) != len(objs):
+                raise RuntimeError(f"INSERT of {len(objs)} rows returned {len(ids)} ids")
+            for obj, pk in zip(objs, ids):
+                setattr(obj, meta.pk.attname, pk)
+                obj._state.adding = False
+                obj._state.db = using
+            return objs
+    return model._base_manager.using(using).bulk_create(objs)

@@ -150,3 +150,30 @@ def test_insert_one_stores_what_save_stores(user):
     for key in ("created_at", "updated_at"):
         assert stored.pop(key) == getattr(exp, key) and expected.pop(key)
     assert stored == expected
+
+
+def test_insert_new_stores_what_bulk_create_stores(exps, django_assert_num_queries):
+    """`insert_new` writes the rows `bulk_create` writes, in one statement, and sets their ids."""
+    from core.database.prepared import insert_new
+
+    exp = exps[0]
+
+    def jobs(prefix):
+        return [Job(experiment=exp, role=f"{prefix}{i}", cluster_name="local", exp_type="t",
+                    task_spec={"command": "x"}, artifact_path=f"p/{i}") for i in range(3)]
+
+    expected = Job.objects.bulk_create(jobs("b"))
+    with django_assert_num_queries(1):
+        written = insert_new(jobs("n"), using="default")
+    assert all(job.pk and not job._state.adding for job in written)
+    assert len({job.pk for job in written + expected}) == 6
+
+    def stored(rows):  # each row as read back by its id, its role's prefix left out
+        read = {row["id"]: row for row in Job.objects.filter(pk__in=[r.pk for r in rows])
+                .values()}
+        return [{k: v for k, v in read[row.pk].items() if k not in ("id", "created_at",
+                                                                   "updated_at")}
+                | {"role": read[row.pk]["role"][1:]} for row in rows]
+
+    assert stored(written) == stored(expected)
+    assert [row["role"] for row in stored(written)] == ["0", "1", "2"]  # ids set in order
