@@ -128,11 +128,47 @@ def accepted_query_params(view, filter_names) -> list[str]:
     return sorted(names)
 
 
+# `StrictContentNegotiation.select_renderer`'s choices: (renderers, format, Accept) -> (index
+# among the renderers of that format, media type).
+_negotiated: dict[tuple, tuple[int, str]] = {}
+
+
 class StrictContentNegotiation(DefaultContentNegotiation):
     """DRF's negotiation, with an unknown `?format=` answered 406 naming the formats there are.
 
     DRF answers it 404 "Not found.", which reads as if the resource did not exist.
     """
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        """DRF's choice of renderer and media type, remembered per `Accept` header and format.
+
+        The choice depends only on the renderers, the format asked for (`?format=` or the
+        suffix) and the `Accept` header, which are the key (an `Accept` header of at most
+        `MAX_REMEMBERED_ACCEPT` characters; at most `MAX_REMEMBERED` keys, all forgotten
+        when reached); DRF parses the header and orders its media types on every request. A
+        refusal (406) is never remembered: it is worked out again.
+        """
+        format = format_suffix or request.query_params.get(self.settings.URL_FORMAT_OVERRIDE)
+        accept = request.META.get("HTTP_ACCEPT")
+        key = None
+        if accept is None or len(accept) <= self.MAX_REMEMBERED_ACCEPT:
+            key = (tuple((type(r), r.media_type, r.format) for r in renderers), format, accept)
+            known = _negotiated.get(key)
+            if known is not None:
+                index, media_type = known
+                kept = self.filter_renderers(renderers, format) if format else renderers
+                return kept[index], media_type
+        renderer, media_type = super().select_renderer(request, renderers, format_suffix)
+        if key is not None:
+            kept = self.filter_renderers(renderers, format) if format else renderers
+            index = next(i for i, candidate in enumerate(kept) if candidate is renderer)
+            if len(_negotiated) >= self.MAX_REMEMBERED:
+                _negotiated.clear()
+            _negotiated[key] = (index, media_type)
+        return renderer, media_type
+
+    MAX_REMEMBERED = 256
+    MAX_REMEMBERED_ACCEPT = 512
 
     def filter_renderers(self, renderers, format):
         """Return the renderers of `format`.
