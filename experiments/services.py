@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, transaction
 from django.db.models import Min
 from django.utils import timezone
 
@@ -29,6 +29,7 @@ from artifacts.models import Artifact
 from artifacts.services import artifacts_mark_awaiting
 from core.cluster_settings import cluster_problems
 from core.database.db import retry_on_lock_conflict
+from core.database.prepared import insert_new, insert_one
 from core.errors import (
     Conflict,
     NotFound,
@@ -261,14 +262,17 @@ def _create(creator: User, data: dict[str, Any], idempotency_key: str | None,
     with transaction.atomic():
         # The experiment with its path, its jobs in one statement, its artifact; its labels
         # and idempotency key when given.
-        exp = Experiment.objects.create(creator=creator, artifact_path=path, **data)
-        jobs = Job.objects.bulk_create([
+        # (`insert_one`, `insert_new`: `create` and `bulk_create`, their INSERTs written once)
+        exp = Experiment(creator=creator, artifact_path=path, **data)
+        insert_one(exp, using=DEFAULT_DB_ALIAS)
+        jobs = insert_new([
             Job(experiment=exp, cluster_name=exp.cluster_name, exp_type=exp.exp_type,
                 role=role, task_spec=spec, artifact_path=f"{path}/{role}",
                 priority=exp.priority)
             for role, spec in sorted(data["role_to_task_spec"].items())
-        ])
-        Artifact.objects.create(experiment=exp, path=path, artifact_type=exp.exp_type)
+        ], using=DEFAULT_DB_ALIAS)
+        insert_one(Artifact(experiment=exp, path=path, artifact_type=exp.exp_type),
+                   using=DEFAULT_DB_ALIAS)
         if data["labels"]:
             ExpLabel.objects.bulk_create([ExpLabel(experiment=exp, key=key, value=value)
                                           for key, value in data["labels"].items()])

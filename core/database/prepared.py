@@ -1,10 +1,12 @@
-"""Queries compiled to SQL once and run many times with other ids (a list page's rows).
+"""Queries compiled to SQL once and run many times with other values (a list page's queries).
 
 Django compiles a queryset to SQL each time it is evaluated. For `experiment_id__in=[50 ids]`
 compiling costs several times what running the query costs on an index: on a list page read
 with three such queries (experiments, jobs, artifacts; one query since), compiling was about a
 fifth of the request's CPU. `IdsQuery` compiles
 the query once per bucket of id counts and reuses the SQL and Django's column converters.
+`QueryShapes` does the same for the page of ids before it, whose filters vary: its SQL is
+kept per shape of the query (its WHERE's SQL, the values left out).
 """
 from __future__ import annotations
 
@@ -12,8 +14,11 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from django.core.exceptions import EmptyResultSet, FullResultSet
 from django.db import connections, router
 from django.db.models import QuerySet
+from django.db.models.signals import post_save, pre_save
+from django.db.models.sql.where import WhereNode
 
 # Id lists are padded up to one of these sizes (repeating the last id, which changes no `IN`
 # result), so a handful of compiled statements serve every page size up to the largest (5,000
@@ -94,6 +99,94 @@ class IdsQuery:
         return sql, names, compiler.get_converters(fields), compiler
 
 
+class QueryShapes:
+    """The SQL of `.values()` SELECTs, compiled once per shape and reused with other values.
+
+    Compiling a queryset (`SQLCompiler.as_sql`: its select list, ORDER BY, joins, each filter)
+    cost about as much CPU as running a list page's query of ids on its index. Queries of one
+    shape (the same table, columns, ordering, slice and WHERE with other values: page 2 of
+    `status=Failed` after page 1, another status, another cursor) compile to the same SQL
+    with other parameters. Here only the WHERE's conditions are compiled per call (each a
+    `Lookup`, a few microseconds: its SQL text and its parameters, e.g. `"status" IN (%s, %s)`
+    and `["Failed", "Aborted"]`); the statement is looked up by the rest of the query's
+    parts and those SQL texts, so a condition's text, and so the SQL, differs whenever its
+    number of values or its subquery does.
+
+    A shape is compiled in full the first time, and kept only when the full compile's
+    parameters are the conditions' parameters in order (what Django's `WhereNode` gives); a
+    query this cannot describe (joins, annotations, extra SQL, grouping, aggregates, a
+    condition that matches nothing or everything, such as `qs.none()`) is not kept, and its
+    caller compiles it as usual. Kept per thread (a thread has its own connections) and
+    database alias, at most `max_shapes` per thread (all are forgotten when that is reached).
+    """
+
+    def __init__(self, max_shapes: int = 512):
+        self.max_shapes = max_shapes
+        self._local = threading.local()
+
+    def statement(self, query, using: str):
+        """Return `(sql, params, compiler)` for `query` on `using`, or None.
+
+        None: the query is not of a shape kept here; compile and run it the usual way. The
+        compiler is the one of the shape's first query, for its column converters
+        (`SQLCompiler.results_iter`, `apply_converters`).
+        """
+        compiler = query.get_compiler(using=using)
+        shape = _shape(query, compiler)
+        if shape is None:
+            return None
+        key, params = shape
+        cache = self._local.__dict__.setdefault("shapes", {})
+        kept = cache.get(key)
+        if kept is None:
+            try:
+                sql, full_params = compiler.as_sql()
+            except (EmptyResultSet, FullResultSet):
+                return None
+            if len(cache) >= self.max_shapes:
+                cache.clear()
+            kept = cache[key] = (sql, compiler) if list(full_params) == params else ()
+        if not kept:
+            return None
+        return kept[0], params, kept[1]
+
+
+def _shape(query, compiler) -> tuple[tuple, list[Any]] | None:
+    """Return `(key, params)` of a query `QueryShapes` can keep, else None (see there)."""
+    if (len(query.alias_map) > 1 or query.annotation_select or query.extra_select
+            or query.extra or query.extra_order_by or query.combinator or query.group_by
+            or query.select_for_update or query.select_related or query.distinct_fields
+            or query.subquery or not query.values_select
+            or any(not isinstance(term, str) for term in query.order_by)):
+        return None
+    where = query.where
+    if where.contains_aggregate or where.contains_over_clause:
+        return None
+    params: list[Any] = []
+    try:
+        where_key = _where_shape(where, compiler, params)
+    except (EmptyResultSet, FullResultSet):
+        return None
+    key = (compiler.using, query.model, tuple(query.alias_map), tuple(query.values_select),
+           tuple(query.order_by), query.default_ordering, query.standard_ordering,
+           query.low_mark, query.high_mark, query.distinct, where_key)
+    return key, params
+
+
+def _where_shape(node, compiler, params: list[Any]) -> tuple:
+    """The key of a WHERE node (its connector, negation and each condition's SQL); adds each
+    condition's parameters to `params` in the order the SQL holds them."""
+    parts: list[Any] = [node.connector, node.negated]
+    for child in node.children:
+        if isinstance(child, WhereNode):
+            parts.append(_where_shape(child, compiler, params))
+        else:
+            sql, child_params = compiler.compile(child)
+            parts.append(sql)
+            params.extend(child_params)
+    return tuple(parts)
+
+
 def insert_rows(model: type, fields: Sequence[str], rows: Sequence[Sequence[Any]], *,
                 using: str) -> None:
     """INSERT `rows` into `model`'s table with one prepared statement (`executemany`).
@@ -134,3 +227,114 @@ def insert_rows(model: type, fields: Sequence[str], rows: Sequence[Sequence[Any]
         params.append(converted)
     with connection.cursor() as cursor:
         cursor.executemany(sql, params)
+
+
+# The columns and the INSERT head of `insert_one` and `insert_new`, by model and alias.
+_inserts: dict[tuple[type, str], tuple[str, list]] = {}
+
+
+def _insert_statement(model: type, using: str) -> tuple[str, list] | None:
+    """`("INSERT INTO table (columns) VALUES ", fields)` of a new row of `model`, or None for a
+    model this module does not insert (see `insert_one`)."""
+    prepared = _inserts.get((model, using))
+    if prepared is None:
+        meta = model._meta
+        if (meta.parents or meta.order_with_respect_to or meta.auto_field is None
+                or list(meta.db_returning_fields) != [meta.auto_field]):
+            return None
+        fields = [f for f in meta.local_concrete_fields
+                  if not f.generated and f is not meta.auto_field]
+        qn = connections[using].ops.quote_name
+        head = (f"INSERT INTO {qn(meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
+                "VALUES ")
+        prepared = _inserts[(model, using)] = (head, fields)
+    return prepared
+
+
+def _values(obj, fields: list, connection) -> list | None:
+    """The INSERT parameters of `obj` (as the compiler prepares them), or None when a value
+    is an expression (which the compiler writes as SQL)."""
+    values = [field.pre_save(obj, True) for field in fields]
+    if any(hasattr(value, "resolve_expression") for value in values):
+        return None
+    return [field.get_db_prep_save(value, connection) for field, value in zip(fields, values)]
+
+
+def insert_one(obj, *, using: str) -> None:
+    """INSERT a new model instance as `obj.save(force_insert=True, using=using)` does.
+
+    The statement is written once per model and database (Django compiles the INSERT again on
+    every save: a third of a create's CPU for its three rows); each value is prepared by its
+    field as the compiler does (`Field.pre_save(add=True)`, so `auto_now` dates are set on
+    `obj`, then `get_db_prep_save`), the `pre_save` and `post_save` signals are sent, and the
+    new primary key is set on `obj`, which is then saved (`_state`). A model this does not
+    cover (a parent model, `order_with_respect_to`, no auto field, a column the database
+    fills), a primary key given, or a value that is an expression, is saved by `save`.
+    """
+    model = type(obj)
+    prepared = _insert_statement(model, using)
+    if prepared is None or obj._is_pk_set(model._meta):
+        obj.save(force_insert=True, using=using)
+        return
+    head, fields = prepared
+    connection = connections[using]
+    obj._prepare_related_fields_for_save(operation_name="save")
+    pre_save.send(sender=model, instance=obj, raw=False, using=using, update_fields=None)
+    params = _values(obj, fields, connection)
+    if params is None:
+        obj.save(force_insert=True, using=using)
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(f"{head}({', '.join(['%s'] * len(fields))})", params)
+        pk = connection.ops.last_insert_id(cursor, model._meta.db_table, model._meta.pk.column)
+    setattr(obj, model._meta.pk.attname, pk)
+    obj._state.adding = False
+    obj._state.db = using
+    post_save.send(sender=model, instance=obj, created=True, update_fields=None, raw=False,
+                   using=using)
+
+
+def insert_new(objs: Sequence[Any], *, using: str) -> list[Any]:
+    """INSERT new instances of one model in one statement, as `bulk_create(objs)` does.
+
+    What `Model.objects.using(using).bulk_create(objs)` does for rows of a model `insert_one`
+    covers, without compiling the statement each time (and so without signals, as
+    bulk_create): one multi-row INSERT with `RETURNING` the new ids, set on each object with
+    its saved state. Returns `objs`. Anything else (another model among them, a primary key
+    given, an expression as a value, a database without `RETURNING` on a bulk insert, more
+    values than one statement takes) is handed to `bulk_create`.
+    """
+    objs = list(objs)
+    if not objs:
+        return objs
+    model = type(objs[0])
+    connection = connections[using]
+    prepared = _insert_statement(model, using)
+    meta = model._meta
+    params: list[Any] = []
+    if (prepared is not None and connection.features.can_return_rows_from_bulk_insert
+            and all(type(obj) is model and not obj._is_pk_set(meta) for obj in objs)):
+        head, fields = prepared
+        for obj in objs:
+            obj._prepare_related_fields_for_save(operation_name="bulk_create")
+            values = _values(obj, fields, connection)
+            if values is None:
+                break
+            params.extend(values)
+        else:
+            if len(params) > (connection.features.max_query_params or len(params)):
+                return model._base_manager.using(using).bulk_create(objs)  # in batches
+            returning, returning_params = connection.ops.return_insert_columns([meta.pk])
+            row = f"({', '.join(['%s'] * len(fields))})"
+            with connection.cursor() as cursor:
+                cursor.execute(f"{head}{', '.join([row] * len(objs))} {returning}",
+                               params + list(returning_params))
+                ids = [row[0] for row in cursor.fetchall()]
+            if len(ids) != len(objs):
+                raise RuntimeError(f"INSERT of {len(objs)} rows returned {len(ids)} ids")
+            for obj, pk in zip(objs, ids):
+                setattr(obj, meta.pk.attname, pk)
+                obj._state.adding = False
+                obj._state.db = using
+            return objs
+    return model._base_manager.using(using).bulk_create(objs)

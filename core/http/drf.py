@@ -7,6 +7,7 @@ Every error body is JSON with a stable `code`: a domain error's own code (`not_f
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import parse_qs, quote_plus, urlencode, urlsplit, urlunsplit
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse
@@ -16,7 +17,6 @@ from rest_framework.exceptions import APIException, NotAcceptable, ValidationErr
 from rest_framework.filters import OrderingFilter
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.pagination import CursorPagination
-from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from core.http import keyset
@@ -128,11 +128,47 @@ def accepted_query_params(view, filter_names) -> list[str]:
     return sorted(names)
 
 
+# `StrictContentNegotiation.select_renderer`'s choices: (renderers, format, Accept) -> (index
+# among the renderers of that format, media type).
+_negotiated: dict[tuple, tuple[int, str]] = {}
+
+
 class StrictContentNegotiation(DefaultContentNegotiation):
     """DRF's negotiation, with an unknown `?format=` answered 406 naming the formats there are.
 
     DRF answers it 404 "Not found.", which reads as if the resource did not exist.
     """
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        """DRF's choice of renderer and media type, remembered per `Accept` header and format.
+
+        The choice depends only on the renderers, the format asked for (`?format=` or the
+        suffix) and the `Accept` header, which are the key (an `Accept` header of at most
+        `MAX_REMEMBERED_ACCEPT` characters; at most `MAX_REMEMBERED` keys, all forgotten
+        when reached); DRF parses the header and orders its media types on every request. A
+        refusal (406) is never remembered: it is worked out again.
+        """
+        format = format_suffix or request.query_params.get(self.settings.URL_FORMAT_OVERRIDE)
+        accept = request.META.get("HTTP_ACCEPT")
+        key = None
+        if accept is None or len(accept) <= self.MAX_REMEMBERED_ACCEPT:
+            key = (tuple((type(r), r.media_type, r.format) for r in renderers), format, accept)
+            known = _negotiated.get(key)
+            if known is not None:
+                index, media_type = known
+                kept = self.filter_renderers(renderers, format) if format else renderers
+                return kept[index], media_type
+        renderer, media_type = super().select_renderer(request, renderers, format_suffix)
+        if key is not None:
+            kept = self.filter_renderers(renderers, format) if format else renderers
+            index = next(i for i, candidate in enumerate(kept) if candidate is renderer)
+            if len(_negotiated) >= self.MAX_REMEMBERED:
+                _negotiated.clear()
+            _negotiated[key] = (index, media_type)
+        return renderer, media_type
+
+    MAX_REMEMBERED = 256
+    MAX_REMEMBERED_ACCEPT = 512
 
     def filter_renderers(self, renderers, format):
         """Return the renderers of `format`.
@@ -230,8 +266,17 @@ class StrictCursorPagination(CursorPagination):
         return self.page
 
     def _link(self, row, *, reverse: bool) -> str:
+        """The page's URL with `cursor` set to `row`'s position: what DRF's
+        `replace_query_param(base_url, "cursor", ...)` gives (the other parameters sorted by
+        name), the URL parsed once per request for both links."""
         cursor = keyset.encode(self.keys, keyset.values_of(row, self.keys), reverse=reverse)
-        return replace_query_param(self.base_url, self.cursor_query_param, cursor)
+        template = getattr(self, "_link_template", None)
+        if template is None or template[0] != self.base_url:
+            template = self._link_template = (self.base_url,
+                                              *_link_parts(self.base_url, self.cursor_query_param))
+        _url, before, after = template
+        # A cursor is base64url without padding: nothing in it needs quoting.
+        return f"{before}{quote_plus(cursor)}{after}"
 
     def get_next_link(self):
         if not self.has_next or not self.page:
@@ -245,6 +290,23 @@ class StrictCursorPagination(CursorPagination):
 
     def get_html_context(self):
         return {"previous_url": self.get_previous_link(), "next_url": self.get_next_link()}
+
+
+def _link_parts(url: str, param: str) -> tuple[str, str]:
+    """Return the text of `url` before and after the value of `param`, set as DRF's
+    `replace_query_param` sets it: the query's parameters sorted by name, `param` among them
+    with one value, every other kept with its values in order, the fragment kept."""
+    scheme, netloc, path, query, fragment = urlsplit(url)
+    params = parse_qs(query, keep_blank_values=True)
+    params.pop(param, None)
+    items = sorted(params.items())
+    parts = [urlencode([item for item in items if item[0] < param], doseq=True),
+             urlencode([(param, "")]),
+             urlencode([item for item in items if item[0] > param], doseq=True)]
+    head = urlunsplit((scheme, netloc, path, "", ""))
+    before = f"{head}?{'&'.join(filter(None, parts[:2]))}"
+    after = "".join(f"&{part}" for part in parts[2:] if part)
+    return before, after + (f"#{fragment}" if fragment else "")
 
 
 _output_serializers: dict[type, Any] = {}

@@ -254,3 +254,19 @@ def test_a_bad_id_in_the_path_answers_json_over_a_real_server(live_server, token
         "Cookie": "sessionid=abc"})
     assert res.status_code == status, res.text
     assert res.headers["content-type"] == "application/json"
+
+
+def test_input_serializers_built_once_share_no_state():
+    """`StrictSerializer` copies fields built once per class: each instance binds its own and
+    one's errors are not another's."""
+    from experiments.api.serializers import ExpCreateInputSerializer
+
+    good = {"name": "ok", "cluster_name": "local", "exp_type": "benchmark",
+            "role_to_task_spec": {"main": {"command": "true"}}}
+    bad = ExpCreateInputSerializer(data={**good, "name": "-bad", "priority": "1"})
+    fine = ExpCreateInputSerializer(data=good)
+    assert bad.fields["name"] is not fine.fields["name"]
+    assert bad.fields["name"].parent is bad and fine.fields["name"].parent is fine
+    assert not bad.is_valid() and fine.is_valid()
+    assert set(bad.errors) == {"name", "priority"} and not fine.errors
+    assert fine.validated_data["priority"] == -1 and fine.validated_data["labels"] == {}

@@ -181,3 +181,21 @@ def test_page_rows_reads_the_ids_and_converts_the_page_edges(alice, count, page_
         assert keyset.page_rows(annotated, page_size, keys)[0] == list(annotated[:1])[0]
     with pytest.raises(ValueError, match="not every key"):
         keyset.page_rows(Experiment.objects.values("id"), page_size, keys)
+
+
+@pytest.mark.parametrize("url", [
+    "http://h/api/v1/exps", "http://h:8/api/v1/exps?status=Failed&page_size=5&cursor=abc",
+    "http://h/api/v1/exps?z=1&a=2&a=1&cursor=q&b=&search=a%20b+c%26d",
+    "https://h/x?cursor=1#frag", "http://h/x?label=a%3Db&label=c", "http://h/x?d=%C3%A9"])
+def test_links_are_the_urls_drf_makes(url):
+    """The `next` and `previous` links, made from the request's URL parsed once, are DRF's
+    `replace_query_param` of the cursor (the parameters sorted by name)."""
+    from urllib.parse import quote_plus
+
+    from rest_framework.utils.urls import replace_query_param
+
+    from core.http.drf import _link_parts
+
+    before, after = _link_parts(url, "cursor")
+    for cursor in ("eyJ2IjoxfQ", "abc-_"):
+        assert f"{before}{quote_plus(cursor)}{after}" == replace_query_param(url, "cursor", cursor)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from artifacts.models import Artifact
 from core.database.prepared import BUCKETS, IdsQuery, bucket
 from experiments.api.serializers import ARTIFACT_SUMMARY_FIELDS, JOB_SUMMARY_FIELDS
 from experiments.models import Experiment
@@ -62,3 +61,119 @@ def test_a_query_with_other_parameters_is_run_by_the_orm(exps):
     assert query(ids) == list(Job.objects.filter(experiment_id__in=ids, role="worker")
                               .order_by("id").values("id"))
     assert query._local.compiled == {("default", 8): ()}
+
+
+def _page(status=None, after=None, ids=None, size=3):
+    qs = Experiment.objects.values("id", "created_at").order_by("-created_at", "-id")
+    if status is not None:
+        qs = qs.filter(status__in=status)
+    if ids is not None:
+        qs = qs.filter(pk__in=ids)
+    if after is not None:
+        qs = qs.filter(created_at__lte=after.created_at).exclude(pk=after.pk)
+    return qs[:size]
+
+
+def test_a_page_query_is_compiled_once_per_shape_and_answers_as_the_orm(exps, monkeypatch):
+    """`QueryShapes`: queries that differ in their values only share one compiled statement;
+    another number of values, another filter or another slice is another shape."""
+    from django.db import connection
+
+    from core.database.prepared import QueryShapes
+
+    shapes = QueryShapes()
+    compiles = []
+    compiler_class = type(Experiment.objects.all().query.get_compiler(using="default"))
+    original = compiler_class.as_sql
+    monkeypatch.setattr(compiler_class, "as_sql",
+                        lambda self, *a, **k: compiles.append(1) or original(self, *a, **k))
+
+    def run(qs):
+        sql, params, _compiler = shapes.statement(qs.query, "default")
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return [row[0] for row in cursor.fetchall()]
+
+    def orm(qs):
+        return [row["id"] for row in qs]
+
+    cases = [_page(), _page(status=["Created"]), _page(status=["Running"]),
+             _page(status=["Created", "Running"]), _page(after=exps[3]),
+             _page(after=exps[5]), _page(ids=[exps[0].pk, exps[2].pk]),
+             _page(ids=[exps[1].pk, exps[4].pk]), _page(size=2)]
+    for qs in cases:
+        expected = orm(qs)  # compiles through the ORM: not counted below
+        compiles.clear()
+        assert run(qs) == expected
+        compiles.clear()
+        assert run(qs) == expected and not compiles  # the same shape: no compile
+    assert len(shapes._local.shapes) == 6  # none, status x1, status x2, cursor, ids x2, size 2
+
+
+def test_a_page_query_that_matches_nothing_or_joins_is_left_to_the_orm(exps):
+    from core.database.prepared import QueryShapes
+
+    shapes = QueryShapes()
+    assert shapes.statement(_page().none().query, "default") is None
+    joined = Experiment.objects.filter(creator__email="x@example.com").values("id")
+    assert shapes.statement(joined.query, "default") is None
+    assert shapes.statement(_page(ids=[]).query, "default") is None  # `IN ()`: nothing
+
+
+def test_insert_one_stores_what_save_stores(user):
+    """`insert_one` writes the row `Model.objects.create` writes (defaults, `auto_now` dates,
+    JSON), sets the new id and the saved state, and sends `pre_save` and `post_save`."""
+    from django.db.models.signals import post_save, pre_save
+
+    from core.database.prepared import insert_one
+
+    fields = dict(creator=user, name="same", cluster_name="local", exp_type="benchmark",
+                  artifact_path="file:///tmp/a", role_to_task_spec={"main": {"command": "x"}},
+                  labels={"team": "a"}, config="lr: 1\n")
+    saved = Experiment.objects.create(**fields)
+    sent = []
+    receiver = lambda sender, instance, **kwargs: sent.append(  # noqa: E731
+        (kwargs.get("created"), instance.pk))
+    pre_save.connect(receiver, sender=Experiment)
+    post_save.connect(receiver, sender=Experiment)
+    try:
+        exp = Experiment(**fields)
+        insert_one(exp, using="default")
+    finally:
+        pre_save.disconnect(receiver, sender=Experiment)
+        post_save.disconnect(receiver, sender=Experiment)
+    assert exp.pk and exp.pk != saved.pk and not exp._state.adding and exp.created_at
+    assert sent == [(None, None), (True, exp.pk)]
+    stored, expected = (Experiment.objects.filter(pk=pk).values().get()
+                        for pk in (exp.pk, saved.pk))
+    assert stored.pop("id") == exp.pk and expected.pop("id")
+    for key in ("created_at", "updated_at"):
+        assert stored.pop(key) == getattr(exp, key) and expected.pop(key)
+    assert stored == expected
+
+
+def test_insert_new_stores_what_bulk_create_stores(exps, django_assert_num_queries):
+    """`insert_new` writes the rows `bulk_create` writes, in one statement, and sets their ids."""
+    from core.database.prepared import insert_new
+
+    exp = exps[0]
+
+    def jobs(prefix):
+        return [Job(experiment=exp, role=f"{prefix}{i}", cluster_name="local", exp_type="t",
+                    task_spec={"command": "x"}, artifact_path=f"p/{i}") for i in range(3)]
+
+    expected = Job.objects.bulk_create(jobs("b"))
+    with django_assert_num_queries(1):
+        written = insert_new(jobs("n"), using="default")
+    assert all(job.pk and not job._state.adding for job in written)
+    assert len({job.pk for job in written + expected}) == 6
+
+    def stored(rows):  # each row as read back by its id, its role's prefix left out
+        read = {row["id"]: row for row in Job.objects.filter(pk__in=[r.pk for r in rows])
+                .values()}
+        return [{k: v for k, v in read[row.pk].items() if k not in ("id", "created_at",
+                                                                   "updated_at")}
+                | {"role": read[row.pk]["role"][1:]} for row in rows]
+
+    assert stored(written) == stored(expected)
+    assert [row["role"] for row in stored(written)] == ["0", "1", "2"]  # ids set in order

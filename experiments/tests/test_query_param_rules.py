@@ -125,3 +125,19 @@ def test_a_list_of_only_blanks_is_empty_too(api, value):
     response = api.get("/api/v1/exps", {"status": value})
     assert response.status_code == 400, response.content
     assert "only blanks" in response.json()["status"][0]
+
+
+def test_the_renderer_chosen_follows_accept_and_format_each_time(auth_api):
+    """`StrictContentNegotiation` remembers DRF's choice per Accept header and format: a
+    browser's Accept gets the browsable API, JSON clients JSON, `?format=` wins, the same
+    requests again get the same, and a refusal stays a refusal."""
+    browser = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+    for _ in range(2):
+        assert auth_api.get("/api/v1/exps").headers["Content-Type"] == "application/json"
+        assert auth_api.get("/api/v1/exps", HTTP_ACCEPT=browser).headers[
+            "Content-Type"].startswith("text/html")
+        assert auth_api.get("/api/v1/exps?format=json", HTTP_ACCEPT=browser).headers[
+            "Content-Type"] == "application/json"
+        assert auth_api.get("/api/v1/exps", HTTP_ACCEPT="application/json; indent=4").headers[
+            "Content-Type"] == "application/json"  # orjson's renderer writes no parameters
+        assert auth_api.get("/api/v1/exps", HTTP_ACCEPT="image/png").status_code == 406

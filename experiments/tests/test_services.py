@@ -139,10 +139,16 @@ def test_config_over_the_environment_string_limit_is_too_large(user, settings):
 
 def test_create_rolls_back_when_a_row_fails(user, monkeypatch):
     """A failure while writing the artifact (the last row) leaves no experiment and no job."""
-    def fail(*args, **kwargs):
-        raise IntegrityError("simulated failure writing the artifact row")
+    from experiments import services
 
-    monkeypatch.setattr(Artifact.objects, "create", fail)
+    written = services.insert_one
+
+    def fail(obj, **kwargs):
+        if isinstance(obj, Artifact):
+            raise IntegrityError("simulated failure writing the artifact row")
+        written(obj, **kwargs)
+
+    monkeypatch.setattr(services, "insert_one", fail)
     with pytest.raises(IntegrityError):
         create(user, role_to_task_spec={"a": task_spec(), "b": task_spec()})
     assert not Experiment.objects.exists() and not Job.objects.exists()
