@@ -43,6 +43,14 @@ class SelectorArg(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
+def selector_option(func):
+    """Add `--label/-l KEY[=VALUE]` (repeatable; all must match): the label selector of a
+    command that lists or acts on the matching experiments."""
+    return click.option("--label", "-l", "selectors", multiple=True, type=SelectorArg(),
+                        help="Only experiments with this label: key=value, or key for any "
+                             "value (repeatable; all must match).")(func)
+
+
 def labels_option(func):
     """Add `--label KEY=VALUE` (repeatable) to a command that creates an experiment."""
     return click.option("--label", "labels", multiple=True, type=LabelArg(),

@@ -1,0 +1,105 @@
+"""kubectl habits, second round (issue 28 review): what `-o name` prints is taken back, several
+ids and `-l` on get/abort/delete, comma selectors, jsonpath on kubectl's shape, `label
+--overwrite`, log flags, `--sort-by` errors, get's `-o name`/jsonpath, contexts deleted and
+renamed, and completion by prefix. Each tried on the installed `falcon` run as a subprocess
+(`test_ergonomics.run`), logged in once in-process."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cli.exit_codes import ExitCode
+
+from .conftest import TASKS_YAML
+from .test_ergonomics import _failed_exp, flat, run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def falcon_run(logged_in):
+    """`falcon ARGS` as a subprocess, logged in as alice against the live server."""
+    def call(*args: str, **kwargs):
+        return run(*args, config_dir=logged_in.config_dir, server=logged_in.server, **kwargs)
+    return call
+
+
+def _label(logged_in, exp_id: int, *changes: str) -> None:
+    result = logged_in("exp", "label", str(exp_id), *changes)
+    assert result.exit_code == 0, result.output
+
+
+# --- 1. -o name fed back; several ids; -l on abort/delete ------------------------------------
+
+def test_names_printed_by_list_are_taken_back_by_delete(logged_in, files, falcon_run):
+    from experiments.models import Experiment
+
+    data = [_failed_exp(logged_in, files, f"data-{i}") for i in range(2)]
+    other = _failed_exp(logged_in, files, "other")
+    for exp_id in data:
+        _label(logged_in, exp_id, "team=data")
+    names = falcon_run("exp", "list", "-o", "name", "-l", "team=data")
+    assert sorted(names.stdout.split()) == sorted(f"exp/{i}" for i in data), names.stderr
+    done = falcon_run("exp", "get", *names.stdout.split(), "-o", "json")
+    assert done.returncode == 0, done.stderr
+    assert sorted(exp["id"] for exp in json.loads(done.stdout)) == sorted(data)
+    done = falcon_run("exp", "delete", "--yes", *names.stdout.split())
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.split("\n")[:-1]) == sorted(f"deleted experiment {i}"
+                                                          for i in data)
+    assert list(Experiment.objects.values_list("pk", flat=True)) == [other]
+    assert falcon_run("analysis", "get", "analysis/an-1").returncode == ExitCode.NOT_FOUND
+    done = falcon_run("exp", "get", "exps/1")
+    assert done.returncode == ExitCode.USAGE and "'exps/1' is not an experiment id" in done.stderr
+
+
+def test_several_ids_act_on_each_and_exit_non_zero_if_any_failed(logged_in, files, falcon_run):
+    from experiments.models import Experiment
+
+    first, second = (_failed_exp(logged_in, files, name) for name in ("one", "two"))
+    missing = second + 1000
+    done = falcon_run("exp", "get", str(first), str(missing), f"exp/{second}", "-o", "json")
+    assert done.returncode == ExitCode.NOT_FOUND, done.stderr
+    assert [exp["id"] for exp in json.loads(done.stdout)] == [first, second]
+    assert len(done.stderr.strip().splitlines()) == 1 and str(missing) in done.stderr
+    done = falcon_run("exp", "abort", str(missing), str(first))
+    assert done.returncode == ExitCode.NOT_FOUND
+    done = falcon_run("exp", "delete", "--yes", str(missing), str(first), str(second))
+    assert done.returncode == ExitCode.NOT_FOUND, done.stderr
+    assert f"deleted experiment {first}\ndeleted experiment {second}\n" == done.stdout
+    assert not Experiment.objects.filter(pk__in=[first, second]).exists()
+    for args in (["exp", "get"], ["exp", "delete", "--yes"], ["exp", "abort"],
+                 ["exp", "delete", "1", "-l", "a=b", "--yes"]):
+        done = falcon_run(*args)
+        assert done.returncode == ExitCode.USAGE, (args, done.stderr)
+
+
+def test_abort_and_delete_by_selector_list_what_they_act_on(logged_in, files):
+    from experiments.models import Experiment
+    from experiments.services import exp_update_status
+
+    keep = _failed_exp(logged_in, files, "keep")
+    created = logged_in("exp", "create", "--name", "scratch-0", "--cluster", "c", "--type", "t",
+                        "--role-to-task-spec", files("tasks.yaml", TASKS_YAML), "-o", "json")
+    doomed = [json.loads(created.stdout)["id"], _failed_exp(logged_in, files, "scratch-1")]
+    for exp_id in doomed:
+        _label(logged_in, exp_id, "stage=scratch")
+    result = logged_in("exp", "abort", "-l", "stage=scratch")
+    assert f"experiment {doomed[0]} (scratch-0) is Abort" in result.output
+    assert result.exit_code in (0, ExitCode.CONFLICT), result.output
+    logged_in.interactive = lambda: True
+    result = logged_in("exp", "delete", "-l", "stage=scratch", input="n\n")
+    assert result.exit_code == ExitCode.ERROR
+    assert all(f"exp/{i}  scratch-" in result.output for i in doomed), result.output
+    assert "Delete these 2 experiments?" in result.output
+    assert Experiment.objects.count() == 3
+    if Experiment.objects.get(pk=doomed[0]).status != "Aborted":
+        exp_update_status(exp_id=doomed[0], status="Aborted")
+    result = logged_in("exp", "delete", "-l", "stage=scratch", input="y\n")
+    assert result.exit_code == 0, result.output
+    assert list(Experiment.objects.values_list("pk", flat=True)) == [keep]
+    result = logged_in("exp", "delete", "-l", "stage=scratch", "--yes")
+    assert result.exit_code == 0 and "No experiments match." in result.output
+    assert flat(result.output)
+
