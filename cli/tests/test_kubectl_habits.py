@@ -103,3 +103,21 @@ def test_abort_and_delete_by_selector_list_what_they_act_on(logged_in, files):
     assert result.exit_code == 0 and "No experiments match." in result.output
     assert flat(result.output)
 
+
+# --- 2. comma selectors are an AND, as kubectl's -l a=1,b ------------------------------------
+
+def test_a_comma_selector_is_every_selector(logged_in, files, falcon_run):
+    both, infra = (_failed_exp(logged_in, files, name) for name in ("both", "infra"))
+    _label(logged_in, both, "team=infra", "batch=1")
+    _label(logged_in, infra, "team=infra")
+    done = falcon_run("exp", "list", "-o", "name", "-l", "team=infra,batch=1")
+    assert done.returncode == 0 and done.stdout == f"exp/{both}\n", done.stderr
+    done = falcon_run("exp", "list", "-o", "name", "-l", "team=infra, batch")
+    assert done.stdout == f"exp/{both}\n", done.stderr
+    done = falcon_run("exp", "list", "-o", "name", "-l", "team=infra,batch=1", "-l", "nope")
+    assert done.returncode == 0 and done.stdout == "", done.stderr
+    done = falcon_run("exp", "list", "-l", "team=infra,batch!=1")
+    assert done.returncode == ExitCode.USAGE and "!=" in done.stderr
+    done = falcon_run("exp", "delete", "-l", "team=infra,batch=1", "--yes")
+    assert done.stdout == f"deleted experiment {both}\n", done.stderr
+

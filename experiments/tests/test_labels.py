@@ -272,3 +272,28 @@ def test_many_selectors_are_one_subquery(labelled, few, monkeypatch):
 def test_selectors_on_more_keys_than_a_label_set_holds_are_refused(auth_api, labelled):
     res = auth_api.get("/api/v1/exps?" + "&".join(f"label=k{i}" for i in range(65)))
     assert res.status_code == 400 and "at most 64" in res.json()["label"][0]
+
+
+@pytest.mark.parametrize("text", ["team=infra,batch=1", "a, b==2 ,", " team ", "a=1,a=1",
+                                  "x=,y"])
+def test_the_cli_splits_a_comma_selector_list_as_the_server_does(text):
+    """`falcon exp list -l a=1,b` (experiments.labels.parse_selectors) and `?label=a=1,b`
+    (the filter's field) read the same selectors, in the same order (AND)."""
+    from experiments.filters import LabelSelectorField
+    from experiments.labels import parse_selectors
+
+    assert list(dict.fromkeys(parse_selectors(text))) == LabelSelectorField().to_python(text)
+
+
+@pytest.mark.parametrize("text", [",", " , ", "a,b!=1", "a=x y"])
+def test_a_comma_list_without_a_good_selector_is_refused_by_both(text):
+    from django import forms
+
+    from experiments.filters import LabelSelectorField
+    from experiments.labels import parse_selectors
+
+    with pytest.raises(ValueError):
+        parse_selectors(text)
+    with pytest.raises(forms.ValidationError):
+        LabelSelectorField().to_python(text)
+
