@@ -121,3 +121,19 @@ def test_a_comma_selector_is_every_selector(logged_in, files, falcon_run):
     done = falcon_run("exp", "delete", "-l", "team=infra,batch=1", "--yes")
     assert done.stdout == f"deleted experiment {both}\n", done.stderr
 
+
+# --- 4. label refuses to change a value without --overwrite ---------------------------------
+
+def test_label_changes_an_existing_value_only_with_overwrite(logged_in, files, falcon_run):
+    from experiments.models import Experiment
+
+    exp_id = _failed_exp(logged_in, files, "labelled")
+    assert falcon_run("exp", "label", f"exp/{exp_id}", "team=ml", "a=1").returncode == 0
+    done = falcon_run("exp", "label", str(exp_id), "team=ml2", "b=2")
+    assert done.returncode == ExitCode.USAGE, done.stderr
+    assert "'team'" in done.stderr and "--overwrite" in done.stderr, done.stderr
+    assert Experiment.objects.get(pk=exp_id).labels == {"a": "1", "team": "ml"}  # nothing set
+    assert falcon_run("exp", "label", str(exp_id), "team=ml", "b=2").returncode == 0  # same value
+    done = falcon_run("exp", "label", str(exp_id), "team=ml2", "--overwrite", "a-")
+    assert done.returncode == 0, done.stderr
+    assert Experiment.objects.get(pk=exp_id).labels == {"b": "2", "team": "ml2"}

@@ -297,3 +297,30 @@ def test_a_comma_list_without_a_good_selector_is_refused_by_both(text):
     with pytest.raises(forms.ValidationError):
         LabelSelectorField().to_python(text)
 
+
+@pytest.mark.django_db
+def test_overwrite_false_refuses_a_changed_value_in_the_transaction():
+    from core.errors import Conflict
+
+    exp = make_exp()
+    exp_update_labels(exp_id=exp.pk, actor=exp.creator, set_labels={"team": "ml"})
+    with pytest.raises(Conflict, match="'team'"):
+        exp_update_labels(exp_id=exp.pk, actor=exp.creator, set_labels={"team": "ml2", "b": "1"},
+                          overwrite=False)
+    assert Experiment.objects.get(pk=exp.pk).labels == {"team": "ml"}
+    assert exp_update_labels(exp_id=exp.pk, actor=exp.creator, overwrite=False,
+                             set_labels={"team": "ml", "b": "1"}) == {"b": "1", "team": "ml"}
+    assert exp_update_labels(exp_id=exp.pk, actor=exp.creator, set_labels={"team": "x"}) == {
+        "b": "1", "team": "x"}  # the default (and gRPC's) replaces, as before
+
+
+def test_http_patch_labels_with_overwrite_false_answers_409_naming_the_key(auth_api):
+    body = {"name": "ow", "cluster_name": "local", "exp_type": "profiling",
+            "role_to_task_spec": {"main": {"command": "x"}}, "labels": {"team": "ml"}}
+    url = f"/api/v1/exps/{auth_api.post('/api/v1/exps', body, format='json').json()['id']}/labels"
+    res = auth_api.patch(url + "?overwrite=false", {"labels": {"team": "ml2"}}, format="json")
+    assert res.status_code == 409 and "'team'" in str(res.json()), res.content
+    res = auth_api.patch(url + "?overwrite=nah", {"labels": {"team": "ml2"}}, format="json")
+    assert res.status_code == 400 and "overwrite" in res.json()
+    res = auth_api.patch(url + "?overwrite=true", {"labels": {"team": "ml2"}}, format="json")
+    assert res.status_code == 200 and res.json() == {"labels": {"team": "ml2"}}
