@@ -22,10 +22,12 @@ class ListOutputType(click.ParamType):
     template is a usage error before any request)."""
 
     name = "FORMAT"
+    formats = LIST_FORMATS
+    example = "-o jsonpath='{.items[*].id}'"
 
     def convert(self, value, param, ctx):
         text = str(value)
-        if text in LIST_FORMATS:
+        if text in self.formats:
             return text
         if text.startswith("jsonpath="):
             try:
@@ -33,8 +35,8 @@ class ListOutputType(click.ParamType):
             except ValueError as exc:
                 self.fail(f"{text!r}: {exc}", param, ctx)
             return text
-        self.fail(f"{text!r} is not one of {', '.join(LIST_FORMATS)} or jsonpath=TEMPLATE "
-                  "(e.g. -o jsonpath='{[*].id}')", param, ctx)
+        self.fail(f"{text!r} is not one of {', '.join(self.formats)} or jsonpath=TEMPLATE "
+                  f"(e.g. {self.example})", param, ctx)
 
 
 def list_options(func):
@@ -49,8 +51,9 @@ def list_options(func):
         "-o", "--output", "output", type=ListOutputType(), default="table", show_default=True,
         help="table for people (wide: every column, nothing elided); name: KIND/ID per line; "
              "json or yaml for scripts (every matching row unless --limit); "
-             "jsonpath=TEMPLATE: kubectl's template, applied to the -o json list, e.g. "
-             "-o jsonpath='{[*].id}'.")(func)
+             "jsonpath=TEMPLATE: kubectl's template, the rows under .items as kubectl's "
+             "list, e.g. -o jsonpath='{.items[*].id}' ({[*].id} also reads the rows); "
+             "{range} is not supported.")(func)
 
 
 def _expression(text: str):
@@ -66,11 +69,31 @@ def _expression(text: str):
         raise ValueError(f"{text!r} is not a JSONPath expression ({exc})") from None
 
 
+class _Expr:
+    """One `{...}` expression of a template: its text and its parsed JSONPath."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.parsed = _expression(text)
+        bare = text.strip().lstrip("$")
+        # `.items...`: the list's rows, as kubectl's List object holds them.
+        self.on_items = bare.lstrip(".").startswith("items") and (
+            bare.lstrip(".")[len("items"):][:1] in ("", ".", "["))
+
+    def find(self, data: Any, items: list[Any] | None) -> list[Any]:
+        root = {"items": items} if items is not None and self.on_items else data
+        return [match.value for match in self.parsed.find(root)]
+
+
+UNSUPPORTED = ("range", "end", "if", "else")  # kubectl template actions jsonpath-ng has not
+
+
 def parse_template(template: str) -> list[Any]:
     """Split a kubectl JSONPath template into literal text and parsed expressions.
 
-    `{...}` holds an expression (`{.name}`, `{[*].id}`) or a quoted literal (`{"\\n"}`); text
-    outside braces is printed as it is. Raises ValueError naming the bad part.
+    `{...}` holds an expression (`{.name}`, `{.items[*].id}`) or a quoted literal (`{"\\n"}`);
+    text outside braces is printed as it is. kubectl's `{range}...{end}` is refused rather than
+    read as a field named `range`. Raises ValueError naming the bad part.
     """
     parts: list[Any] = []
     rest = template
@@ -89,22 +112,33 @@ def parse_template(template: str) -> list[Any]:
             parts.append(json.loads(inner))
         elif not inner:
             raise ValueError("'{}' holds no expression")
+        elif inner.split()[0] in UNSUPPORTED:
+            raise ValueError(f"'{{{inner}}}': {{{inner.split()[0]}}} is not supported (no "
+                             "{range}...{end}); print a field of every row with "
+                             "{.items[*].field}, or use -o json with jq")
         else:
-            parts.append(_expression(inner))
+            parts.append(_Expr(inner))
         rest = rest[end + 1:]
     if not parts:
         raise ValueError("the template is empty")
     return parts
 
 
-def render_template(template: str, data: Any) -> str:
-    """Return `template` applied to `data`: several matches are joined by spaces (kubectl)."""
+def render_template(template: str, data: Any, *, items: list[Any] | None = None) -> str:
+    """Return `template` applied to `data`: several matches are joined by spaces (kubectl).
+
+    Args:
+        template: the text after `jsonpath=`.
+        data: what an expression reads (a list's rows, or one object).
+        items: a list's rows: an expression starting `.items` reads them as kubectl's List
+            object holds them (`{.items[*].id}`); others read `data` (`{[*].id}`).
+    """
     out = []
     for part in parse_template(template):
         if isinstance(part, str):
             out.append(part)
             continue
-        values = [match.value for match in part.find(data)]
+        values = part.find(data, items)
         out.append(" ".join(value if isinstance(value, str) else json.dumps(value,
                                                                             ensure_ascii=False)
                             for value in values))
@@ -159,7 +193,7 @@ def emit_list(env, rows: list[dict[str, Any]], *, output: str, kind: str, id_key
                 env.print_out("\n".join(f"{kind}/{row.get(id_key)}" for row in rows))
     elif output.startswith("jsonpath="):
         # Exactly the template's text, as kubectl: add `{"\n"}` for a final newline.
-        env.out.write(render_template(output[len("jsonpath="):], rows))
+        env.out.write(render_template(output[len("jsonpath="):], rows, items=rows))
         env.out.flush()
     elif output in ("json", "yaml"):
         emit(env, rows, output, None)

@@ -137,3 +137,20 @@ def test_label_changes_an_existing_value_only_with_overwrite(logged_in, files, f
     done = falcon_run("exp", "label", str(exp_id), "team=ml2", "--overwrite", "a-")
     assert done.returncode == 0, done.stderr
     assert Experiment.objects.get(pk=exp_id).labels == {"b": "2", "team": "ml2"}
+
+
+# --- 3. jsonpath sees kubectl's list shape, and refuses what it cannot do ---------------------
+
+def test_list_jsonpath_reads_items_and_refuses_range(logged_in, files, falcon_run):
+    first, second = (_failed_exp(logged_in, files, name) for name in ("a", "b"))
+    done = falcon_run("exp", "list", "-o", "jsonpath={.items[*].id}", "--sort-by", ".id")
+    assert done.returncode == 0 and done.stdout == f"{first} {second}", done.stderr
+    done = falcon_run("exp", "list", "-o", "jsonpath={[*].id}", "--sort-by", ".id")
+    assert done.stdout == f"{first} {second}", done.stderr  # the documented older form
+    done = falcon_run("exp", "list", "-o", 'jsonpath={$.items[0].name}{"\\n"}', "--sort-by",
+                      ".name")
+    assert done.stdout == "a\n", done.stderr
+    for template in ('{range [*]}{.id}{"\\n"}{end}', '{range .items[*]}{.id}{end}'):
+        done = falcon_run("exp", "list", "-o", f"jsonpath={template}")
+        assert done.returncode == ExitCode.USAGE, done.stdout
+        assert "{range} is not supported" in done.stderr and done.stdout == ""
