@@ -147,7 +147,12 @@ def render_template(template: str, data: Any, *, items: list[Any] | None = None)
 
 def sort_rows(rows: list[dict[str, Any]], sort_by: str | None) -> list[dict[str, Any]]:
     """Return `rows` sorted by the `--sort-by` field; rows without it last, numbers before
-    text."""
+    text.
+
+    Raises:
+        CLIError(USAGE): the field is not a JSONPath, or no row has it (an empty list is
+            returned as it is).
+    """
     if not sort_by:
         return rows
     field = sort_by.strip()
@@ -158,8 +163,12 @@ def sort_rows(rows: list[dict[str, Any]], sort_by: str | None) -> list[dict[str,
     except ValueError as exc:
         raise CLIError(f"--sort-by: {exc}", ExitCode.USAGE) from None
 
+    found_any = False
+
     def key(row: dict[str, Any]):
+        nonlocal found_any
         found = [match.value for match in expression.find(row)]
+        found_any = found_any or bool(found)
         if not found or found[0] is None:
             return (2, 0, "")
         value = found[0]
@@ -167,7 +176,13 @@ def sort_rows(rows: list[dict[str, Any]], sort_by: str | None) -> list[dict[str,
             return (0, value, "")
         return (1, 0, value if isinstance(value, str) else json.dumps(value, sort_keys=True))
 
-    return sorted(rows, key=key)
+    ordered = sorted(rows, key=key)
+    if rows and not found_any:
+        # kubectl: a field no row has is a typo, not an order ("couldn't find any field").
+        fields = ", ".join(f".{name}" for name in rows[0])
+        raise CLIError(f"--sort-by {sort_by!r}: no row has this field; the rows' fields are "
+                       f"{fields}", ExitCode.USAGE)
+    return ordered
 
 
 def emit_list(env, rows: list[dict[str, Any]], *, output: str, kind: str, id_key: str,

@@ -154,3 +154,17 @@ def test_list_jsonpath_reads_items_and_refuses_range(logged_in, files, falcon_ru
         done = falcon_run("exp", "list", "-o", f"jsonpath={template}")
         assert done.returncode == ExitCode.USAGE, done.stdout
         assert "{range} is not supported" in done.stderr and done.stdout == ""
+
+
+# --- 6. --sort-by a field no row has is an error ----------------------------------------------
+
+def test_sort_by_a_field_no_row_has_is_a_usage_error(logged_in, files, falcon_run):
+    _failed_exp(logged_in, files, "one")
+    for args in (["exp", "list"], ["exp", "list", "-o", "name"], ["analysis", "list"]):
+        done = falcon_run(*args, "--sort-by", ".nosuch")
+        if args[0] == "analysis":  # no analyses: an empty list is never an error
+            assert done.returncode == 0, done.stderr
+            continue
+        assert done.returncode == ExitCode.USAGE and done.stdout == "", done.stderr
+        assert "'.nosuch': no row has this field" in done.stderr and ".name" in done.stderr
+    assert falcon_run("exp", "list", "--sort-by", ".reason").returncode == 0  # null: a field
