@@ -17,7 +17,7 @@ import rich_click as click
 from core.domain.statuses import ANALYSIS_TERMINAL, AnalysisStatus, AnalysisType
 
 from .errors import CLIError
-from .listing import list_options
+from .listing import emit_object, get_output_option, list_options
 from .exit_codes import ExitCode
 from .options import (
     FalconSubGroup,
@@ -334,7 +334,7 @@ def list_(env, exp_id: int | None, status: str | None, analysis_type: str | None
 
 @analysis_group.command("get")
 @analysis_id_argument
-@output_option
+@get_output_option
 @server_option
 @pass_env
 def get(env, analysis_id: str, output: str, server: str) -> None:
@@ -345,13 +345,14 @@ def get(env, analysis_id: str, output: str, server: str) -> None:
     Examples:
       falcon analysis get an-127d556979606b76
       falcon analysis get an-127d556979606b76 -o yaml
+      falcon analysis get an-127d556979606b76 -o jsonpath='{.status}'
     """
     from . import output as out
     from .client import open_client
 
     with open_client(env, server) as client, api_errors(analysis_id=analysis_id):
         analysis = client.request("GET", f"{ANALYSES}/{analysis_id}")
-    out.emit(env, analysis, output, out.analysis_detail)
+    emit_object(env, analysis, output, kind="analysis", id_key="id", table=out.analysis_detail)
 
 
 @analysis_group.command("logs")

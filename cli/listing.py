@@ -15,6 +15,7 @@ from .errors import CLIError
 from .exit_codes import ExitCode
 
 LIST_FORMATS = ("table", "wide", "name", "json", "yaml")
+GET_FORMATS = ("table", "name", "json", "yaml")
 
 
 class ListOutputType(click.ParamType):
@@ -37,6 +38,39 @@ class ListOutputType(click.ParamType):
             return text
         self.fail(f"{text!r} is not one of {', '.join(self.formats)} or jsonpath=TEMPLATE "
                   f"(e.g. {self.example})", param, ctx)
+
+
+class GetOutputType(ListOutputType):
+    """The `-o` of a command that shows one object: `table`, `name`, `json`, `yaml` or
+    `jsonpath=TEMPLATE` (applied to the object, as `kubectl get pod NAME -o jsonpath`)."""
+
+    formats = GET_FORMATS
+    example = "-o jsonpath='{.status}'"
+
+
+def get_output_option(func):
+    """Add `-o/--output table|name|json|yaml|jsonpath=TEMPLATE` to a command that shows one
+    object (`emit_object`)."""
+    return click.option(
+        "-o", "--output", "output", type=GetOutputType(), default="table", show_default=True,
+        help="table for people; name: KIND/ID; json or yaml for scripts (stdout only); "
+             "jsonpath=TEMPLATE: kubectl's template applied to the -o json object, e.g. "
+             "-o jsonpath='{.status}'.")(func)
+
+
+def emit_object(env, obj: Any, output: str, *, kind: str, id_key: str,
+                table: Callable[..., None]) -> None:
+    """Write one object in a `GetOutputType` format: `name` prints `KIND/ID`, `jsonpath=`
+    exactly the template's text; the others as `output.emit`."""
+    from .output import emit
+
+    if output == "name":
+        env.print_out(f"{kind}/{obj.get(id_key)}")
+    elif output.startswith("jsonpath="):
+        env.out.write(render_template(output[len("jsonpath="):], obj))
+        env.out.flush()
+    else:
+        emit(env, obj, output, table)
 
 
 def list_options(func):

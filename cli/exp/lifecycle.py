@@ -225,7 +225,8 @@ def wait_for(env, client, exp_id: int, *, interval: float, timeout: float | None
         exp_id: the experiment's id.
         interval: seconds between polls.
         timeout: seconds before giving up, or None to wait forever.
-        output: `table`, `json` or `yaml`.
+        output: `table`, or a `GetOutputType` format (`json`, `name`, ...) for the final
+            experiment alone on stdout.
         until: the final status that is a success (`exp abort --wait`: Aborted).
 
     Raises:
@@ -289,7 +290,9 @@ def wait_for(env, client, exp_id: int, *, interval: float, timeout: float | None
             live.stop()
 
     if output != "table":
-        out.emit(env, exp, output, out.exp_detail)
+        from ..listing import emit_object
+
+        emit_object(env, exp, output, kind="exp", id_key="id", table=out.exp_detail)
     status = exp.get("status")
     if status != until:
         detail = ": ".join(str(v) for v in (exp.get("reason"), exp.get("message")) if v)

@@ -5,8 +5,8 @@ import rich_click as click
 
 from ..errors import CLIError, exit_for, run_each
 from ..exit_codes import ExitCode
-from ..listing import list_options
-from ..options import exp_ids_argument, output_option, pass_env, server_option
+from ..listing import get_output_option, list_options
+from ..options import exp_ids_argument, pass_env, server_option
 from .group import DEFAULT_INTERVAL, EXPS, PAGE_SIZE, STATUSES, exp_group
 
 # `--limit` unset lists every row; this bound only stops a server bug from paging forever.
@@ -16,7 +16,7 @@ from .inputs import selector_option
 
 @exp_group.command("get")
 @exp_ids_argument
-@output_option
+@get_output_option
 @server_option
 @pass_env
 def get(env, exp_ids: tuple[int, ...], output: str, server: str) -> None:
@@ -29,6 +29,7 @@ def get(env, exp_ids: tuple[int, ...], output: str, server: str) -> None:
     Examples:
       falcon exp get 12
       falcon exp get 12 13 -o yaml
+      falcon exp get 12 -o jsonpath='{.status}'
     """
     from .. import output as out
     from ..client import open_client
@@ -49,16 +50,25 @@ def require_ids(exp_ids: tuple[int, ...]) -> None:
                        "list`)", ExitCode.USAGE)
 
 
-def emit_objects(env, objs: list[dict], output: str, table, *, several: bool) -> None:
-    """Write the objects of a command given one or several ids: one id writes its object, several
-    write a JSON/YAML list (the shape of `exp list -o json`) or one table after the other."""
+def emit_objects(env, objs: list[dict], output: str, table, *, several: bool,
+                 kind: str = "exp") -> None:
+    """Write the objects of a command given one or several ids: one id writes its object
+    (`listing.emit_object`), several a list as `exp list` writes it (JSON/YAML array, one
+    `KIND/ID` per line, a template reading them as `.items`) or one table after the other."""
     from .. import output as out
+    from ..listing import emit_object, render_template
 
     if not several:
         for obj in objs:
-            out.emit(env, obj, output, table)
+            emit_object(env, obj, output, kind=kind, id_key="id", table=table)
     elif output in ("json", "yaml"):
         out.emit(env, objs, output, table)
+    elif output == "name":
+        if objs:
+            env.print_out("\n".join(f"{kind}/{obj.get('id')}" for obj in objs))
+    elif output.startswith("jsonpath="):
+        env.out.write(render_template(output[len("jsonpath="):], objs, items=objs))
+        env.out.flush()
     else:
         for index, obj in enumerate(objs):
             if index:

@@ -168,3 +168,22 @@ def test_sort_by_a_field_no_row_has_is_a_usage_error(logged_in, files, falcon_ru
         assert done.returncode == ExitCode.USAGE and done.stdout == "", done.stderr
         assert "'.nosuch': no row has this field" in done.stderr and ".name" in done.stderr
     assert falcon_run("exp", "list", "--sort-by", ".reason").returncode == 0  # null: a field
+
+
+# --- 7. get and create take -o name and -o jsonpath ----------------------------------------
+
+def test_get_and_create_print_names_and_templates(logged_in, files, falcon_run):
+    exp_id = _failed_exp(logged_in, files, "one")
+    done = falcon_run("exp", "get", str(exp_id), "-o", "jsonpath={.status}")
+    assert done.returncode == 0 and done.stdout == "Failed", done.stderr
+    done = falcon_run("exp", "get", f"exp/{exp_id}", "-o", "name")
+    assert done.returncode == 0 and done.stdout == f"exp/{exp_id}\n", done.stderr
+    done = falcon_run("exp", "get", str(exp_id), str(exp_id), "-o", "jsonpath={.items[*].name}")
+    assert done.stdout == "one one", done.stderr
+    done = falcon_run("exp", "get", str(exp_id), "-o", "wide")
+    assert done.returncode == ExitCode.USAGE
+    done = falcon_run("exp", "create", "--name", "made", "--cluster", "c", "--type", "t",
+                      "--role-to-task-spec", files("tasks.yaml", TASKS_YAML), "-o", "name")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"exp/{exp_id + 1}\n"
+    assert falcon_run("analysis", "get", "an-1", "-o", "name").returncode == ExitCode.NOT_FOUND
