@@ -187,3 +187,41 @@ def test_get_and_create_print_names_and_templates(logged_in, files, falcon_run):
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"exp/{exp_id + 1}\n"
     assert falcon_run("analysis", "get", "an-1", "-o", "name").returncode == ExitCode.NOT_FOUND
+
+
+# --- 8. contexts are deleted and renamed, the file kept private --------------------------------
+
+def test_contexts_are_renamed_and_deleted_keeping_the_file_private(tmp_path):
+    import stat
+
+    from .test_ergonomics import _complete
+
+    config = tmp_path / "config"
+
+    def falcon(*args: str):
+        return run(*args, config_dir=config)
+
+    for name in ("prod", "staging", "local"):
+        assert falcon("config", "set-context", name, "--server", f"http://{name}").returncode == 0
+    assert falcon("config", "use-context", "prod").returncode == 0
+    done = falcon("config", "rename-context", "prod", "production")
+    assert done.returncode == 0 and done.stdout == "context prod renamed to production\n"
+    assert falcon("config", "current-context").stdout == "production\n"
+    done = falcon("config", "rename-context", "production", "staging")
+    assert done.returncode == ExitCode.CONFLICT and "'staging' exists already" in done.stderr
+    done = falcon("config", "rename-context", "nope", "x")
+    assert done.returncode == ExitCode.NOT_FOUND and "production" in done.stderr
+    assert falcon("config", "rename-context", "local", "bad name").returncode == ExitCode.USAGE
+    assert falcon("config", "delete-context", "staging").stdout == "deleted context staging\n"
+    done = falcon("config", "delete-context", "production")
+    assert done.returncode == 0 and "none is current now" in done.stderr
+    assert falcon("config", "current-context").returncode == ExitCode.NOT_FOUND
+    rows = json.loads(falcon("config", "get-contexts", "-o", "json").stdout)
+    assert rows == [{"name": "local", "server": "http://local", "current": False}]
+    assert falcon("config", "delete-context", "production").returncode == ExitCode.NOT_FOUND
+    assert stat.S_IMODE((config / "config.json").stat().st_mode) == 0o600
+    assert stat.S_IMODE(config.stat().st_mode) == 0o700
+    assert sorted(p.name for p in config.iterdir()) == ["config.json"]  # no temporary left
+    assert falcon("config", "set-context", "lab", "--server", "http://lab").returncode == 0
+    assert _complete("falcon config use-context l", config) == ["lab", "local"]
+    assert _complete("falcon config delete-context la", config) == ["lab"]
