@@ -22,22 +22,22 @@ LIST_PAGE = 1000  # files per artifacts page: the server's maximum
 @click.option("--role", "roles", multiple=True,
               help="The job's role (optional when the experiment has one role); repeat it for "
                    "several roles.")
-@click.option("--replica", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Replica index.")
+@click.option("--replica", type=click.IntRange(min=0), default=None,
+              help="Replica index (default 0); not with --all-replicas.")
 @click.option("--all-replicas", is_flag=True,
               help="Every replica of the role(s) (every role when --role is not given).")
 @click.option("--prefix/--no-prefix", default=None,
               help="Start each line with [role/replica-N] (kubectl logs --prefix); default: "
                    "on when more than one log is printed.")
-@click.option("--tail", type=click.IntRange(min=0), default=None,
-              help="Only the last N lines (of each log).")
+@click.option("--tail", type=click.IntRange(min=-1), default=None,
+              help="Only the last N lines (of each log); -1, as kubectl's default: all.")
 @click.option("--follow", "-f", is_flag=True,
               help="Keep printing new output until the replica (every replica) ends.")
 @click.option("--interval", type=click.FloatRange(min=0.1), default=FOLLOW_INTERVAL,
               show_default=True, help="Seconds between two polls with --follow.")
 @server_option
 @pass_env
-def logs(env, exp_id: int, roles: tuple[str, ...], replica: int, all_replicas: bool,
+def logs(env, exp_id: int, roles: tuple[str, ...], replica: int | None, all_replicas: bool,
          prefix: bool | None, tail: int | None, follow: bool, interval: float,
          server: str) -> None:
     """Print a replica's output (stdout and stderr), live or kept after it ended.
@@ -58,6 +58,12 @@ def logs(env, exp_id: int, roles: tuple[str, ...], replica: int, all_replicas: b
     """
     from ..client import open_client
 
+    if replica is not None and all_replicas:
+        raise CLIError(f"--replica {replica} and --all-replicas contradict each other: give "
+                       "--replica N for one replica, or --all-replicas for every one",
+                       ExitCode.USAGE)
+    replica = replica or 0
+    tail = None if tail == -1 else tail
     path = f"{EXPS}/{exp_id}/logs"
     with open_client(env, server) as client:
         try:
@@ -66,14 +72,31 @@ def logs(env, exp_id: int, roles: tuple[str, ...], replica: int, all_replicas: b
                 if roles:
                     params["role"] = roles[0]
                 label = f"[{roles[0]}/replica-{replica}] " if roles else None
-                _print_logs(env, client, exp_id, path, params, tail, follow, interval,
-                            prefix=label if prefix else None)
+                try:
+                    _print_logs(env, client, exp_id, path, params, tail, follow, interval,
+                                prefix=label if prefix else None)
+                except CLIError as exc:
+                    if roles or exc.code != ExitCode.INVALID:
+                        raise
+                    _refuse_without_role(client, exp_id, exc)
                 return
             streams = _streams(client, exp_id, roles, replica, all_replicas)
             _print_many(env, client, exp_id, path, streams, tail, follow, interval,
                         prefix=prefix is not False)
         except KeyboardInterrupt:
             raise CLIError("stopped following the log", ExitCode.INTERRUPTED) from None
+
+
+def _refuse_without_role(client, exp_id: int, exc: CLIError) -> None:
+    """The server refused a log without a role: when the experiment has several roles that is
+    the user's choice to make, so a usage error naming them; otherwise `exc` as it was."""
+    exp = client.request("GET", f"{EXPS}/{exp_id}")
+    roles = sorted({job.get("role") for job in exp.get("jobs") or []})
+    if len(roles) <= 1:
+        raise exc
+    raise CLIError(f"experiment {exp_id} has roles {', '.join(roles)}; choose one with --role "
+                   "(repeat it for several), or give --all-replicas for every role",
+                   ExitCode.USAGE) from None
 
 
 def _streams(client, exp_id: int, roles: tuple[str, ...], replica: int,

@@ -225,3 +225,45 @@ def test_contexts_are_renamed_and_deleted_keeping_the_file_private(tmp_path):
     assert falcon("config", "set-context", "lab", "--server", "http://lab").returncode == 0
     assert _complete("falcon config use-context l", config) == ["lab", "local"]
     assert _complete("falcon config delete-context la", config) == ["lab"]
+
+
+# --- 5. log flags: --replica with --all-replicas, --tail -1, a role to choose -------------------
+
+def test_log_flags_refuse_contradictions_and_name_the_roles(logged_in, tmp_path, falcon_run):
+    from accounts.issuer import local_subject
+    from accounts.tests.factories import UserFactory
+    from artifacts.store import replica_log_url
+    from experiments.services import exp_update_status
+    from experiments.tests.factories import make_exp
+    from jobs.services import job_update_status
+
+    from .conftest import EMAIL
+    from .test_exp_files import put
+
+    alice = UserFactory(user_id=local_subject(EMAIL), email=EMAIL)
+    exp = make_exp(creator=alice, name="two", roles=("main", "worker"), replica=2)
+    for role in ("main", "worker"):
+        for index in (0, 1):
+            put(replica_log_url(exp.artifact_path, role, index),
+                "".join(f"{role} {index} {n}\n" for n in range(15)).encode(), tmp_path)
+    for job in exp.jobs.all():
+        for status in ("Running", "Succeeded"):
+            job_update_status(job_id=job.pk, status=status)
+    exp_update_status(exp_id=exp.pk, status="Running")
+    exp_update_status(exp_id=exp.pk, status="Succeeded")
+    exp_id = str(exp.pk)
+
+    done = falcon_run("exp", "logs", exp_id, "--role", "worker", "--replica", "1",
+                      "--all-replicas")
+    assert done.returncode == ExitCode.USAGE and done.stdout == "", done.stderr
+    assert "--replica" in done.stderr and "--all-replicas" in done.stderr
+    done = falcon_run("exp", "logs", exp_id)
+    assert done.returncode == ExitCode.USAGE, done.stderr
+    assert "main, worker" in done.stderr and "--role" in done.stderr
+    done = falcon_run("exp", "logs", exp_id, "--role", "worker", "--replica", "1", "--tail", "-1")
+    assert done.returncode == 0 and len(done.stdout.splitlines()) == 15, done.stderr
+    done = falcon_run("exp", "logs", exp_id, "--role", "main", "--tail", "2")
+    assert done.stdout.splitlines() == ["main 0 13", "main 0 14"]
+    done = falcon_run("exp", "logs", exp_id, "--all-replicas", "--tail", "-1")
+    assert done.returncode == 0 and len(done.stdout.splitlines()) == 60, done.stderr
+    assert falcon_run("exp", "logs", exp_id, "--tail", "-2").returncode == ExitCode.USAGE
