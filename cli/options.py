@@ -106,7 +106,7 @@ class ExpIdType(IdType):
     def shell_complete(self, ctx, param, incomplete):
         from .completion import complete_ids
 
-        return complete_ids(ctx, "/api/v1/exps", incomplete)
+        return complete_ids(ctx, "/api/v1/exps", incomplete, numeric=True)
 
 
 class AnalysisIdType(click.ParamType):

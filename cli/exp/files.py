@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import rich_click as click
 
+from ..completion import complete_roles
 from ..errors import CLIError
 from ..exit_codes import ExitCode
 from ..options import exp_id_argument, output_option, pass_env, server_option
@@ -19,7 +20,7 @@ LIST_PAGE = 1000  # files per artifacts page: the server's maximum
 
 @exp_group.command("logs")
 @exp_id_argument
-@click.option("--role", "roles", multiple=True,
+@click.option("--role", "roles", multiple=True, shell_complete=complete_roles,
               help="The job's role (optional when the experiment has one role); repeat it for "
                    "several roles.")
 @click.option("--replica", type=click.IntRange(min=0), default=None,

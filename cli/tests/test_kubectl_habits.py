@@ -267,3 +267,34 @@ def test_log_flags_refuse_contradictions_and_name_the_roles(logged_in, tmp_path,
     done = falcon_run("exp", "logs", exp_id, "--all-replicas", "--tail", "-1")
     assert done.returncode == 0 and len(done.stdout.splitlines()) == 60, done.stderr
     assert falcon_run("exp", "logs", exp_id, "--tail", "-2").returncode == ExitCode.USAGE
+
+
+# --- 9. completion: ids by prefix beyond the newest 50, roles -----------------------------------
+
+def test_completion_finds_old_ids_by_prefix_and_roles(logged_in):
+    from accounts.issuer import local_subject
+    from accounts.tests.factories import UserFactory
+    from cli.completion import COMPLETION_LIMIT, EXTRA_DIGITS
+    from experiments.tests.factories import make_exp
+
+    from .conftest import EMAIL
+    from .test_ergonomics import _complete
+
+    alice = UserFactory(user_id=local_subject(EMAIL), email=EMAIL)
+    exps = [make_exp(creator=alice, name=f"e{i}", roles=("main", "worker"))
+            for i in range(COMPLETION_LIMIT + 5)]
+    ids = [exp.pk for exp in exps]
+    newest = set(ids[-COMPLETION_LIMIT:])
+    prefix = str(ids[0])  # the oldest: not among the newest 50
+
+    def complete(words: str) -> list[str]:
+        return _complete(words, logged_in.config_dir, server=logged_in.server)
+
+    want = sorted((i for i in ids if str(i).startswith(prefix)
+                   and (i in newest or len(str(i)) <= len(prefix) + EXTRA_DIGITS)), reverse=True)
+    offered = complete(f"falcon exp get {prefix}")
+    assert offered == [str(i) for i in want] and prefix in offered
+    assert complete(f"falcon exp delete {ids[-1]} {prefix}") == offered  # each id of several
+    assert complete(f"falcon exp logs {ids[0]} --role w") == ["worker"]
+    assert complete(f"falcon exp logs {ids[0]} --role ") == ["main", "worker"]
+    assert complete("falcon exp logs --role ") == []  # no id yet: nothing to ask
