@@ -16,13 +16,14 @@ import rich_click as click
 
 from core.domain.statuses import ANALYSIS_TERMINAL, AnalysisStatus, AnalysisType
 
-from .errors import CLIError
-from .listing import emit_object, get_output_option, list_options
+from .errors import CLIError, exit_for, run_each
+from .listing import emit_objects, get_output_option, list_options
 from .exit_codes import ExitCode
 from .options import (
     FalconSubGroup,
     ExpIdType,
     analysis_id_argument,
+    analysis_ids_argument,
     confirm_delete,
     output_option,
     pass_env,
@@ -333,26 +334,44 @@ def list_(env, exp_id: int | None, status: str | None, analysis_type: str | None
 
 
 @analysis_group.command("get")
-@analysis_id_argument
+@analysis_ids_argument
 @get_output_option
 @server_option
 @pass_env
-def get(env, analysis_id: str, output: str, server: str) -> None:
-    """Show one analysis: every field, its queue position while pending, its error when it
-    failed.
+def get(env, analysis_ids: tuple[str, ...], output: str, server: str) -> None:
+    """Show analyses: every field, the queue position while pending, the error when one
+    failed. Several ids are shown in turn; one that fails is reported and the others still
+    shown (exit code: the first failure's).
 
     \b
     Examples:
       falcon analysis get an-127d556979606b76
       falcon analysis get an-127d556979606b76 -o yaml
       falcon analysis get an-127d556979606b76 -o jsonpath='{.status}'
+      falcon analysis list -o name --exp 12 | xargs falcon analysis get -o json
     """
     from . import output as out
     from .client import open_client
 
-    with open_client(env, server) as client, api_errors(analysis_id=analysis_id):
-        analysis = client.request("GET", f"{ANALYSES}/{analysis_id}")
-    emit_object(env, analysis, output, kind="analysis", id_key="id", table=out.analysis_detail)
+    found: list[dict[str, Any]] = []
+
+    def get_one(analysis_id: str) -> None:
+        with api_errors(analysis_id=analysis_id):
+            found.append(client.request("GET", f"{ANALYSES}/{analysis_id}"))
+
+    with open_client(env, server) as client:
+        failure = run_each(env, _ids(analysis_ids), get_one)
+    emit_objects(env, found, output, out.analysis_detail, several=len(analysis_ids) > 1,
+                 kind="analysis")
+    exit_for(failure)
+
+
+def _ids(analysis_ids: tuple[str, ...]) -> list[str]:
+    """The ids given, each once; a usage error when there are none."""
+    if not analysis_ids:
+        raise CLIError("give one or more analysis ids (e.g. an-127d556979606b76 or "
+                       "analysis/an-127d556979606b76; see `falcon analysis list`)", ExitCode.USAGE)
+    return list(dict.fromkeys(analysis_ids))
 
 
 @analysis_group.command("logs")
@@ -589,39 +608,51 @@ def render_tables(plugin_name: str | None, records: list[Any],
 
 
 @analysis_group.command("cancel")
-@analysis_id_argument
+@analysis_ids_argument
 @output_option
 @server_option
 @pass_env
-def cancel(env, analysis_id: str, output: str, server: str) -> None:
-    """Cancel an analysis; an analysis that has already ended is left as it is.
+def cancel(env, analysis_ids: tuple[str, ...], output: str, server: str) -> None:
+    """Cancel analyses; one that has already ended is left as it is. Several ids are cancelled
+    and reported in turn (exit code: the first failure's).
 
     \b
     Examples:
       falcon analysis cancel an-127d556979606b76
+      falcon analysis cancel an-127d556979606b76 an-5e0c1f2a33b4d6e7
     """
     from . import output as out
     from .client import open_client
 
-    with open_client(env, server) as client, api_errors(analysis_id=analysis_id):
-        analysis = client.request("POST", f"{ANALYSES}/{analysis_id}/cancel")
-    if output == "table":
-        env.print_out(visible(f"analysis {analysis.get('id')} is {analysis.get('status')}"))
-    else:
-        out.emit(env, analysis, output, out.analysis_detail)
+    done: list[dict[str, Any]] = []
+
+    def cancel_one(analysis_id: str) -> None:
+        with api_errors(analysis_id=analysis_id):
+            analysis = client.request("POST", f"{ANALYSES}/{analysis_id}/cancel")
+        done.append(analysis)
+        if output == "table":
+            env.print_out(visible(f"analysis {analysis.get('id')} is {analysis.get('status')}"))
+
+    with open_client(env, server) as client:
+        failure = run_each(env, _ids(analysis_ids), cancel_one)
+    if output != "table":
+        emit_objects(env, done, output, out.analysis_detail, several=len(analysis_ids) > 1,
+                     kind="analysis")
+    exit_for(failure)
 
 
 @analysis_group.command("delete")
-@analysis_id_argument
+@analysis_ids_argument
 @click.option("--purge", is_flag=True,
-              help="Also remove its results and log from the store.")
+              help="Also remove their results and log from the store.")
 @yes_option
 @server_option
 @pass_env
-def delete(env, analysis_id: str, purge: bool, yes: bool, server: str) -> None:
-    """Delete an analysis that has ended (cancel it first if it has not); --purge also removes
-    its results and log. Asks first, as `exp delete` does; --yes skips the question (needed
-    without a terminal: exit 2 otherwise).
+def delete(env, analysis_ids: tuple[str, ...], purge: bool, yes: bool, server: str) -> None:
+    """Delete analyses that have ended (cancel one first if it has not); --purge also removes
+    their results and log. Asks first, as `exp delete` does; --yes skips the question (needed
+    without a terminal: exit 2 otherwise). Several ids are deleted and reported in turn (exit
+    code: the first failure's).
 
     \b
     Examples:
@@ -630,12 +661,21 @@ def delete(env, analysis_id: str, purge: bool, yes: bool, server: str) -> None:
     """
     from .client import open_client
 
+    ids = _ids(analysis_ids)
     if not yes:
-        confirm_delete(env, f"Delete analysis {analysis_id}"
-                       + (" and remove its results and log for good?" if purge else "?"),
-                       what=f"analysis {analysis_id}")
+        if len(ids) == 1:
+            confirm_delete(env, f"Delete analysis {ids[0]}"
+                           + (" and remove its results and log for good?" if purge else "?"),
+                           what=f"analysis {ids[0]}")
+        else:
+            confirm_delete(env, f"Delete these {len(ids)} analyses"
+                           + (" and remove their results and logs for good?" if purge
+                              else "?"),
+                           what=f"{len(ids)} analyses",
+                           listing=[f"  analysis/{analysis_id}" for analysis_id in ids])
     params = {"purge": "true"} if purge else None
-    with open_client(env, server) as client:
+
+    def delete_one(analysis_id: str) -> None:
         try:
             with api_errors(analysis_id=analysis_id):
                 client.request("DELETE", f"{ANALYSES}/{analysis_id}", params=params)
@@ -645,8 +685,12 @@ def delete(env, analysis_id: str, purge: bool, yes: bool, server: str) -> None:
                 raise CLIError(f"{exc.message.rstrip('.')} (`falcon analysis cancel "
                                f"{analysis_id}`)", ExitCode.CONFLICT, status=409) from None
             raise
-    env.print_out(f"deleted analysis {analysis_id}"
-                  + (" with its results and log" if purge else ""))
+        env.print_out(f"deleted analysis {analysis_id}"
+                      + (" with its results and log" if purge else ""))
+
+    with open_client(env, server) as client:
+        failure = run_each(env, ids, delete_one)
+    exit_for(failure)
 
 
 # --- falcon plugins ----------------------------------------------------------------------------

@@ -73,6 +73,31 @@ def emit_object(env, obj: Any, output: str, *, kind: str, id_key: str,
         emit(env, obj, output, table)
 
 
+def emit_objects(env, objs: list[dict], output: str, table, *, several: bool,
+                 kind: str) -> None:
+    """Write the objects of a command given one or several ids: one id writes its object
+    (`listing.emit_object`), several a list as a list command writes it (JSON/YAML array, one
+    `KIND/ID` per line, a template reading them as `.items`) or one table after the other."""
+    from . import output as out
+
+    if not several:
+        for obj in objs:
+            emit_object(env, obj, output, kind=kind, id_key="id", table=table)
+    elif output in ("json", "yaml"):
+        out.emit(env, objs, output, table)
+    elif output == "name":
+        if objs:
+            env.print_out("\n".join(f"{kind}/{obj.get('id')}" for obj in objs))
+    elif output.startswith("jsonpath="):
+        env.out.write(render_template(output[len("jsonpath="):], objs, items=objs))
+        env.out.flush()
+    else:
+        for index, obj in enumerate(objs):
+            if index:
+                env.print_out("")
+            out.emit(env, obj, output, table)
+
+
 def list_options(func):
     """Add `-o/--output`, `--no-headers` and `--sort-by` to a list command."""
     func = click.option(

@@ -197,6 +197,13 @@ def analysis_id_argument(func):
     return click.argument("analysis_id", type=AnalysisIdType(), metavar="ID")(func)
 
 
+def analysis_ids_argument(func):
+    """Add `ID...`: one or more analysis ids (`AnalysisIdType`), for the commands that act on
+    each (`analysis get`, `cancel`, `delete`)."""
+    return click.argument("analysis_ids", type=AnalysisIdType(), metavar="ID...",
+                          nargs=-1)(func)
+
+
 class SingleValueCommand(click.RichCommand):
     """A command that refuses a single-valued option given twice (`--exp 2 --exp 4`).
 

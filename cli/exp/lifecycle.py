@@ -79,7 +79,7 @@ def abort(env, exp_ids: tuple[int, ...], selectors: tuple[str, ...], wait_: bool
     """
     from .. import output as out
     from ..client import open_client
-    from .read import emit_objects
+    from ..listing import emit_objects
 
     with open_client(env, server) as client:
         targets, _ = _targets(env, client, exp_ids, selectors, "abort")
@@ -104,7 +104,7 @@ def abort(env, exp_ids: tuple[int, ...], selectors: tuple[str, ...], wait_: bool
                      until=ExpStatus.ABORTED)
             return
     if output != "table":
-        emit_objects(env, exps, output, out.exp_detail, several=len(targets) > 1)
+        emit_objects(env, exps, output, out.exp_detail, several=len(targets) > 1, kind="exp")
     exit_for(failure)
 
 

@@ -5,7 +5,7 @@ import rich_click as click
 
 from ..errors import CLIError, exit_for, run_each
 from ..exit_codes import ExitCode
-from ..listing import get_output_option, list_options
+from ..listing import emit_objects, get_output_option, list_options
 from ..options import exp_ids_argument, pass_env, server_option
 from .group import DEFAULT_INTERVAL, EXPS, PAGE_SIZE, STATUSES, exp_group
 
@@ -39,7 +39,7 @@ def get(env, exp_ids: tuple[int, ...], output: str, server: str) -> None:
     with open_client(env, server) as client:
         failure = run_each(env, exp_ids,
                            lambda exp_id: exps.append(client.request("GET", f"{EXPS}/{exp_id}")))
-    emit_objects(env, exps, output, out.exp_detail, several=len(exp_ids) > 1)
+    emit_objects(env, exps, output, out.exp_detail, several=len(exp_ids) > 1, kind="exp")
     exit_for(failure)
 
 
@@ -48,32 +48,6 @@ def require_ids(exp_ids: tuple[int, ...]) -> None:
     if not exp_ids:
         raise CLIError("give one or more experiment ids (e.g. 12 or exp/12; see `falcon exp "
                        "list`)", ExitCode.USAGE)
-
-
-def emit_objects(env, objs: list[dict], output: str, table, *, several: bool,
-                 kind: str = "exp") -> None:
-    """Write the objects of a command given one or several ids: one id writes its object
-    (`listing.emit_object`), several a list as `exp list` writes it (JSON/YAML array, one
-    `KIND/ID` per line, a template reading them as `.items`) or one table after the other."""
-    from .. import output as out
-    from ..listing import emit_object, render_template
-
-    if not several:
-        for obj in objs:
-            emit_object(env, obj, output, kind=kind, id_key="id", table=table)
-    elif output in ("json", "yaml"):
-        out.emit(env, objs, output, table)
-    elif output == "name":
-        if objs:
-            env.print_out("\n".join(f"{kind}/{obj.get('id')}" for obj in objs))
-    elif output.startswith("jsonpath="):
-        env.out.write(render_template(output[len("jsonpath="):], objs, items=objs))
-        env.out.flush()
-    else:
-        for index, obj in enumerate(objs):
-            if index:
-                env.print_out("")
-            out.emit(env, obj, output, table)
 
 
 @exp_group.command("list")

@@ -298,3 +298,28 @@ def test_completion_finds_old_ids_by_prefix_and_roles(logged_in):
     assert complete(f"falcon exp logs {ids[0]} --role w") == ["worker"]
     assert complete(f"falcon exp logs {ids[0]} --role ") == ["main", "worker"]
     assert complete("falcon exp logs --role ") == []  # no id yet: nothing to ask
+
+
+# --- 1b. analyses: analysis/ID and several ids on get/cancel/delete -----------------------------
+
+def test_several_analysis_ids_act_on_each(logged_in, falcon_run):
+    from accounts.issuer import local_subject
+    from accounts.tests.factories import UserFactory
+    from analysis.models import AnalysisRecord
+    from analysis.tests.factories import make_analysis, make_finished_exp
+
+    from .conftest import EMAIL
+
+    alice = UserFactory(user_id=local_subject(EMAIL), email=EMAIL)
+    first, second = (make_analysis(exp=make_finished_exp(creator=alice)).pk for _ in range(2))
+    AnalysisRecord.objects.filter(pk__in=[first, second]).update(status="failed")
+    done = falcon_run("analysis", "get", first, f"analysis/{second}", "an-nope", "-o", "name")
+    assert done.returncode == ExitCode.NOT_FOUND, done.stderr
+    assert done.stdout == f"analysis/{first}\nanalysis/{second}\n"
+    assert "no analysis an-nope" in done.stderr
+    done = falcon_run("analysis", "delete", first, second)  # no terminal: refused, nothing gone
+    assert done.returncode == ExitCode.USAGE and AnalysisRecord.objects.count() == 2
+    done = falcon_run("analysis", "delete", "--yes", f"analysis/{first}", "an-nope", second)
+    assert done.returncode == ExitCode.NOT_FOUND, done.stderr
+    assert done.stdout == f"deleted analysis {first}\ndeleted analysis {second}\n"
+    assert not AnalysisRecord.objects.exists()
