@@ -15,37 +15,101 @@ from .options import pass_env
 SHELLS = ("bash", "zsh", "fish")
 COMPLETE_VAR = "_FALCON_COMPLETE"
 COMPLETION_TIMEOUT = 1.0  # seconds: a Tab press must not hang on a slow server
-COMPLETION_LIMIT = 50  # ids offered, newest first
+COMPLETION_LIMIT = 50  # newest ids offered
+EXTRA_DIGITS = 2  # `12<TAB>` also looks up 120-129 and 1200-1299 by id (111 ids at most)
 
 
-def complete_ids(ctx: click.Context, path: str, incomplete: str) -> list:
-    """Return `CompletionItem`s for the ids (newest first) of the list at `path` that start with
-    `incomplete`, each with its name as help; [] on any failure (no login, no server)."""
+def _request(ctx: click.Context, path: str, params: dict | None = None):
+    """GET `path` with the command's server and cached login, `COMPLETION_TIMEOUT` at most.
+
+    Raises:
+        Exception: any failure; the callers turn it into no completions.
+    """
+    from .client import FalconClient
+    from .env import Environment
+    from .options import resolve_server
+    from .token_cache import CredentialStore, normalize_server, session_token_provider
+
+    env = ctx.find_object(Environment) or Environment()
+    server = ctx.params.get("server")
+    if not server:
+        server_param = next((p for p in ctx.command.params if p.name == "server"), None)
+        server = resolve_server(ctx, server_param, None) if server_param else None
+    server = normalize_server(server or "")
+    provider = session_token_provider(CredentialStore(env.credentials_dir), server,
+                                      clock=env.clock)
+    with FalconClient(server, token_provider=provider, timeout=COMPLETION_TIMEOUT,
+                      transport=env.transport) as client:
+        return client.request("GET", path, params=params)
+
+
+def _rows(page) -> list[dict]:
+    items = page.get("results", []) if isinstance(page, dict) else page
+    return [item for item in items if isinstance(item, dict)]
+
+
+def prefix_ids(prefix: str, max_id: int) -> list[int]:
+    """The ids that extend `prefix` by at most `EXTRA_DIGITS` digits (`12`: 12, 120-129,
+    1200-1299): looked up by primary key, so `exp get 12<TAB>` finds them however old they
+    are; [] when `prefix` is not a number without a leading zero."""
+    if not (prefix.isascii() and prefix.isdigit()) or prefix.startswith("0"):
+        return []
+    ids = []
+    for extra in range(EXTRA_DIGITS + 1):
+        first = int(prefix) * 10**extra
+        ids += [i for i in range(first, first + 10**extra) if i <= max_id]
+    return ids
+
+
+def complete_ids(ctx: click.Context, path: str, incomplete: str, *,
+                 numeric: bool = False) -> list:
+    """Return `CompletionItem`s for the ids starting with `incomplete`, each with its name as
+    help; [] on any failure (no login, no server).
+
+    Offered: the newest `COMPLETION_LIMIT` rows of the list at `path` whose id starts with
+    `incomplete`, and for `numeric` ids also every id of at most `EXTRA_DIGITS` more digits
+    than typed (one `?id=` lookup by primary key; the API has no id-prefix filter, and a
+    range scan per Tab press is not worth adding). Newest first.
+    """
     from click.shell_completion import CompletionItem
 
-    try:
-        from .client import FalconClient
-        from .env import Environment
-        from .options import resolve_server
-        from .token_cache import CredentialStore, normalize_server, session_token_provider
+    from .options import MAX_ID
 
-        env = ctx.find_object(Environment) or Environment()
-        server = ctx.params.get("server")
-        if not server:
-            server_param = next((p for p in ctx.command.params if p.name == "server"), None)
-            server = resolve_server(ctx, server_param, None) if server_param else None
-        server = normalize_server(server or "")
-        provider = session_token_provider(CredentialStore(env.credentials_dir), server,
-                                          clock=env.clock)
-        with FalconClient(server, token_provider=provider, timeout=COMPLETION_TIMEOUT,
-                          transport=env.transport) as client:
-            page = client.request("GET", path, params={"page_size": COMPLETION_LIMIT})
-        items = page.get("results", []) if isinstance(page, dict) else page
-        return [CompletionItem(str(item["id"]), help=str(item.get("name") or ""))
-                for item in items
-                if isinstance(item, dict) and str(item.get("id", "")).startswith(incomplete)]
+    try:
+        rows = _rows(_request(ctx, path, {"page_size": COMPLETION_LIMIT}))
+        wanted = prefix_ids(incomplete, MAX_ID) if numeric else []
+        if wanted:
+            rows += _rows(_request(ctx, path, {"id": ",".join(map(str, wanted)),
+                                               "page_size": len(wanted)}))
+        found = {str(row["id"]): row for row in rows
+                 if str(row.get("id", "")).startswith(incomplete)}
+        order = sorted(found, key=lambda i: (-int(i), i)) if numeric else list(found)
+        return [CompletionItem(i, help=str(found[i].get("name") or "")) for i in order]
     except Exception:  # noqa: BLE001 -- completion fails silently, by design
         return []
+
+
+def complete_roles(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    """The roles of the experiment already on the line (`exp logs 12 --role <TAB>`), from one
+    GetExp; [] without an id or on any failure."""
+    from .options import ExpIdType
+
+    exp_id = ctx.params.get("exp_id")
+    for arg in ctx.args if exp_id is None else ():
+        # Completing an option's value, click leaves the positional id unparsed in ctx.args.
+        try:
+            exp_id = ExpIdType().convert(arg, None, None)
+            break
+        except click.BadParameter:
+            continue
+    if not isinstance(exp_id, int):
+        return []
+    try:
+        exp = _request(ctx, f"/api/v1/exps/{exp_id}")
+        roles = sorted({str(job.get("role")) for job in exp.get("jobs") or []})
+    except Exception:  # noqa: BLE001 -- completion fails silently, by design
+        return []
+    return [role for role in roles if role.startswith(incomplete)]
 
 
 @click.command("completion")

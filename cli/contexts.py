@@ -101,7 +101,30 @@ def config_group() -> None:
       falcon config use-context prod
       falcon config get-contexts
       falcon config current-context
+      falcon config rename-context prod production
+      falcon config delete-context staging
     """
+
+
+def _require(data: dict[str, Any], name: str) -> None:
+    """Refuse (exit 3) a context name that is not defined, naming the defined ones."""
+    if name not in data["contexts"]:
+        known = ", ".join(sorted(data["contexts"])) or "none yet"
+        raise CLIError(f"no context named {name!r} (defined: {known}); create it with "
+                       f"`falcon config set-context {name} --server URL`", ExitCode.NOT_FOUND)
+
+
+def complete_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    """The defined context names starting with `incomplete` (read from the file, no request);
+    nothing when the file cannot be read."""
+    from .env import Environment
+
+    env = ctx.find_object(Environment) or Environment()
+    try:
+        names = load(env.credentials_dir)["contexts"]
+    except CLIError:
+        return []
+    return sorted(name for name in names if name.startswith(incomplete))
 
 
 @config_group.command("set-context")
@@ -127,7 +150,7 @@ def set_context(env, name: str, server: str) -> None:
 
 
 @config_group.command("use-context")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_names)
 @pass_env
 def use_context(env, name: str) -> None:
     """Make NAME the current context.
@@ -137,13 +160,60 @@ def use_context(env, name: str) -> None:
       falcon config use-context prod
     """
     data = load(env.credentials_dir)
-    if name not in data["contexts"]:
-        known = ", ".join(sorted(data["contexts"])) or "none yet"
-        raise CLIError(f"no context named {name!r} (defined: {known}); create it with "
-                       f"`falcon config set-context {name} --server URL`", ExitCode.NOT_FOUND)
+    _require(data, name)
     data["current-context"] = name
     save(env.credentials_dir, data)
     env.print_out(f"switched to context {name} ({data['contexts'][name]['server']})")
+
+
+@config_group.command("delete-context")
+@click.argument("name", shell_complete=complete_names)
+@pass_env
+def delete_context(env, name: str) -> None:
+    """Delete the context NAME (its server's cached token stays, keyed by server; `auth
+    logout` forgets it). Deleting the current context leaves none current.
+
+    \b
+    Examples:
+      falcon config delete-context staging
+    """
+    data = load(env.credentials_dir)
+    _require(data, name)
+    del data["contexts"][name]
+    was_current = data.get("current-context") == name
+    if was_current:
+        data["current-context"] = None
+    save(env.credentials_dir, data)
+    env.print_out(f"deleted context {name}")
+    if was_current:
+        env.print_err("warning: it was the current context; none is current now (`falcon config "
+                      "use-context NAME` chooses one)")
+
+
+@config_group.command("rename-context")
+@click.argument("old", metavar="OLD", shell_complete=complete_names)
+@click.argument("new", metavar="NEW")
+@pass_env
+def rename_context(env, old: str, new: str) -> None:
+    """Rename the context OLD to NEW (still current if it was). NEW must not exist yet.
+
+    \b
+    Examples:
+      falcon config rename-context prod production
+    """
+    _check_name(new)
+    data = load(env.credentials_dir)
+    _require(data, old)
+    if new in data["contexts"] and new != old:
+        raise CLIError(f"a context named {new!r} exists already; delete it first (`falcon "
+                       f"config delete-context {new}`) or choose another name",
+                       ExitCode.CONFLICT)
+    data["contexts"] = {new if name == old else name: context
+                        for name, context in data["contexts"].items()}
+    if data.get("current-context") == old:
+        data["current-context"] = new
+    save(env.credentials_dir, data)
+    env.print_out(f"context {old} renamed to {new}")
 
 
 @config_group.command("get-contexts")

@@ -22,3 +22,30 @@ class CLIError(Exception):
         self.message = visible(" ".join(message.split()))  # one line, whatever the server sent
         self.code = code
         self.status = status
+
+
+def run_each(env, items, action) -> CLIError | None:
+    """Run `action(item)` for every item, as kubectl acts on each name it is given: a
+    `CLIError` is reported at once (`error: ...` on stderr) and the next item is still tried.
+
+    Returns:
+        The first failure, or None when every item succeeded; the caller ends with
+        `exit_for(failure)` once it has printed what succeeded.
+    """
+    first: CLIError | None = None
+    for item in items:
+        try:
+            action(item)
+        except CLIError as exc:
+            env.print_err(f"error: {exc.message}")
+            first = first or exc
+    return first
+
+
+def exit_for(failure: CLIError | None) -> None:
+    """Exit with the first failure's code (already reported by `run_each`), if any: a command
+    given several ids exits non-zero when any of them failed."""
+    if failure is not None:
+        import click
+
+        raise click.exceptions.Exit(int(failure.code))

@@ -59,19 +59,18 @@ def output_option(func):
     )(func)
 
 
-def get_output_option(func):
-    """Add `-o/--output table|wide|json|yaml` to a command that shows one object: `wide` is the
-    object's row with every column of the wide list, as `kubectl get KIND NAME -o wide`."""
-    return click.option(
-        "-o", "--output", "output", type=click.Choice(("table", "wide", "json", "yaml")),
-        default="table", show_default=True,
-        help="table for people; wide: the object's row of the wide list (every column, "
-             "nothing elided); json or yaml for scripts (stdout only).",
-    )(func)
+def strip_kind(text: str, kind: str | None) -> str:
+    """Return `text` without a leading `KIND/` (`exp/42` -> `42`): what `-o name` prints is
+    taken back wherever an id is, as kubectl takes `pod/NAME` (`falcon exp list -o name |
+    xargs falcon exp delete --yes`)."""
+    if kind and text.startswith(f"{kind}/"):
+        return text[len(kind) + 1:]
+    return text
 
 
 class IdType(click.ParamType):
-    """A database id: ASCII digits, from 1 to `MAX_ID`, checked before any request.
+    """A database id: ASCII digits, from 1 to `MAX_ID` (after an optional `KIND/`, as `-o name`
+    prints it), checked before any request.
 
     click's `int` would take `-1`, `+5`, `1_000` or non-ASCII digits, and the server would only
     answer that no such endpoint exists.
@@ -83,12 +82,13 @@ class IdType(click.ParamType):
 
     name = "ID"
 
-    def __init__(self, entity: str, lister: str):
+    def __init__(self, entity: str, lister: str, kind: str | None = None):
         self.entity = entity
         self.lister = lister
+        self.kind = kind
 
     def convert(self, value, param, ctx):
-        text = str(value)
+        text = strip_kind(str(value), self.kind)
         if (not (text.isascii() and text.isdigit()) or len(text) > len(str(MAX_ID))
                 or not 1 <= int(text) <= MAX_ID):
             shown = text if len(text) <= 60 else text[:57] + "..."
@@ -101,18 +101,19 @@ class ExpIdType(IdType):
     """An experiment id (`IdType`); the shell completes it from `falcon exp list`."""
 
     def __init__(self):
-        super().__init__("an experiment", "falcon exp list")
+        super().__init__("an experiment", "falcon exp list", kind="exp")
 
     def shell_complete(self, ctx, param, incomplete):
         from .completion import complete_ids
 
-        return complete_ids(ctx, "/api/v1/exps", incomplete)
+        return complete_ids(ctx, "/api/v1/exps", incomplete, numeric=True)
 
 
 class AnalysisIdType(click.ParamType):
     """An analysis id: a DNS-1123 label of at most `ANALYSIS_ID_MAX` characters (ASCII
     lower-case letters, digits and `-`, starting and ending with a letter or digit), e.g.
-    `an-127d556979606b76`. Checked before any request; converted to the string itself.
+    `an-127d556979606b76`, or `analysis/ID` as `-o name` prints it. Checked before any request;
+    converted to the id itself.
 
     The server answers 404 for a path that is no analysis id, so a typo would only read as "no
     such analysis"; the format names what is wrong.
@@ -121,7 +122,7 @@ class AnalysisIdType(click.ParamType):
     name = "ID"
 
     def convert(self, value, param, ctx):
-        text = str(value)
+        text = strip_kind(str(value), "analysis")
         if not (text.isascii() and len(text) <= ANALYSIS_ID_MAX
                 and ANALYSIS_ID_RE.fullmatch(text)):
             shown = text if len(text) <= 60 else text[:57] + "..."
@@ -142,7 +143,8 @@ def yes_option(func):
                         help="Do not ask for confirmation (needed without a terminal).")(func)
 
 
-def confirm_delete(env: Environment, question: str, *, what: str) -> None:
+def confirm_delete(env: Environment, question: str, *, what: str,
+                   listing: list[str] | None = None) -> None:
     """Ask `question` on stderr before a delete; refuse without a terminal (docs/decisions.md,
     Deleting asks first).
 
@@ -154,6 +156,7 @@ def confirm_delete(env: Environment, question: str, *, what: str) -> None:
         env: the run's environment (`interactive` says whether a person can answer).
         question: the yes/no question, e.g. `Delete experiment 4 (a, Failed)?`.
         what: what is deleted, for the refusal, e.g. `experiment 4`.
+        listing: lines naming each thing deleted, printed on stderr above the question.
 
     Raises:
         click.UsageError: no terminal to answer.
@@ -166,6 +169,8 @@ def confirm_delete(env: Environment, question: str, *, what: str) -> None:
     if not env.interactive():
         raise click.UsageError(f"deleting {what} cannot be undone; without a terminal to "
                                "confirm it, pass --yes")
+    for line in listing or ():
+        env.print_err(visible(line))
     try:
         confirmed = click.confirm(visible(question), default=False, err=True)
     except click.exceptions.Abort:  # end of input or Ctrl-C at the prompt
@@ -181,9 +186,22 @@ def exp_id_argument(func):
     return click.argument("exp_id", type=ExpIdType(), metavar="ID")(func)
 
 
+def exp_ids_argument(func):
+    """Add `ID...`: one or more experiment ids (`ExpIdType`), for the commands that act on
+    each (`exp get`, `abort`, `delete`)."""
+    return click.argument("exp_ids", type=ExpIdType(), metavar="ID...", nargs=-1)(func)
+
+
 def analysis_id_argument(func):
     """Add the `ID` argument: an analysis id (`AnalysisIdType`)."""
     return click.argument("analysis_id", type=AnalysisIdType(), metavar="ID")(func)
+
+
+def analysis_ids_argument(func):
+    """Add `ID...`: one or more analysis ids (`AnalysisIdType`), for the commands that act on
+    each (`analysis get`, `cancel`, `delete`)."""
+    return click.argument("analysis_ids", type=AnalysisIdType(), metavar="ID...",
+                          nargs=-1)(func)
 
 
 class SingleValueCommand(click.RichCommand):

@@ -177,6 +177,25 @@ def parse_selector(text: str) -> Selector:
     return Selector(text)
 
 
+def parse_selectors(text: str) -> list[Selector]:
+    """Parse a comma list of selectors, as kubectl's `-l a=1,b`: all must hold (AND).
+
+    Split as the server splits a `label` query value (`core.http.filters.MultiValueField`):
+    on commas, each item stripped of blanks, empty items dropped; a label value cannot hold a
+    comma in Kubernetes' syntax, so the split is never ambiguous.
+
+    Raises:
+        ValueError: an item is not a selector (`parse_selector`), or the text holds none.
+    """
+    from core.limits.text import strip_blank
+
+    items = [item for item in (strip_blank(part) for part in text.split(",")) if item]
+    if not items:
+        raise ValueError(f"selector {text[:80]!r} holds no selector: give key=value or key, "
+                         "several separated by commas (a=1,b).")
+    return [parse_selector(item) for item in items]
+
+
 def matches(labels: Mapping[str, str], selectors: Iterable[Selector]) -> bool:
     """True when `labels` satisfies every selector (the filter's rule, for tests and clients)."""
     return all(s.key in labels and (s.value is None or labels[s.key] == s.value)

@@ -286,7 +286,7 @@ def _create(creator: User, data: dict[str, Any], idempotency_key: str | None,
 
 @retry_on_lock_conflict
 def exp_update_labels(*, exp_id: int, actor, set_labels: Any = None,
-                      remove: Any = None) -> dict[str, str]:
+                      remove: Any = None, overwrite: bool = True) -> dict[str, str]:
     """Set and remove labels of an experiment (`kubectl label` semantics), in one transaction.
 
     Allowed in every status (a finished experiment is often the one labelled a baseline).
@@ -298,6 +298,9 @@ def exp_update_labels(*, exp_id: int, actor, set_labels: Any = None,
         actor: the creator or a staff principal (`exp_may_change`).
         set_labels: `{key: value}` to set.
         remove: keys to remove.
+        overwrite: False refuses to change the value of a label the experiment has (`kubectl
+            label` without --overwrite), checked under the row lock, so two writers cannot both
+            pass the check; setting a label to the value it has is never refused.
 
     Returns:
         The experiment's labels after the change, keys sorted.
@@ -306,6 +309,7 @@ def exp_update_labels(*, exp_id: int, actor, set_labels: Any = None,
         ValidationFailed: a key or value is invalid, a key is both set and removed, or the
             experiment would have more than `MAX_LABELS` labels; keyed `labels`.
         NotFound, PermissionDenied: as `exp_abort`.
+        Conflict: `overwrite` is False and a label to set has another value; names the first.
     """
     set_labels = {} if set_labels is None else set_labels
     remove = [] if remove is None else remove
@@ -324,6 +328,13 @@ def exp_update_labels(*, exp_id: int, actor, set_labels: Any = None,
         if exp is None:
             raise NotFound(f"Experiment {exp_id} does not exist.")
         exp_require_may_change(exp=exp, actor=actor, verb="label")
+        clashes = sorted(k for k, v in set_labels.items()
+                         if k in exp.labels and exp.labels[k] != v) if not overwrite else []
+        if clashes:
+            key = clashes[0]
+            raise Conflict(f"experiment {exp_id} already has label {key!r} = "
+                           f"{exp.labels[key]!r}; allow overwriting to change it to "
+                           f"{set_labels[key]!r}.")
         labels = {k: v for k, v in exp.labels.items() if k not in remove}
         labels.update(set_labels)
         if len(labels) > MAX_LABELS:

@@ -70,3 +70,11 @@ def analysis_group() -> None:
       falcon analysis results an-127d556979606b76 -o json
     """
 
+
+
+def analysis_ids_of(analysis_ids: tuple[str, ...]) -> list[str]:
+    """The ids given, each once; a usage error when there are none."""
+    if not analysis_ids:
+        raise CLIError("give one or more analysis ids (e.g. an-127d556979606b76 or "
+                       "analysis/an-127d556979606b76; see `falcon analysis list`)", ExitCode.USAGE)
+    return list(dict.fromkeys(analysis_ids))

@@ -6,14 +6,15 @@ from typing import Any
 import rich_click as click
 
 from ..env import is_terminal
-from ..errors import CLIError
-from ..listing import list_options
+from ..errors import CLIError, exit_for, run_each
+from ..listing import emit_objects, get_output_option, list_options
 from ..exit_codes import ExitCode
-from ..options import (ExpIdType, analysis_id_argument, get_output_option, output_option, pass_env,
+from ..options import (ExpIdType, analysis_id_argument, analysis_ids_argument, pass_env,
                        server_option)
 from ..visible import visible
 from .group import (
-    ANALYSES, DEFAULT_INTERVAL, STATUSES, TYPES, UNAVAILABLE_GRACE, analysis_group, api_errors,
+    ANALYSES, DEFAULT_INTERVAL, STATUSES, TYPES, UNAVAILABLE_GRACE, analysis_group,
+    analysis_ids_of, api_errors,
 )
 
 
@@ -57,31 +58,43 @@ def list_(env, exp_id: int | None, status: str | None, analysis_type: str | None
 
 
 @analysis_group.command("get")
-@analysis_id_argument
+@analysis_ids_argument
 @get_output_option
 @server_option
 @pass_env
-def get(env, analysis_id: str, output: str, server: str) -> None:
-    """Show one analysis: every field, its queue position while pending, its error when it
-    failed.
+def get(env, analysis_ids: tuple[str, ...], output: str, server: str) -> None:
+    """Show analyses: every field, the queue position while pending, the error when one
+    failed. Several ids are shown in turn; one that fails is reported and the others still
+    shown (exit code: the first failure's).
 
-    `-o wide` prints its one row of `analysis list -o wide` instead (with the header).
+    `-o wide` prints their rows of `analysis list -o wide` instead (with the header).
 
     \b
     Examples:
       falcon analysis get an-127d556979606b76
       falcon analysis get an-127d556979606b76 -o wide
       falcon analysis get an-127d556979606b76 -o yaml
+      falcon analysis get an-127d556979606b76 -o jsonpath='{.status}'
+      falcon analysis list -o name --exp 12 | xargs falcon analysis get -o json
     """
     from .. import output as out
     from ..client import open_client
 
-    with open_client(env, server) as client, api_errors(analysis_id=analysis_id):
-        analysis = client.request("GET", f"{ANALYSES}/{analysis_id}")
+    found: list[dict[str, Any]] = []
+
+    def get_one(analysis_id: str) -> None:
+        with api_errors(analysis_id=analysis_id):
+            found.append(client.request("GET", f"{ANALYSES}/{analysis_id}"))
+
+    with open_client(env, server) as client:
+        failure = run_each(env, analysis_ids_of(analysis_ids), get_one)
     if output == "wide":
-        out.analysis_list_table(env.console(), [analysis], wide=True)
-        return
-    out.emit(env, analysis, output, out.analysis_detail)
+        if found:
+            out.analysis_list_table(env.console(), found, wide=True)
+    else:
+        emit_objects(env, found, output, out.analysis_detail, several=len(analysis_ids) > 1,
+                     kind="analysis")
+    exit_for(failure)
 
 
 @analysis_group.command("logs")

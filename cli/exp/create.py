@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import rich_click as click
 
-from ..options import output_option, pass_env, server_option
+from ..listing import emit_object, get_output_option
+from ..options import pass_env, server_option
 from ..visible import visible
 from .group import DEFAULT_INTERVAL, exp_group
 from .inputs import create_exp, labels_option, read_config_file, read_tasks_file
@@ -23,7 +24,7 @@ from .lifecycle import wait_for
 @click.option("--priority", type=int, default=-1, show_default=True, help="Scheduling priority.")
 @labels_option
 @click.option("--wait", is_flag=True, help="Wait until the experiment ends (see `exp wait`).")
-@output_option
+@get_output_option
 @server_option
 @pass_env
 def create(env, name: str, cluster_name: str, exp_type: str, tasks_file: str,
@@ -37,6 +38,7 @@ def create(env, name: str, cluster_name: str, exp_type: str, tasks_file: str,
     \b
     Examples:
       falcon exp create --name matmul-001 --cluster local --type benchmark --role-to-task-spec tasks.yaml --config config.yaml
+      falcon exp create --name run-3 --cluster local --type benchmark --role-to-task-spec tasks.yaml -o name
       falcon exp create --name run-2 --cluster tpu-a --type profiling --role-to-task-spec tasks.yaml --label team=infra --wait
     """
     from .. import output as out
@@ -50,7 +52,7 @@ def create(env, name: str, cluster_name: str, exp_type: str, tasks_file: str,
     with open_client(env, server) as client:
         exp = create_exp(env, client, body)
         if not wait:
-            out.emit(env, exp, output, out.exp_detail)
+            emit_object(env, exp, output, kind="exp", id_key="id", table=out.exp_detail)
             return
         if output == "table":
             env.print_out(visible(f"created experiment {exp['id']} ({exp['name']})"))

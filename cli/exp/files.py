@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import rich_click as click
 
+from ..completion import complete_roles
 from ..errors import CLIError
 from ..exit_codes import ExitCode
 from ..options import ExpIdType, exp_id_argument, output_option, pass_env, server_option
@@ -82,18 +83,18 @@ class _Reading:
               show_default=True,
               help="With -l: refuse when more experiments match (as kubectl's "
                    "--max-log-requests).")
-@click.option("--role", "roles", multiple=True,
+@click.option("--role", "roles", multiple=True, shell_complete=complete_roles,
               help="The job's role (optional when the experiment has one role); repeat it for "
                    "several roles.")
-@click.option("--replica", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Replica index.")
+@click.option("--replica", type=click.IntRange(min=0), default=None,
+              help="Replica index (default 0); not with --all-replicas.")
 @click.option("--all-replicas", is_flag=True,
               help="Every replica of the role(s) (every role when --role is not given).")
 @click.option("--prefix/--no-prefix", default=None,
               help="Start each line with [role/replica-N] (kubectl logs --prefix); default: "
                    "on when more than one log is printed.")
-@click.option("--tail", type=click.IntRange(min=0), default=None,
-              help="Only the last N lines (of each log).")
+@click.option("--tail", type=click.IntRange(min=-1), default=None,
+              help="Only the last N lines (of each log); -1, as kubectl's default: all.")
 @click.option("--timestamps", is_flag=True,
               help="Start each line with the time it was produced (RFC 3339, UTC, "
                    "nanoseconds), as kubectl logs --timestamps: when the runner or the "
@@ -108,7 +109,7 @@ class _Reading:
 @server_option
 @pass_env
 def logs(env, exp_id: int | None, selectors: tuple[str, ...], max_exps: int,
-         roles: tuple[str, ...], replica: int, all_replicas: bool, prefix: bool | None,
+         roles: tuple[str, ...], replica: int | None, all_replicas: bool, prefix: bool | None,
          tail: int | None, timestamps: bool, since: int | None, follow: bool,
          interval: float, server: str) -> None:
     """Print a replica's output (stdout and stderr), live or kept after it ended.
@@ -133,6 +134,12 @@ def logs(env, exp_id: int | None, selectors: tuple[str, ...], max_exps: int,
     """
     from ..client import open_client
 
+    if replica is not None and all_replicas:
+        raise CLIError(f"--replica {replica} and --all-replicas contradict each other: give "
+                       "--replica N for one replica, or --all-replicas for every one",
+                       ExitCode.USAGE)
+    replica = replica or 0
+    tail = None if tail == -1 else tail
     if (exp_id is None) == (not selectors):
         raise CLIError("give an experiment ID or -l/--label KEY=VALUE (not both), e.g. "
                        "falcon exp logs 12, falcon exp logs -l team=infra", ExitCode.USAGE)
@@ -151,8 +158,13 @@ def logs(env, exp_id: int | None, selectors: tuple[str, ...], max_exps: int,
                 if roles:
                     params["role"] = roles[0]
                 label = f"[{roles[0]}/replica-{replica}] " if roles else None
-                _print_logs(env, client, exp_id, params, reading,
-                            prefix=label if prefix else None)
+                try:
+                    _print_logs(env, client, exp_id, params, reading,
+                                prefix=label if prefix else None)
+                except CLIError as exc:
+                    if roles or exc.code != ExitCode.INVALID:
+                        raise
+                    _refuse_without_role(client, exp_id, exc)
                 return
             streams = [(exp_id, *pair) for pair in _streams(client, exp_id, roles, replica,
                                                              all_replicas)]
@@ -182,6 +194,18 @@ def _labelled_streams(env, client, selectors, max_exps, roles, replica, all_repl
         pairs = _streams(client, exp["id"], roles, replica, all_replicas, strict=False)
         streams += [(exp["id"], role, index) for role, index in pairs]
     return streams
+
+
+def _refuse_without_role(client, exp_id: int, exc: CLIError) -> None:
+    """The server refused a log without a role: when the experiment has several roles that is
+    the user's choice to make, so a usage error naming them; otherwise `exc` as it was."""
+    exp = client.request("GET", f"{EXPS}/{exp_id}")
+    roles = sorted({job.get("role") for job in exp.get("jobs") or []})
+    if len(roles) <= 1:
+        raise exc
+    raise CLIError(f"experiment {exp_id} has roles {', '.join(roles)}; choose one with --role "
+                   "(repeat it for several), or give --all-replicas for every role",
+                   ExitCode.USAGE) from None
 
 
 def _streams(client, exp_id: int, roles: tuple[str, ...], replica: int,

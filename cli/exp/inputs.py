@@ -30,17 +30,27 @@ class LabelArg(click.ParamType):
 
 
 class SelectorArg(click.ParamType):
-    """A `--label` of list: `key=value` or `key` (the label is set), as kubectl's -l."""
+    """A `--label` of list: `key=value` or `key` (the label is set), or several of them
+    separated by commas (all must hold), as kubectl's -l; sent as one comma list."""
 
-    name = "KEY[=VALUE]"
+    name = "KEY[=VALUE][,...]"
 
     def convert(self, value, param, ctx):
-        from experiments.labels import parse_selector
+        from experiments.labels import parse_selectors
 
         try:
-            return str(parse_selector(value))
+            return ",".join(str(selector) for selector in parse_selectors(value))
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
+
+
+def selector_option(func):
+    """Add `--label/-l KEY[=VALUE]` (repeatable; all must match): the label selector of a
+    command that lists or acts on the matching experiments."""
+    return click.option("--label", "-l", "selectors", multiple=True, type=SelectorArg(),
+                        help="Only experiments with this label: key=value, or key for any "
+                             "value; several separated by commas or repeated (all must "
+                             "match), e.g. -l team=infra,batch=1.")(func)
 
 
 def labels_option(func):

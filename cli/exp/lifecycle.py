@@ -7,24 +7,53 @@ import rich_click as click
 
 from core.domain.statuses import EXP_TERMINAL, ExpStatus
 
-from ..errors import CLIError
+from ..errors import CLIError, exit_for, run_each
 from ..exit_codes import ExitCode
 from ..options import (
     confirm_delete,
     exp_id_argument,
+    exp_ids_argument,
     output_option,
     pass_env,
     server_option,
     yes_option,
 )
 from ..visible import visible
-from .group import DEFAULT_INTERVAL, EXPS, UNAVAILABLE_GRACE, exp_group
+from .group import DEFAULT_INTERVAL, EXPS, PAGE_SIZE, UNAVAILABLE_GRACE, exp_group
+from .inputs import selector_option
+
+
+def _targets(env, client, exp_ids: tuple[int, ...], selectors: tuple[str, ...],
+             verb: str) -> tuple[list[int], dict[int, dict[str, Any]]]:
+    """The experiments a command acts on: its ids, or those matching `-l` (never both).
+
+    Returns:
+        The ids, and the rows read for them (`-l` lists them; empty for ids given).
+
+    Raises:
+        CLIError(USAGE): neither or both given.
+    """
+    from .read import MAX_ROWS
+
+    if exp_ids and selectors:
+        raise CLIError(f"give experiment ids or -l/--label to choose what to {verb}, not both",
+                       ExitCode.USAGE)
+    if exp_ids:
+        return list(dict.fromkeys(exp_ids)), {}
+    if not selectors:
+        raise CLIError(f"give the experiment ids to {verb} (e.g. 12 or exp/12), or -l "
+                       "KEY=VALUE for every experiment with that label", ExitCode.USAGE)
+    params = [("label", selector) for selector in selectors] + [("page_size", str(PAGE_SIZE))]
+    rows = {exp["id"]: exp for exp in client.paginate(EXPS, params=params, limit=MAX_ROWS)}
+    return list(rows), rows
 
 
 @exp_group.command("abort")
-@exp_id_argument
+@exp_ids_argument
+@selector_option
 @click.option("--wait", "wait_", is_flag=True,
-              help="Then show its status live until it is Aborted (exit 0), as `exp wait`.")
+              help="Then show its status live until it is Aborted (exit 0), as `exp wait` "
+                   "(one experiment only).")
 @click.option("--interval", type=click.FloatRange(min=0.1), default=DEFAULT_INTERVAL,
               show_default=True, help="Seconds between two polls of --wait.")
 @click.option("--timeout", type=click.FloatRange(min=0), default=None,
@@ -32,62 +61,113 @@ from .group import DEFAULT_INTERVAL, EXPS, UNAVAILABLE_GRACE, exp_group
 @output_option
 @server_option
 @pass_env
-def abort(env, exp_id: int, wait_: bool, interval: float, timeout: float | None, output: str,
-          server: str) -> None:
-    """Abort an experiment (AbortExp); repeating it is harmless.
+def abort(env, exp_ids: tuple[int, ...], selectors: tuple[str, ...], wait_: bool,
+          interval: float, timeout: float | None, output: str, server: str) -> None:
+    """Abort experiments (AbortExp), by id or every one matching -l; repeating it is harmless.
 
-    With --wait: exit 0 once it is Aborted; 6 when it ended Succeeded or Failed before the abort
-    reached it; 7 on --timeout.
+    Each experiment is aborted and reported in turn; one that fails is reported and the others
+    are still aborted (exit code: the first failure's). With --wait (one experiment): exit 0 once
+    it is Aborted; 6 when it ended Succeeded or Failed before the abort reached it; 7 on
+    --timeout.
 
     \b
     Examples:
       falcon exp abort 12
+      falcon exp abort 12 13 exp/14
+      falcon exp abort -l team=infra
       falcon exp abort 12 --wait --timeout 300
-      falcon exp abort 12 -o json
     """
     from .. import output as out
     from ..client import open_client
+    from ..listing import emit_objects
 
     with open_client(env, server) as client:
-        exp = client.request("POST", f"{EXPS}/{exp_id}/abort")
-        if wait_:
-            wait_for(env, client, exp_id, interval=interval, timeout=timeout, output=output,
+        targets, _ = _targets(env, client, exp_ids, selectors, "abort")
+        if wait_ and (len(targets) != 1 or selectors):
+            raise CLIError("--wait follows one experiment; give one id (or run `falcon exp "
+                           "wait ID` for each)", ExitCode.USAGE)
+        if not targets:
+            env.print_err("No experiments match.")
+            return
+        exps: list[dict[str, Any]] = []
+
+        def abort_one(exp_id: int) -> None:
+            exp = client.request("POST", f"{EXPS}/{exp_id}/abort")
+            exps.append(exp)
+            if output == "table" and not wait_:
+                env.print_out(visible(f"experiment {exp['id']} ({exp['name']}) is "
+                                      f"{exp['status']}"))
+
+        failure = run_each(env, targets, abort_one)
+        if wait_ and failure is None:
+            wait_for(env, client, targets[0], interval=interval, timeout=timeout, output=output,
                      until=ExpStatus.ABORTED)
             return
-    if output == "table":
-        env.print_out(visible(f"experiment {exp['id']} ({exp['name']}) is {exp['status']}"))
-    else:
-        out.emit(env, exp, output, out.exp_detail)
+    if output != "table":
+        emit_objects(env, exps, output, out.exp_detail, several=len(targets) > 1, kind="exp")
+    exit_for(failure)
 
 
 @exp_group.command("delete")
-@exp_id_argument
+@exp_ids_argument
+@selector_option
 @yes_option
 @click.option("--purge", is_flag=True,
               help="Also delete the stored artifact files and the replicas' logs.")
 @server_option
 @pass_env
-def delete(env, exp_id: int, yes: bool, server: str, purge: bool = False) -> None:
-    """Delete a finished experiment (DeleteExp) with its jobs and artifact record (and with
-    --purge its stored files and logs). Asks first, as `analysis delete` does; --yes skips the
-    question (needed without a terminal: exit 2 otherwise).
+def delete(env, exp_ids: tuple[int, ...], selectors: tuple[str, ...], yes: bool, server: str,
+           purge: bool = False) -> None:
+    """Delete finished experiments (DeleteExp), by id or every one matching -l, with their jobs
+    and artifact record (and with --purge their stored files and logs). Asks first, listing what
+    will be deleted; --yes skips the question (needed without a terminal: exit 2 otherwise).
+
+    Each experiment is deleted and reported in turn; one that fails is reported and the others
+    are still deleted (exit code: the first failure's).
 
     \b
     Examples:
       falcon exp delete 12
-      falcon exp delete 12 --purge --yes
+      falcon exp delete 12 13 --purge --yes
+      falcon exp list -o name -l team=data | xargs falcon exp delete --yes
+      falcon exp delete -l stage=scratch
     """
     from ..client import open_client
 
     with open_client(env, server) as client:
+        targets, rows = _targets(env, client, exp_ids, selectors, "delete")
+        if not targets:
+            env.print_err("No experiments match.")
+            return
+        failure = None
         if not yes:
-            exp = client.request("GET", f"{EXPS}/{exp_id}")
-            confirm_delete(env, f"Delete experiment {exp_id} ({exp['name']}, {exp['status']})"
-                           + (" with its artifact files and logs" if purge else "") + "?",
-                           what=f"experiment {exp_id}")
-        client.request("DELETE", f"{EXPS}/{exp_id}",
-                       params={"purge": "true"} if purge else None)
-    env.print_out(f"deleted experiment {exp_id}" + (" and its files" if purge else ""))
+            shown: list[dict[str, Any]] = list(rows.values())  # -l: the list just read
+            if not selectors:
+                failure = run_each(env, targets, lambda exp_id: shown.append(
+                    client.request("GET", f"{EXPS}/{exp_id}")))
+            if not shown:
+                exit_for(failure)
+            extra = " with their artifact files and logs" if purge else ""
+            listing: list[str] = []
+            if len(shown) == 1:
+                exp = shown[0]
+                question = (f"Delete experiment {exp['id']} ({exp['name']}, {exp['status']})"
+                            + (" with its artifact files and logs" if purge else "") + "?")
+                what = f"experiment {exp['id']}"
+            else:
+                listing = [f"  exp/{exp['id']}  {exp['name']}  {exp['status']}" for exp in shown]
+                question = f"Delete these {len(shown)} experiments{extra}?"
+                what = f"{len(shown)} experiments"
+            confirm_delete(env, question, what=what, listing=listing)
+            targets = [exp["id"] for exp in shown]
+
+        def delete_one(exp_id: int) -> None:
+            client.request("DELETE", f"{EXPS}/{exp_id}",
+                           params={"purge": "true"} if purge else None)
+            env.print_out(f"deleted experiment {exp_id}" + (" and its files" if purge else ""))
+
+        failure = run_each(env, targets, delete_one) or failure
+    exit_for(failure)
 
 
 @exp_group.command("wait")
@@ -145,7 +225,8 @@ def wait_for(env, client, exp_id: int, *, interval: float, timeout: float | None
         exp_id: the experiment's id.
         interval: seconds between polls.
         timeout: seconds before giving up, or None to wait forever.
-        output: `table`, `json` or `yaml`.
+        output: `table`, or a `GetOutputType` format (`json`, `name`, ...) for the final
+            experiment alone on stdout.
         until: the final status that is a success (`exp abort --wait`: Aborted).
 
     Raises:
@@ -209,7 +290,9 @@ def wait_for(env, client, exp_id: int, *, interval: float, timeout: float | None
             live.stop()
 
     if output != "table":
-        out.emit(env, exp, output, out.exp_detail)
+        from ..listing import emit_object
+
+        emit_object(env, exp, output, kind="exp", id_key="id", table=out.exp_detail)
     status = exp.get("status")
     if status != until:
         detail = ": ".join(str(v) for v in (exp.get("reason"), exp.get("message")) if v)

@@ -3,42 +3,58 @@ from __future__ import annotations
 
 import rich_click as click
 
-from ..errors import CLIError
+from ..errors import CLIError, exit_for, run_each
 from ..exit_codes import ExitCode
-from ..listing import list_options
-from ..options import exp_id_argument, get_output_option, pass_env, server_option
+from ..listing import emit_objects, get_output_option, list_options
+from ..options import exp_ids_argument, pass_env, server_option
 from .group import DEFAULT_INTERVAL, EXPS, PAGE_SIZE, STATUSES, exp_group
 
 # `--limit` unset lists every row; this bound only stops a server bug from paging forever.
 MAX_ROWS = 10**9
-from .inputs import SelectorArg
+from .inputs import selector_option
 
 
 @exp_group.command("get")
-@exp_id_argument
+@exp_ids_argument
 @get_output_option
 @server_option
 @pass_env
-def get(env, exp_id: int, output: str, server: str) -> None:
-    """Show one experiment (GetExp) with its jobs, artifact and config.
+def get(env, exp_ids: tuple[int, ...], output: str, server: str) -> None:
+    """Show experiments (GetExp) with their jobs, artifact and config.
 
-    `-o wide` prints its one row of `exp list -o wide` instead (with the header).
+    Several ids (or `exp/ID`, as `-o name` prints) are shown one after the other; an id that
+    fails is reported and the others are still shown (exit code: the first failure's).
+
+    `-o wide` prints their rows of `exp list -o wide` instead (with the header).
 
     \b
     Examples:
       falcon exp get 12
       falcon exp get 12 -o wide
-      falcon exp get 12 -o yaml
+      falcon exp get 12 13 -o yaml
+      falcon exp get 12 -o jsonpath='{.status}'
     """
     from .. import output as out
     from ..client import open_client
 
+    require_ids(exp_ids)
+    exps: list[dict] = []
     with open_client(env, server) as client:
-        exp = client.request("GET", f"{EXPS}/{exp_id}")
+        failure = run_each(env, exp_ids,
+                           lambda exp_id: exps.append(client.request("GET", f"{EXPS}/{exp_id}")))
     if output == "wide":
-        out.exp_list_table(env.console(), [exp], now=_now(env), wide=True)
-        return
-    out.emit(env, exp, output, out.exp_detail)
+        if exps:
+            out.exp_list_table(env.console(), exps, now=_now(env), wide=True)
+    else:
+        emit_objects(env, exps, output, out.exp_detail, several=len(exp_ids) > 1, kind="exp")
+    exit_for(failure)
+
+
+def require_ids(exp_ids: tuple[int, ...]) -> None:
+    """Refuse an empty id list (a usage error naming the way to find ids)."""
+    if not exp_ids:
+        raise CLIError("give one or more experiment ids (e.g. 12 or exp/12; see `falcon exp "
+                       "list`)", ExitCode.USAGE)
 
 
 @exp_group.command("list")
@@ -49,9 +65,7 @@ def get(env, exp_id: int, output: str, server: str) -> None:
 @click.option("--cluster", "cluster_name", help="Only this cluster.")
 @click.option("--creator", help="Only experiments of this creator (email or user id).")
 @click.option("--search", help="Only names starting with this text (case-insensitive).")
-@click.option("--label", "-l", "selectors", multiple=True, type=SelectorArg(),
-              help="Only experiments with this label: key=value, or key for any value "
-                   "(repeatable; all must match).")
+@selector_option
 @click.option("--limit", type=click.IntRange(min=1), default=None,
               help="At most this many rows, newest first. Default: every matching row "
                    "(pages are followed), as kubectl and argo list.")

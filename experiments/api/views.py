@@ -180,11 +180,23 @@ class ExpDetailView(APIView):
     def delete(self, request, exp_id: int):
         from ..files import exp_delete_with_files  # run folders, and files with ?purge=true
 
-        purge = request.query_params.get("purge", "false").lower()
-        if purge not in ("true", "false", "1", "0"):
-            raise ValidationFailed({"purge": [f"must be true or false; got {purge[:20]!r}."]})
-        exp_delete_with_files(exp_id=exp_id, actor=request.user, purge=purge in ("true", "1"))
+        purge = bool_query(request, "purge", default=False)
+        exp_delete_with_files(exp_id=exp_id, actor=request.user, purge=purge)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+def bool_query(request, name: str, *, default: bool) -> bool:
+    """Read the boolean query parameter `name` (`true`/`false`, `1`/`0`).
+
+    Raises:
+        ValidationFailed: any other value, keyed `name`.
+    """
+    text = request.query_params.get(name)
+    if text is None:
+        return default
+    if text.lower() not in ("true", "false", "1", "0"):
+        raise ValidationFailed({name: [f"must be true or false; got {text[:20]!r}."]})
+    return text.lower() in ("true", "1")
 
 
 class ExpAbortView(APIView):
@@ -205,7 +217,11 @@ class ExpLabelsView(APIView):
 
     parser_classes = [StrictJSONParser, MergePatchParser]
 
-    @extend_schema(summary="UpdateExpLabels", parameters=[EXP_ID_PARAM],
+    @extend_schema(summary="UpdateExpLabels", parameters=[EXP_ID_PARAM, OpenApiParameter(
+        "overwrite", OpenApiTypes.BOOL, default=True,
+        description="false: refuse (409, naming the key) to change the value of a label the "
+                    "experiment already has, checked in the change's transaction "
+                    "(`kubectl label` without --overwrite). Default true: a set replaces.")],
                    request=ExpLabelsPatchSerializer, responses={
                        200: OpenApiResponse(
                            response={"type": "object", "properties": {"labels": {
@@ -213,13 +229,16 @@ class ExpLabelsView(APIView):
                            description="The experiment's labels after the change."),
                        400: OpenApiResponse(description="A label key or value is invalid."),
                        403: OpenApiResponse(description="Only the creator or a staff user may "
-                                                        "label it.")})
+                                                        "label it."),
+                       409: OpenApiResponse(description="overwrite=false and a label to set "
+                                                        "already has another value.")})
     def patch(self, request, exp_id: int):
         """A JSON merge patch (RFC 7396) of the labels: `{"labels": {"a": "1", "b": null}}`, sent
         as `application/json` or `application/merge-patch+json`."""
         data = ExpLabelsPatchSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         patch = data.validated_data["labels"]
+        overwrite = bool_query(request, "overwrite", default=True)
         if not isinstance(patch, dict):
             from core.errors import ValidationFailed
 
@@ -228,7 +247,7 @@ class ExpLabelsView(APIView):
         labels = services.exp_update_labels(
             exp_id=exp_id, actor=request.user,
             set_labels={k: v for k, v in patch.items() if v is not None},
-            remove=[k for k, v in patch.items() if v is None])
+            remove=[k for k, v in patch.items() if v is None], overwrite=overwrite)
         return Response({"labels": labels})
 
 

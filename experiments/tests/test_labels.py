@@ -272,3 +272,55 @@ def test_many_selectors_are_one_subquery(labelled, few, monkeypatch):
 def test_selectors_on_more_keys_than_a_label_set_holds_are_refused(auth_api, labelled):
     res = auth_api.get("/api/v1/exps?" + "&".join(f"label=k{i}" for i in range(65)))
     assert res.status_code == 400 and "at most 64" in res.json()["label"][0]
+
+
+@pytest.mark.parametrize("text", ["team=infra,batch=1", "a, b==2 ,", " team ", "a=1,a=1",
+                                  "x=,y"])
+def test_the_cli_splits_a_comma_selector_list_as_the_server_does(text):
+    """`falcon exp list -l a=1,b` (experiments.labels.parse_selectors) and `?label=a=1,b`
+    (the filter's field) read the same selectors, in the same order (AND)."""
+    from experiments.filters import LabelSelectorField
+    from experiments.labels import parse_selectors
+
+    assert list(dict.fromkeys(parse_selectors(text))) == LabelSelectorField().to_python(text)
+
+
+@pytest.mark.parametrize("text", [",", " , ", "a,b!=1", "a=x y"])
+def test_a_comma_list_without_a_good_selector_is_refused_by_both(text):
+    from django import forms
+
+    from experiments.filters import LabelSelectorField
+    from experiments.labels import parse_selectors
+
+    with pytest.raises(ValueError):
+        parse_selectors(text)
+    with pytest.raises(forms.ValidationError):
+        LabelSelectorField().to_python(text)
+
+
+@pytest.mark.django_db
+def test_overwrite_false_refuses_a_changed_value_in_the_transaction():
+    from core.errors import Conflict
+
+    exp = make_exp()
+    exp_update_labels(exp_id=exp.pk, actor=exp.creator, set_labels={"team": "ml"})
+    with pytest.raises(Conflict, match="'team'"):
+        exp_update_labels(exp_id=exp.pk, actor=exp.creator, set_labels={"team": "ml2", "b": "1"},
+                          overwrite=False)
+    assert Experiment.objects.get(pk=exp.pk).labels == {"team": "ml"}
+    assert exp_update_labels(exp_id=exp.pk, actor=exp.creator, overwrite=False,
+                             set_labels={"team": "ml", "b": "1"}) == {"b": "1", "team": "ml"}
+    assert exp_update_labels(exp_id=exp.pk, actor=exp.creator, set_labels={"team": "x"}) == {
+        "b": "1", "team": "x"}  # the default (and gRPC's) replaces, as before
+
+
+def test_http_patch_labels_with_overwrite_false_answers_409_naming_the_key(auth_api):
+    body = {"name": "ow", "cluster_name": "local", "exp_type": "profiling",
+            "role_to_task_spec": {"main": {"command": "x"}}, "labels": {"team": "ml"}}
+    url = f"/api/v1/exps/{auth_api.post('/api/v1/exps', body, format='json').json()['id']}/labels"
+    res = auth_api.patch(url + "?overwrite=false", {"labels": {"team": "ml2"}}, format="json")
+    assert res.status_code == 409 and "'team'" in str(res.json()), res.content
+    res = auth_api.patch(url + "?overwrite=nah", {"labels": {"team": "ml2"}}, format="json")
+    assert res.status_code == 400 and "overwrite" in res.json()
+    res = auth_api.patch(url + "?overwrite=true", {"labels": {"team": "ml2"}}, format="json")
+    assert res.status_code == 200 and res.json() == {"labels": {"team": "ml2"}}
