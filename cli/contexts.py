@@ -1,21 +1,10 @@
 """`falcon config`: named contexts, as kubectl's `config use-context` / `get-contexts`.
 
-A context names a Falcon server. The current one is the server of every command that gets none
-from `--server` (a command's or `falcon --server`) or `FALCON_SERVER`. Tokens stay in
-`credentials.json`, keyed by server, so switching contexts never moves a token to another
-server.
-
-File: `<config dir>/config.json`, written as the credentials file is (0600 from creation,
-renamed over the old one, in a 0700 folder):
-
-    {"version": 1, "current-context": "prod",
-     "contexts": {"prod": {"server": "https://falcon.example.com"}}}
+The file and the choice of a command's server are `cli.servers`; this module holds the commands.
 """
 from __future__ import annotations
 
 import json
-import re
-from pathlib import Path
 from typing import Any
 
 import rich_click as click
@@ -23,69 +12,7 @@ import rich_click as click
 from .errors import CLIError
 from .exit_codes import ExitCode
 from .options import output_option, pass_env
-from .token_cache import write_private_json
-
-FILE_NAME = "config.json"
-FORMAT_VERSION = 1
-# A context name: what kubectl users type (letters, digits, `-`, `_`, `.`, `@`, `:`, `/`).
-NAME_RE = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_.@:/]{0,252}")
-
-
-def _path(config_dir: Path) -> Path:
-    return Path(config_dir) / FILE_NAME
-
-
-def load(config_dir: Path) -> dict[str, Any]:
-    """Return the contexts file's data (an empty one when there is no file).
-
-    Raises:
-        CLIError(USAGE): the file is unreadable, not UTF-8 JSON, or not a contexts file.
-    """
-    path = _path(config_dir)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {"version": FORMAT_VERSION, "current-context": None, "contexts": {}}
-    except (UnicodeDecodeError, ValueError):
-        data = None
-    except OSError as exc:
-        raise CLIError(f"cannot read {path}: {exc.strerror}", ExitCode.USAGE) from None
-    if (not isinstance(data, dict) or not isinstance(data.get("contexts"), dict)
-            or not all(isinstance(c, dict) and isinstance(c.get("server"), str)
-                       for c in data["contexts"].values())
-            or not isinstance(data.get("current-context"), (str, type(None)))):
-        raise CLIError(f"{path} is not a Falcon contexts file (JSON written by `falcon config "
-                       "set-context`); fix or delete it", ExitCode.USAGE)
-    return data
-
-
-def save(config_dir: Path, data: dict[str, Any]) -> None:
-    """Write the contexts file: 0600 from creation, atomically, in a 0700 folder."""
-    write_private_json(_path(Path(config_dir)), data)
-
-
-def current_server(config_dir: Path) -> str | None:
-    """Return the current context's server, or None when no context is chosen."""
-    if not _path(config_dir).exists():
-        return None
-    data = load(config_dir)
-    name = data.get("current-context")
-    if name is None:
-        return None
-    context = data["contexts"].get(name)
-    if context is None:
-        raise CLIError(f"the current context {name!r} is not defined in "
-                       f"{_path(config_dir)}; run `falcon config get-contexts` and `falcon "
-                       "config use-context NAME`", ExitCode.USAGE)
-    return context["server"]
-
-
-def _check_name(name: str) -> str:
-    if not NAME_RE.fullmatch(name):
-        raise CLIError(f"{name!r} is not a context name: use letters, digits and - _ . @ : / "
-                       "(at most 253, starting with a letter or digit)", ExitCode.USAGE)
-    return name
-
+from .servers import FORMAT_VERSION, check_name, load, save
 
 @click.group("config")
 def config_group() -> None:
@@ -141,7 +68,7 @@ def set_context(env, name: str, server: str) -> None:
     """
     from .token_cache import normalize_server
 
-    _check_name(name)
+    check_name(name)
     data = load(env.credentials_dir)
     data["contexts"][name] = {"server": normalize_server(server)}
     data["version"] = FORMAT_VERSION
@@ -201,7 +128,7 @@ def rename_context(env, old: str, new: str) -> None:
     Examples:
       falcon config rename-context prod production
     """
-    _check_name(new)
+    check_name(new)
     data = load(env.credentials_dir)
     _require(data, old)
     if new in data["contexts"] and new != old:

@@ -48,6 +48,23 @@ class GetOutputType(ListOutputType):
     example = "-o jsonpath='{.status}'"
 
 
+class CreateOutputType(GetOutputType):
+    """The `-o` of `exp create`: as `GetOutputType` but without `wide` (as `kubectl create`)."""
+
+    formats = tuple(f for f in GET_FORMATS if f != "wide")
+
+
+def create_output_option(func):
+    """Add `-o/--output table|name|json|yaml|jsonpath=TEMPLATE` to a command that creates one
+    object and shows it (`emit_object`)."""
+    return click.option(
+        "-o", "--output", "output", type=CreateOutputType(), default="table",
+        show_default=True,
+        help="table for people; name: KIND/ID; json or yaml for scripts (stdout only); "
+             "jsonpath=TEMPLATE: kubectl's template applied to the -o json object, e.g. "
+             "-o jsonpath='{.status}'.")(func)
+
+
 def get_output_option(func):
     """Add `-o/--output table|wide|name|json|yaml|jsonpath=TEMPLATE` to a command that shows one
     object (`emit_object`): `wide` is the object's row with every column of the wide list, as

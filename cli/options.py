@@ -5,7 +5,8 @@ import re
 
 import rich_click as click
 
-from .env import DEFAULT_SERVER, Environment
+from .env import Environment
+from .servers import resolve_server
 
 OUTPUT_FORMATS = ("table", "json", "yaml")
 MAX_ID = 2**63 - 1  # ids are the database's 64-bit primary keys
@@ -17,26 +18,6 @@ ANALYSIS_ID_EXAMPLE = "an-127d556979606b76"
 
 pass_env = click.make_pass_decorator(Environment, ensure=True)
 """Pass the run's `Environment` (created from the process when the caller gave none)."""
-
-
-def resolve_server(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
-    """Choose the server: this command's `--server`, then the root's `falcon --server`, then
-    env `FALCON_SERVER`, then the current context's server, then `DEFAULT_SERVER` (kubectl's
-    order: flag, environment, kubeconfig)."""
-    from click.core import ParameterSource
-
-    if value and ctx.get_parameter_source(param.name) is ParameterSource.COMMANDLINE:
-        return value
-    root = ctx.find_root().params.get("server")
-    if root:
-        return root
-    if value:  # from FALCON_SERVER
-        return value
-    from .contexts import current_server
-
-    env = ctx.find_object(Environment)
-    found = current_server((env or Environment()).credentials_dir)
-    return found or DEFAULT_SERVER
 
 
 def server_option(func):
@@ -104,9 +85,9 @@ class ExpIdType(IdType):
         super().__init__("an experiment", "falcon exp list", kind="exp")
 
     def shell_complete(self, ctx, param, incomplete):
-        from .completion import complete_ids
+        from .completers import complete_ids
 
-        return complete_ids(ctx, "/api/v1/exps", incomplete, numeric=True)
+        return complete_ids(ctx, "/api/v1/exps", incomplete, max_id=MAX_ID)
 
 
 class AnalysisIdType(click.ParamType):
@@ -132,7 +113,7 @@ class AnalysisIdType(click.ParamType):
         return text
 
     def shell_complete(self, ctx, param, incomplete):
-        from .completion import complete_ids
+        from .completers import complete_ids
 
         return complete_ids(ctx, "/api/v1/analyses", incomplete)
 

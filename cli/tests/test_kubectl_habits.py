@@ -180,8 +180,12 @@ def test_get_and_create_print_names_and_templates(logged_in, files, falcon_run):
     assert done.returncode == 0 and done.stdout == f"exp/{exp_id}\n", done.stderr
     done = falcon_run("exp", "get", str(exp_id), str(exp_id), "-o", "jsonpath={.items[*].name}")
     assert done.stdout == "one one", done.stderr
-    done = falcon_run("exp", "get", str(exp_id), "-o", "wide")
-    assert done.returncode == ExitCode.USAGE
+    done = falcon_run("exp", "get", str(exp_id), "-o", "wide")  # the row of `exp list -o wide`
+    assert done.returncode == 0 and done.stdout.splitlines()[0].split()[:2] == ["ID", "NAME"]
+    assert done.stdout.splitlines()[1].split()[:2] == [str(exp_id), "one"], done.stdout
+    done = falcon_run("exp", "create", "--name", "x", "--cluster", "c", "--type", "t",
+                      "--role-to-task-spec", files("tasks.yaml", TASKS_YAML), "-o", "wide")
+    assert done.returncode == ExitCode.USAGE, done.stderr  # as kubectl create: no wide
     done = falcon_run("exp", "create", "--name", "made", "--cluster", "c", "--type", "t",
                       "--role-to-task-spec", files("tasks.yaml", TASKS_YAML), "-o", "name")
     assert done.returncode == 0, done.stderr

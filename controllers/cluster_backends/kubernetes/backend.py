@@ -12,7 +12,6 @@ import time
 import weakref
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import urllib3
@@ -33,6 +32,14 @@ from controllers.cluster_backends.base import (
     cluster_job_name_for,
 )
 from controllers.cluster_backends.kubernetes import manifests
+from controllers.cluster_backends.kubernetes.cache import (
+    Known,
+    ObservePass,
+    int_rv,
+    lean_job,
+    lean_object,
+    status_message,
+)
 from controllers.cluster_backends.kubernetes.config import KubernetesClusterConfig
 from controllers.cluster_backends.kubernetes.outcomes import OutcomesMixin
 from controllers.cluster_backends.kubernetes.state import (
@@ -59,85 +66,11 @@ from controllers.kubeclient import Informer, KubeCaller, Raw, api_client, list_a
 log = logging.getLogger("falcon.controllers.kubernetes")
 
 
-@dataclass
-class _Known:
-    """A Job known from a direct answer of the API server (its create response, an adoption's
-    GET, a direct read), for as long as the Jobs cache has not caught up with it.
-
-    Attributes:
-        obj: the Job as that answer returned it (decoded JSON).
-        rv: its resourceVersion as an integer, None when it is not one.
-        since: the backend's clock when it was learnt.
-    """
-
-    obj: dict[str, Any]
-    rv: int | None
-    since: float
-
-
-def _int_rv(obj: Mapping[str, Any]) -> int | None:
-    """An object's `metadata.resourceVersion` as an integer (None when it is not one)."""
-    try:
-        return int((obj.get("metadata") or {}).get("resourceVersion"))
-    except (TypeError, ValueError):
-        return None
-
-
 def _stop_all(caches) -> None:
     for cache in caches:
         if cache is not None:
             cache.stop()
 
-
-def _status_message(exc: ApiException) -> str:
-    """Return the `message` of the `meta/v1 Status` body of an API error ("" when absent)."""
-    try:
-        body = json.loads(exc.body or "")
-    except (TypeError, ValueError):
-        return ""
-    return str(body.get("message") or "") if isinstance(body, dict) else ""
-
-
-def _lean_object(obj: dict[str, Any]) -> dict[str, Any]:
-    """What the caches keep of an object: all but `metadata.managedFields` (the API server's
-    field ownership, often the largest part of an object, which nothing here reads)."""
-    meta = obj.get("metadata")
-    if isinstance(meta, dict) and "managedFields" in meta:
-        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
-    return obj
-
-
-def _lean_job(obj: dict[str, Any]) -> dict[str, Any]:
-    """What the Jobs cache keeps of a Job: `_lean_object`, without `spec.template` (the Pod
-    template, two thirds of a Falcon Job: a state is mapped from the Job's status, counts and
-    suspension and from its Pods, never from the template; a submit reads the Job from the API
-    server)."""
-    obj = _lean_object(obj)
-    spec = obj.get("spec")
-    if isinstance(spec, dict) and "template" in spec:
-        obj = {**obj, "spec": {k: v for k, v in spec.items() if k != "template"}}
-    return obj
-
-
-@dataclass
-class _ObservePass:
-    """What the `observe` calls of one pass share (`KubernetesBackend.begin_observe_pass`).
-
-    Attributes:
-        by_name: the cluster's Jobs by name (a copy of the cache, or one LIST), None until the
-            first `observe`; pod_cache: the Pods cache (with `watch`); cache_rv, fresh: the
-            Jobs cache's resourceVersion and whether it caught up (`_synced_caches`);
-        pods_by_owner: the Pods cache's items by their Job's name, built when first needed;
-        memo, needs: the states mapped and the Jobs that needed their Pods (see `observe`).
-    """
-
-    by_name: dict[str, dict[str, Any]] | None = None
-    pod_cache: Informer | None = None
-    cache_rv: int = 0
-    fresh: bool = False
-    pods_by_owner: dict[str, list[dict[str, Any]]] | None = None
-    memo: dict[tuple, ClusterJobState] = field(default_factory=dict)
-    needs: dict[tuple[str, str, int, str], int] = field(default_factory=dict)
 
 
 class KubernetesBackend(OutcomesMixin, ClusterBackend):
@@ -168,7 +101,7 @@ class KubernetesBackend(OutcomesMixin, ClusterBackend):
         # Jobs by name that this process created, adopted or read directly and the Jobs cache
         # has not shown yet (kube-controller-manager's ControllerExpectations): present, as
         # the API server answered, until the cache has caught up with them (`_known_jobs`).
-        self._known: dict[str, _Known] = {}
+        self._known: dict[str, Known] = {}
         self._job_cache: Informer | None = None
         self._pod_cache: Informer | None = None
         # The state each Job of the last tick mapped to (see `observe`), keyed by (Job name,
@@ -182,7 +115,7 @@ class KubernetesBackend(OutcomesMixin, ClusterBackend):
         # saves calls; nothing is concluded from it (a restart forgets it harmlessly).
         self._released: dict[str, str | None] = {}
         # The observe pass under way (`begin_observe_pass`), None outside one.
-        self._pass: _ObservePass | None = None
+        self._pass: ObservePass | None = None
 
     # -- clients -----------------------------------------------------------------------------
 
@@ -217,7 +150,7 @@ class KubernetesBackend(OutcomesMixin, ClusterBackend):
         if not isinstance(exc, ApiException):
             return BackendError(f"cluster {self.cluster_name}: {what}: {exc!r}")
         detail = f"{exc.status} {exc.reason}"
-        message = _status_message(exc)
+        message = status_message(exc)
         if message:
             detail += f": {message}"
         text = f"cluster {self.cluster_name}: {what}: {detail}"
@@ -320,7 +253,7 @@ class KubernetesBackend(OutcomesMixin, ClusterBackend):
     def _learn(self, name: str, obj: client.V1Job | dict[str, Any]) -> None:
         """Remember Job `name` as the API server just answered it (`_known`)."""
         raw = obj if isinstance(obj, dict) else self.api.sanitize_for_serialization(obj)
-        self._known[name] = _Known(raw, _int_rv(raw), self._clock())
+        self._known[name] = Known(raw, int_rv(raw), self._clock())
 
     def _ensure_service(self, job: JobView, name: str, made: client.V1Job) -> None:
         """Create the headless Service of a Job with more than one Pod; keep one that exists.
@@ -371,10 +304,10 @@ class KubernetesBackend(OutcomesMixin, ClusterBackend):
                       "watch_timeout": self.config.watch_timeout}
             self._job_cache = Informer(self.caller, self.batch.list_namespaced_job,
                                        self.config.namespace, what="Jobs",
-                                       transform=_lean_job, **common).start()
+                                       transform=lean_job, **common).start()
             self._pod_cache = Informer(self.caller, self.core.list_namespaced_pod,
                                        self.config.namespace, what="Pods",
-                                       transform=_lean_object, **common).start()
+                                       transform=lean_object, **common).start()
             # A backend dropped without close() (tests, a reloaded clusters file) stops its
             # threads when it is garbage-collected.
             weakref.finalize(self, _stop_all, (self._job_cache, self._pod_cache))
@@ -567,7 +500,7 @@ class KubernetesBackend(OutcomesMixin, ClusterBackend):
         """
         if not jobs:
             return {}
-        read = self._pass if self._pass is not None else _ObservePass()
+        read = self._pass if self._pass is not None else ObservePass()
         if read.by_name is None:  # the cluster's Jobs, read once a pass
             if self.config.watch:
                 job_cache, read.pod_cache, fresh = self._synced_caches()
@@ -661,7 +594,7 @@ class KubernetesBackend(OutcomesMixin, ClusterBackend):
         tick. The cluster is read once for them all (the caches caught up once, the Jobs and
         the Pods by owner indexed once) and the states they map are kept together, so a tick
         in pages costs what one `observe` of every job did."""
-        self._pass = _ObservePass()
+        self._pass = ObservePass()
 
     def end_observe_pass(self) -> None:
         """End the pass: the states mapped in it are what the next tick may reuse (a pass cut
