@@ -128,11 +128,13 @@ class Column:
     elide: bool = False
 
 
-def _cut(cell: Cell, width: int) -> Cell:
+def _cut(cell: Any, width: int) -> Any:
+    """Return `cell` (a `Cell`, or a rich `Text` of a `get` field) cut to `width` cells, its
+    end replaced by `MARKER` when it is longer."""
     if cell.cell_len <= width:
         return cell
     if width <= len(MARKER):
-        return Cell(MARKER[:width])
+        return type(cell)(MARKER[:width])
     cut = cell.copy()
     cut.truncate(width - len(MARKER))
     cut.append(MARKER, style="dim")
@@ -222,20 +224,6 @@ def _one_line(text: Any) -> Any:
     return out
 
 
-def _cut_text(text: Any, width: int) -> Any:
-    """`_cut` for a rich `Text` (a `get` field's value, which may have been multi-line)."""
-    from rich.text import Text
-
-    if text.cell_len <= width:
-        return text
-    if width <= len(MARKER):
-        return Text(MARKER[:width])
-    cut = text.copy()
-    cut.truncate(width - len(MARKER))
-    cut.append(MARKER, style="dim")
-    return cut
-
-
 class FieldLines:
     """A `key  value` table (`exp get`, `describe`, `analysis get`) drawn as lines that never
     wrap: each value takes the rest of the line after the widest key, and a value longer than
@@ -266,7 +254,7 @@ class FieldLines:
             for index, part in enumerate(value.split("\n", include_separator=False)):
                 out = Text(key if index == 0 else "", style="bold" if index == 0 else "")
                 out.append(" " * (key_width - out.cell_len + GAP))
-                out.append_text(part if key in self.whole else _cut_text(part, room))
+                out.append_text(part if key in self.whole else _cut(part, room))
                 yield _one_line(out)
 
 
