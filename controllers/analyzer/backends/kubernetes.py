@@ -53,6 +53,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from artifacts.store import store_for
+from controllers.cluster_backends.kubernetes.state import pod_end
 from controllers.kubeclient import KubeCaller, compare_resource_versions, is_transient
 from controllers.pod_security import RESTRICTED, security_contexts
 from core.observability.logs import log_context
@@ -498,10 +499,14 @@ class PodAnalysisBackend(AnalysisBackend):
 
     def _failed(self, pod: client.V1Pod, status: client.V1PodStatus) -> RunState:
         name = pod.metadata.name
-        if status.reason == "Evicted":
+        # Who ended the Pod when the cluster did (evicted, preempted, node lost or shut down):
+        # one table for task and analysis Pods (`kubernetes.state.pod_end`).
+        end = pod_end(pod)
+        if end is not None and status.reason != "DeadlineExceeded":
             return RunState(phase=FAILED, alive=True, reason=EVICTED,
-                            message=f"the Pod {name} was evicted by the kubelet: "
-                            f"{status.message or 'node pressure'}")
+                            message=f"the Pod {name} was ended by the cluster, not the "
+                            f"plugin: {end.verb} ({end.reason}): {end.detail or 'no message'};"
+                            " create the analysis again")
         if status.reason == "DeadlineExceeded":
             return RunState(phase=FAILED, alive=True, reason=DEADLINE_EXCEEDED,
                             message=f"the Pod {name} ran longer than its "

@@ -247,6 +247,25 @@ def test_oomkilled_evicted_and_deadline_are_named(kube, tmp_path):
     assert all(s.phase == "failed" for s in states.values())
 
 
+def test_a_preempted_or_node_lost_analysis_pod_reads_as_the_clusters_doing(kube, tmp_path):
+    """Task and analysis Pods share one table of who ended a Pod (kubernetes.state.pod_end):
+    a preemption (DisruptionTarget) is named as such, not as the plugin's exit code 137."""
+    backend = make_backend(kube, tmp_path)
+    backend.start(spec("an-1"))
+    kube.set_pod_status(NS, "analysis-an-1", {
+        "phase": "Failed",
+        "conditions": [{"type": "DisruptionTarget", "status": "True",
+                        "reason": "PreemptionByScheduler",
+                        "message": "Preempted in order to admit critical pod"}],
+        "containerStatuses": [{"name": "analysis", "ready": False, "restartCount": 0,
+                               "image": "x", "imageID": "", "state": {"terminated": {
+                                   "exitCode": 137, "reason": "Error"}}}]})
+    s = backend.observe(["an-1"])["an-1"]
+    assert s.phase == "failed" and s.reason == "Evicted"
+    assert "preempted (PreemptionByScheduler)" in s.message
+    assert "critical pod" in s.message and "not the plugin" in s.message
+
+
 def test_a_root_image_under_run_as_non_root_fails_after_the_confirmation_window(kube,
                                                                                  tmp_path):
     clock = Clock()

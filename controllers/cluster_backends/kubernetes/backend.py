@@ -11,7 +11,6 @@ import logging
 import time
 import weakref
 from collections import defaultdict
-from collections.abc import Mapping
 from typing import Any
 
 import urllib3
@@ -21,7 +20,6 @@ from kubernetes import client
 from kubernetes.client import BatchV1Api, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
-from clusters.devices import DeviceType
 from clusters.validation import kubernetes_task_spec_problems
 from controllers.cluster_backends.base import (
     BackendError,
@@ -164,11 +162,6 @@ class KubernetesBackend(OutcomesMixin, ClusterBackend):
         """Return the Job name: `falcon-<exp id>-<exp name>-<role>`, at most 52 characters."""
         return cluster_job_name_for(exp_id=job.exp_id, exp_name=job.exp_name, role=job.role,
                                     max_len=K8S_JOB_NAME_MAX)
-
-    def shape(self, spec: Mapping[str, Any]) -> tuple[int, int, DeviceType | None]:
-        """Return `(replica, hosts per replica, device)` of a validated TaskSpec
-        (`manifests.shape` on this cluster)."""
-        return manifests.shape(self.config, self.cluster_name, spec)
 
     def labels(self, job: JobView) -> dict[str, str]:
         """Return the labels of the Job, its Pods and its Service."""
