@@ -85,12 +85,14 @@ def listening(port: int) -> bool:
 MEMORY_CAP_BYTES = 4 << 30
 
 
-def capped_memory() -> None:
-    """`preexec_fn`: cap the child's address space at `MEMORY_CAP_BYTES` (inherited by its own
-    children, so runlocal's processes and the local cluster's tasks too)."""
-    import resource
+def capped_memory(cmd: list[str]) -> list[str]:
+    """Return `cmd` run with its address space capped at `MEMORY_CAP_BYTES` (inherited by its
+    own children, so runlocal's processes and the local cluster's tasks too).
 
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP_BYTES, MEMORY_CAP_BYTES))
+    Through a shell's `ulimit`, not a `preexec_fn`: a preexec_fn makes subprocess fork the test
+    process, whose gRPC threads can abort the child before it execs.
+    """
+    return ["sh", "-c", f'ulimit -v {MEMORY_CAP_BYTES >> 10} && exec "$@"', "sh", *cmd]
 
 
 def prepared_env(tmp: Path, env: dict[str, str]) -> dict[str, str]:
@@ -234,9 +236,9 @@ class Platform:
         log = open(log_path, "ab")
         self._logs.append(log)
         self.log_paths.append(log_path)
-        self.procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env or self.env, stdout=log,
-                                           stderr=subprocess.STDOUT, start_new_session=True,
-                                           preexec_fn=capped_memory))
+        self.procs.append(subprocess.Popen(capped_memory(cmd), cwd=ROOT, env=env or self.env,
+                                           stdout=log, stderr=subprocess.STDOUT,
+                                           start_new_session=True))
 
     def check_alive(self) -> None:
         for proc in self.procs:

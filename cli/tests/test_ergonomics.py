@@ -484,8 +484,11 @@ def test_switching_contexts_keeps_the_file_private_whatever_the_umask(tmp_path):
     environ = {**os.environ, "PYTHONPATH": str(ROOT), "FALCON_CONFIG_DIR": str(config)}
     for args in (["config", "set-context", "a", "--server", "http://a"],
                  ["config", "use-context", "a"]):
-        done = subprocess.run(cmd + args, cwd=ROOT, env=environ, capture_output=True,
-                              text=True, timeout=60, preexec_fn=lambda: os.umask(0))
+        # umask 0 through a shell, not `preexec_fn`: a preexec_fn makes subprocess fork this
+        # process, whose gRPC threads then abort the child before it execs (seen under load).
+        done = subprocess.run(["sh", "-c", 'umask 0 && exec "$@"', "sh", *cmd, *args],
+                              cwd=ROOT, env=environ, capture_output=True, text=True,
+                              timeout=60)
         assert done.returncode == 0, done.stderr
         assert stat.S_IMODE((config / "config.json").stat().st_mode) == 0o600
         assert stat.S_IMODE(config.stat().st_mode) == 0o700
