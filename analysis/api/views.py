@@ -21,6 +21,7 @@ from rest_framework.views import APIView
 from core.http.drf import FilterSetBackend, StrictCursorPagination
 from core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
 from core.http.filters import MAX_ID, MAX_NAME_CHARS
+from core.http.params import bool_query
 from core.limits.numbers import parse_param
 from core.domain.statuses import AnalysisStatus, AnalysisType
 from core.limits.text import utf8_page
@@ -177,7 +178,7 @@ class AnalysisDetailView(APIView):
         if unknown:
             raise ValidationFailed({name: ["is not a query parameter; use purge."]
                                     for name in unknown})
-        purge = _bool_param(request, "purge")
+        purge = bool_query(request, "purge", default=False)
         record = _get_for_change(request, analysis_id, "delete")
         if not record.is_terminal:
             raise Conflict(f"Analysis {analysis_id} is {record.status}; only succeeded, failed, "
@@ -213,17 +214,6 @@ class AnalysisCancelView(APIView):
                 # records with its live runs).
                 services.analysis_cancel_in_db(analysis_id, actor=request.user)
         return Response(_detail(analysis_id))
-
-
-def _bool_param(request, name: str) -> bool:
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
-        return False
-    if raw.lower() in ("true", "1"):
-        return True
-    if raw.lower() in ("false", "0"):
-        return False
-    raise ValidationFailed({name: [f"must be true or false; got {raw[:40]!r}."]})
 
 
 def _int_param(request, name: str, *, default: int, minimum: int, maximum: int) -> int:

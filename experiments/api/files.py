@@ -26,6 +26,7 @@ from rest_framework.views import APIView
 
 from core.errors import ValidationFailed
 from core.http.filters import MAX_ID
+from core.http.params import bool_message, parse_bool
 
 from .. import selectors
 from ..files import (
@@ -70,12 +71,10 @@ class QueryBooleanField(serializers.Field):
     """A boolean query parameter: exactly `true` or `false` (`1` and `0` too); anything else is
     a 400 naming the parameter."""
 
-    WORDS = {"true": True, "1": True, "false": False, "0": False}
-
     def to_internal_value(self, data):
-        value = self.WORDS.get(str(data).lower())
+        value = parse_bool(str(data))
         if value is None:
-            raise serializers.ValidationError(f"must be true or false; got {str(data)[:40]!r}.")
+            raise serializers.ValidationError(bool_message(str(data)))
         return value
 
     def to_representation(self, value):

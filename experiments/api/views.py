@@ -16,8 +16,8 @@ from rest_framework.views import APIView
 
 from accounts.emails import MAX_EMAIL_CHARS
 from core.http.drf import StrictCursorPagination, represent
-from core.errors import ValidationFailed
 from core.http.filters import MAX_ID, MAX_NAME_CHARS
+from core.http.params import bool_query
 from core.http.parsers import MergePatchParser, StrictJSONParser
 
 from .. import selectors, services
@@ -185,20 +185,6 @@ class ExpDetailView(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-def bool_query(request, name: str, *, default: bool) -> bool:
-    """Read the boolean query parameter `name` (`true`/`false`, `1`/`0`).
-
-    Raises:
-        ValidationFailed: any other value, keyed `name`.
-    """
-    text = request.query_params.get(name)
-    if text is None:
-        return default
-    if text.lower() not in ("true", "false", "1", "0"):
-        raise ValidationFailed({name: [f"must be true or false; got {text[:20]!r}."]})
-    return text.lower() in ("true", "1")
-
-
 class ExpAbortView(APIView):
     """Abort one experiment (idempotent)."""
 
@@ -287,10 +273,8 @@ class ExpDiffView(APIView):
             ids = IdSequenceField().clean(request.query_params.getlist("ids"))
         except FormError as exc:
             raise ValidationFailed({"ids": list(exc.messages)}) from None
-        flag = request.query_params.get("all", "false").lower()
-        if flag not in ("true", "false", "1", "0", ""):
-            raise ValidationFailed({"all": [f"must be true or false; got {flag[:20]!r}."]})
-        return Response(selectors.exp_diff(exp_ids=ids, include_equal=flag in ("true", "1")))
+        return Response(selectors.exp_diff(
+            exp_ids=ids, include_equal=bool_query(request, "all", default=False)))
 
 
 @csrf_exempt

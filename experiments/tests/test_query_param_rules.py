@@ -141,3 +141,22 @@ def test_the_renderer_chosen_follows_accept_and_format_each_time(auth_api):
         assert auth_api.get("/api/v1/exps", HTTP_ACCEPT="application/json; indent=4").headers[
             "Content-Type"] == "application/json"  # orjson's renderer writes no parameters
         assert auth_api.get("/api/v1/exps", HTTP_ACCEPT="image/png").status_code == 406
+
+
+def test_every_boolean_query_parameter_reads_one_way(api):
+    """`purge`, `overwrite`, `all` and `timestamps` share one reader (`core.http.params`):
+    true/false/1/0 in any case, anything else a 400 keyed by the parameter."""
+    exp = make_exp(creator=api.user, name="b")
+    other = make_exp(creator=api.user, name="c")
+    refused = [
+        api.delete(f"/api/v1/exps/{exp.pk}?purge=yes"),
+        api.patch(f"/api/v1/exps/{exp.pk}/labels?overwrite=yes", {"labels": {"a": "1"}},
+                  format="json"),
+        api.get(f"/api/v1/exps/diff?ids={exp.pk},{other.pk}&all=yes"),
+        api.get(f"/api/v1/exps/{exp.pk}/logs?timestamps=yes"),
+        api.delete("/api/v1/analyses/an-1?purge=yes"),
+    ]
+    for response, name in zip(refused, ("purge", "overwrite", "all", "timestamps", "purge")):
+        assert response.status_code == 400, (name, response.content)
+        assert "must be true or false; got 'yes'" in str(response.json()[name]), name
+    assert api.get(f"/api/v1/exps/diff?ids={exp.pk},{other.pk}&all=TRUE").status_code == 200
