@@ -11,8 +11,9 @@ from ..errors import CLIError
 from ..exit_codes import ExitCode
 from ..options import ExpIdType, output_option, pass_env, server_option
 from ..visible import visible
+from ..outages import OutageGrace
 from .group import (
-    ANALYSES, DEFAULT_INTERVAL, RESOURCE_OPTIONS, UNAVAILABLE_GRACE, analysis_group, api_errors,
+    ANALYSES, DEFAULT_INTERVAL, RESOURCE_OPTIONS, analysis_group, api_errors,
 )
 
 
@@ -172,7 +173,7 @@ def wait_for(env, client, analysis_id: str, *, interval: float, timeout: float |
 
     stream = env.out if output == "table" else env.err
     start = env.monotonic()
-    down_since: float | None = None
+    grace = OutageGrace(env.monotonic)
     last = None
     with api_errors(analysis_id=analysis_id):
         analysis = client.request("GET", f"{ANALYSES}/{analysis_id}")
@@ -195,12 +196,9 @@ def wait_for(env, client, analysis_id: str, *, interval: float, timeout: float |
             try:
                 with api_errors(analysis_id=analysis_id):
                     analysis = client.request("GET", f"{ANALYSES}/{analysis_id}")
-                down_since = None
+                grace.answered()
             except CLIError as exc:
-                if exc.code != ExitCode.UNAVAILABLE:
-                    raise
-                down_since = env.monotonic() if down_since is None else down_since
-                if env.monotonic() - down_since > UNAVAILABLE_GRACE:
+                if not grace.tolerates(exc):
                     raise
     except KeyboardInterrupt:
         raise CLIError(f"stopped waiting; analysis {analysis_id} is still "

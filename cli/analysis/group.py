@@ -17,8 +17,6 @@ PLUGINS = "/api/v1/plugins"
 STATUSES = tuple(status.value for status in AnalysisStatus)
 TYPES = tuple(kind.value for kind in AnalysisType)
 DEFAULT_INTERVAL = 2.0  # seconds between polls of `--wait` and `logs --follow`
-# Seconds `--wait` and `logs --follow` keep polling a server that stopped answering (a restart).
-UNAVAILABLE_GRACE = 60.0
 CONTROLLER_UNAVAILABLE = ("the analyzer controller is unavailable; records stay readable "
                           "(falcon analysis list/get)")
 RESOURCE_OPTIONS = ("cpu_request", "cpu_limit", "memory_request", "memory_limit")

@@ -12,8 +12,9 @@ from ..exit_codes import ExitCode
 from ..options import (ExpIdType, analysis_id_argument, analysis_ids_argument, pass_env,
                        server_option)
 from ..visible import visible
+from ..outages import OutageGrace
 from .group import (
-    ANALYSES, DEFAULT_INTERVAL, STATUSES, TYPES, UNAVAILABLE_GRACE, analysis_group,
+    ANALYSES, DEFAULT_INTERVAL, STATUSES, TYPES, analysis_group,
     analysis_ids_of, api_errors,
 )
 
@@ -148,19 +149,16 @@ def follow_log(env, client, analysis_id: str, *, follow: bool, interval: float) 
     raw = not is_terminal(env.out)
     offset = 0
     note = None
-    down_since: float | None = None
+    grace = OutageGrace(env.monotonic)
     path = f"{ANALYSES}/{analysis_id}/logs"
     try:
         while True:
             try:
                 with api_errors(analysis_id=analysis_id):
                     page = client.request("GET", path, params={"offset": str(offset)})
-                down_since = None
+                grace.answered()
             except CLIError as exc:
-                if not follow or offset == 0 or exc.code != ExitCode.UNAVAILABLE:
-                    raise
-                down_since = env.monotonic() if down_since is None else down_since
-                if env.monotonic() - down_since > UNAVAILABLE_GRACE:
+                if not follow or offset == 0 or not grace.tolerates(exc):
                     raise
                 env.sleep(interval)
                 continue

@@ -22,8 +22,6 @@ PAGE_SIZE = 500  # rows per ListExps page: the server's maximum, so few round tr
 # and Linux caps one environment string with its NUL at MAX_ARG_STRLEN = 128 KiB.
 CONFIG_MAX_BYTES = 128 * 1024 - len(f"{CONFIG_ENV}=") - 1
 TASKS_MAX_BYTES = 1024 * 1024  # a tasks file of a few roles is a few KiB
-# Seconds `exp wait` keeps polling a server that stopped answering (a restart) before giving up.
-UNAVAILABLE_GRACE = 60.0
 # Tries of a create (it carries an Idempotency-Key, so a repeat cannot make a second experiment)
 # and of a read, when the server cannot be reached or the connection drops.
 ATTEMPTS = 4

@@ -19,7 +19,8 @@ from ..options import (
     yes_option,
 )
 from ..visible import visible
-from .group import DEFAULT_INTERVAL, EXPS, PAGE_SIZE, UNAVAILABLE_GRACE, exp_group
+from ..outages import OutageGrace
+from .group import DEFAULT_INTERVAL, EXPS, PAGE_SIZE, exp_group
 from .inputs import selector_option
 
 
@@ -240,7 +241,7 @@ def wait_for(env, client, exp_id: int, *, interval: float, timeout: float | None
 
     console = env.console(stderr=output != "table")
     start = env.monotonic()
-    down_since: float | None = None
+    grace = OutageGrace(env.monotonic)
     exp = client.request("GET", f"{EXPS}/{exp_id}")
 
     class _View:  # re-rendered on each refresh, so the elapsed time keeps ticking
@@ -269,14 +270,9 @@ def wait_for(env, client, exp_id: int, *, interval: float, timeout: float | None
             env.sleep(max(delay, 0.0))
             try:
                 exp = client.request("GET", f"{EXPS}/{exp_id}")
-                down_since = None
+                grace.answered()
             except CLIError as exc:
-                # A server restarting (runlocal, a rolling deploy) is not the experiment's end:
-                # keep polling for UNAVAILABLE_GRACE seconds before giving up.
-                if exc.code != ExitCode.UNAVAILABLE:
-                    raise
-                down_since = env.monotonic() if down_since is None else down_since
-                if env.monotonic() - down_since > UNAVAILABLE_GRACE:
+                if not grace.tolerates(exc):  # a restart is not the experiment's end
                     raise
             if live is not None:
                 live.refresh()
