@@ -102,15 +102,7 @@ def emit_objects(env, objs: list[dict], output: str, table, *, several: bool,
     if not several:
         for obj in objs:
             emit_object(env, obj, output, kind=kind, id_key="id", table=table)
-    elif output in ("json", "yaml"):
-        out.emit(env, objs, output, table)
-    elif output == "name":
-        if objs:
-            env.print_out("\n".join(f"{kind}/{obj.get('id')}" for obj in objs))
-    elif output.startswith("jsonpath="):
-        env.out.write(render_template(output[len("jsonpath="):], objs, items=objs))
-        env.out.flush()
-    else:
+    elif not _emit_rows(env, objs, output, kind=kind, id_key="id"):
         for index, obj in enumerate(objs):
             if index:
                 env.print_out("")
@@ -280,9 +272,17 @@ def emit_list(env, rows: list[dict[str, Any]], *, output: str, kind: str, id_key
             `env.table_console()` (plain text where no colour shows).
     """
     rows = sort_rows(rows, sort_by)
+    if not _emit_rows(env, rows, output, kind=kind, id_key=id_key):
+        table(env.table_console(), rows, wide=output == "wide", headers=not no_headers)
+
+
+def _emit_rows(env, rows: list[dict[str, Any]], output: str, *, kind: str,
+               id_key: str) -> bool:
+    """Write `rows` as a list for scripts (`-o name`, `jsonpath=`, `json`, `yaml`); return
+    False, writing nothing, when `output` is a table for people."""
     if output == "name":
         if rows:
-                env.print_out("\n".join(f"{kind}/{row.get(id_key)}" for row in rows))
+            env.print_out("\n".join(f"{kind}/{row.get(id_key)}" for row in rows))
     elif output.startswith("jsonpath="):
         # Exactly the template's text, as kubectl: add `{"\n"}` for a final newline.
         env.out.write(render_template(output[len("jsonpath="):], rows, items=rows))
@@ -292,4 +292,5 @@ def emit_list(env, rows: list[dict[str, Any]], *, output: str, kind: str, id_key
 
         emit(env, rows, output, None)
     else:
-        table(env.table_console(), rows, wide=output == "wide", headers=not no_headers)
+        return False
+    return True
