@@ -49,6 +49,10 @@ def make_backend(kubeconfig=None, **overrides) -> KubernetesBackend:
                           request_timeout=overrides.pop("request_timeout", 5.0),
                           retries=overrides.pop("retries", 3), backoff_initial=0.01,
                           backoff_max=0.05, qps=1000, burst=1000)
+    # A tick waits for its caches at most `cache_sync_wait` and goes on as soon as they caught
+    # up: a loaded machine may need more than the product's 1 s for a watch event, and these
+    # tests are about what a caught-up cache yields (test_k8s_stale_cache.py covers lag).
+    overrides.setdefault("cache_sync_wait", 60)
     return KubernetesBackend("k8s-a", KubernetesClusterConfig(namespace=NS, connection=conn,
                                                               **overrides))
 

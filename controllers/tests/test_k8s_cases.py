@@ -44,8 +44,14 @@ def k8s_clusters(settings, kubeconfig, tmp_path):
     """A clusters file with `k8s-a` (kubernetes, on the fake) besides `local`."""
     def write(**k8s_options):
         path = tmp_path / "clusters-k8s.yaml"
+        # A tick waits for its caches to reach the API server's resourceVersion at most
+        # `cache_sync_wait`; it returns as soon as they do. The product's 1 s can pass on a
+        # loaded machine before a watch event arrives, and a tick would then act on a cache
+        # a step behind what the test wrote: these tests are about decisions on what was
+        # observed, so they wait for the event (test_k8s_stale_cache.py covers lagging caches).
         entry = {"backend": "kubernetes", "namespace": NS, "kubeconfig": str(kubeconfig),
-                 "backoff_initial": 0.01, "backoff_max": 0.05, "request_timeout": 5}
+                 "backoff_initial": 0.01, "backoff_max": 0.05, "request_timeout": 5,
+                 "cache_sync_wait": 60}
         entry.update(k8s_options)
         path.write_text(yaml.safe_dump({"clusters": {
             "local": {"backend": "local", "state_dir": str(tmp_path / "local")},
