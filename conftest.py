@@ -67,6 +67,10 @@ def pytest_configure(config):
     from falcon_site.startup import prepare_local_state
 
     prepare_local_state()
+    # `falcon ... --help` run by a test draws its page afresh and never writes the help cache
+    # into the home folder of whoever runs the suite; cli/tests/test_helpcache.py turns the
+    # cache on, with a config folder of its own.
+    os.environ["FALCON_NO_HELP_CACHE"] = "1"
 
 
 @pytest.fixture(scope="session")

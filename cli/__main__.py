@@ -1,4 +1,4 @@
 """`python -m cli`: the same as the `falcon` console script."""
-from .main import main
+from .start import main
 
 main()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import rich_click as click
 
 from .completers import COMPLETION_LIMIT, EXTRA_DIGITS, request
-from .options import pass_env
+from .options import SingleValueCommand, pass_env
 
 __all__ = ["COMPLETION_LIMIT", "EXTRA_DIGITS", "complete_roles", "completion_command"]
 
@@ -42,7 +42,7 @@ def complete_roles(ctx: click.Context, param: click.Parameter, incomplete: str) 
     return [role for role in roles if role.startswith(incomplete)]
 
 
-@click.command("completion")
+@click.command("completion", cls=SingleValueCommand)
 @click.argument("shell", type=click.Choice(SHELLS))
 @pass_env
 def completion_command(env, shell: str) -> None:

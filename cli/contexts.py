@@ -11,10 +11,10 @@ import rich_click as click
 
 from .errors import CLIError
 from .exit_codes import ExitCode
-from .options import output_option, pass_env
+from .options import FalconSubGroup, output_option, pass_env
 from .servers import FORMAT_VERSION, check_name, load, save
 
-@click.group("config")
+@click.group("config", cls=FalconSubGroup)
 def config_group() -> None:
     """Named contexts: which Falcon server commands talk to (as kubectl config).
 

@@ -16,6 +16,7 @@ import rich_click as click
 from .env import Environment, columns_from
 from .errors import CLIError
 from .exit_codes import ExitCode
+from .options import RecordsHelp
 
 VERSION = "0.1.0"
 
@@ -69,7 +70,7 @@ def load_command(name: str) -> click.Command:
     return getattr(importlib.import_module(module), attribute)
 
 
-class FalconGroup(click.RichGroup):
+class FalconGroup(RecordsHelp, click.RichGroup):
     """The root group: turns a `CLIError` from any command into one stderr line and its code.
 
     Unexpected exceptions are reported the same way (set FALCON_DEBUG=1 for the traceback), so a

@@ -185,7 +185,37 @@ def analysis_ids_argument(func):
                           nargs=-1)(func)
 
 
-class SingleValueCommand(click.RichCommand):
+HELP_SHOWN = "falcon.help_shown"
+
+
+class RecordsHelp:
+    """Mixed into every Falcon command class: a help page printed by the help option is kept in
+    the help cache (`cli.helpcache`), so the same `--help` next time prints without drawing."""
+
+    def get_help_option(self, ctx: click.Context) -> click.Option | None:
+        option = super().get_help_option(ctx)
+        if option is not None and not getattr(option, "_falcon_records", False):
+            show = option.callback
+
+            def callback(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+                if value and not ctx.resilient_parsing:
+                    ctx.meta[HELP_SHOWN] = True
+                return show(ctx, param, value)
+
+            option.callback = callback
+            option._falcon_records = True
+        return option
+
+    def get_help(self, ctx: click.Context) -> str:
+        page = super().get_help(ctx)
+        if ctx.meta.get(HELP_SHOWN):
+            from . import helpcache
+
+            helpcache.record(page + "\n")  # as rich-click prints it
+        return page
+
+
+class SingleValueCommand(RecordsHelp, click.RichCommand):
     """A command that refuses a single-valued option given twice (`--exp 2 --exp 4`).
 
     click keeps the last value silently, so a script that appends an option to a command line
@@ -213,7 +243,7 @@ class SingleValueCommand(click.RichCommand):
         return super().parse_args(ctx, args)
 
 
-class FalconSubGroup(click.RichGroup):
+class FalconSubGroup(RecordsHelp, click.RichGroup):
     """A command group whose commands refuse a repeated single-valued option
     (`SingleValueCommand`)."""
 
