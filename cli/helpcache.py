@@ -16,17 +16,23 @@ those inputs is the same. The key holds:
 
 Only a page printed by the help option is kept (`record` is called by the commands' help
 path), never the output of a command that happened to receive `--help` as an option's value.
-Anything unexpected (an unreadable folder, a full disk) turns the cache off for that run: the
-help is then drawn as before. This module imports only the standard library's light modules.
+A page is stored behind its SHA-256 (a file cut short or damaged is drawn and written again),
+only in a folder that is this user's, not a link and not writable by others, and read without
+following a link. Anything unexpected (an unreadable folder, a full disk, a closed stdout)
+turns the cache off for that run: the help is then drawn as before. This module imports only
+the standard library's light modules.
 """
 from __future__ import annotations
 
 import os
+import stat
 import sys
 
 HELP_FLAGS = frozenset({"--help", "-h"})
 VOLATILE = frozenset({"PWD", "OLDPWD", "SHLVL", "_"})
 MAX_ENTRIES = 256  # pages kept; past it the oldest go
+MAX_PAGE = 1 << 20  # bytes stored: a longer page (COLUMNS=10000) is drawn each time
+FORMAT = "falcon-help-1"
 _CLI_DIR = os.path.dirname(os.path.abspath(__file__))
 
 _pending: tuple[str, str] | None = None  # (cache folder, key) of this run, when it may record
@@ -64,8 +70,9 @@ def cache_key(argv: list[str], environ: dict[str, str] | os._Environ) -> str:
 
     digest = hashlib.sha256()
 
-    def feed(text: str) -> None:
-        digest.update(text.encode("utf-8", "surrogateescape") + b"\n")
+    def feed(text: str) -> None:  # each part behind its length: no two inputs run together
+        data = text.encode("utf-8", "surrogateescape")
+        digest.update(len(data).to_bytes(8, "big") + data)
 
     feed(sys.executable)
     feed(sys.version)
@@ -84,25 +91,60 @@ def cache_dir(environ) -> str:
     return os.path.join(os.path.expanduser(base), "cache", "help")
 
 
+def _private_folder(folder: str) -> bool:
+    """True when `folder` is a real folder (not a link) of this user that nobody else may
+    write: only such a folder's pages are read or written."""
+    try:
+        st = os.lstat(folder)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
+def seal(page: str) -> bytes:
+    """`page` as stored: a first line naming the format and the page's SHA-256, then the page."""
+    import hashlib
+
+    body = page.encode("utf-8", "surrogateescape")
+    return f"{FORMAT} {hashlib.sha256(body).hexdigest()}\n".encode() + body
+
+
+def unseal(data: bytes) -> str | None:
+    """The page of a stored file, or None when the file is not whole (cut short, emptied,
+    overwritten): such a file is drawn and written again."""
+    import hashlib
+
+    head, newline, body = data.partition(b"\n")
+    if not newline or head != f"{FORMAT} {hashlib.sha256(body).hexdigest()}".encode():
+        return None
+    return body.decode("utf-8", "surrogateescape")
+
+
 def serve(argv: list[str]) -> bool:
     """Print the cached help page of `argv` and return True; False when there is none (and the
     command should run). Remembers the key so that the page drawn by this run is recorded."""
     global _pending
     _pending = None
-    if HELP_FLAGS.isdisjoint(argv) or os.environ.get("FALCON_NO_HELP_CACHE", "") not in ("",
-                                                                                      "0"):
+    if HELP_FLAGS.isdisjoint(argv) or sys.stdout is None \
+            or os.environ.get("FALCON_NO_HELP_CACHE", "") not in ("", "0"):
         return False
     try:
         folder = cache_dir(os.environ)
         key = cache_key(argv, os.environ)
     except (OSError, ValueError, UnicodeError):
         return False
-    try:
-        with open(os.path.join(folder, key), encoding="utf-8", errors="surrogateescape") as fh:
-            page = fh.read()
-    except (OSError, UnicodeError):
-        _pending = (folder, key)
+    _pending = (folder, key)
+    if not _private_folder(folder):
         return False
+    try:
+        fd = os.open(os.path.join(folder, key), os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as fh:
+            page = unseal(fh.read(MAX_PAGE + 1))
+    except OSError:
+        return False
+    if page is None:
+        return False
+    _pending = None
     sys.stdout.write(page)
     sys.stdout.flush()
     return True
@@ -120,11 +162,16 @@ def record(page: str) -> None:
         for level in (os.path.dirname(os.path.dirname(folder)), os.path.dirname(folder),
                       folder):  # the config folder, cache/, cache/help/: each 0700
             os.makedirs(level, mode=0o700, exist_ok=True)
+        if not _private_folder(folder):
+            return
+        data = seal(page)
+        if len(data) > MAX_PAGE:
+            return
         tmp = os.path.join(folder, f".{key}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         try:
-            with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as fh:
-                fh.write(page)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
             os.replace(tmp, os.path.join(folder, key))
         finally:
             if os.path.exists(tmp):

@@ -137,7 +137,54 @@ def test_the_cache_keeps_the_newest_pages(tmp_path, monkeypatch, capsys):
         helpcache.record(f"page {n}\n")
         written = tmp_path / "cache" / "help" / helpcache.cache_key(argv, os.environ)
         os.utime(written, (n, n))  # an order of writing that ties cannot blur
-    kept = sorted(p.read_text() for p in (tmp_path / "cache" / "help").iterdir())
+    folder = tmp_path / "cache" / "help"
+    kept = sorted(helpcache.unseal(p.read_bytes()) for p in folder.iterdir())
     assert len(kept) == 3 and "page 4\n" in kept
     assert helpcache.serve(["--help", "4"])
     assert capsys.readouterr().out == "page 4\n"
+
+
+def test_a_closed_stdout_never_fails_help(environ):
+    # `falcon --help >&-`: Python's sys.stdout is None; the page is drawn (and lost) both times
+    for _ in range(2):
+        done = subprocess.run(f"exec {FALCON} --help >&-", shell=True, cwd=ROOT, env=environ,
+                              capture_output=False, stderr=subprocess.PIPE, timeout=60)
+        assert done.returncode == 0 and done.stderr == b""
+
+
+def test_inputs_that_run_together_never_share_a_key():
+    newline_in_argument = helpcache.cache_key(["exp", "get", "--help", "12\nCOLUMNS=50"], {})
+    newline_in_environment = helpcache.cache_key(["exp", "get", "--help", "12"],
+                                                 {"COLUMNS": "50"})
+    assert newline_in_argument != newline_in_environment
+    assert helpcache.cache_key(["--help"], {"COLORTERM": "x\nCOLUMNS=50"}) != \
+        helpcache.cache_key(["--help"], {"COLORTERM": "x", "COLUMNS": "50"})
+
+
+@pytest.mark.parametrize("damage", [b"", b"\xff\xfe binary", "cut".encode()])
+def test_a_damaged_page_is_drawn_and_written_again(environ, damage):
+    drawn = falcon(environ, "exp", "--help")
+    (page,) = pages(environ)
+    whole = page.read_bytes()
+    page.write_bytes(damage if damage != b"cut" else whole[:len(whole) // 2])
+    again = falcon(environ, "exp", "--help")
+    assert again.returncode == 0 and again.stdout == drawn.stdout
+    assert page.read_bytes() == whole  # drawn and stored again
+
+
+def test_a_cache_folder_that_is_a_link_or_open_to_others_is_never_used(environ, tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    cache = Path(environ["FALCON_CONFIG_DIR"], "cache")
+    cache.mkdir(parents=True, mode=0o700)
+    (cache / "help").symlink_to(shared)
+    for _ in range(2):
+        done = falcon(environ, "--help", probe=True)
+        assert done.returncode == 0 and "rich_click" in modules(done)
+    assert list(shared.iterdir()) == []
+    (cache / "help").unlink()
+    (cache / "help").mkdir(mode=0o700)
+    (cache / "help").chmod(0o777)
+    falcon(environ, "--help")
+    assert list((cache / "help").iterdir()) == []
