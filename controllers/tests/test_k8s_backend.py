@@ -8,6 +8,7 @@ Gone, retries with backoff and timeouts (CB-16), delete with propagation that re
 """
 from __future__ import annotations
 
+import json
 import re
 import threading
 
@@ -362,6 +363,31 @@ def test_observe_with_watch_reads_its_cache_and_one_resource_version_probe(kubec
         poll_until(lambda: jobs_cache.relists != relists, what="the watch cache to re-list")
         assert jobs_cache.relists == relists + 1
         assert backend.observe(views)[2].status == ClusterJobStatus.PENDING
+    finally:
+        backend.close()
+
+
+def test_the_caches_keep_only_what_a_state_is_read_from(kubeconfig, fake_kube):
+    """The Jobs cache drops the Pod template, the Pods cache the Pod's spec (containers, their
+    environment with the config): what they keep still maps a Pending, Unschedulable Pod."""
+    backend = make_backend(kubeconfig)
+    view = job_view()
+    try:
+        backend.submit(view)
+        name = backend.cluster_job_name(view)
+        fake_kube.set_job_status(NS, name, {"active": 1, "ready": 0})
+        fake_kube.spawn_pods(NS, name, status={
+            "phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                                                "reason": "Unschedulable"}]})
+        state = backend.observe([view])[view.id]
+        assert state.status == ClusterJobStatus.PENDING and "Unschedulable" in state.message
+        (pod,) = backend._pod_cache.items().values()
+        assert "spec" not in pod and "managedFields" not in pod["metadata"]
+        assert pod["status"]["phase"] == "Pending"
+        assert "CUSTOM_CONFIG_KEY" not in json.dumps(pod)
+        (job,) = backend._job_cache.items().values()
+        assert "template" not in job["spec"] and job["spec"]["completions"] == 1
+        assert fake_kube.get("pods", NS, pod["metadata"]["name"])["spec"]["containers"]
     finally:
         backend.close()
 

@@ -35,7 +35,7 @@ from controllers.cluster_backends.kubernetes.cache import (
     ObservePass,
     int_rv,
     lean_job,
-    lean_object,
+    lean_pod,
     status_message,
 )
 from controllers.cluster_backends.kubernetes.config import KubernetesClusterConfig
@@ -300,7 +300,7 @@ class KubernetesBackend(OutcomesMixin, ClusterBackend):
                                        transform=lean_job, **common).start()
             self._pod_cache = Informer(self.caller, self.core.list_namespaced_pod,
                                        self.config.namespace, what="Pods",
-                                       transform=lean_object, **common).start()
+                                       transform=lean_pod, **common).start()
             # A backend dropped without close() (tests, a reloaded clusters file) stops its
             # threads when it is garbage-collected.
             weakref.finalize(self, _stop_all, (self._job_cache, self._pod_cache))

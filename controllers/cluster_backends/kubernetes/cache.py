@@ -1,6 +1,6 @@
 """What the Kubernetes backend keeps between its calls, and how lean (pure, no I/O).
 
-The caches keep Jobs and Pods without the parts nothing reads (`lean_object`, `lean_job`); a
+The caches keep Jobs and Pods without the parts nothing reads (`lean_job`, `lean_pod`); a
 Job learnt from a direct answer of the API server is `Known` until the Jobs cache catches up;
 the `observe` calls of one pass share an `ObservePass`.
 """
@@ -68,6 +68,17 @@ def lean_job(obj: dict[str, Any]) -> dict[str, Any]:
     spec = obj.get("spec")
     if isinstance(spec, dict) and "template" in spec:
         obj = {**obj, "spec": {k: v for k, v in spec.items() if k != "template"}}
+    return obj
+
+
+def lean_pod(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the Pods cache keeps of a Pod: `lean_object`, without `spec` (the containers, their
+    environment with the experiment's config, volumes, tolerations: most of a task Pod). A
+    Pod's part in a Job's state is read from its metadata and status only (`state.py`);
+    deleting Pods lists them from the API server, not from this cache."""
+    obj = lean_object(obj)
+    if "spec" in obj:
+        obj = {k: v for k, v in obj.items() if k != "spec"}
     return obj
 
 
