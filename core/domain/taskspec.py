@@ -46,6 +46,12 @@ class TaskSpec:
         if not isinstance(self.envs, MappingProxyType):
             object.__setattr__(self, "envs", MappingProxyType(dict(self.envs)))
 
+    def __reduce__(self):
+        """Pickle as the fields with `envs` a plain dict (a read-only mapping cannot be
+        pickled): a `TaskSpec` crosses process boundaries (multiprocessing) whole."""
+        return (type(self), (self.command, self.replica, self.image, self.device_type,
+                             self.device_topo, self.device_count, dict(self.envs)))
+
     def to_json(self) -> dict[str, Any]:
         """Return the JSON object stored in `Job.task_spec` and `Experiment.role_to_task_spec`
         (every field, in `FIELDS` order, `envs` a plain dict)."""

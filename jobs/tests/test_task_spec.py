@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 
 import pytest
 
@@ -59,3 +60,13 @@ def test_from_json_names_the_field_a_changed_row_breaks(stored, field):
 
 def test_from_json_reads_env_values_as_the_text_a_process_sees():
     assert dict(TaskSpec.from_json({"envs": {"A": 1, "B": "x"}}).envs) == {"A": "1", "B": "x"}
+
+
+def test_a_task_spec_pickles_whole_and_stays_read_only():
+    # multiprocessing sends TaskSpecs between processes (bench/resources.py's fake cluster)
+    spec = TaskSpec(command="python train.py", replica=2, image="img:1", device_type="tpu",
+                    device_topo="2x2", device_count=4, envs={"A": "1", "B": "x y"})
+    back = pickle.loads(pickle.dumps(spec))
+    assert back == spec and back.to_json() == spec.to_json()
+    with pytest.raises(TypeError):
+        back.envs["A"] = "2"
