@@ -197,22 +197,36 @@ def _seed(views: list[JobView]) -> None:
                 message=v.message, cluster_job_name=v.cluster_job_name) for v in chunk)
 
 
+# An experiment's config as users write them (a model, data and optimizer section): about
+# 1 KiB of YAML, injected into every Pod's environment as CUSTOM_CONFIG_KEY.
+CONFIG = "".join(f"section_{s}:\n" + "".join(f"  key_{k}: value-{s}-{k}\n" for k in range(8))
+                 for s in range(6))
+RUNNING_POD = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
+               "containerStatuses": [{
+                   "name": "main", "image": "busybox:1", "imageID": "", "ready": True,
+                   "restartCount": 0,
+                   "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]}
+WAITING_POD = {"phase": POD_PENDING, "containerStatuses": [{
+    "name": "main", "image": "busybox:1", "imageID": "", "ready": False, "restartCount": 0,
+    "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling"}}}]}
+
+
 def populate(fake: FakeKube, backend: KubernetesBackend, n: int, *, pending: bool):
+    """Put `n` Falcon Jobs into `fake`, each with its Pod made from the Job's template as the
+    Job controller makes it (the containers, their environment with the config): Running and
+    ready, or waiting on its image when `pending`."""
     views = []
     for i in range(1, n + 1):
         view = JobView(id=i, exp_id=i, exp_name=f"bench-{i}", exp_status=ExpStatus.RUNNING,
                        role="main", cluster_name=CLUSTER, exp_type="benchmark",
-                       task_spec=TaskSpec(command="sleep 1", image="busybox:1"), artifact_path=f"gs://b/{i}", config="",
+                       task_spec=TaskSpec(command="sleep 1", image="busybox:1"),
+                       artifact_path=f"gs://b/{i}", config=CONFIG,
                        status=JobStatus.PENDING if pending else JobStatus.RUNNING)
         name = backend.cluster_job_name(view)
         job = backend.api.sanitize_for_serialization(backend.build_job(view, name))
         job["status"] = ({"active": 1, "ready": 0} if pending else {"active": 1, "ready": 1})
         fake.put_object("jobs", NS, job)
-        if pending:
-            fake.put_pod(NS, name, 0, {"phase": POD_PENDING, "containerStatuses": [{
-                "name": "main", "image": "busybox:1", "imageID": "", "ready": False,
-                "restartCount": 0, "state": {"waiting": {"reason": "ImagePullBackOff",
-                                                         "message": "Back-off pulling"}}}]})
+        fake.spawn_pods(NS, name, status=WAITING_POD if pending else RUNNING_POD)
         views.append(replace(view, cluster_job_name=name,
                              message="" if pending else "1/1 pods ready",
                              reason="" if pending else "AllReplicasReady"))
