@@ -17,6 +17,7 @@ from .env import Environment, columns_from
 from .errors import CLIError
 from .exit_codes import ExitCode
 from .options import RecordsHelp
+from .start import escape_unencodable, silence_closed_streams
 
 VERSION = "0.1.0"
 
@@ -145,28 +146,9 @@ class FalconGroup(RecordsHelp, click.RichGroup):
             ctx.exit(int(ExitCode.ERROR))
 
 
-def _silence_closed_streams() -> None:
-    """Point the process's stdout and stderr at /dev/null, so that nothing else fails on them.
-
-    Python flushes stdout at exit; on a closed pipe that flush fails again and prints "Exception
-    ignored ... BrokenPipeError" (https://docs.python.org/3/library/signal.html#note-on-sigpipe).
-    Streams without a file descriptor (a test's capture) are left alone.
-    """
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            fd = stream.fileno()
-        except (AttributeError, OSError, ValueError):
-            continue
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(devnull, fd)
-        finally:
-            os.close(devnull)
-
-
 def _output_closed() -> click.exceptions.Exit:
     """The exit of a command whose output pipe was closed: quiet, code 141 (128 + SIGPIPE)."""
-    _silence_closed_streams()
+    silence_closed_streams()
     return click.exceptions.Exit(int(ExitCode.OUTPUT_CLOSED))
 
 
@@ -208,11 +190,7 @@ def main(argv: list[str] | None = None) -> None:
     A stdout or stderr whose encoding cannot write a character (`PYTHONIOENCODING=latin-1`,
     `LC_ALL=C`) writes it as a backslash escape instead of failing the command.
     """
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.reconfigure(errors="backslashreplace")
-        except (AttributeError, ValueError):  # a replaced or detached stream
-            pass
+    escape_unencodable()
     # rich reads COLUMNS and LINES itself (e.g. for a usage error) and int() of 4300+ digits
     # raises: keep only what `columns_from` accepts.
     for name in ("COLUMNS", "LINES"):
@@ -221,7 +199,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         falcon.main(args=argv, prog_name="falcon")
     except BrokenPipeError:  # while click reported a usage error on a closed stderr
-        _silence_closed_streams()
+        silence_closed_streams()
         sys.exit(int(ExitCode.OUTPUT_CLOSED))
 
 
