@@ -55,6 +55,7 @@ import random
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -102,9 +103,9 @@ def free_port() -> int:
 class Database:
     """A fresh database for one run: an SQLite file, or a uniquely named MariaDB database."""
 
-    def __init__(self, tmp: Path, mariadb: str | None):
+    def __init__(self, tmp: Path, mariadb: str | None, name: str | None = None):
         self.mariadb = mariadb.rstrip("/") if mariadb else None
-        self.name = f"falcon_bench_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+        self.name = name or f"falcon_bench_{os.getpid()}_{uuid.uuid4().hex[:8]}"
         if self.mariadb:
             self.url = f"{self.mariadb}/{self.name}"
         else:
@@ -121,8 +122,8 @@ class Database:
         """Create the MariaDB database (an SQLite file is created by migrate)."""
         if self.mariadb:
             conn = self._server()
-            conn.cursor().execute(f"CREATE DATABASE `{self.name}` CHARACTER SET utf8mb4 "
-                                  "COLLATE utf8mb4_unicode_ci")
+            conn.cursor().execute(f"CREATE DATABASE IF NOT EXISTS `{self.name}` "
+                                  "CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci")
             conn.close()
 
     def drop(self) -> None:
@@ -477,26 +478,203 @@ def measure(args, url: str, headers: dict[str, str], method: str, template: dict
             "client_cpu": client_cpu * 1000 / count}
 
 
+def operations(base: str, headers: dict[str, str], only: set[str]) -> list[tuple[str, str | None]]:
+    """Return (label, URL) of each operation to run, in order; None for a page the list lacks.
+
+    Each list on page 1 and page 21, the search, create (`POST /api/v1/exps`), then the floor.
+    A page's URL is found only for the operations that run (page 21 follows 20 `next` links).
+    """
+    pages = [(f"{label} p{page}", query, page) for label, query in LISTS for page in (1, 21)]
+    pages.append(("search p1", "search=whisper-70b", 1))
+    ops = [(label, page_url(base, headers, query, page)) for label, query, page in pages
+           if not only or label in only]
+    ops += [(label, url) for label, url in (("create", f"{base}/api/v1/exps"),
+                                            (FLOOR, f"{base}/healthz"))
+            if not only or label in only]
+    return ops
+
+
+def run_operation(args, label: str, url: str, headers: dict[str, str],
+                  server_sid: int) -> dict[str, float]:
+    """Measure one operation (`measure`); a create posts experiments with names unique to it."""
+    if label != "create":
+        return measure(args, url, headers, "GET", None, server_sid)
+    run = uuid.uuid4().hex[:6]
+    template = {"name": f"bench-{run}-{{n}}", "cluster_name": "local", "exp_type": "benchmark",
+                "config": CONFIG,
+                "role_to_task_spec": {"main": {"command": "true", "replica": 1}}}
+    return measure(args, url, headers, "POST", template, server_sid)
+
+
 def hold(base: str, headers: dict[str, str], server: subprocess.Popen) -> None:
     """Print the server's URL and auth header, then wait for SIGINT or SIGTERM (or its exit).
 
-    The two lines are `FALCON_URL=...` and `FALCON_AUTH_HEADER=Authorization: Bearer ...`, as
-    a side-by-side harness reads them; the caller's `finally` stops the server and drops the
-    database.
+    The lines are `FALCON_URL=...`, `FALCON_AUTH_HEADER=Authorization: Bearer ...` and
+    `FALCON_SERVER_SID=...` (the session of gunicorn's master and workers, whose CPU time
+    `session_cpu_seconds` reads), as a side-by-side harness reads them; the caller's
+    `finally` stops the server and drops the database (a `--reuse`d one is kept).
     """
     stop = []
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.append(1))
     print(f"FALCON_URL={base}", flush=True)
     print(f"FALCON_AUTH_HEADER=Authorization: {headers['Authorization']}", flush=True)
+    print(f"FALCON_SERVER_SID={server.pid}", flush=True)
     while not stop and server.poll() is None:
         time.sleep(0.2)
+
+
+def sizes_of(text: str) -> list[int]:
+    """Parse `--n`: one size or a comma list of sizes, each a whole number of at least 1."""
+    try:
+        sizes = [int(part.replace("_", "")) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give whole numbers separated by commas, e.g. 10000,100000") from None
+    if not sizes or min(sizes) < 1 or len(set(sizes)) != len(sizes):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give one or more different sizes of at least 1, e.g. 10000,100000")
+    return sizes
+
+
+class HeldServer:
+    """This script run with `--hold` for one size: its database seeded, its server up."""
+
+    def __init__(self, args, n: int):
+        self.n = n
+        command = [PYTHON, __file__, "--n", str(n), "--hold", "--workers", str(args.workers),
+                   "--threads", str(args.threads)]
+        for flag, value in (("--mariadb", args.mariadb), ("--keep-alive", args.keep_alive),
+                            ("--conn-max-age", args.conn_max_age)):
+            if value is not None:
+                command += [flag, str(value)]
+        if args.reuse:
+            command += ["--reuse", str(Path(args.reuse).resolve() / f"n-{n}")]
+        self.proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        found: dict[str, str] = {}
+        for line in self.proc.stdout:
+            key, _, value = line.rstrip("\n").partition("=")
+            if key in ("FALCON_URL", "FALCON_AUTH_HEADER", "FALCON_SERVER_SID"):
+                found[key] = value
+                if len(found) == 3:
+                    break
+            else:
+                print(f"# n={n}: {line.rstrip()}", flush=True)
+        if len(found) < 3:
+            self.stop()
+            raise SystemExit(f"the server for --n {n} did not start (exit {self.proc.returncode})")
+        self.base = found["FALCON_URL"]
+        name, _, value = found["FALCON_AUTH_HEADER"].partition(": ")
+        self.headers = {name: value}
+        self.sid = int(found["FALCON_SERVER_SID"])
+
+    def stop(self) -> None:
+        """End the run: its `finally` stops gunicorn and drops the database (unless reused)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def sizes_side_by_side(args, only: set[str]) -> None:
+    """Seed and serve every size of `args.n`, then measure each operation at each size in turn.
+
+    One server per size stays up for the whole run (seeded one after the other), and each
+    operation runs at every size before the next operation starts, so a change of the
+    machine's speed during the run falls on all sizes alike. Printed: each measurement as it
+    is taken, then per operation the median server CPU per request at each size, its ratio
+    to the floor (`/healthz` at that size) and its ratio to the first size.
+    """
+    servers: list[HeldServer] = []
+    try:
+        for n in args.n:
+            servers.append(HeldServer(args, n))
+        plans = {server.n: dict(operations(server.base, server.headers, only))
+                 for server in servers}
+        labels = list(plans[args.n[0]])
+        load_before = os.getloadavg()[0]
+        print(f"# sizes {', '.join(f'{n:,}' for n in args.n)} on "
+              f"{'MariaDB' if args.mariadb else 'SQLite'}; {args.clients} clients, "
+              f"{args.seconds:g} s each, {args.rounds} round(s), gunicorn {args.workers} "
+              f"workers x {args.threads} thread(s), load by {args.driver}, "
+              f"{os.cpu_count()} CPUs, load average {load_before:.1f} before", flush=True)
+        print(f"{'operation':<20} {'n':>9} {'req/s':>8} {'p95 ms':>8} {'errors':>6} "
+              f"{'server cpu ms/req':>17}", flush=True)
+        cpu: dict[str, dict[int, list[float]]] = {label: {} for label in labels}
+        for _round in range(args.rounds):
+            for label in labels:
+                for server in servers:
+                    url = plans[server.n][label]
+                    if url is None:
+                        print(f"{label:<20} {server.n:>9} (skipped: the list has fewer pages)",
+                              flush=True)
+                        continue
+                    got = run_operation(args, label, url, server.headers, server.sid)
+                    cpu[label].setdefault(server.n, []).append(got["server_cpu"])
+                    print(f"{label:<20} {server.n:>9} {got['rps']:8.1f} {got['p95']:8.1f} "
+                          f"{got['errors']:6d} {got['server_cpu']:17.2f}", flush=True)
+        print_sizes_table(args.n, cpu)
+        print(f"# load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after "
+              f"(1 min)", flush=True)
+    finally:
+        for server in servers:
+            server.stop()
+
+
+# Targets of the sizes table (docs/performance.md, "Cost in N"): every list operation at the
+# largest size within 1.3x of its CPU per request at the first; every list page (any filter,
+# the search) under 3x and a create under 4x the floor's CPU per request at the same size.
+SIZE_FACTOR = 1.3
+LIST_FACTOR, CREATE_FACTOR = 3.0, 4.0
+
+
+def print_sizes_table(sizes: list[int], cpu: dict[str, dict[int, list[float]]]) -> None:
+    """Print the median CPU per request of each operation at each size, and the verdicts."""
+    median = {label: {n: statistics.median(values) for n, values in per_size.items()}
+              for label, per_size in cpu.items()}
+    floor = median.get(FLOOR, {})
+    first, last = sizes[0], sizes[-1]
+    head = " ".join(f"{f'{n:,} ms':>11} {'/floor':>6}" for n in sizes)
+    print(f"\n{'operation':<20} {head} " + " ".join(f"{f'{n:,}/{first:,}':>15}"
+                                                   for n in sizes[1:]), flush=True)
+    verdicts = []
+    for label, per_size in median.items():
+        cells = []
+        for n in sizes:
+            value = per_size.get(n)
+            over = value / floor[n] if value is not None and floor.get(n) else None
+            cells.append(f"{value:11.2f} {over:6.1f}" if over is not None
+                         else f"{value:11.2f} {'':>6}" if value is not None
+                         else f"{'-':>11} {'':>6}")
+            factor = {FLOOR: None, "create": CREATE_FACTOR}.get(label, LIST_FACTOR)
+            if factor and over is not None and over >= factor:
+                verdicts.append(f"{label} at {n:,} is {over:.1f}x the floor (target "
+                                f"< {factor:g}x)")
+        ratios = [f"{per_size[n] / per_size[first]:15.2f}"
+                  if n in per_size and per_size.get(first) else f"{'-':>15}"
+                  for n in sizes[1:]]
+        print(f"{label:<20} {' '.join(cells)} {' '.join(ratios)}", flush=True)
+        if (label not in ("create", FLOOR) and per_size.get(first) and last in per_size
+                and per_size[last] / per_size[first] > SIZE_FACTOR):
+            verdicts.append(f"{label} at {last:,} is {per_size[last] / per_size[first]:.2f}x "
+                            f"its CPU at {first:,} (target <= {SIZE_FACTOR:g}x)")
+    print("# targets " + ("met" if not verdicts else "NOT met: " + "; ".join(verdicts)),
+          flush=True)
 
 
 def main() -> None:
     """Parse the arguments, set up the database and the server, measure, clean up."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=100_000, help="experiments to insert")
+    parser.add_argument("--n", type=sizes_of, default=[100_000],
+                        help="experiments to insert; several sizes (`10000,100000,1000000`) "
+                             "are seeded into one database each, served side by side and "
+                             "measured in turn, operation by operation, and each operation's "
+                             "CPU per request is printed beside its figure at the first size")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="with several sizes: run every operation at every size this many "
+                             "times (the median is reported)")
     parser.add_argument("--mariadb", nargs="?", const="mysql://root@127.0.0.1:3306",
                         default=None, help="use a fresh database on this MariaDB server")
     parser.add_argument("--clients", type=int, default=20)
@@ -518,8 +696,10 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=1.0,
                         help="seconds of the same load before each measured operation")
     parser.add_argument("--reuse", metavar="DIR", default=None,
-                        help="keep the SQLite database in DIR and seed it once (a DIR seeded "
-                             "with another --n is refused)")
+                        help="keep the database (the SQLite file in DIR; with --mariadb a "
+                             "database named in DIR/seeded.json, which is not dropped) and "
+                             "seed it once (a DIR seeded with another --n is refused; with "
+                             "several sizes, one subfolder DIR/n-N per size)")
     parser.add_argument("--hold", action="store_true",
                         help="seed and start the server, print its URL and an Authorization "
                              "header, and keep it up until SIGINT or SIGTERM instead of "
@@ -548,19 +728,40 @@ def main() -> None:
                      f"{args.seconds:g} and {args.warmup:g}")
     # A SIGTERM ends the run as Ctrl-C does: the `finally` below stops gunicorn and cleans up.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    if args.reuse and args.mariadb:
-        parser.error("--reuse keeps an SQLite file; it does not go with --mariadb")
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1; got {args.rounds}")
+    if len(args.n) > 1:
+        if args.hold or args.port:
+            parser.error("--hold and --port serve one size; give one --n with them")
+        sizes_side_by_side(args, only)
+        return
+    args.n = args.n[0]
     tmp = Path(args.reuse).resolve() if args.reuse else Path(
         tempfile.mkdtemp(prefix="falcon-bench-"))
     tmp.mkdir(parents=True, exist_ok=True)
     marker = tmp / "seeded.json"
-    db = Database(tmp, args.mariadb)
+    seeded = json.loads(marker.read_text()) if args.reuse and marker.exists() else {}
+    if seeded and seeded.get("n") != args.n:
+        raise SystemExit(f"--reuse {tmp}: it holds {seeded.get('n')} seeded experiments, "
+                         f"not --n {args.n}; give --n {seeded.get('n')}, or another folder "
+                         "(or delete this one) to seed anew")
+    if seeded and bool(seeded.get("database")) != bool(args.mariadb):
+        raise SystemExit(f"--reuse {tmp}: it was seeded on "
+                         f"{'MariaDB' if seeded.get('database') else 'SQLite'}; give "
+                         f"{'--mariadb' if seeded.get('database') else 'no --mariadb'}, or "
+                         "another folder")
+    # A reused MariaDB database keeps the name its first run gave it (a new one, a new name).
+    db = Database(tmp, args.mariadb, seeded.get("database") or (
+        f"falcon_bench_reuse_{args.n}_{uuid.uuid4().hex[:8]}" if args.reuse else None))
     env = {**os.environ, "FALCON_VAR_DIR": str(tmp), "DATABASE_URL": db.url,
            "FALCON_AUTH_MODE": "local", "DJANGO_SETTINGS_MODULE": "falcon_site.settings",
            "FALCON_LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT)}
     if args.conn_max_age is not None:
         env["FALCON_DB_CONN_MAX_AGE"] = str(args.conn_max_age)
     server = None
+    if args.reuse and not seeded:  # a seeding that stopped halfway starts again from nothing
+        for leftover in tmp.glob("falcon.sqlite3*"):
+            leftover.unlink()
     try:
         db.create()
         run_manage(env, "prepare")
@@ -568,17 +769,13 @@ def main() -> None:
         os.environ.update(env)
         sys.path.insert(0, str(ROOT))
         t0 = time.monotonic()
-        seeded = json.loads(marker.read_text()) if args.reuse and marker.exists() else {}
-        if seeded and seeded.get("n") != args.n:
-            raise SystemExit(f"--reuse {tmp}: it holds {seeded.get('n')} seeded experiments, "
-                             f"not --n {args.n}; give --n {seeded.get('n')}, or another folder "
-                             "(or delete this one) to seed anew")
         if seeded:
             import django
             django.setup()
             emails = {u: f"{u}@example.com" for u in USERS}
             dropped = drop_later_rows(seeded.get("max_id", args.n))
-            print(f"# SQLite: {args.n} experiments seeded before, in {tmp}"
+            print(f"# {'MariaDB ' + db.name if args.mariadb else 'SQLite'}: {args.n} "
+                  f"experiments seeded before, in {tmp}"
                   + (f" ({dropped} created by earlier runs deleted)" if dropped else ""),
                   flush=True)
         else:
@@ -586,7 +783,9 @@ def main() -> None:
             if args.reuse:
                 from experiments.models import Experiment
                 max_id = Experiment.objects.order_by("-id").values_list("id", flat=True)[0]
-                marker.write_text(json.dumps({"n": args.n, "max_id": max_id}))
+                marker.write_text(json.dumps({"n": args.n, "max_id": max_id,
+                                              **({"database": db.name} if args.mariadb
+                                                 else {})}))
             print(f"# {'MariaDB' if args.mariadb else 'SQLite'}: {args.n} experiments inserted "
                   f"in {time.monotonic() - t0:.1f} s", flush=True)
         from django.db import connection
@@ -612,16 +811,7 @@ def main() -> None:
             hold(base, headers, server)
             return
 
-        # (label, query, page) of each list, then create and the floor; a page's URL is found
-        # only for the operations that run (page 21 follows 20 `next` links).
-        pages = [(f"{label} p{page}", query, page) for label, query in LISTS for page in (1, 21)]
-        pages.append(("search p1", "search=whisper-70b", 1))
-        ops: list[tuple[str, str | None]] = [
-            (label, page_url(base, headers, query, page)) for label, query, page in pages
-            if not only or label in only]
-        ops.append(("create", None))
-        ops.append((FLOOR, f"{base}/healthz"))
-
+        ops = operations(base, headers, only)
         print(f"# {args.clients} clients, {args.seconds:g} s each, gunicorn {args.workers} "
               f"workers x {args.threads} thread(s), load by {args.driver}, "
               f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} before", flush=True)
@@ -629,20 +819,10 @@ def main() -> None:
               f"{'errors':>6} {'server cpu ms/req':>17} {'client cpu ms/req':>17}", flush=True)
         results: list[tuple[str, float, float, int]] = []
         for label, url in ops:
-            if only and label not in only:
-                continue
-            if url is None and label != "create":
+            if url is None:
                 print(f"{label:<20} (skipped: the list has fewer pages)", flush=True)
                 continue
-            if label == "create":
-                run = uuid.uuid4().hex[:6]
-                template = {"name": f"bench-{run}-{{n}}", "cluster_name": "local",
-                            "exp_type": "benchmark", "config": CONFIG,
-                            "role_to_task_spec": {"main": {"command": "true", "replica": 1}}}
-                target, method = f"{base}/api/v1/exps", "POST"
-            else:
-                target, method, template = url, "GET", None
-            figures = measure(args, target, headers, method, template, server.pid)
+            figures = run_operation(args, label, url, headers, server.pid)
             if label != FLOOR:
                 results.append((label, figures["rps"], figures["p95"], figures["errors"]))
             print(f"{label:<20} {figures['rps']:8.1f} {figures['p50']:8.1f} "
@@ -661,7 +841,8 @@ def main() -> None:
             connections.close_all()
         except Exception:  # Django was perhaps never set up
             pass
-        db.drop()
+        if not args.reuse or not marker.exists():  # a half-seeded database is not kept
+            db.drop()
         if not args.reuse:
             shutil.rmtree(tmp, ignore_errors=True)
 

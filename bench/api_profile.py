@@ -58,6 +58,8 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=10,
                         help="blocks the requests of each operation are split into")
     parser.add_argument("--profile", choices=["list", "create", "healthz"], default=None)
+    parser.add_argument("--query", default="",
+                        help="the list's query string, e.g. status=Failed (default: none)")
     parser.add_argument("--top", type=int, default=35)
     parser.add_argument("--save", default=None, help="write the profile to this file too")
     args = parser.parse_args()
@@ -93,7 +95,7 @@ def main() -> None:
                           ).encode()
 
     ops = {
-        "list": lambda: call("GET", "/api/v1/exps"),
+        "list": lambda: call("GET", "/api/v1/exps", args.query),
         "create": lambda: call("POST", "/api/v1/exps", body=create_body()),
         "healthz": lambda: call("GET", "/healthz"),
     }

@@ -37,6 +37,8 @@ class Experiment(RunModel):
     # The id of the experiment this one was cloned from (`falcon exp clone`); kept as a plain id
     # so the record survives the deletion of its source.
     cloned_from = models.PositiveBigIntegerField(null=True, blank=True)
+    # Indexed with the id and the name (Meta.indexes), not alone: the list order's index.
+    created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         db_table = "experiments"
@@ -44,8 +46,11 @@ class Experiment(RunModel):
         # One index per list filter, followed by the list order and its unique tie-breaker:
         # a filtered page is a backward range scan of one index, LIMIT rows long, never a sort
         # of every matching row (docs/architecture.md, "List queries and their indexes").
-        # The unfiltered list walks the index on created_at (its entries end with the id).
+        # The unfiltered list walks the list order's own index, which carries the name too: a
+        # name search held by many experiments walks it testing names, never reading the table
+        # (migration 0005).
         indexes = [
+            models.Index(fields=["created_at", "id", "name"], name="exp_created_id_name"),
             models.Index(fields=["status", "created_at", "id"], name="exp_status_created"),
             models.Index(fields=["creator", "created_at", "id"], name="exp_creator_created"),
             models.Index(fields=["cluster_name", "created_at", "id"],

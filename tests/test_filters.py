@@ -157,3 +157,34 @@ def test_one_value_over_the_limit_is_refused_before_any_is_parsed():
 
 def _ids_text(count: int) -> str:
     return ",".join(str(i) for i in range(1, count + 1))
+
+
+QUERY_PARTS = ["status=Running", "status=Nope", "id=3,5", "id=x", "cluster_name=c1",
+               "updated_since=2024-05-01T12:00:00Z", "updated_since=yesterday", "search=ll",
+               "creator=bob@example.com", "label=team=x", "label=bad key", "exp_type=t",
+               "unknown=1"]
+
+
+@pytest.mark.parametrize("filterset", [ExperimentFilter, JobFilter, ArtifactFilter])
+@pytest.mark.parametrize("count", [1, 2, 4])
+def test_validate_cleans_as_the_whole_form_does(filterset, count):
+    """`validate` cleans only the filters a request sets (a smaller form): the values and the
+    errors are those of django-filter's whole form, for any mix of given filters."""
+    import itertools
+
+    filters, form_class, prefix = filterset._prepared()
+    for parts in itertools.combinations(QUERY_PARTS, count):
+        data = QueryDict("&".join(parts))
+        if not any(name in data for name in filters):
+            continue
+        whole = form_class(data, prefix=prefix)
+        try:
+            got = filterset.validate(data)
+        except ValidationFailed as exc:
+            assert not whole.is_valid()
+            assert exc.errors == {name: [e["message"] for e in errors]
+                                  for name, errors in whole.errors.get_json_data().items()}
+        else:
+            assert whole.is_valid(), whole.errors
+            assert got == {name: value for name, value in whole.cleaned_data.items()
+                           if value not in (None, "", [], (), {})}

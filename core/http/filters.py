@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from math import isqrt
 from datetime import timezone as dt_timezone
+import functools
 from functools import reduce
 from operator import or_
 from typing import Any
@@ -393,9 +394,10 @@ class FalconFilterSet(django_filters.FilterSet):
             ValidationFailed: a value is invalid; each such filter is named with what is allowed.
         """
         filters, form_class, prefix = cls._prepared()
-        if not any(name in data for name in filters):
+        given = frozenset(name for name in filters if name in data)
+        if not given:
             return {}  # no filter given: nothing to clean (most list requests)
-        form = form_class(data, prefix=prefix)
+        form = cls._form_of(form_class, given)(data, prefix=prefix)
         if not form.is_valid():
             raise ValidationFailed({name: [error["message"] for error in errors]
                                     for name, errors in form.errors.get_json_data().items()})
@@ -416,6 +418,20 @@ class FalconFilterSet(django_filters.FilterSet):
                                  f"{', '.join(filters)}.")
             queryset = filters[name].filter(queryset, value)
         return queryset
+
+    @staticmethod
+    @functools.cache
+    def _form_of(form_class: type, given: frozenset[str]) -> type:
+        """The form class of the filters `given` alone (one per set, made once per process).
+
+        A Django form deep-copies every field it declares when it is made; cleaning only the
+        fields a request sets (their values as the whole form would clean them: a field left
+        out is a filter not given) copies one field for a one-filter list, not all of them.
+        """
+        form = type(form_class)(f"{form_class.__name__}Of", (form_class,), {})
+        form.base_fields = {name: field for name, field in form_class.base_fields.items()
+                            if name in given}
+        return form
 
     @classmethod
     def _prepared(cls) -> tuple[dict[str, Any], type, str | None]:

@@ -28,6 +28,12 @@ def has_surrogate(text: str) -> bool:
     return _SURROGATE.search(text) is not None
 
 
+def first_surrogate(text: str) -> str | None:
+    """Return the first lone UTF-16 surrogate in `text`, or None when it has none."""
+    found = _SURROGATE.search(text)
+    return found.group() if found else None
+
+
 def path_part(name: Any) -> str:
     """Return `name` as one part of an error path, readable and safe to encode.
 

@@ -6,11 +6,16 @@ import json
 
 import grpc
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rest_framework import serializers
+from rest_framework.validators import ProhibitSurrogateCharactersValidator
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from accounts.tests.factories import UserFactory
 from core.errors import ValidationFailed
 from core.grpc.errors import ERROR_FIELDS_KEY
+from experiments.api.serializers import ProhibitSurrogates, StrictCharField
 from experiments.models import Experiment
 from experiments.services import exp_create, exp_delete, exp_update_status, job_create
 from experiments.tests.factories import make_exp, task_spec
@@ -451,3 +456,27 @@ def test_the_openapi_schema_states_the_limits():
     assert props["role_to_task_spec"]["maxProperties"] == MAX_ROLES
     task = props["role_to_task_spec"]["additionalProperties"]
     assert task["properties"]["replica"]["maximum"] == 1024
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.one_of(st.characters(), st.characters(categories=["Cs"])),
+               max_size=40))
+def test_the_surrogate_check_answers_as_drfs_own(text):
+    """`ProhibitSurrogates` (one regex search) refuses exactly what DRF's validator refuses,
+    with the same message: the first surrogate's code point."""
+    def answer(validator):
+        try:
+            validator(text)
+        except serializers.ValidationError as exc:
+            return exc.detail
+        return None
+
+    assert answer(ProhibitSurrogates()) == answer(ProhibitSurrogateCharactersValidator())
+
+
+def test_a_string_field_checks_surrogates_with_the_regex_validator():
+    field = StrictCharField()
+    assert not any(type(v) is ProhibitSurrogateCharactersValidator for v in field.validators)
+    with pytest.raises(serializers.ValidationError) as info:
+        field.run_validation("ok \udc80 \ud800")
+    assert info.value.detail == ["Surrogate characters are not allowed: U+DC80."]

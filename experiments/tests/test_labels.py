@@ -230,7 +230,7 @@ def test_a_label_on_many_experiments_walks_the_list_order(labelled, monkeypatch)
         with connection.cursor() as cursor:
             cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
             plan = " ".join(str(part) for row in cursor.fetchall() for part in row)
-        assert "TEMP B-TREE" not in plan and "created_at" in plan, plan
+        assert "TEMP B-TREE" not in plan and "exp_created_id_name" in plan, plan
 
 
 @pytest.mark.parametrize("few", [2000, 0], ids=["few-labelled:IN", "many-labelled:count"])

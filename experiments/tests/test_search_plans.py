@@ -38,9 +38,12 @@ def test_a_rare_prefix_reads_the_name_index_and_a_common_one_walks_the_list_orde
     if connection.vendor == "sqlite":
         assert "exp_name_nocase" in rare, rare
         assert "exp_name_nocase" not in common and "TEMP B-TREE" not in common, common
+        # The walk tests names in the list order's index: no table row is read.
+        assert "COVERING INDEX exp_created_id_name" in common, common
     else:
         assert "exp_name" in rare or "name" in rare, rare
-        assert "Using filesort" not in common and "exp_name" not in common, common
+        assert "Using filesort" not in common and "exp_name_created" not in common, common
+        assert "exp_created_id_name" in common and "Using index" in common, common
 
 
 @pytest.mark.parametrize("few", [0, 10**9], ids=["walk", "sort"])
