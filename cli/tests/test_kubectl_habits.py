@@ -1,8 +1,9 @@
 """kubectl habits, second round (issue 28 review): what `-o name` prints is taken back, several
 ids and `-l` on get/abort/delete, comma selectors, jsonpath on kubectl's shape, `label
 --overwrite`, log flags, `--sort-by` errors, get's `-o name`/jsonpath, contexts deleted and
-renamed, and completion by prefix. Each tried on the installed `falcon` run as a subprocess
-(`test_ergonomics.run`), logged in once in-process."""
+renamed, and completion by prefix; then the last leftovers: `exp describe` and `exp wait` with
+several ids, `wait -l`, and `-l` refused on analyses. Each tried on the installed `falcon` run
+as a subprocess (`test_ergonomics.run`), logged in once in-process."""
 from __future__ import annotations
 
 import json
@@ -497,3 +498,52 @@ def test_wait_by_selector_waits_for_every_match(logged_in, files, falcon_run):
         done = falcon_run("exp", "wait", *args)
         assert done.returncode == ExitCode.USAGE, (args, done.stderr)
 
+
+def test_label_on_analyses_is_refused_with_the_way_through_experiments(logged_in, files,
+                                                                        falcon_run):
+    import os
+    import subprocess
+
+    from accounts.issuer import local_subject
+    from accounts.tests.factories import UserFactory
+    from analysis.models import AnalysisRecord
+    from analysis.tests.factories import make_analysis, make_finished_exp
+
+    from .conftest import EMAIL
+    from .test_ergonomics import ROOT, SCRIPT
+
+    for args in (["list"], ["cancel", "an-1"], ["delete", "an-1", "--yes"]):
+        done = falcon_run("analysis", *args, "-l", "team=x")
+        assert done.returncode == ExitCode.USAGE and done.stdout == "", done.stderr
+        assert done.stderr.startswith("error: analyses have no labels"), done.stderr
+        assert "falcon exp list -l team=x -o name | xargs -n1 falcon analysis list" \
+            in done.stderr
+        assert f"falcon analysis {args[0]}" in done.stderr
+    assert "-l/--label is refused" in " ".join(
+        falcon_run("analysis", "list", "--help").stdout.split())
+
+    # The pipeline the message and `analysis list --help` print works as written.
+    alice = UserFactory(user_id=local_subject(EMAIL), email=EMAIL)
+    exps = [make_finished_exp(creator=alice, name=f"e{i}") for i in range(3)]
+    analyses = [make_analysis(exp=exp).pk for exp in exps]
+    AnalysisRecord.objects.update(status="failed")
+    for exp in exps[:2]:
+        _label(logged_in, exp.pk, "team=x")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("FALCON_")}
+    environ.update({"PATH": f"{SCRIPT.parent}{os.pathsep}{environ.get('PATH', '')}",
+                    "PYTHONPATH": str(ROOT), "FALCON_CONFIG_DIR": str(logged_in.config_dir),
+                    "FALCON_SERVER": logged_in.server})
+
+    def pipeline(text: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["sh", "-c", text], cwd=ROOT, env=environ, capture_output=True,
+                              text=True, timeout=120)
+
+    assert SCRIPT.exists()  # the installed console script, as the pipeline names it
+    done = pipeline("falcon exp list -l team=x -o name | xargs -n1 falcon analysis list --exp")
+    assert done.returncode == 0, done.stderr
+    assert analyses[0] in done.stdout and analyses[1] in done.stdout
+    assert analyses[2] not in done.stdout
+    done = pipeline("falcon exp list -l team=x -o name | xargs -n1 falcon analysis list -o name "
+                    "--exp | xargs falcon analysis delete --yes")
+    assert done.returncode == 0, done.stderr
+    assert list(AnalysisRecord.objects.values_list("pk", flat=True)) == [analyses[2]]
