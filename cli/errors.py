@@ -27,6 +27,8 @@ class CLIError(Exception):
 def run_each(env, items, action) -> CLIError | None:
     """Run `action(item)` for every item, as kubectl acts on each name it is given: a
     `CLIError` is reported at once (`error: ...` on stderr) and the next item is still tried.
+    Ctrl-C (a `CLIError` with `INTERRUPTED`, as `exp wait` raises it) stops the whole command:
+    it is raised, not reported, and no further item is tried.
 
     Returns:
         The first failure, or None when every item succeeded; the caller ends with
@@ -37,6 +39,8 @@ def run_each(env, items, action) -> CLIError | None:
         try:
             action(item)
         except CLIError as exc:
+            if exc.code == ExitCode.INTERRUPTED:
+                raise
             env.print_err(f"error: {exc.message}")
             first = first or exc
     return first

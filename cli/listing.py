@@ -48,17 +48,18 @@ class GetOutputType(ListOutputType):
     example = "-o jsonpath='{.status}'"
 
 
-class CreateOutputType(GetOutputType):
-    """The `-o` of `exp create`: as `GetOutputType` but without `wide` (as `kubectl create`)."""
+class ObjectOutputType(GetOutputType):
+    """The `-o` of `exp create` and `exp describe`: as `GetOutputType` but without `wide` (as
+    `kubectl create`; a description is no list row)."""
 
     formats = tuple(f for f in GET_FORMATS if f != "wide")
 
 
-def create_output_option(func):
-    """Add `-o/--output table|name|json|yaml|jsonpath=TEMPLATE` to a command that creates one
-    object and shows it (`emit_object`)."""
+def object_output_option(func):
+    """Add `-o/--output table|name|json|yaml|jsonpath=TEMPLATE` to a command that shows the
+    objects it created or describes (`emit_object`, `emit_objects`)."""
     return click.option(
-        "-o", "--output", "output", type=CreateOutputType(), default="table",
+        "-o", "--output", "output", type=ObjectOutputType(), default="table",
         show_default=True,
         help="table for people; name: KIND/ID; json or yaml for scripts (stdout only); "
              "jsonpath=TEMPLATE: kubectl's template applied to the -o json object, e.g. "

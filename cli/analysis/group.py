@@ -76,3 +76,38 @@ def analysis_ids_of(analysis_ids: tuple[str, ...]) -> list[str]:
         raise CLIError("give one or more analysis ids (e.g. an-127d556979606b76 or "
                        "analysis/an-127d556979606b76; see `falcon analysis list`)", ExitCode.USAGE)
     return list(dict.fromkeys(analysis_ids))
+
+
+# Analyses carry no labels (docs/decisions.md#dec-analysis-no-labels); what each command's
+# `-l` would have meant, reached through the labelled experiments (`--exp` takes `exp/N`).
+LABELLED_PIPELINES = {
+    "list": "falcon exp list -l {sel} -o name | xargs -n1 falcon analysis list --exp",
+    "cancel": ("falcon exp list -l {sel} -o name | xargs -n1 falcon analysis list -o name "
+               "--exp | xargs falcon analysis cancel"),
+    "delete": ("falcon exp list -l {sel} -o name | xargs -n1 falcon analysis list -o name "
+               "--exp | xargs falcon analysis delete --yes"),
+}
+
+
+def no_label_option(command: str):
+    """Add a hidden `-l/--label` to `analysis COMMAND` that refuses any value: a usage error
+    (exit 2) saying analyses have no labels and printing the pipeline that reaches the
+    analyses of the experiments so labelled (`LABELLED_PIPELINES`).
+
+    Refused rather than left unknown: click's "No such option: -l" does not say that the labels
+    are the experiments', nor how to get there from them; refused rather than read as a filter
+    on the experiments' labels, which would be a second selector for the same thing.
+    """
+
+    def refuse(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> None:
+        if value and not ctx.resilient_parsing:
+            import shlex
+
+            selector = shlex.quote(",".join(value))
+            raise CLIError(f"analyses have no labels (labels are on experiments), so -l/--label "
+                           f"cannot choose them; the analyses of the experiments labelled "
+                           f"{selector}: "
+                           + LABELLED_PIPELINES[command].format(sel=selector), ExitCode.USAGE)
+
+    return click.option("--label", "-l", "label", multiple=True, hidden=True,
+                        expose_value=False, callback=refuse, metavar="KEY[=VALUE]")

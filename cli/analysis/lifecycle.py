@@ -12,11 +12,14 @@ from ..options import (
     analysis_ids_argument, confirm_delete, output_option, pass_env, server_option, yes_option,
 )
 from ..visible import visible
-from .group import ANALYSES, analysis_group, analysis_ids_of, api_errors
+from .group import (
+    ANALYSES, analysis_group, analysis_ids_of, api_errors, no_label_option,
+)
 
 
 @analysis_group.command("cancel")
 @analysis_ids_argument
+@no_label_option("cancel")
 @output_option
 @server_option
 @pass_env
@@ -51,6 +54,7 @@ def cancel(env, analysis_ids: tuple[str, ...], output: str, server: str) -> None
 
 @analysis_group.command("delete")
 @analysis_ids_argument
+@no_label_option("delete")
 @click.option("--purge", is_flag=True,
               help="Also remove their results and log from the store.")
 @yes_option

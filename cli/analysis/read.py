@@ -15,13 +15,13 @@ from ..visible import visible
 from ..outages import OutageGrace
 from .group import (
     ANALYSES, DEFAULT_INTERVAL, STATUSES, TYPES, analysis_group,
-    analysis_ids_of, api_errors,
+    analysis_ids_of, api_errors, no_label_option,
 )
 
 
 @analysis_group.command("list")
 @click.option("--exp", "exp_id", type=ExpIdType(), metavar="ID",
-              help="Only analyses of this experiment.")
+              help="Only analyses of this experiment (ID or exp/ID).")
 @click.option("--status", type=click.Choice(STATUSES, case_sensitive=False),
               help="Only analyses in this status.")
 @click.option("--type", "analysis_type", type=click.Choice(TYPES, case_sensitive=False),
@@ -30,6 +30,7 @@ from .group import (
 @click.option("--limit", type=click.IntRange(min=1), default=None,
               help="At most this many rows, newest first. Default: every matching row "
                    "(pages are followed), as kubectl and argo list.")
+@no_label_option("list")
 @list_options
 @server_option
 @pass_env
@@ -38,10 +39,15 @@ def list_(env, exp_id: int | None, status: str | None, analysis_type: str | None
           sort_by: str | None, server: str) -> None:
     """List analyses, newest first; `-o name` prints `analysis/ID`.
 
+    Analyses have no labels (labels are on experiments), so -l/--label is refused (exit 2); the
+    analyses of labelled experiments are listed by experiment, `--exp` taking the `exp/ID` of
+    `falcon exp list -o name` (last example).
+
     \b
     Examples:
       falcon analysis list --exp 12
       falcon analysis list --status failed --type offline -o json
+      falcon exp list -l team=x -o name | xargs -n1 falcon analysis list --exp
     """
     from .. import output as out
     from ..client import open_client

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import rich_click as click
 
-from ..listing import create_output_option, emit_object
+from ..listing import emit_object, object_output_option
 from ..options import pass_env, server_option
 from ..visible import visible
 from .group import DEFAULT_INTERVAL, exp_group
@@ -24,7 +24,7 @@ from .lifecycle import wait_for
 @click.option("--priority", type=int, default=-1, show_default=True, help="Scheduling priority.")
 @labels_option
 @click.option("--wait", is_flag=True, help="Wait until the experiment ends (see `exp wait`).")
-@create_output_option
+@object_output_option
 @server_option
 @pass_env
 def create(env, name: str, cluster_name: str, exp_type: str, tasks_file: str,

@@ -78,3 +78,14 @@ def check_exp_ids(exp_ids: tuple[int, ...], maximum: int) -> None:
     if twice:
         raise CLIError(f"experiment {', '.join(map(str, twice))} is given more than once; "
                        "give each id once", ExitCode.USAGE)
+
+
+def require_ids(exp_ids: tuple[int, ...]) -> None:
+    """Refuse an empty id list (a usage error naming the way to find ids): `exp get` and
+    `exp describe` take one or more ids."""
+    from ..errors import CLIError
+    from ..exit_codes import ExitCode
+
+    if not exp_ids:
+        raise CLIError("give one or more experiment ids (e.g. 12 or exp/12; see `falcon exp "
+                       "list`)", ExitCode.USAGE)

@@ -11,7 +11,6 @@ from ..errors import CLIError, exit_for, run_each
 from ..exit_codes import ExitCode
 from ..options import (
     confirm_delete,
-    exp_id_argument,
     exp_ids_argument,
     output_option,
     pass_env,
@@ -172,29 +171,57 @@ def delete(env, exp_ids: tuple[int, ...], selectors: tuple[str, ...], yes: bool,
 
 
 @exp_group.command("wait")
-@exp_id_argument
+@exp_ids_argument
+@selector_option
 @click.option("--interval", type=click.FloatRange(min=0.1), default=DEFAULT_INTERVAL,
               show_default=True, help="Seconds between two polls.")
 @click.option("--timeout", type=click.FloatRange(min=0), default=None,
-              help="Give up after this many seconds (exit code 7). Default: wait forever.")
+              help="Give up after this many seconds of the whole wait, however many "
+                   "experiments (exit code 7). Default: wait forever.")
 @output_option
 @server_option
 @pass_env
-def wait(env, exp_id: int, interval: float, timeout: float | None, output: str,
-         server: str) -> None:
-    """Show an experiment's status live until it Succeeded, Failed or was Aborted.
+def wait(env, exp_ids: tuple[int, ...], selectors: tuple[str, ...], interval: float,
+         timeout: float | None, output: str, server: str) -> None:
+    """Show experiments' status live until each Succeeded, Failed or was Aborted.
 
-    Exit code 0 only when it Succeeded; 6 when it Failed or was Aborted; 7 on --timeout.
+    Exit code 0 only when every one Succeeded; 6 when one Failed or was Aborted; 7 on
+    --timeout; 3 for an id not found, or -l matching none (nothing to wait for is an error, as
+    `kubectl wait -l`). With several experiments (ids, `exp/ID`, or every one matching -l when
+    the wait starts) each is followed in turn, in the order given, until all have ended; one
+    that fails is reported and the others still waited for (exit code: the first failure's in
+    that order). --timeout counts from the start for all of them: once it is past, each one
+    left is read once, and reported as ended or still running. With -o json|yaml: the ended
+    experiments, a list for several.
 
     \b
     Examples:
       falcon exp wait 12
-      falcon exp wait 12 --timeout 3600 -o json
+      falcon exp wait 12 13 exp/14 --timeout 3600
+      falcon exp wait -l batch=7 -o json
     """
+    from .. import output as out
     from ..client import open_client
+    from ..listing import emit_objects
 
     with open_client(env, server) as client:
-        wait_for(env, client, exp_id, interval=interval, timeout=timeout, output=output)
+        targets, _ = _targets(env, client, exp_ids, selectors, "wait for")
+        if not targets:
+            raise CLIError(f"no experiments match -l {','.join(selectors)}; nothing to wait "
+                           "for", ExitCode.NOT_FOUND)
+        start = env.monotonic()
+        ended: list[dict[str, Any]] = []
+
+        def wait_one(exp_id: int) -> None:
+            exp = poll_until_ended(env, client, exp_id, interval=interval, timeout=timeout,
+                                   output=output, start=start)
+            ended.append(exp)
+            report_end(env, exp, until=ExpStatus.SUCCEEDED, output=output)
+
+        failure = run_each(env, targets, wait_one)
+    if output != "table":
+        emit_objects(env, ended, output, out.exp_detail, several=len(targets) > 1, kind="exp")
+    exit_for(failure)
 
 
 def _fingerprint(exp: dict[str, Any]) -> tuple:
@@ -214,7 +241,53 @@ def _status_line(exp: dict[str, Any], elapsed: float) -> str:
 
 def wait_for(env, client, exp_id: int, *, interval: float, timeout: float | None,
              output: str, until: str = ExpStatus.SUCCEEDED) -> None:
-    """Poll GetExp until the experiment is terminal, showing its progress.
+    """Follow one experiment until it ends (`poll_until_ended`), then write it for `output`
+    other than `table` and say how it ended (`report_end`): `exp create --wait`, `exp clone
+    --wait` and `exp abort --wait`.
+
+    Args:
+        env: the run's `Environment`.
+        client: a `FalconClient` for the server.
+        exp_id: the experiment's id.
+        interval: seconds between polls.
+        timeout: seconds before giving up, or None to wait forever.
+        output: `table`, or a `GetOutputType` format (`json`, `name`, ...) for the final
+            experiment alone on stdout.
+        until: the final status that is a success (`exp abort --wait`: Aborted).
+
+    Raises:
+        CLIError: as `poll_until_ended` and `report_end`.
+    """
+    exp = poll_until_ended(env, client, exp_id, interval=interval, timeout=timeout,
+                           output=output)
+    if output != "table":
+        from .. import output as out
+        from ..listing import emit_object
+
+        emit_object(env, exp, output, kind="exp", id_key="id", table=out.exp_detail)
+    report_end(env, exp, until=until, output=output)
+
+
+def report_end(env, exp: dict[str, Any], *, until: str, output: str) -> None:
+    """Say how an ended experiment ended: `experiment N <until>` on stdout for `table`.
+
+    Raises:
+        CLIError(EXP_FAILED): it ended in another final status than `until`.
+    """
+    status = exp.get("status")
+    if status != until:
+        detail = ": ".join(str(v) for v in (exp.get("reason"), exp.get("message")) if v)
+        raise CLIError(f"experiment {exp.get('id')} ended {status}"
+                       + (f" ({detail})" if detail else ""), ExitCode.EXP_FAILED)
+    if output == "table":
+        env.print_out(f"experiment {exp.get('id')} {until}")
+
+
+def poll_until_ended(env, client, exp_id: int, *, interval: float, timeout: float | None,
+                     output: str, start: float | None = None) -> dict[str, Any]:
+    """Poll GetExp until the experiment is terminal, showing its progress; return it as it
+    ended. The one polling loop of `exp wait`, `create --wait`, `clone --wait` and `abort
+    --wait`.
 
     On a terminal console the view is a live `rich` display; otherwise one line is printed per
     change of the experiment's, a job's or the artifact's status. The progress goes to stdout for
@@ -226,21 +299,23 @@ def wait_for(env, client, exp_id: int, *, interval: float, timeout: float | None
         exp_id: the experiment's id.
         interval: seconds between polls.
         timeout: seconds before giving up, or None to wait forever.
-        output: `table`, or a `GetOutputType` format (`json`, `name`, ...) for the final
-            experiment alone on stdout.
-        until: the final status that is a success (`exp abort --wait`: Aborted).
+        output: `table` (the progress on stdout), or another format (on stderr: stdout is
+            kept for the final experiment).
+        start: the `env.monotonic()` time the wait began (default: now): the time shown and
+            `timeout` count from it, so several experiments followed in turn share one
+            deadline (`exp wait A B`); once it is past, the experiment is read once.
 
     Raises:
-        CLIError: EXP_FAILED when it ends in another final status, TIMEOUT when `timeout` elapses,
-            UNAVAILABLE when the server stays unreachable for `UNAVAILABLE_GRACE` seconds, or
-            any other error of the request (AUTH when the session expires meanwhile).
+        CLIError: TIMEOUT when `timeout` elapses, UNAVAILABLE when the server stays
+            unreachable for `UNAVAILABLE_GRACE` seconds, INTERRUPTED on Ctrl-C, or any other
+            error of the request (NOT_FOUND; AUTH when the session expires meanwhile).
     """
     from rich.live import Live
 
     from .. import output as out
 
     console = env.console(stderr=output != "table")
-    start = env.monotonic()
+    start = env.monotonic() if start is None else start
     grace = OutageGrace(env.monotonic)
     exp = client.request("GET", f"{EXPS}/{exp_id}")
 
@@ -285,14 +360,4 @@ def wait_for(env, client, exp_id: int, *, interval: float, timeout: float | None
         if live is not None:
             live.stop()
 
-    if output != "table":
-        from ..listing import emit_object
-
-        emit_object(env, exp, output, kind="exp", id_key="id", table=out.exp_detail)
-    status = exp.get("status")
-    if status != until:
-        detail = ": ".join(str(v) for v in (exp.get("reason"), exp.get("message")) if v)
-        raise CLIError(f"experiment {exp_id} ended {status}" + (f" ({detail})" if detail else ""),
-                       ExitCode.EXP_FAILED)
-    if output == "table":
-        env.print_out(f"experiment {exp_id} {until}")
+    return exp

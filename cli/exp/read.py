@@ -7,7 +7,7 @@ from ..errors import CLIError, exit_for, run_each
 from ..exit_codes import ExitCode
 from ..listing import emit_objects, get_output_option, list_options
 from ..options import exp_ids_argument, pass_env, server_option
-from .group import DEFAULT_INTERVAL, EXPS, PAGE_SIZE, STATUSES, exp_group
+from .group import DEFAULT_INTERVAL, EXPS, PAGE_SIZE, STATUSES, exp_group, require_ids
 
 # `--limit` unset lists every row; this bound only stops a server bug from paging forever.
 MAX_ROWS = 10**9
@@ -48,13 +48,6 @@ def get(env, exp_ids: tuple[int, ...], output: str, server: str) -> None:
     else:
         emit_objects(env, exps, output, out.exp_detail, several=len(exp_ids) > 1, kind="exp")
     exit_for(failure)
-
-
-def require_ids(exp_ids: tuple[int, ...]) -> None:
-    """Refuse an empty id list (a usage error naming the way to find ids)."""
-    if not exp_ids:
-        raise CLIError("give one or more experiment ids (e.g. 12 or exp/12; see `falcon exp "
-                       "list`)", ExitCode.USAGE)
 
 
 @exp_group.command("list")

@@ -1,11 +1,13 @@
 """kubectl habits, second round (issue 28 review): what `-o name` prints is taken back, several
 ids and `-l` on get/abort/delete, comma selectors, jsonpath on kubectl's shape, `label
 --overwrite`, log flags, `--sort-by` errors, get's `-o name`/jsonpath, contexts deleted and
-renamed, and completion by prefix. Each tried on the installed `falcon` run as a subprocess
-(`test_ergonomics.run`), logged in once in-process."""
+renamed, and completion by prefix; then the last leftovers: `exp describe` and `exp wait` with
+several ids, `wait -l`, and `-l` refused on analyses. Each tried on the installed `falcon` run
+as a subprocess (`test_ergonomics.run`), logged in once in-process."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -327,3 +329,221 @@ def test_several_analysis_ids_act_on_each(logged_in, falcon_run):
     assert done.returncode == ExitCode.NOT_FOUND, done.stderr
     assert done.stdout == f"deleted analysis {first}\ndeleted analysis {second}\n"
     assert not AnalysisRecord.objects.exists()
+
+
+# --- 10. describe and wait take several ids; -l on wait; analyses have no labels ---------------
+
+def test_describe_several_ids_shows_each_as_get_does(logged_in, files, falcon_run):
+    first, gone = (_failed_exp(logged_in, files, name) for name in ("first", "gone"))
+    assert falcon_run("exp", "delete", "--yes", str(gone)).returncode == 0
+    missing = gone + 1000
+    done = falcon_run("exp", "describe", str(first), str(missing), f"exp/{gone}", "-o", "json")
+    assert done.returncode == ExitCode.NOT_FOUND, done.stderr
+    described = json.loads(done.stdout)
+    assert [(d["id"], d.get("deleted", False)) for d in described] == [(first, False),
+                                                                      (gone, True)]
+    assert [e["to_status"] for e in described[0]["events"]][-1] == "Failed"
+    assert [e["to_status"] for e in described[1]["events"]][-1] == "Failed"
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and str(missing) in errors[0], done.stderr
+    assert f"experiment {gone} was deleted" in done.stderr
+
+    done = falcon_run("exp", "describe", f"exp/{first}", str(gone))  # tables, one after the other
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert out.index("first") < out.index("\nevents") < out.index(
+        f"\nexperiment {gone} (deleted): events"), out
+    done = falcon_run("exp", "describe", str(first), str(missing), str(gone), "-o", "name")
+    assert done.returncode == ExitCode.NOT_FOUND and done.stdout == f"exp/{first}\nexp/{gone}\n"
+    done = falcon_run("exp", "describe", str(first), str(first), "-o", "jsonpath={.items[*].name}")
+    assert done.returncode == 0 and done.stdout == "first first", done.stderr
+    done = falcon_run("exp", "describe", str(first), "-o", "yaml")  # one id: its object
+    assert done.returncode == 0 and done.stdout.startswith("id: "), done.stdout
+    assert falcon_run("exp", "describe").returncode == ExitCode.USAGE
+    done = falcon_run("exp", "describe", str(missing))
+    assert done.returncode == ExitCode.NOT_FOUND and done.stdout == "", done.stderr
+
+
+def _end(exp_id: int, status: str) -> None:
+    """Move an experiment and its jobs to `status`, as the controllers would."""
+    from experiments.models import Experiment
+    from experiments.services import exp_update_status
+    from jobs.services import job_update_status
+
+    for job in Experiment.objects.get(pk=exp_id).jobs.all():
+        job_update_status(job_id=job.pk, status=status)
+    exp_update_status(exp_id=exp_id, status=status)
+
+
+def _created(logged_in, files, name: str) -> int:
+    result = logged_in("exp", "create", "--name", name, "--cluster", "c", "--type", "t",
+                       "--role-to-task-spec", files("tasks.yaml", TASKS_YAML), "-o", "json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)["id"]
+
+
+def _popen_falcon(logged_in, *args: str):
+    """Start the installed `falcon ARGS` against the live server, its output in pipes."""
+    import os
+    import subprocess
+
+    from .test_ergonomics import ROOT, SCRIPT
+
+    cmd = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "cli"]
+    environ = {**os.environ, "PYTHONPATH": str(ROOT), "FALCON_CONFIG_DIR":
+               str(logged_in.config_dir), "FALCON_SERVER": logged_in.server}
+    return subprocess.Popen(cmd + list(args), cwd=ROOT, env=environ, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _first_line(proc) -> str:
+    """The process's first stdout line, waited for with a deadline."""
+    import select
+
+    assert select.select([proc.stdout], [], [], 60)[0], "no progress line within 60 s"
+    return proc.stdout.readline()
+
+
+def test_wait_several_follows_each_until_all_ended(logged_in, files):
+    first, second = (_created(logged_in, files, name) for name in ("w-1", "w-2"))
+    proc = _popen_falcon(logged_in, "exp", "wait", str(first), f"exp/{second}",
+                         "--interval", "0.1")
+    try:
+        # Following the first: the second fails meanwhile, then the first succeeds.
+        assert _first_line(proc).startswith(f"[0s] experiment {first} Created")
+        _end(second, "Failed")
+        _end(first, "Succeeded")
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == ExitCode.EXP_FAILED, err
+    assert f"experiment {first} Succeeded\n" in out
+    assert f"experiment {second} Failed (jobs main:Failed" in out  # read when its turn came
+    assert err == f"error: experiment {second} ended Failed\n"
+
+
+def test_ctrl_c_stops_waiting_for_all_of_them(logged_in, files):
+    import signal
+
+    first, second = (_created(logged_in, files, name) for name in ("c-1", "c-2"))
+    proc = _popen_falcon(logged_in, "exp", "wait", str(first), str(second), "--interval", "0.1")
+    try:
+        assert _first_line(proc).startswith(f"[0s] experiment {first} Created")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == ExitCode.INTERRUPTED, err
+    assert err.startswith(f"error: stopped waiting; experiment {first} is still Created")
+    assert len(err.splitlines()) == 1 and f"experiment {second}" not in out + err
+
+
+def test_wait_several_exit_code_is_the_first_failures(logged_in, files, falcon_run):
+    import yaml
+
+    ok, failed = (_created(logged_in, files, name) for name in ("ok", "bad"))
+    _end(ok, "Succeeded")
+    _end(failed, "Failed")
+    missing = failed + 1000
+    done = falcon_run("exp", "wait", str(ok), str(missing), str(failed), "-o", "json")
+    assert done.returncode == ExitCode.NOT_FOUND, done.stderr
+    assert [(e["id"], e["status"]) for e in json.loads(done.stdout)] == [
+        (ok, "Succeeded"), (failed, "Failed")]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 2 and str(missing) in errors[0], done.stderr
+    assert errors[1] == f"error: experiment {failed} ended Failed"
+    done = falcon_run("exp", "wait", str(ok), str(failed), "-o", "yaml")
+    assert done.returncode == ExitCode.EXP_FAILED, done.stderr
+    assert [e["status"] for e in yaml.safe_load(done.stdout)] == ["Succeeded", "Failed"]
+    done = falcon_run("exp", "wait", f"exp/{ok}", "-o", "json")  # one id: its object
+    assert done.returncode == 0 and json.loads(done.stdout)["id"] == ok, done.stderr
+
+
+def test_wait_timeout_covers_the_whole_wait(logged_in, files, falcon_run):
+    first, second = (_created(logged_in, files, name) for name in ("slow-1", "slow-2"))
+    done = falcon_run("exp", "wait", str(first), str(second), "--timeout", "0")
+    assert done.returncode == ExitCode.TIMEOUT, done.stderr
+    assert done.stderr.splitlines() == [
+        f"error: gave up waiting for experiment {first} after 0s; it is still Created",
+        f"error: gave up waiting for experiment {second} after 0s; it is still Created"]
+    # One deadline for both: the second is read once, after the first's timeout ran out (its
+    # time counts from the start), not given a second of its own.
+    done = falcon_run("exp", "wait", str(first), str(second), "--timeout", "1",
+                      "--interval", "0.2")
+    assert done.returncode == ExitCode.TIMEOUT, done.stderr
+    lines = [line for line in done.stdout.splitlines() if f"experiment {second}" in line]
+    assert len(lines) == 1 and not lines[0].startswith("[0s]"), done.stdout
+    assert done.stderr.splitlines()[1].startswith(
+        f"error: gave up waiting for experiment {second} after ")
+
+
+def test_wait_by_selector_waits_for_every_match(logged_in, files, falcon_run):
+    matched = [_created(logged_in, files, f"batch-{i}") for i in range(2)]
+    other = _created(logged_in, files, "other")
+    for exp_id in matched:
+        _label(logged_in, exp_id, "batch=7")
+        _end(exp_id, "Succeeded")
+    done = falcon_run("exp", "wait", "-l", "batch=7", "-o", "json")
+    assert done.returncode == 0, done.stderr
+    assert sorted(e["id"] for e in json.loads(done.stdout)) == sorted(matched)
+    _end(other, "Failed")
+    _label(logged_in, other, "batch=7")
+    done = falcon_run("exp", "wait", "-l", "batch=7")
+    assert done.returncode == ExitCode.EXP_FAILED, done.stderr
+    assert done.stderr == f"error: experiment {other} ended Failed\n"
+    done = falcon_run("exp", "wait", "-l", "batch=8")
+    assert done.returncode == ExitCode.NOT_FOUND, done.stderr
+    assert "no experiments match -l batch=8" in done.stderr
+    for args in ([], [str(other), "-l", "batch=7"]):
+        done = falcon_run("exp", "wait", *args)
+        assert done.returncode == ExitCode.USAGE, (args, done.stderr)
+
+
+def test_label_on_analyses_is_refused_with_the_way_through_experiments(logged_in, files,
+                                                                        falcon_run):
+    import os
+    import subprocess
+
+    from accounts.issuer import local_subject
+    from accounts.tests.factories import UserFactory
+    from analysis.models import AnalysisRecord
+    from analysis.tests.factories import make_analysis, make_finished_exp
+
+    from .conftest import EMAIL
+    from .test_ergonomics import ROOT, SCRIPT
+
+    for args in (["list"], ["cancel", "an-1"], ["delete", "an-1", "--yes"]):
+        done = falcon_run("analysis", *args, "-l", "team=x")
+        assert done.returncode == ExitCode.USAGE and done.stdout == "", done.stderr
+        assert done.stderr.startswith("error: analyses have no labels"), done.stderr
+        assert "falcon exp list -l team=x -o name | xargs -n1 falcon analysis list" \
+            in done.stderr
+        assert f"falcon analysis {args[0]}" in done.stderr
+    assert "-l/--label is refused" in " ".join(
+        falcon_run("analysis", "list", "--help").stdout.split())
+
+    # The pipeline the message and `analysis list --help` print works as written.
+    alice = UserFactory(user_id=local_subject(EMAIL), email=EMAIL)
+    exps = [make_finished_exp(creator=alice, name=f"e{i}") for i in range(3)]
+    analyses = [make_analysis(exp=exp).pk for exp in exps]
+    AnalysisRecord.objects.update(status="failed")
+    for exp in exps[:2]:
+        _label(logged_in, exp.pk, "team=x")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("FALCON_")}
+    environ.update({"PATH": f"{SCRIPT.parent}{os.pathsep}{environ.get('PATH', '')}",
+                    "PYTHONPATH": str(ROOT), "FALCON_CONFIG_DIR": str(logged_in.config_dir),
+                    "FALCON_SERVER": logged_in.server})
+
+    def pipeline(text: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["sh", "-c", text], cwd=ROOT, env=environ, capture_output=True,
+                              text=True, timeout=120)
+
+    assert SCRIPT.exists()  # the installed console script, as the pipeline names it
+    done = pipeline("falcon exp list -l team=x -o name | xargs -n1 falcon analysis list --exp")
+    assert done.returncode == 0, done.stderr
+    assert analyses[0] in done.stdout and analyses[1] in done.stdout
+    assert analyses[2] not in done.stdout
+    done = pipeline("falcon exp list -l team=x -o name | xargs -n1 falcon analysis list -o name "
+                    "--exp | xargs falcon analysis delete --yes")
+    assert done.returncode == 0, done.stderr
+    assert list(AnalysisRecord.objects.values_list("pk", flat=True)) == [analyses[2]]
