@@ -201,8 +201,9 @@ def seed(n: int) -> dict[str, str]:
                          updated_at=created)
                 for pk, created, _name, typ, _cluster, path in ids])
             ExpLabel.objects.bulk_create([
-                ExpLabel(experiment_id=pk, key=key, value=value)
-                for (pk, *_rest), exp in zip(ids, exps) for key, value in exp.labels.items()])
+                ExpLabel(experiment_id=pk, key=key, value=value, created_at=created)
+                for (pk, created, *_rest), exp in zip(ids, exps)
+                for key, value in exp.labels.items()])
     return emails
 
 

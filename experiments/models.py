@@ -68,8 +68,10 @@ class Experiment(RunModel):
 class ExpLabel(models.Model):
     """One label of an experiment: the rows label selectors filter on.
 
-    The index on (key, value, experiment) serves `key=value` and `key` (exists) alike, on
-    SQLite and MariaDB, as an index range scan (decisions.md#dec-labels). Rules of keys and
+    The index on (key, value, created_at, experiment) serves `key=value` and `key` (exists)
+    alike, on SQLite and MariaDB, as an index range scan; for `key=value` its entries are in
+    the list order, so a page of the experiments holding a label is the next entries of one
+    range, however many experiments hold it (decisions.md#dec-labels). Rules of keys and
     values: `experiments.labels`.
     """
 
@@ -77,13 +79,15 @@ class ExpLabel(models.Model):
                                    related_name="label_rows", db_index=False)
     key = models.CharField(max_length=317)
     value = models.CharField(max_length=63, blank=True, default="")
+    # The experiment's `created_at`, copied when the label is written (it never changes).
+    created_at = models.DateTimeField()
 
     class Meta:
         db_table = "experiment_labels"
         constraints = [models.UniqueConstraint(fields=["experiment", "key"],
                                                name="uk_explabel_exp_key")]
-        indexes = [models.Index(fields=["key", "value", "experiment"],
-                                name="explabel_key_value_exp")]
+        indexes = [models.Index(fields=["key", "value", "created_at", "experiment"],
+                                name="explabel_key_value_created")]
 
     def __str__(self) -> str:
         return f"{self.key}={self.value}"

@@ -274,7 +274,8 @@ def _create(creator: User, data: dict[str, Any], idempotency_key: str | None,
         insert_one(Artifact(experiment=exp, path=path, artifact_type=exp.exp_type),
                    using=DEFAULT_DB_ALIAS)
         if data["labels"]:
-            ExpLabel.objects.bulk_create([ExpLabel(experiment=exp, key=key, value=value)
+            ExpLabel.objects.bulk_create([ExpLabel(experiment=exp, key=key, value=value,
+                                                   created_at=exp.created_at)
                                           for key, value in data["labels"].items()])
         if idempotency_key:
             IdempotencyKey.objects.create(creator=creator, key=idempotency_key,
@@ -347,7 +348,8 @@ def exp_update_labels(*, exp_id: int, actor, set_labels: Any = None,
             ExpLabel.objects.filter(experiment_id=exp_id, key__in=gone).delete()
         if changed:
             ExpLabel.objects.bulk_create([ExpLabel(experiment_id=exp_id, key=k,
-                                                   value=set_labels[k]) for k in changed])
+                                                   value=set_labels[k], created_at=exp.created_at)
+                                          for k in changed])
         labels = dict(sorted(labels.items()))
         Experiment.objects.filter(pk=exp_id).update(labels=labels, updated_at=timezone.now())
     return labels

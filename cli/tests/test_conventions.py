@@ -19,6 +19,7 @@ import yaml
 
 from accounts.tests.factories import UserFactory
 from cli.exit_codes import ExitCode
+from cli.tests.signals import interruptible
 from core.testing import wait_until
 from experiments.services import exp_update_status
 from experiments.tests.factories import make_exp
@@ -225,7 +226,8 @@ def test_the_admin_task_spec_view_writes_multi_line_commands_as_blocks():
 # --- 4. watch ------------------------------------------------------------------------------------
 
 def test_watch_into_a_pipe_prints_the_table_then_each_change_once(cli, four_roles):
-    process = subprocess.Popen(cli.command("exp", "list", "--watch", "--interval", "0.1"),
+    process = subprocess.Popen(interruptible(cli.command("exp", "list", "--watch", "--interval",
+                                                         "0.1")),
                                cwd=ROOT, env=cli.environ, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, encoding="utf-8")
     lines: list[str] = []
@@ -259,8 +261,8 @@ def test_watch_prints_a_deleted_row_when_an_experiment_is_deleted_through_the_ap
     other = make_exp(name="stays", roles=("main",))
     exp_update_status(exp_id=gone.pk, status="Failed")
     process = subprocess.Popen(
-        cli.command("exp", "list", "--watch", "--interval", "0.1", "--status", "Created",
-                    "--status", "Failed"),
+        interruptible(cli.command("exp", "list", "--watch", "--interval", "0.1", "--status",
+                                  "Created", "--status", "Failed")),
         cwd=ROOT, env=cli.environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         encoding="utf-8")
     lines: list[str] = []
@@ -295,7 +297,7 @@ def test_a_repeated_single_valued_option_is_a_usage_error(cli, args):
     done = cli(*args)
     assert done.returncode == ExitCode.USAGE, done.stdout
     option = args[-2]
-    assert f"'{option}'" in done.stderr or f"'--output'" in done.stderr
+    assert f"'{option}'" in done.stderr or "'--output'" in done.stderr
     assert "more than once" in done.stderr
 
 

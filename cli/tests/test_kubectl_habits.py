@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from cli.exit_codes import ExitCode
+from cli.tests.signals import interruptible
 
 from .conftest import TASKS_YAML
 from .test_ergonomics import _failed_exp, flat, run
@@ -392,8 +393,8 @@ def _popen_falcon(logged_in, *args: str):
     cmd = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "cli"]
     environ = {**os.environ, "PYTHONPATH": str(ROOT), "FALCON_CONFIG_DIR":
                str(logged_in.config_dir), "FALCON_SERVER": logged_in.server}
-    return subprocess.Popen(cmd + list(args), cwd=ROOT, env=environ, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(interruptible(cmd + list(args)), cwd=ROOT, env=environ,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _first_line(proc) -> str:

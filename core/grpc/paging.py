@@ -152,14 +152,15 @@ def ordered_keyset_page(queryset: QuerySet, *, ordering: tuple[str, ...], page_s
     """
     size = page_size_of(page_size)
     keys = keyset.keys_for(queryset.model, ordering)
-    qs = queryset.order_by(*keyset.order_by(keys))
+    columns = keyset.ordered_on(queryset, keys)  # a label filter's copies of the keys
+    qs = queryset.order_by(*keyset.order_by(columns))
     if page_token:
         position = keyset.decode(page_token, queryset.model, keys, param="page_token")
         if position.reverse:
             raise ValidationFailed({"page_token": [
                 "is not a token this server issued; send the next_page_token of the previous "
                 "response unchanged, or none for the first page."]})
-        qs = qs.filter(keyset.after(keys, position.values))
+        qs = qs.filter(keyset.after(columns, position.values))
     rows = list(qs[: size + 1])
     return fill_page(rows, size, to_message=to_message, byte_budget=byte_budget, rpc=rpc,
                  token_of=lambda row: keyset.encode(keys, keyset.values_of(row, keys)))

@@ -250,9 +250,12 @@ class StrictCursorPagination(CursorPagination):
             # The page reads its ids and the keys of this ordering only (the cursor is made of
             # them); the view reads the rows' contents by id.
             queryset = queryset.values(*dict.fromkeys(["id", *(key.name for key in self.keys)]))
-        qs = queryset.order_by(*keyset.order_by(self.keys, reverse=reverse))
+        # The columns the page is ordered on: the keys', or their copies a filter's join
+        # provides in an index that has them in this order (`keyset.ordered_on`).
+        columns = keyset.ordered_on(queryset, self.keys)
+        qs = queryset.order_by(*keyset.order_by(columns, reverse=reverse))
         if position is not None:
-            qs = qs.filter(keyset.after(self.keys, position.values, reverse=reverse))
+            qs = qs.filter(keyset.after(columns, position.values, reverse=reverse))
         if self.keys_only:
             rows = keyset.page_rows(qs, self.page_size, self.keys)
         else:

@@ -89,6 +89,25 @@ def keys_for(model: type[models.Model], ordering: tuple[str, ...] | list[str]) -
     return keys
 
 
+# A queryset may give a key's values from another table, equal to the model field's in every
+# row it returns: an annotation named `order_<field>` (e.g. a label filter's join, whose rows
+# are indexed in the list order: `experiments.filters.LabelSelectorFilter`). The page is then
+# ordered, and the cursor compared, on that column, so the database walks that index.
+ORDER_ALIAS = "order_{}"
+
+
+def order_alias(name: str) -> str:
+    """The annotation that stands for the key `name` in a queryset that provides one."""
+    return ORDER_ALIAS.format(name)
+
+
+def ordered_on(queryset, keys: list[Key]) -> list[Key]:
+    """Return `keys` with each one the queryset annotates (`order_alias`) renamed to it."""
+    annotations = queryset.query.annotations
+    return [Key(order_alias(k.name), k.descending) if order_alias(k.name) in annotations else k
+            for k in keys]
+
+
 def order_by(keys: list[Key], *, reverse: bool = False) -> list[str]:
     """Return the `order_by` terms of `keys` (each direction flipped for a backward walk)."""
     return [Key(k.name, k.descending != reverse).term for k in keys]
