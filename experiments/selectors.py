@@ -91,7 +91,8 @@ def exp_list_rows(ids: Sequence[int], *, job_fields: Sequence[str],
 
 
 def _creator_email() -> Subquery:
-    return Subquery(User.objects.filter(pk=OuterRef("creator_id")).values("email")[:1])
+    return Subquery(User.objects.filter(pk=OuterRef("creator_id")).order_by()
+                    .values("email")[:1])
 
 
 @functools.cache
@@ -101,9 +102,11 @@ def _exp_rows(job_fields: tuple[str, ...], artifact_fields: tuple[str, ...]) -> 
     fields = [name if name != "creator" else ("creator", _creator_email())
               for name in LIST_FIELDS]
     fields.append(("jobs", RelatedJsonArray(Job, "experiment_id", job_fields, "role")))
-    artifact = Subquery(Artifact.objects.filter(experiment_id=OuterRef("pk"))
+    # No ORDER BY anywhere: a user and an artifact are unique per experiment, and the page's
+    # order is the ids' (`exp_list_rows`), so the database sorts nothing.
+    artifact = Subquery(Artifact.objects.filter(experiment_id=OuterRef("pk")).order_by()
                         .values(r=json_row(Artifact, artifact_fields))[:1])
-    return IdsQuery(lambda ids: Experiment.objects.filter(pk__in=ids).values(
+    return IdsQuery(lambda ids: Experiment.objects.filter(pk__in=ids).order_by().values(
         "id", row=json_row(Experiment, fields), artifact_row=artifact))
 
 
