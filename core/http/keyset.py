@@ -102,10 +102,12 @@ def order_alias(name: str) -> str:
 
 
 def ordered_on(queryset, keys: list[Key]) -> list[Key]:
-    """Return `keys` with each one the queryset annotates (`order_alias`) renamed to it."""
+    """Return `keys` renamed to the queryset's `order_alias` annotations when it annotates
+    every one of them (an index holds them in that order), else `keys` as they are."""
     annotations = queryset.query.annotations
-    return [Key(order_alias(k.name), k.descending) if order_alias(k.name) in annotations else k
-            for k in keys]
+    if not all(order_alias(k.name) in annotations for k in keys):
+        return keys
+    return [Key(order_alias(k.name), k.descending) for k in keys]
 
 
 def order_by(keys: list[Key], *, reverse: bool = False) -> list[str]:

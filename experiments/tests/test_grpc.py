@@ -631,6 +631,28 @@ def test_create_exp_with_labels_then_list_by_selector(stubs):
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "labels" in err.details()
 
 
+def test_list_exps_by_label_pages_without_gaps_or_duplicates(stubs):
+    """ListExps orders by id: a label selector's join must not change the order or the pages."""
+    UserFactory(email="carol@example.com")
+    held = []
+    for i in range(8):
+        labels = {"team": "infra"} if i % 3 else {"team": "ml"}
+        exp = stubs.exps.CreateExp(create_req(name=f"l{i}", labels=labels), metadata=stubs.md,
+                                   timeout=10)
+        if i % 3:
+            held.append(exp.id)
+    seen, token = [], ""
+    while True:
+        resp = stubs.exps.ListExps(common_pb2.CommonListReq(labels=["team=infra"], page_size=2,
+                                                            page_token=token),
+                                   metadata=stubs.md, timeout=10)
+        seen.extend(item.id for item in resp.exps)
+        token = resp.next_page_token
+        if not token:
+            break
+    assert seen == sorted(held)
+
+
 def test_create_exp_with_an_idempotency_key_creates_once(stubs):
     UserFactory(email="carol@example.com")
     first = stubs.exps.CreateExp(create_req(idempotency_key="k-1"), metadata=stubs.md,

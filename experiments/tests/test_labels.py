@@ -319,3 +319,27 @@ def test_http_patch_labels_with_overwrite_false_answers_409_naming_the_key(auth_
     assert res.status_code == 400 and "overwrite" in res.json()
     res = auth_api.patch(url + "?overwrite=true", {"labels": {"team": "ml2"}}, format="json")
     assert res.status_code == 200 and res.json() == {"labels": {"team": "ml2"}}
+
+
+@pytest.mark.parametrize("ordering", ["-created_at", "created_at", "name", "-name", "status"])
+def test_a_label_list_pages_in_any_ordering(auth_api, ordering):
+    """The label's join orders on the label index's copy of the keys for the list order only;
+    any other ordering pages the same rows, in its own order, through every `next` link."""
+    owner = UserFactory()
+    held = []
+    for i, name in enumerate(["d", "a", "e", "b", "c", "f", "g"]):
+        exp = make_exp(creator=owner, name=name)
+        exp_update_labels(exp_id=exp.pk, actor=owner,
+                          set_labels={"team": "infra" if i % 2 == 0 else "ml"})
+        if i % 2 == 0:
+            held.append(exp)
+    key = ordering.lstrip("-")
+    expected = sorted(held, key=lambda e: (getattr(Experiment.objects.get(pk=e.pk), key), e.pk),
+                      reverse=ordering.startswith("-"))
+    url, got = f"/api/v1/exps?label=team=infra&ordering={ordering}&page_size=2", []
+    while url:
+        res = auth_api.get(url)
+        assert res.status_code == 200, res.content
+        got += [row["id"] for row in res.json()["results"]]
+        url = res.json()["next"]
+    assert got == [e.pk for e in expected]
