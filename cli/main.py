@@ -17,7 +17,7 @@ from .env import Environment, columns_from
 from .errors import CLIError
 from .exit_codes import ExitCode
 from .options import RecordsHelp
-from .start import escape_unencodable, silence_closed_streams
+from .start import escape_unencodable, silence_closed_streams, whole_writes
 
 VERSION = "0.1.0"
 
@@ -188,8 +188,10 @@ def main(argv: list[str] | None = None) -> None:
     """Run `falcon` with `argv` (default: `sys.argv[1:]`); exits the process with its code.
 
     A stdout or stderr whose encoding cannot write a character (`PYTHONIOENCODING=latin-1`,
-    `LC_ALL=C`) writes it as a backslash escape instead of failing the command.
+    `LC_ALL=C`) writes it as a backslash escape instead of failing the command; a write into a
+    pipe is never taken as done before every byte is written (`cli.start.WholeWrites`).
     """
+    whole_writes()
     escape_unencodable()
     # rich reads COLUMNS and LINES itself (e.g. for a usage error) and int() of 4300+ digits
     # raises: keep only what `columns_from` accepts.

@@ -1,0 +1,68 @@
+"""kubectl habits, third round (a reviewer who uses kubectl daily): a closed pipe mid-write,
+"No resources found" on stderr, a table's columns whatever the width, `exp wait --timeout` as
+a bound on the whole run, repeated or non-finite options, the Ctrl-C resume hint, and what
+`config use-context` says under FALCON_SERVER. Each runs `python -m cli` as a subprocess (a
+real pipe, a real COLUMNS) against the live server (`test_conventions.Cli`)."""
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from cli.exit_codes import ExitCode
+from experiments.tests.factories import make_exp
+
+from .test_conventions import ROOT, Cli
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# Just under the server's config limit (128 KiB less the environment's own overhead).
+BIG_CONFIG = "model: x\n" + "".join(f"key{i}: {'v' * 100}\n" for i in range(1100))
+MIB = 1 << 20
+
+
+@pytest.fixture
+def cli(logged_in) -> Cli:
+    """`python -m cli ARGS` logged in as alice, COLUMNS=120 (`test_conventions.Cli`)."""
+    return Cli(logged_in.server, logged_in.config_dir)
+
+
+def _first_line_then_close(cli: Cli, args: list[str], **env: str) -> tuple[int, bytes]:
+    """Run `falcon ARGS | head -1`: read one line from a real pipe, close it, return the exit
+    code and stderr."""
+    process = subprocess.Popen(cli.command(*args), cwd=ROOT, env={**cli.environ, **env},
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = process.stdout.readline()
+    process.stdout.close()
+    stderr = process.stderr.read()
+    process.wait(timeout=120)
+    assert first, stderr
+    return process.returncode, stderr
+
+
+# --- 1. a closed pipe mid-write exits 141, never 0 ----------------------------------------------
+
+@pytest.fixture
+def big_exps():
+    """Ten experiments of ~120 KB config each: `get`/`describe` of all write > 1 MiB."""
+    return [str(make_exp(name=f"big-{i}", config=BIG_CONFIG).pk) for i in range(10)]
+
+
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+@pytest.mark.parametrize("args", [["exp", "get", "{ids}", "-o", "json"],
+                                  ["exp", "describe", "{ids}", "-o", "yaml"],
+                                  ["exp", "list", "-o", "json"], ["exp", "list", "-o", "yaml"]])
+def test_large_output_into_a_pipe_closed_after_one_line_exits_141(cli, big_exps, args,
+                                                                  unbuffered):
+    """`PYTHONUNBUFFERED=1` put stdout's text layer on a raw FileIO that wrote 64 KiB of a
+    400 KB chunk once and exited 0: the rest must be written, and EPIPE is the 141."""
+    if args[:2] == ["exp", "list"]:  # a list row has no config: a few hundred rows instead
+        for index in range(500):
+            make_exp(name=f"row-{index}-" + "n" * 110, roles=tuple(f"role-{r}" for r in range(8)))
+    args = [part for arg in args for part in (big_exps if arg == "{ids}" else [arg])]
+    whole = subprocess.run(cli.command(*args), cwd=ROOT, env=cli.environ, capture_output=True,
+                           timeout=120)
+    assert whole.returncode == 0 and len(whole.stdout) > MIB, (len(whole.stdout), whole.stderr)
+    code, stderr = _first_line_then_close(cli, args, PYTHONUNBUFFERED=unbuffered)
+    assert code == ExitCode.OUTPUT_CLOSED == 141, stderr
+    assert stderr == b""
