@@ -271,8 +271,16 @@ def emit_list(env, rows: list[dict[str, Any]], *, output: str, kind: str, id_key
         sort_by: the `--sort-by` field, or None for the server's order.
         table: draws the rows: `table(console, rows, wide=..., headers=...)`, on
             `env.table_console()` (plain text where no colour shows).
+
+    No rows in a table or `-o name` write nothing to stdout and say so on stderr
+    (`output.EMPTY`), as kubectl's "No resources found"; json and yaml write an empty list.
     """
+    from .output import EMPTY
+
     rows = sort_rows(rows, sort_by)
+    if not rows and (output in ("table", "wide", "name")):
+        env.print_err(EMPTY[kind])
+        return
     if not _emit_rows(env, rows, output, kind=kind, id_key=id_key):
         table(env.table_console(), rows, wide=output == "wide", headers=not no_headers)
 

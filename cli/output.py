@@ -183,6 +183,12 @@ def age(value: Any, now: datetime) -> str:
     return "-" if moment is None else duration((now - moment).total_seconds())
 
 
+# What a list command with no rows says, on stderr (as kubectl's "No resources found"), so its
+# stdout stays empty for `| wc -l` and `| xargs`; keyed by the `-o name` kind.
+EMPTY = {"exp": "No experiments match.", "analysis": "No analyses match.",
+         "plugin": "No plugins in the catalog."}
+
+
 # From this width on `exp list` adds the creator and the labels (`-o wide` always does).
 WIDE_LIST = 120
 
@@ -234,8 +240,7 @@ def exp_list_table(console: Console, exps: list[dict[str, Any]], *,
 
     from .table import print_table
 
-    if not exps:
-        console.print("No experiments match.")
+    if not exps:  # the caller says so on stderr (`EMPTY`), as kubectl's "No resources found"
         return []
     fit = wide is None
     if wide is None:
@@ -407,8 +412,7 @@ def analysis_list_table(console: Console, analyses: list[dict[str, Any]], *,
     status, attempts, created, duration."""
     from .table import Column, print_table
 
-    if not analyses:
-        console.print("No analyses match.")
+    if not analyses:  # the caller says so on stderr (`EMPTY`)
         return
     columns = [Column("ID"), Column("NAME"), Column("EXP"), Column("TYPE"),
                Column("PLUGIN", elide=not wide), Column("STATUS"), Column("ATTEMPTS"),
@@ -487,8 +491,7 @@ def plugin_list_table(console: Console, plugins: list[dict[str, Any]], *,
     description)."""
     from .table import Column, print_table
 
-    if not plugins:
-        console.print("No plugins in the catalog.")
+    if not plugins:  # the caller says so on stderr (`EMPTY`)
         return
     columns = [Column("NAME"), Column("ARTIFACT TYPES", elide=not wide), Column("TIMEOUT"),
                Column("DESCRIPTION", elide=not wide)]

@@ -196,6 +196,8 @@ def watch_list(env, client, *, params: list[tuple[str, str]], limit: int, interv
             else:
                 unavailable, unresolved = False, []
                 if not widths:  # the first table (or the first rows after "No experiments")
+                    if not exps and widths is None:
+                        env.print_err(out.EMPTY["exp"])
                     if exps or widths is None:
                         widths = out.exp_list_table(console, sort_rows(exps, sort_by),
                                                     now=_now(env), wide=wide, headers=headers)

@@ -66,3 +66,22 @@ def test_large_output_into_a_pipe_closed_after_one_line_exits_141(cli, big_exps,
     code, stderr = _first_line_then_close(cli, args, PYTHONUNBUFFERED=unbuffered)
     assert code == ExitCode.OUTPUT_CLOSED == 141, stderr
     assert stderr == b""
+
+
+# --- 2. "No experiments match." goes to stderr, as kubectl's "No resources found" ---------------
+
+@pytest.mark.parametrize("args,message", [
+    (["exp", "list", "-l", "team=none"], "No experiments match."),
+    (["exp", "list", "-l", "team=none", "--no-headers"], "No experiments match."),
+    (["exp", "list", "-l", "team=none", "-o", "wide"], "No experiments match."),
+    (["exp", "list", "-l", "team=none", "-o", "name"], "No experiments match."),
+    (["analysis", "list", "--exp", "77"], "No analyses match."),
+    (["analysis", "list", "--exp", "77", "--no-headers", "-o", "name"], "No analyses match."),
+])
+def test_an_empty_list_writes_nothing_on_stdout(cli, args, message):
+    make_exp(name="unlabelled")  # a list that matches nothing, not an empty server
+    done = cli(*args)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "" and done.stderr == message + "\n"
+    done = cli(*args[:4], "-o", "json")
+    assert done.returncode == 0 and done.stdout == "[]\n", done.stderr
