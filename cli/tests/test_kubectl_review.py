@@ -85,3 +85,57 @@ def test_an_empty_list_writes_nothing_on_stdout(cli, args, message):
     assert done.stdout == "" and done.stderr == message + "\n"
     done = cli(*args[:4], "-o", "json")
     assert done.returncode == 0 and done.stdout == "[]\n", done.stderr
+
+
+# --- 3. fixed columns whatever the width; nothing elided into a pipe -----------------------------
+
+LONG_NAME = "qwen3-32b-prefill-16k-decode-1k-tpu-v5p-2x2x2-concurrency-64"
+ROLES = ("prefill", "decode", "router", "profiler")
+
+
+@pytest.mark.parametrize("columns", ["40", "80", "119", "120", "200"])
+def test_into_a_pipe_a_table_has_fixed_columns_and_every_cell_whole(cli, columns):
+    exp = make_exp(name=LONG_NAME, roles=ROLES)
+    done = cli("exp", "list", COLUMNS=columns)
+    assert done.returncode == 0, done.stderr
+    header, row = done.stdout.splitlines()
+    assert header.split() == ["ID", "NAME", "STATUS", "TYPE", "CLUSTER", "AGE", "DURATION",
+                              "JOBS"]
+    assert row.split()[:2] == [str(exp.pk), LONG_NAME]
+    assert row.endswith("decode:Pending prefill:Pending profiler:Pending router:Pending")
+    assert "..." not in row
+    done = cli("exp", "list", "-o", "wide", COLUMNS=columns)  # every column, as before
+    header, row = done.stdout.splitlines()
+    assert header.split()[5:] == ["CREATOR", "AGE", "DURATION", "LABELS", "JOBS"]
+    assert exp.creator.email in row and row.endswith("router:Pending") and "..." not in row
+
+
+def test_watch_into_a_pipe_never_cuts_a_later_row_to_the_first_tables_widths(cli):
+    """The first table's JOBS is one job wide; a later row with four is printed whole."""
+    import signal
+    import threading
+
+    from cli.tests.signals import interruptible
+    from core.testing import wait_until
+
+    make_exp(name="one-job", roles=("main",))
+    process = subprocess.Popen(interruptible(cli.command("exp", "list", "-w", "--interval",
+                                                         "0.1")),
+                               cwd=ROOT, env={**cli.environ, "COLUMNS": "80"},
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(process.stdout.readline, "")),
+                              daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: len(lines) >= 2, what="the first table")
+        later = make_exp(name=LONG_NAME, roles=ROLES)
+        wait_until(lambda: len(lines) >= 3, what="the new row")
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=60)
+    reader.join(timeout=60)
+    assert process.returncode == 0, process.stderr.read()
+    assert lines[2].split()[:2] == [str(later.pk), LONG_NAME]
+    assert lines[2].rstrip("\n").endswith(
+        "decode:Pending prefill:Pending profiler:Pending router:Pending"), lines
