@@ -190,9 +190,11 @@ def wait(env, exp_ids: tuple[int, ...], selectors: tuple[str, ...], interval: fl
     `kubectl wait -l`). With several experiments (ids, `exp/ID`, or every one matching -l when
     the wait starts) each is followed in turn, in the order given, until all have ended; one
     that fails is reported and the others still waited for (exit code: the first failure's in
-    that order). --timeout counts from the start for all of them: once it is past, each one
-    left is read once, and reported as ended or still running. With -o json|yaml: the ended
-    experiments, a list for several.
+    that order). --timeout bounds the whole run, listing included: once it is past, each id
+    left is read once and reported as ended or still running. With -l, an experiment the list
+    shows ended is reported from it (no further request), only the others are polled, and once
+    the deadline is past each one left is reported as the list showed it. With -o json|yaml:
+    the ended experiments, a list for several.
 
     \b
     Examples:
@@ -204,17 +206,22 @@ def wait(env, exp_ids: tuple[int, ...], selectors: tuple[str, ...], interval: fl
     from ..client import open_client
     from ..listing import emit_objects
 
+    start = env.monotonic()  # --timeout bounds the whole run (kubectl's), the -l list included
     with open_client(env, server) as client:
-        targets, _ = _targets(env, client, exp_ids, selectors, "wait for")
+        targets, listed = _targets(env, client, exp_ids, selectors, "wait for")
         if not targets:
             raise CLIError(f"no experiments match -l {','.join(selectors)}; nothing to wait "
                            "for", ExitCode.NOT_FOUND)
-        start = env.monotonic()
         ended: list[dict[str, Any]] = []
 
         def wait_one(exp_id: int) -> None:
-            exp = poll_until_ended(env, client, exp_id, interval=interval, timeout=timeout,
-                                   output=output, start=start)
+            row = listed.get(exp_id)
+            if row is not None and row.get("status") in EXP_TERMINAL:
+                exp = row  # -l: the list just read shows it ended; a GET each adds nothing
+            else:
+                exp = poll_until_ended(env, client, exp_id, interval=interval,
+                                       timeout=timeout, output=output, start=start,
+                                       listed=row)
             ended.append(exp)
             report_end(env, exp, until=ExpStatus.SUCCEEDED, output=output)
 
@@ -284,7 +291,8 @@ def report_end(env, exp: dict[str, Any], *, until: str, output: str) -> None:
 
 
 def poll_until_ended(env, client, exp_id: int, *, interval: float, timeout: float | None,
-                     output: str, start: float | None = None) -> dict[str, Any]:
+                     output: str, start: float | None = None,
+                     listed: dict[str, Any] | None = None) -> dict[str, Any]:
     """Poll GetExp until the experiment is terminal, showing its progress; return it as it
     ended. The one polling loop of `exp wait`, `create --wait`, `clone --wait` and `abort
     --wait`.
@@ -303,7 +311,10 @@ def poll_until_ended(env, client, exp_id: int, *, interval: float, timeout: floa
             kept for the final experiment).
         start: the `env.monotonic()` time the wait began (default: now): the time shown and
             `timeout` count from it, so several experiments followed in turn share one
-            deadline (`exp wait A B`); once it is past, the experiment is read once.
+            deadline (`exp wait A B`); once it is past, the experiment is read once (or, when
+            `listed`, not at all).
+        listed: the experiment as a list just showed it (`exp wait -l`): past the deadline it
+            is reported from this, so the requests never run past `timeout`.
 
     Raises:
         CLIError: TIMEOUT when `timeout` elapses, UNAVAILABLE when the server stays
@@ -317,7 +328,10 @@ def poll_until_ended(env, client, exp_id: int, *, interval: float, timeout: floa
     console = env.console(stderr=output != "table")
     start = env.monotonic() if start is None else start
     grace = OutageGrace(env.monotonic)
-    exp = client.request("GET", f"{EXPS}/{exp_id}")
+    if listed is not None and timeout is not None and env.monotonic() - start >= timeout:
+        exp = listed
+    else:
+        exp = client.request("GET", f"{EXPS}/{exp_id}")
 
     class _View:  # re-rendered on each refresh, so the elapsed time keeps ticking
         def __rich__(self):

@@ -5,6 +5,7 @@ a bound on the whole run, repeated or non-finite options, the Ctrl-C resume hint
 real pipe, a real COLUMNS) against the live server (`test_conventions.Cli`)."""
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
@@ -139,3 +140,63 @@ def test_watch_into_a_pipe_never_cuts_a_later_row_to_the_first_tables_widths(cli
     assert lines[2].split()[:2] == [str(later.pk), LONG_NAME]
     assert lines[2].rstrip("\n").endswith(
         "decode:Pending prefill:Pending profiler:Pending router:Pending"), lines
+
+
+# --- 4. exp wait --timeout bounds the whole run; -l reports ended ones from its list -------------
+
+def _labelled(name: str, status: str | None, **labels: str) -> int:
+    from accounts.tests.factories import UserFactory
+    from experiments.services import exp_create, exp_update_status
+    from experiments.tests.factories import task_spec
+
+    exp = exp_create(creator=UserFactory(), name=name, cluster_name="c", exp_type="t",
+                     role_to_task_spec={"main": task_spec()}, labels=labels)
+    if status is not None:
+        exp_update_status(exp_id=exp.pk, status=status)
+    return exp.pk
+
+
+def _gets_of_one(caplog) -> list[str]:
+    import re
+
+    return [r.getMessage() for r in caplog.records
+            if re.match(r"GET /api/v1/exps/\d+ ", r.getMessage())]
+
+
+def test_wait_by_selector_reports_ended_experiments_from_its_list(cli, caplog):
+    import logging
+    import time
+
+    caplog.set_level(logging.INFO, logger="falcon.http")
+    ids = [_labelled(f"gold-{i}", "Succeeded", tier="gold") for i in range(40)]
+    started = time.monotonic()
+    done = cli("exp", "wait", "-l", "tier=gold", "--timeout", "1", "-o", "json")
+    assert done.returncode == 0, done.stderr
+    assert sorted(exp["id"] for exp in json.loads(done.stdout)) == ids
+    assert _gets_of_one(caplog) == []  # one list, no GET per experiment
+    assert time.monotonic() - started < 30
+    failed = _labelled("gold-failed", "Failed", tier="gold")
+    done = cli("exp", "wait", "-l", "tier=gold", "--timeout", "1")
+    assert done.returncode == ExitCode.EXP_FAILED, done.stderr
+    assert done.stderr == f"error: experiment {failed} ended Failed\n"
+
+
+def test_wait_timeout_bounds_the_run_and_polls_only_unfinished_ones(cli, caplog):
+    import logging
+    import time
+
+    caplog.set_level(logging.INFO, logger="falcon.http")
+    pending = [_labelled(f"x-{i}", None, team="x") for i in range(20)]
+    ended = _labelled("x-done", "Succeeded", team="x")
+    started = time.monotonic()
+    done = cli("exp", "wait", "-l", "team=x", "--timeout", "2", "--interval", "0.5")
+    took = time.monotonic() - started
+    assert done.returncode == ExitCode.TIMEOUT, done.stderr
+    errors = done.stderr.splitlines()
+    assert len(errors) == 20 and all("is still Created" in line for line in errors), errors
+    assert f"experiment {ended} Succeeded" in done.stdout
+    gets = _gets_of_one(caplog)
+    # Only the first unfinished one is polled until the deadline; the others, left when it
+    # passed, are reported as the list showed them.
+    assert gets and all(f"/exps/{pending[-1]} " in line for line in gets), gets
+    assert took < 2 + 5, took  # the process's start-up and the list, not a read per row
