@@ -16,7 +16,7 @@ import rich_click as click
 from .env import Environment, columns_from
 from .errors import CLIError
 from .exit_codes import ExitCode
-from .options import RecordsHelp
+from .options import RecordsHelp, RefusesRepeats
 from .start import escape_unencodable, silence_closed_streams, whole_writes
 
 VERSION = "0.1.0"
@@ -71,8 +71,8 @@ def load_command(name: str) -> click.Command:
     return getattr(importlib.import_module(module), attribute)
 
 
-class FalconGroup(RecordsHelp, click.RichGroup):
-    """The root group: turns a `CLIError` from any command into one stderr line and its code.
+class FalconGroup(RefusesRepeats, RecordsHelp, click.RichGroup):
+    """The root group (its `--server` given twice is a usage error, `RefusesRepeats`): turns a `CLIError` from any command into one stderr line and its code.
 
     Unexpected exceptions are reported the same way (set FALCON_DEBUG=1 for the traceback), so a
     user never sees a traceback for a server's answer. Its commands are imported lazily

@@ -215,12 +215,14 @@ class RecordsHelp:
         return page
 
 
-class SingleValueCommand(RecordsHelp, click.RichCommand):
-    """A command that refuses a single-valued option given twice (`--exp 2 --exp 4`).
+class RefusesRepeats:
+    """Mixed into a command or group class: a single-valued option given twice (`--exp 2 --exp
+    4`, `falcon --server A --server B`) is a usage error (exit 2) naming the option.
 
     click keeps the last value silently, so a script that appends an option to a command line
     would change its meaning without a word. Options that repeat on purpose (`multiple=True`,
-    `count=True`) and flags (`--wait --wait` means the same) are left alone.
+    `count=True`) and flags (`--wait --wait` means the same) are left alone. A group reads only
+    its own options (those before the subcommand).
     """
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
@@ -241,6 +243,10 @@ class SingleValueCommand(RecordsHelp, click.RichCommand):
                         "(it takes one value).", ctx=ctx)
                 seen.add(param.name)
         return super().parse_args(ctx, args)
+
+
+class SingleValueCommand(RefusesRepeats, RecordsHelp, click.RichCommand):
+    """A command that refuses a single-valued option given twice (`RefusesRepeats`)."""
 
 
 class FalconSubGroup(RecordsHelp, click.RichGroup):
