@@ -1,6 +1,7 @@
 """Options shared by several commands, defined once."""
 from __future__ import annotations
 
+import math
 import re
 
 import rich_click as click
@@ -30,6 +31,23 @@ def server_option(func):
              "current context, then http://127.0.0.1:8000). Tokens are cached per server and "
              "sent only to it.",
     )(func)
+
+
+class FiniteFloat(click.FloatRange):
+    """A number of seconds (or any float option): as click's `FloatRange`, and NaN and the
+    infinities refused as a usage error naming the option.
+
+    click's float takes `nan`, `inf` and `-inf`, and a NaN passes every range check (each
+    comparison is False): `--interval nan` then failed as "unexpected ValueError" in
+    `time.sleep`, and `--timeout nan` never ran out. The one type of every float option.
+    """
+
+    def convert(self, value, param, ctx):
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number (NaN and infinities are refused).",
+                      param, ctx)
+        return super().convert(number, param, ctx)
 
 
 def output_option(func):

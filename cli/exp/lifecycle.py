@@ -10,6 +10,7 @@ from core.domain.statuses import EXP_TERMINAL, ExpStatus
 from ..errors import CLIError, exit_for, run_each
 from ..exit_codes import ExitCode
 from ..options import (
+    FiniteFloat,
     confirm_delete,
     exp_ids_argument,
     output_option,
@@ -54,9 +55,9 @@ def _targets(env, client, exp_ids: tuple[int, ...], selectors: tuple[str, ...],
 @click.option("--wait", "wait_", is_flag=True,
               help="Then show its status live until it is Aborted (exit 0), as `exp wait` "
                    "(one experiment only).")
-@click.option("--interval", type=click.FloatRange(min=0.1), default=DEFAULT_INTERVAL,
+@click.option("--interval", type=FiniteFloat(min=0.1), default=DEFAULT_INTERVAL,
               show_default=True, help="Seconds between two polls of --wait.")
-@click.option("--timeout", type=click.FloatRange(min=0), default=None,
+@click.option("--timeout", type=FiniteFloat(min=0), default=None,
               help="With --wait: give up after this many seconds (exit code 7).")
 @output_option
 @server_option
@@ -173,9 +174,9 @@ def delete(env, exp_ids: tuple[int, ...], selectors: tuple[str, ...], yes: bool,
 @exp_group.command("wait")
 @exp_ids_argument
 @selector_option
-@click.option("--interval", type=click.FloatRange(min=0.1), default=DEFAULT_INTERVAL,
+@click.option("--interval", type=FiniteFloat(min=0.1), default=DEFAULT_INTERVAL,
               show_default=True, help="Seconds between two polls.")
-@click.option("--timeout", type=click.FloatRange(min=0), default=None,
+@click.option("--timeout", type=FiniteFloat(min=0), default=None,
               help="Give up after this many seconds of the whole wait, however many "
                    "experiments (exit code 7). Default: wait forever.")
 @output_option

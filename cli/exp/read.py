@@ -6,7 +6,7 @@ import rich_click as click
 from ..errors import CLIError, exit_for, run_each
 from ..exit_codes import ExitCode
 from ..listing import emit_objects, get_output_option, list_options
-from ..options import exp_ids_argument, pass_env, server_option
+from ..options import FiniteFloat, exp_ids_argument, pass_env, server_option
 from .group import DEFAULT_INTERVAL, EXPS, PAGE_SIZE, STATUSES, exp_group, require_ids
 
 # `--limit` unset lists every row; this bound only stops a server bug from paging forever.
@@ -65,7 +65,7 @@ def get(env, exp_ids: tuple[int, ...], output: str, server: str) -> None:
 @click.option("--watch", "-w", is_flag=True,
               help="Print the table, then one line per experiment that changes (as kubectl "
                    "get -w), until Ctrl-C.")
-@click.option("--interval", type=click.FloatRange(min=0.1), default=DEFAULT_INTERVAL,
+@click.option("--interval", type=FiniteFloat(min=0.1), default=DEFAULT_INTERVAL,
               show_default=True, help="Seconds between two polls of --watch.")
 @list_options
 @server_option

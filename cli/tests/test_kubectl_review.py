@@ -200,3 +200,48 @@ def test_wait_timeout_bounds_the_run_and_polls_only_unfinished_ones(cli, caplog)
     # passed, are reported as the list showed them.
     assert gets and all(f"/exps/{pending[-1]} " in line for line in gets), gets
     assert took < 2 + 5, took  # the process's start-up and the list, not a read per row
+
+
+# --- 5. the global --server given twice is a usage error ----------------------------------------
+
+def test_a_repeated_global_server_is_a_usage_error(cli):
+    done = cli("--server", "http://127.0.0.1:1", "--server", "http://127.0.0.1:2", "exp", "list")
+    assert done.returncode == ExitCode.USAGE, done.stderr
+    assert "'--server'" in done.stderr and "more than once" in done.stderr
+    assert done.stdout == ""
+
+
+# --- 6. NaN and infinities are usage errors for every float option ------------------------------
+
+@pytest.mark.parametrize("args", [["exp", "wait", "1", "--interval", "nan"],
+                                  ["exp", "wait", "1", "--timeout", "nan"],
+                                  ["exp", "wait", "1", "--timeout", "inf"],
+                                  ["exp", "list", "-w", "--interval", "nan"],
+                                  ["exp", "abort", "1", "--wait", "--timeout", "-inf"],
+                                  ["exp", "logs", "1", "-f", "--interval", "NaN"],
+                                  ["analysis", "create", "--exp", "1", "--plugin", "summary",
+                                   "--wait", "--timeout", "infinity"]])
+def test_a_non_finite_number_is_a_usage_error_naming_the_option(cli, args):
+    done = cli(*args)
+    assert done.returncode == ExitCode.USAGE, done.stderr
+    assert f"'{args[-2]}'" in done.stderr and "not a finite number" in done.stderr
+    assert "unexpected" not in done.stderr
+
+
+def test_every_float_option_uses_the_one_finite_float_type():
+    import click
+
+    from cli.main import LAZY_COMMANDS, load_command
+    from cli.options import FiniteFloat
+
+    def options(command, path):
+        for param in command.params:
+            if isinstance(param.type, click.types.FloatParamType):
+                yield path, param
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from options(sub, f"{path} {name}")
+
+    found = [(path, param) for name in LAZY_COMMANDS
+             for path, param in options(load_command(name), name)]
+    assert found and all(isinstance(param.type, FiniteFloat) for _, param in found), [
+        (path, param.name) for path, param in found if not isinstance(param.type, FiniteFloat)]
