@@ -220,9 +220,15 @@ def wait(env, exp_ids: tuple[int, ...], selectors: tuple[str, ...], interval: fl
             if row is not None and row.get("status") in EXP_TERMINAL:
                 exp = row  # -l: the list just read shows it ended; a GET each adds nothing
             else:
+                # After Ctrl-C, the hint resumes the whole wait: the selector, or this id and
+                # every one after it (none of them is known to have ended).
+                import shlex
+
+                resume = (" ".join(f"-l {shlex.quote(s)}" for s in selectors) if selectors
+                          else " ".join(str(i) for i in targets[targets.index(exp_id):]))
                 exp = poll_until_ended(env, client, exp_id, interval=interval,
                                        timeout=timeout, output=output, start=start,
-                                       listed=row)
+                                       listed=row, resume=resume)
             ended.append(exp)
             report_end(env, exp, until=ExpStatus.SUCCEEDED, output=output)
 
@@ -293,7 +299,8 @@ def report_end(env, exp: dict[str, Any], *, until: str, output: str) -> None:
 
 def poll_until_ended(env, client, exp_id: int, *, interval: float, timeout: float | None,
                      output: str, start: float | None = None,
-                     listed: dict[str, Any] | None = None) -> dict[str, Any]:
+                     listed: dict[str, Any] | None = None,
+                     resume: str | None = None) -> dict[str, Any]:
     """Poll GetExp until the experiment is terminal, showing its progress; return it as it
     ended. The one polling loop of `exp wait`, `create --wait`, `clone --wait` and `abort
     --wait`.
@@ -316,6 +323,8 @@ def poll_until_ended(env, client, exp_id: int, *, interval: float, timeout: floa
             `listed`, not at all).
         listed: the experiment as a list just showed it (`exp wait -l`): past the deadline it
             is reported from this, so the requests never run past `timeout`.
+        resume: the arguments of `falcon exp wait` (and `exp abort`) the Ctrl-C hint names,
+            e.g. `299 298` or `-l team=x`; default: `exp_id`.
 
     Raises:
         CLIError: TIMEOUT when `timeout` elapses, UNAVAILABLE when the server stays
@@ -368,8 +377,9 @@ def poll_until_ended(env, client, exp_id: int, *, interval: float, timeout: floa
                 live.refresh()
     except KeyboardInterrupt:
         # Ctrl-C stops the waiting, not the experiment: say so, or "Aborted!" reads as an abort.
+        resume = resume or str(exp_id)
         raise CLIError(f"stopped waiting; experiment {exp_id} is still {exp.get('status')} "
-                       f"(`falcon exp wait {exp_id}` resumes, `falcon exp abort {exp_id}` "
+                       f"(`falcon exp wait {resume}` resumes, `falcon exp abort {resume}` "
                        "stops it)", ExitCode.INTERRUPTED) from None
     finally:
         if live is not None:

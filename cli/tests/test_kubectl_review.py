@@ -245,3 +245,32 @@ def test_every_float_option_uses_the_one_finite_float_type():
              for path, param in options(load_command(name), name)]
     assert found and all(isinstance(param.type, FiniteFloat) for _, param in found), [
         (path, param.name) for path, param in found if not isinstance(param.type, FiniteFloat)]
+
+
+# --- 7. the Ctrl-C hint of exp wait resumes every experiment not yet ended ----------------------
+
+@pytest.mark.parametrize("by_selector", [False, True])
+def test_ctrl_c_hint_names_every_experiment_not_yet_ended(logged_in, by_selector):
+    import signal
+
+    from .test_kubectl_habits import _first_line, _popen_falcon
+
+    done, first, second = (_labelled(name, status, batch="9") for name, status in
+                           (("ended", "Succeeded"), ("w-1", None), ("w-2", None)))
+    args = ["-l", "batch=9"] if by_selector else [str(done), str(second), str(first)]
+    proc = _popen_falcon(logged_in, "exp", "wait", *args, "--interval", "0.1")
+    try:
+        watched = second  # the ids' second; the selector's newest unfinished one
+        lines = [_first_line(proc)]
+        while f"experiment {watched} " not in lines[-1] and len(lines) < 3:
+            lines.append(_first_line(proc))  # the ended one first, when given by id
+        assert lines[-1].startswith(f"[0s] experiment {watched} Created"), lines
+        assert by_selector or f"experiment {done} Succeeded\n" in lines  # -l: newest first
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == ExitCode.INTERRUPTED, err
+    resume = "-l batch=9" if by_selector else f"{second} {first}"
+    assert err == (f"error: stopped waiting; experiment {second} is still Created (`falcon exp "
+                   f"wait {resume}` resumes, `falcon exp abort {resume}` stops it)\n")
