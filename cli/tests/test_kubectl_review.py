@@ -274,3 +274,17 @@ def test_ctrl_c_hint_names_every_experiment_not_yet_ended(logged_in, by_selector
     resume = "-l batch=9" if by_selector else f"{second} {first}"
     assert err == (f"error: stopped waiting; experiment {second} is still Created (`falcon exp "
                    f"wait {resume}` resumes, `falcon exp abort {resume}` stops it)\n")
+
+
+# --- 8. use-context under FALCON_SERVER says the variable wins -----------------------------------
+
+def test_use_context_warns_that_falcon_server_overrides_it(cli):
+    done = cli("config", "set-context", "prod", "--server", "https://falcon.example.com")
+    assert done.returncode == 0, done.stderr
+    done = cli("config", "use-context", "prod", FALCON_SERVER="http://127.0.0.1:9")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "switched to context prod (https://falcon.example.com)\n"
+    assert done.stderr.startswith("warning: FALCON_SERVER=http://127.0.0.1:9 is set and "
+                                  "overrides the context")
+    done = cli("config", "use-context", "prod", FALCON_SERVER="")
+    assert done.returncode == 0 and done.stderr == "", done.stderr
