@@ -171,8 +171,9 @@ def falcon(ctx: click.Context, server: str | None) -> None:
     --type ... --role-to-task-spec tasks.yaml --config config.yaml`.
     Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 conflict, 5 not logged in, 6 experiment
     failed, 7 timeout, 8 invalid input, 9 server unavailable, 10 forbidden, 11 analysis failed
-    or cancelled, 130 interrupted
-    (Ctrl-C), 141 output closed (e.g. `| head`; the command stopped quietly).
+    or cancelled, 12 `exp diff` failed (its 1 means they differ), 13 `exp compare --fail-on`
+    gate failed, 130 interrupted (Ctrl-C; `exp list --watch` ends with 0 on Ctrl-C, as kubectl
+    get -w), 141 output closed (e.g. `| head`; the command stopped quietly).
 
     \b
     Examples:

@@ -288,3 +288,17 @@ def test_use_context_warns_that_falcon_server_overrides_it(cli):
                                   "overrides the context")
     done = cli("config", "use-context", "prod", FALCON_SERVER="")
     assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+# --- 9. the top-level help lists every exit code, and --watch's 0 on Ctrl-C ----------------------
+
+def test_top_level_help_lists_every_exit_code_and_the_watch_exception(cli):
+    import re
+
+    done = cli("--help", FALCON_NO_HELP_CACHE="1", COLUMNS="200")
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.replace("│", " ").split())
+    listed = {int(code) for code in re.findall(r"(?<![\w-])(\d+) [a-z`]", text.split(
+        "Exit codes:")[1].split("Examples")[0])}
+    assert listed == {int(code) for code in ExitCode}, listed
+    assert "`exp list --watch` ends with 0 on Ctrl-C" in text
