@@ -13,6 +13,7 @@ from .errors import CLIError
 from .exit_codes import ExitCode
 from .options import FalconSubGroup, output_option, pass_env
 from .servers import FORMAT_VERSION, check_name, load, save
+from .visible import visible
 
 @click.group("config", cls=FalconSubGroup)
 def config_group() -> None:
@@ -91,6 +92,10 @@ def use_context(env, name: str) -> None:
     data["current-context"] = name
     save(env.credentials_dir, data)
     env.print_out(f"switched to context {name} ({data['contexts'][name]['server']})")
+    overriding = env.environ.get("FALCON_SERVER", "").strip()
+    if overriding:  # else the switch looks done while every command still goes elsewhere
+        env.print_err(f"warning: FALCON_SERVER={visible(overriding)} is set and overrides the context: "
+                      "commands talk to it until it is unset (`unset FALCON_SERVER`)")
 
 
 @config_group.command("delete-context")

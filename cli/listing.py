@@ -269,12 +269,24 @@ def emit_list(env, rows: list[dict[str, Any]], *, output: str, kind: str, id_key
         id_key: the field `-o name` prints, e.g. `id`.
         no_headers: leave out the header line of a table.
         sort_by: the `--sort-by` field, or None for the server's order.
-        table: draws the rows: `table(console, rows, wide=..., headers=...)`, on
-            `env.table_console()` (plain text where no colour shows).
+        table: draws the rows: `table(console, rows, wide=..., headers=..., fit=...)`, on
+            `env.table_console()` (plain text where no colour shows); `fit` is True only on a
+            terminal: into a pipe or a file no cell is elided, as kubectl's.
+
+    No rows in a table or `-o name` write nothing to stdout and say so on stderr
+    (`output.EMPTY`), as kubectl's "No resources found"; json and yaml write an empty list.
     """
+    from .output import EMPTY
+
     rows = sort_rows(rows, sort_by)
+    if not rows and (output in ("table", "wide", "name")):
+        env.print_err(EMPTY[kind])
+        return
     if not _emit_rows(env, rows, output, kind=kind, id_key=id_key):
-        table(env.table_console(), rows, wide=output == "wide", headers=not no_headers)
+        from .env import is_terminal
+
+        table(env.table_console(), rows, wide=output == "wide", headers=not no_headers,
+              fit=is_terminal(env.out))
 
 
 def _emit_rows(env, rows: list[dict[str, Any]], output: str, *, kind: str,

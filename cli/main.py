@@ -16,8 +16,8 @@ import rich_click as click
 from .env import Environment, columns_from
 from .errors import CLIError
 from .exit_codes import ExitCode
-from .options import RecordsHelp
-from .start import escape_unencodable, silence_closed_streams
+from .options import RecordsHelp, RefusesRepeats
+from .start import escape_unencodable, silence_closed_streams, whole_writes
 
 VERSION = "0.1.0"
 
@@ -71,8 +71,8 @@ def load_command(name: str) -> click.Command:
     return getattr(importlib.import_module(module), attribute)
 
 
-class FalconGroup(RecordsHelp, click.RichGroup):
-    """The root group: turns a `CLIError` from any command into one stderr line and its code.
+class FalconGroup(RefusesRepeats, RecordsHelp, click.RichGroup):
+    """The root group (its `--server` given twice is a usage error, `RefusesRepeats`): turns a `CLIError` from any command into one stderr line and its code.
 
     Unexpected exceptions are reported the same way (set FALCON_DEBUG=1 for the traceback), so a
     user never sees a traceback for a server's answer. Its commands are imported lazily
@@ -171,8 +171,9 @@ def falcon(ctx: click.Context, server: str | None) -> None:
     --type ... --role-to-task-spec tasks.yaml --config config.yaml`.
     Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 conflict, 5 not logged in, 6 experiment
     failed, 7 timeout, 8 invalid input, 9 server unavailable, 10 forbidden, 11 analysis failed
-    or cancelled, 130 interrupted
-    (Ctrl-C), 141 output closed (e.g. `| head`; the command stopped quietly).
+    or cancelled, 12 `exp diff` failed (its 1 means they differ), 13 `exp compare --fail-on`
+    gate failed, 130 interrupted (Ctrl-C; `exp list --watch` ends with 0 on Ctrl-C, as kubectl
+    get -w), 141 output closed (e.g. `| head`; the command stopped quietly).
 
     \b
     Examples:
@@ -188,8 +189,10 @@ def main(argv: list[str] | None = None) -> None:
     """Run `falcon` with `argv` (default: `sys.argv[1:]`); exits the process with its code.
 
     A stdout or stderr whose encoding cannot write a character (`PYTHONIOENCODING=latin-1`,
-    `LC_ALL=C`) writes it as a backslash escape instead of failing the command.
+    `LC_ALL=C`) writes it as a backslash escape instead of failing the command; a write into a
+    pipe is never taken as done before every byte is written (`cli.start.WholeWrites`).
     """
+    whole_writes()
     escape_unencodable()
     # rich reads COLUMNS and LINES itself (e.g. for a usage error) and int() of 4300+ digits
     # raises: keep only what `columns_from` accepts.

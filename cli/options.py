@@ -1,6 +1,7 @@
 """Options shared by several commands, defined once."""
 from __future__ import annotations
 
+import math
 import re
 
 import rich_click as click
@@ -30,6 +31,23 @@ def server_option(func):
              "current context, then http://127.0.0.1:8000). Tokens are cached per server and "
              "sent only to it.",
     )(func)
+
+
+class FiniteFloat(click.FloatRange):
+    """A number of seconds (or any float option): as click's `FloatRange`, and NaN and the
+    infinities refused as a usage error naming the option.
+
+    click's float takes `nan`, `inf` and `-inf`, and a NaN passes every range check (each
+    comparison is False): `--interval nan` then failed as "unexpected ValueError" in
+    `time.sleep`, and `--timeout nan` never ran out. The one type of every float option.
+    """
+
+    def convert(self, value, param, ctx):
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number (NaN and infinities are refused).",
+                      param, ctx)
+        return super().convert(number, param, ctx)
 
 
 def output_option(func):
@@ -215,12 +233,14 @@ class RecordsHelp:
         return page
 
 
-class SingleValueCommand(RecordsHelp, click.RichCommand):
-    """A command that refuses a single-valued option given twice (`--exp 2 --exp 4`).
+class RefusesRepeats:
+    """Mixed into a command or group class: a single-valued option given twice (`--exp 2 --exp
+    4`, `falcon --server A --server B`) is a usage error (exit 2) naming the option.
 
     click keeps the last value silently, so a script that appends an option to a command line
     would change its meaning without a word. Options that repeat on purpose (`multiple=True`,
-    `count=True`) and flags (`--wait --wait` means the same) are left alone.
+    `count=True`) and flags (`--wait --wait` means the same) are left alone. A group reads only
+    its own options (those before the subcommand).
     """
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
@@ -241,6 +261,10 @@ class SingleValueCommand(RecordsHelp, click.RichCommand):
                         "(it takes one value).", ctx=ctx)
                 seen.add(param.name)
         return super().parse_args(ctx, args)
+
+
+class SingleValueCommand(RefusesRepeats, RecordsHelp, click.RichCommand):
+    """A command that refuses a single-valued option given twice (`RefusesRepeats`)."""
 
 
 class FalconSubGroup(RecordsHelp, click.RichGroup):

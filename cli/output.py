@@ -183,8 +183,10 @@ def age(value: Any, now: datetime) -> str:
     return "-" if moment is None else duration((now - moment).total_seconds())
 
 
-# From this width on `exp list` adds the creator and the labels (`-o wide` always does).
-WIDE_LIST = 120
+# What a list command with no rows says, on stderr (as kubectl's "No resources found"), so its
+# stdout stays empty for `| wc -l` and `| xargs`; keyed by the `-o name` kind.
+EMPTY = {"exp": "No experiments match.", "analysis": "No analyses match.",
+         "plugin": "No plugins in the catalog."}
 
 
 def exp_list_rows(exps: list[dict[str, Any]], *, now: datetime, wide: bool):
@@ -214,18 +216,21 @@ def exp_list_rows(exps: list[dict[str, Any]], *, now: datetime, wide: bool):
 
 
 def exp_list_table(console: Console, exps: list[dict[str, Any]], *,
-                   now: datetime | None = None, wide: bool | None = None,
-                   headers: bool = True) -> list[int]:
+                   now: datetime | None = None, wide: bool = False, headers: bool = True,
+                   fit: bool = True) -> list[int]:
     """Draw experiments one line each (`cli/table.py`): id, name, status, type, cluster, age,
-    duration (`run_time`) and the jobs' states; wide also the creator and labels.
+    duration (`run_time`) and the jobs' states; wide also the creator and labels. The columns
+    are these whatever the console's width (kubectl's fixed columns).
 
     Args:
         console: where to draw (a rich `Console` or a `cli.table.PlainConsole`).
         exps: list rows as the API returns them.
         now: the current time (aware) the age and a running duration are measured to; None
             means the wall clock.
-        wide: every column (`-o wide`); None means wide from `WIDE_LIST` columns on.
+        wide: every column (`-o wide`, which never elides).
         headers: print the header line.
+        fit: elide long cells of the elidable columns to the console's width (a terminal);
+            False writes every cell whole (a pipe, as kubectl never truncates into one).
 
     Returns:
         The column widths used (`exp list --watch` prints later rows with them).
@@ -234,14 +239,10 @@ def exp_list_table(console: Console, exps: list[dict[str, Any]], *,
 
     from .table import print_table
 
-    if not exps:
-        console.print("No experiments match.")
+    if not exps:  # the caller says so on stderr (`EMPTY`), as kubectl's "No resources found"
         return []
-    fit = wide is None
-    if wide is None:
-        wide = console.width >= WIDE_LIST
     columns, rows = exp_list_rows(exps, now=now or datetime.now(timezone.utc), wide=wide)
-    return print_table(console, columns, rows, headers=headers, fit=fit)
+    return print_table(console, columns, rows, headers=headers, fit=fit and not wide)
 
 
 # Fields whose values are never elided in `get`/`describe` (they run past the edge instead),
@@ -402,13 +403,12 @@ def run_time(analysis: dict[str, Any], now: datetime | None = None) -> str:
 
 
 def analysis_list_table(console: Console, analyses: list[dict[str, Any]], *,
-                        wide: bool = False, headers: bool = True) -> None:
+                        wide: bool = False, headers: bool = True, fit: bool = True) -> None:
     """Draw analyses one line each (`cli/table.py`): id, name, experiment, type, plugin,
-    status, attempts, created, duration."""
+    status, attempts, created, duration; `fit` as `exp_list_table`'s."""
     from .table import Column, print_table
 
-    if not analyses:
-        console.print("No analyses match.")
+    if not analyses:  # the caller says so on stderr (`EMPTY`)
         return
     columns = [Column("ID"), Column("NAME"), Column("EXP"), Column("TYPE"),
                Column("PLUGIN", elide=not wide), Column("STATUS"), Column("ATTEMPTS"),
@@ -419,7 +419,7 @@ def analysis_list_table(console: Console, analyses: list[dict[str, Any]], *,
              status_cell(item.get("status")), plain_cell(item.get("attempts")),
              plain_cell(when(item.get("created_at"))), plain_cell(run_time(item))]
             for item in analyses]
-    print_table(console, columns, rows, headers=headers, fit=not wide)
+    print_table(console, columns, rows, headers=headers, fit=fit and not wide)
 
 
 def analysis_summary(analysis: dict[str, Any]) -> FieldLines:
@@ -482,13 +482,12 @@ def _types(plugin: dict[str, Any]) -> str:
 
 
 def plugin_list_table(console: Console, plugins: list[dict[str, Any]], *,
-                      wide: bool = False, headers: bool = True) -> None:
+                      wide: bool = False, headers: bool = True, fit: bool = True) -> None:
     """Draw the plugin catalog, one line per plugin (name, artifact types, timeout,
-    description)."""
+    description); `fit` as `exp_list_table`'s."""
     from .table import Column, print_table
 
-    if not plugins:
-        console.print("No plugins in the catalog.")
+    if not plugins:  # the caller says so on stderr (`EMPTY`)
         return
     columns = [Column("NAME"), Column("ARTIFACT TYPES", elide=not wide), Column("TIMEOUT"),
                Column("DESCRIPTION", elide=not wide)]
@@ -499,7 +498,7 @@ def plugin_list_table(console: Console, plugins: list[dict[str, Any]], *,
                      plain_cell(duration(timeout) if isinstance(timeout, (int, float))
                                 else timeout),
                      plain_cell(plugin.get("description"))])
-    print_table(console, columns, rows, headers=headers, fit=not wide)
+    print_table(console, columns, rows, headers=headers, fit=fit and not wide)
 
 
 def plugin_detail(console: Console, plugin: dict[str, Any]) -> None:

@@ -1,6 +1,7 @@
 """Tables as kubectl prints them: fixed columns, one line per row, nothing wrapped.
 
-Each column is as wide as its widest cell. When the table is wider than the terminal, the
+Each column is as wide as its widest cell. When the table is wider than the terminal (only on
+a terminal: into a pipe or a file nothing is elided, as kubectl's), the
 columns that may be elided (a job summary, labels, a description) shrink, down to
 `MIN_ELIDED` cells each, and their long cells end in `...`; key columns (ID, NAME, an email,
 an experiment id) are never cut, so every id can be copied. A table still too wide runs past
@@ -169,13 +170,15 @@ def widths_of(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: 
     return widths
 
 
-def line(cells: Sequence[Cell], widths: Sequence[int], columns: Sequence[Column]) -> Cell:
+def line(cells: Sequence[Cell], widths: Sequence[int], columns: Sequence[Column], *,
+         cut: bool = True) -> Cell:
     """Return one row as one line: each cell padded to its column's width, a longer one cut
-    only in an elidable column (a key cell runs on, moving the cells after it)."""
+    only in an elidable column and only when `cut` (a key cell, or any cell into a pipe, runs
+    on, moving the cells after it)."""
     out = Cell()
     last = len(cells) - 1
     for index, (cell, width, column) in enumerate(zip(cells, widths, columns)):
-        if column.elide:
+        if column.elide and cut:
             cell = _cut(cell, width)
         out.append_text(cell)
         if index < last:
@@ -186,7 +189,8 @@ def line(cells: Sequence[Cell], widths: Sequence[int], columns: Sequence[Column]
 def print_table(console: Any, columns: Sequence[Column], rows: Sequence[Sequence[Cell]], *,
                 headers: bool = True, fit: bool = True) -> list[int]:
     """Print `rows` under `columns` on `console`, one line per row; return the widths used
-    (`--watch` prints later rows with them). `fit=False` (`-o wide`) elides nothing."""
+    (`--watch` prints later rows with them). `fit=False` (`-o wide`, or a pipe) elides
+    nothing: every column is as wide as its widest cell."""
     width = max(console.width, 1) if fit else 10**9
     widths = widths_of(columns, rows, width, headers=headers)
     if headers:

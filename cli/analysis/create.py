@@ -9,7 +9,7 @@ from core.domain.statuses import ANALYSIS_TERMINAL, AnalysisStatus
 
 from ..errors import CLIError
 from ..exit_codes import ExitCode
-from ..options import ExpIdType, output_option, pass_env, server_option
+from ..options import ExpIdType, FiniteFloat, output_option, pass_env, server_option
 from ..visible import visible
 from ..outages import OutageGrace
 from .group import (
@@ -61,7 +61,7 @@ def read_script_file(path: str) -> str:
 @click.option("--memory-limit", metavar="Q", help="Memory limit, a Kubernetes quantity.")
 @click.option("--wait", is_flag=True,
               help="Wait until the analysis ends; exit code 11 when it failed, was cancelled or skipped.")
-@click.option("--timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+@click.option("--timeout", type=FiniteFloat(min=0), default=None, metavar="SECONDS",
               help="With --wait: give up after this many seconds (exit code 7).")
 @output_option
 @server_option

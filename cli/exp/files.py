@@ -11,7 +11,14 @@ import rich_click as click
 from ..completion import complete_roles
 from ..errors import CLIError
 from ..exit_codes import ExitCode
-from ..options import ExpIdType, exp_id_argument, output_option, pass_env, server_option
+from ..options import (
+    ExpIdType,
+    FiniteFloat,
+    exp_id_argument,
+    output_option,
+    pass_env,
+    server_option,
+)
 from .group import exp_group
 from .inputs import SelectorArg
 
@@ -104,7 +111,7 @@ class _Reading:
                    "logs --since; with --tail, the last N of those.")
 @click.option("--follow", "-f", is_flag=True,
               help="Keep printing new output until the replica (every replica) ends.")
-@click.option("--interval", type=click.FloatRange(min=0.1), default=FOLLOW_INTERVAL,
+@click.option("--interval", type=FiniteFloat(min=0.1), default=FOLLOW_INTERVAL,
               show_default=True, help="Seconds between two polls with --follow.")
 @server_option
 @pass_env

@@ -10,6 +10,7 @@ from core.domain.statuses import EXP_TERMINAL, ExpStatus
 from ..errors import CLIError, exit_for, run_each
 from ..exit_codes import ExitCode
 from ..options import (
+    FiniteFloat,
     confirm_delete,
     exp_ids_argument,
     output_option,
@@ -54,9 +55,9 @@ def _targets(env, client, exp_ids: tuple[int, ...], selectors: tuple[str, ...],
 @click.option("--wait", "wait_", is_flag=True,
               help="Then show its status live until it is Aborted (exit 0), as `exp wait` "
                    "(one experiment only).")
-@click.option("--interval", type=click.FloatRange(min=0.1), default=DEFAULT_INTERVAL,
+@click.option("--interval", type=FiniteFloat(min=0.1), default=DEFAULT_INTERVAL,
               show_default=True, help="Seconds between two polls of --wait.")
-@click.option("--timeout", type=click.FloatRange(min=0), default=None,
+@click.option("--timeout", type=FiniteFloat(min=0), default=None,
               help="With --wait: give up after this many seconds (exit code 7).")
 @output_option
 @server_option
@@ -173,9 +174,9 @@ def delete(env, exp_ids: tuple[int, ...], selectors: tuple[str, ...], yes: bool,
 @exp_group.command("wait")
 @exp_ids_argument
 @selector_option
-@click.option("--interval", type=click.FloatRange(min=0.1), default=DEFAULT_INTERVAL,
+@click.option("--interval", type=FiniteFloat(min=0.1), default=DEFAULT_INTERVAL,
               show_default=True, help="Seconds between two polls.")
-@click.option("--timeout", type=click.FloatRange(min=0), default=None,
+@click.option("--timeout", type=FiniteFloat(min=0), default=None,
               help="Give up after this many seconds of the whole wait, however many "
                    "experiments (exit code 7). Default: wait forever.")
 @output_option
@@ -190,9 +191,11 @@ def wait(env, exp_ids: tuple[int, ...], selectors: tuple[str, ...], interval: fl
     `kubectl wait -l`). With several experiments (ids, `exp/ID`, or every one matching -l when
     the wait starts) each is followed in turn, in the order given, until all have ended; one
     that fails is reported and the others still waited for (exit code: the first failure's in
-    that order). --timeout counts from the start for all of them: once it is past, each one
-    left is read once, and reported as ended or still running. With -o json|yaml: the ended
-    experiments, a list for several.
+    that order). --timeout bounds the whole run, listing included: once it is past, each id
+    left is read once and reported as ended or still running. With -l, an experiment the list
+    shows ended is reported from it (no further request), only the others are polled, and once
+    the deadline is past each one left is reported as the list showed it. With -o json|yaml:
+    the ended experiments, a list for several.
 
     \b
     Examples:
@@ -204,17 +207,28 @@ def wait(env, exp_ids: tuple[int, ...], selectors: tuple[str, ...], interval: fl
     from ..client import open_client
     from ..listing import emit_objects
 
+    start = env.monotonic()  # --timeout bounds the whole run (kubectl's), the -l list included
     with open_client(env, server) as client:
-        targets, _ = _targets(env, client, exp_ids, selectors, "wait for")
+        targets, listed = _targets(env, client, exp_ids, selectors, "wait for")
         if not targets:
             raise CLIError(f"no experiments match -l {','.join(selectors)}; nothing to wait "
                            "for", ExitCode.NOT_FOUND)
-        start = env.monotonic()
         ended: list[dict[str, Any]] = []
 
         def wait_one(exp_id: int) -> None:
-            exp = poll_until_ended(env, client, exp_id, interval=interval, timeout=timeout,
-                                   output=output, start=start)
+            row = listed.get(exp_id)
+            if row is not None and row.get("status") in EXP_TERMINAL:
+                exp = row  # -l: the list just read shows it ended; a GET each adds nothing
+            else:
+                # After Ctrl-C, the hint resumes the whole wait: the selector, or this id and
+                # every one after it (none of them is known to have ended).
+                import shlex
+
+                resume = (" ".join(f"-l {shlex.quote(s)}" for s in selectors) if selectors
+                          else " ".join(str(i) for i in targets[targets.index(exp_id):]))
+                exp = poll_until_ended(env, client, exp_id, interval=interval,
+                                       timeout=timeout, output=output, start=start,
+                                       listed=row, resume=resume)
             ended.append(exp)
             report_end(env, exp, until=ExpStatus.SUCCEEDED, output=output)
 
@@ -284,7 +298,9 @@ def report_end(env, exp: dict[str, Any], *, until: str, output: str) -> None:
 
 
 def poll_until_ended(env, client, exp_id: int, *, interval: float, timeout: float | None,
-                     output: str, start: float | None = None) -> dict[str, Any]:
+                     output: str, start: float | None = None,
+                     listed: dict[str, Any] | None = None,
+                     resume: str | None = None) -> dict[str, Any]:
     """Poll GetExp until the experiment is terminal, showing its progress; return it as it
     ended. The one polling loop of `exp wait`, `create --wait`, `clone --wait` and `abort
     --wait`.
@@ -303,7 +319,12 @@ def poll_until_ended(env, client, exp_id: int, *, interval: float, timeout: floa
             kept for the final experiment).
         start: the `env.monotonic()` time the wait began (default: now): the time shown and
             `timeout` count from it, so several experiments followed in turn share one
-            deadline (`exp wait A B`); once it is past, the experiment is read once.
+            deadline (`exp wait A B`); once it is past, the experiment is read once (or, when
+            `listed`, not at all).
+        listed: the experiment as a list just showed it (`exp wait -l`): past the deadline it
+            is reported from this, so the requests never run past `timeout`.
+        resume: the arguments of `falcon exp wait` (and `exp abort`) the Ctrl-C hint names,
+            e.g. `299 298` or `-l team=x`; default: `exp_id`.
 
     Raises:
         CLIError: TIMEOUT when `timeout` elapses, UNAVAILABLE when the server stays
@@ -317,7 +338,10 @@ def poll_until_ended(env, client, exp_id: int, *, interval: float, timeout: floa
     console = env.console(stderr=output != "table")
     start = env.monotonic() if start is None else start
     grace = OutageGrace(env.monotonic)
-    exp = client.request("GET", f"{EXPS}/{exp_id}")
+    if listed is not None and timeout is not None and env.monotonic() - start >= timeout:
+        exp = listed
+    else:
+        exp = client.request("GET", f"{EXPS}/{exp_id}")
 
     class _View:  # re-rendered on each refresh, so the elapsed time keeps ticking
         def __rich__(self):
@@ -353,8 +377,9 @@ def poll_until_ended(env, client, exp_id: int, *, interval: float, timeout: floa
                 live.refresh()
     except KeyboardInterrupt:
         # Ctrl-C stops the waiting, not the experiment: say so, or "Aborted!" reads as an abort.
+        resume = resume or str(exp_id)
         raise CLIError(f"stopped waiting; experiment {exp_id} is still {exp.get('status')} "
-                       f"(`falcon exp wait {exp_id}` resumes, `falcon exp abort {exp_id}` "
+                       f"(`falcon exp wait {resume}` resumes, `falcon exp abort {resume}` "
                        "stops it)", ExitCode.INTERRUPTED) from None
     finally:
         if live is not None:

@@ -6,7 +6,7 @@ import rich_click as click
 from ..errors import CLIError, exit_for, run_each
 from ..exit_codes import ExitCode
 from ..listing import emit_objects, get_output_option, list_options
-from ..options import exp_ids_argument, pass_env, server_option
+from ..options import FiniteFloat, exp_ids_argument, pass_env, server_option
 from .group import DEFAULT_INTERVAL, EXPS, PAGE_SIZE, STATUSES, exp_group, require_ids
 
 # `--limit` unset lists every row; this bound only stops a server bug from paging forever.
@@ -65,7 +65,7 @@ def get(env, exp_ids: tuple[int, ...], output: str, server: str) -> None:
 @click.option("--watch", "-w", is_flag=True,
               help="Print the table, then one line per experiment that changes (as kubectl "
                    "get -w), until Ctrl-C.")
-@click.option("--interval", type=click.FloatRange(min=0.1), default=DEFAULT_INTERVAL,
+@click.option("--interval", type=FiniteFloat(min=0.1), default=DEFAULT_INTERVAL,
               show_default=True, help="Seconds between two polls of --watch.")
 @list_options
 @server_option
@@ -104,14 +104,14 @@ def list_(env, statuses: tuple[str, ...], exp_type: str | None, cluster_name: st
     with open_client(env, server) as client:
         if watch:
             watch_list(env, client, params=params, limit=rows_limit, interval=interval,
-                       wide=True if output == "wide" else None, headers=not no_headers,
+                       wide=output == "wide", headers=not no_headers,
                        sort_by=sort_by)
             return
         exps = list(client.paginate(EXPS, params=params, limit=rows_limit))
     emit_list(env, exps, output=output, kind="exp", id_key="id", no_headers=no_headers,
               sort_by=sort_by,
-              table=lambda console, rows, wide, headers: out.exp_list_table(
-                  console, rows, now=_now(env), wide=True if wide else None, headers=headers))
+              table=lambda console, rows, wide, headers, fit: out.exp_list_table(
+                  console, rows, now=_now(env), wide=wide, headers=headers, fit=fit))
 
 
 def _now(env):
@@ -154,14 +154,15 @@ def _gone_rows(client, rows: list[dict], seen: dict) -> tuple[list[dict], list[d
 
 
 def watch_list(env, client, *, params: list[tuple[str, str]], limit: int, interval: float,
-               wide: bool | None = None, headers: bool = True,
+               wide: bool = False, headers: bool = True,
                sort_by: str | None = None) -> None:
     """Print the list, then poll ListExps every `interval` seconds and print one line for each
     experiment that is new or changed, until Ctrl-C (exit 0), as `kubectl get -w` does; an
     experiment deleted meanwhile gets a last line with status `Deleted` (`_gone_rows`).
 
-    Every change is printed once, on a terminal and into a pipe alike, with the first table's
-    column widths. A server that stops answering is polled again (one stderr line says so)
+    Every change is printed once, on a terminal and into a pipe alike, padded to the first
+    table's column widths; on a terminal a long cell of an elidable column is cut to them,
+    into a pipe none is (a longer cell moves the ones after it), as the first table's. A server that stops answering is polled again (one stderr line says so)
     rather than ending the watch.
 
     Args:
@@ -176,9 +177,11 @@ def watch_list(env, client, *, params: list[tuple[str, str]], limit: int, interv
     """
     from .. import output as out
     from ..listing import sort_rows
+    from ..env import is_terminal
     from ..table import line, print_line
 
     console = env.table_console()
+    fit = is_terminal(env.out)
     seen: dict = {}
     last: dict = {}  # id -> the row as last listed
     widths = None
@@ -196,9 +199,12 @@ def watch_list(env, client, *, params: list[tuple[str, str]], limit: int, interv
             else:
                 unavailable, unresolved = False, []
                 if not widths:  # the first table (or the first rows after "No experiments")
+                    if not exps and widths is None:
+                        env.print_err(out.EMPTY["exp"])
                     if exps or widths is None:
                         widths = out.exp_list_table(console, sort_rows(exps, sort_by),
-                                                    now=_now(env), wide=wide, headers=headers)
+                                                    now=_now(env), wide=wide, headers=headers,
+                                                    fit=fit)
                     changed = []
                 else:
                     # Oldest change first, as the events happened; then the rows that left
@@ -209,10 +215,9 @@ def watch_list(env, client, *, params: list[tuple[str, str]], limit: int, interv
                         client, [last[i] for i in seen if i not in listed], seen)
                     changed += gone
                 if changed:
-                    use_wide = wide if wide is not None else console.width >= out.WIDE_LIST
-                    columns, rows = out.exp_list_rows(changed, now=_now(env), wide=use_wide)
+                    columns, rows = out.exp_list_rows(changed, now=_now(env), wide=wide)
                     for row in rows:
-                        print_line(console, line(row, widths, columns))
+                        print_line(console, line(row, widths, columns, cut=fit and not wide))
                 previous = seen
                 seen = {e.get("id"): _row_key(e) for e in exps}
                 last = {e.get("id"): e for e in exps}

@@ -295,7 +295,8 @@ def test_list_shows_the_columns_and_follows_pages(cli, state):
     assert ids("--limit", "3") == [A5, A4, A3]
     assert len(state.requests) == 2
     assert state.requests[0][1] == "/api/v1/analyses"
-    assert "No analyses match." in cli("analysis", "list", "--exp", "77").stdout
+    empty = cli("analysis", "list", "--exp", "77")
+    assert empty.stdout == "" and "No analyses match." in empty.stderr
     assert cli("analysis", "list", "--status", "Bogus").exit_code == ExitCode.USAGE
     assert cli("analysis", "list", "--type", "nightly").exit_code == ExitCode.USAGE
 

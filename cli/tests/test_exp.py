@@ -202,7 +202,8 @@ def test_list_filters_and_follows_pages(logged_in, files, monkeypatch):
     assert names("--creator", EMAIL, "--type", "profiling", "--cluster", "b") == \
         ["beta-2", "beta-1"]
     assert names("--creator", "nobody@example.com") == []
-    assert "No experiments match." in logged_in("exp", "list", "--search", "zzz").stdout
+    empty = logged_in("exp", "list", "--search", "zzz")
+    assert empty.stdout == "" and "No experiments match." in empty.stderr
 
     # Pages of 2: the cursor links are followed, and --limit stops in the middle of a page.
     monkeypatch.setattr(exp_module.read, "PAGE_SIZE", 2)

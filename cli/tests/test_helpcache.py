@@ -29,7 +29,9 @@ DRAWING = ("click", "rich_click", "rich")
 def environ(tmp_path):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("FALCON_") and k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
-    return {**env, "FALCON_CONFIG_DIR": str(tmp_path / "config"), "COLUMNS": "100"}
+    # PYTHONPATH: the installed script imports this checkout's `cli` (a worktree's too).
+    return {**env, "FALCON_CONFIG_DIR": str(tmp_path / "config"), "COLUMNS": "100",
+            "PYTHONPATH": str(ROOT)}
 
 
 def falcon(environ, *args, probe: bool = False) -> subprocess.CompletedProcess:

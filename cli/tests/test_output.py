@@ -55,7 +55,7 @@ def test_help_lists_the_exit_codes():
     done = subprocess.run([sys.executable, "-m", "cli", "--help"], cwd=ROOT, timeout=60,
                           capture_output=True, text=True, env={**os.environ, "COLUMNS": "100"})
     text = " ".join(done.stdout.replace("│", " ").split())
-    for code in ("5 not logged in", "10 forbidden", "130 interrupted (Ctrl-C)",
+    for code in ("5 not logged in", "10 forbidden", "130 interrupted (Ctrl-C;",
                  "141 output closed"):
         assert code in text
 
