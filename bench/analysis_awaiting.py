@@ -188,13 +188,13 @@ def run(sizes: list[int], *, per_query: bool = False, marker: Path | None = None
     plugins = [(p.name, p.artifact_types) for p in load_catalog().values()]
     print(f"database: {connection.vendor}; plugins: {', '.join(n for n, _ in plugins)}")
     fingerprint = catalog_fingerprint(plugins)
-    print(f"{'experiments':>12} {'examined':>9} {'queries':>8} "
-          f"{'triples':>8} {'median s':>9}")
     seeded = 0
     if marker is not None and marker.exists():
         restore_marks(marker, fingerprint)
         seeded = sizes[0]
         print(f"# {sizes[0]:,} experiments seeded before, in {marker.parent}", flush=True)
+    print(f"{'experiments':>12} {'examined':>9} {'queries':>8} "
+          f"{'triples':>8} {'median s':>9}", flush=True)
     for n in sizes:
         now = timezone.now()
         while seeded < n:
