@@ -6,6 +6,7 @@ catalog are never read again; the plan walks the mark's index without a sort.
 """
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -16,7 +17,7 @@ from analysis.models import AnalysisRecord
 from analysis.tests.factories import RESULT_ROOT, make_finished_exp
 from artifacts.models import Artifact
 from artifacts.services import artifact_set_prune_state
-from core.domain.statuses import AnalysisType, ArtifactStatus, ExpStatus
+from core.domain.statuses import AnalysisStatus, AnalysisType, ArtifactStatus, ExpStatus
 
 pytestmark = pytest.mark.django_db
 
@@ -134,3 +135,84 @@ def test_candidates_walk_the_mark_index_without_a_sort():
             text = " ".join(str(part) for row in cursor.fetchall() for part in row)
         assert "offline_settled" in text, text
         assert "TEMP B-TREE" not in text and "filesort" not in text, text
+
+
+@pytest.fixture
+def seeded_marks():
+    """15,000 experiments (most Succeeded) with a Succeeded artifact each, as the benchmark
+    seeds them: nine in ten settled for PLUGINS' catalog, the rest owed."""
+    from accounts.models import User
+    from experiments.models import Experiment
+
+    user = User.objects.create_user("plans@falcon.local")
+    fingerprint = selectors.catalog_fingerprint(PLUGINS)
+    statuses = [ExpStatus.SUCCEEDED] * 4 + [ExpStatus.FAILED, ExpStatus.RUNNING]
+    Experiment.objects.bulk_create([
+        Experiment(name=f"plan-{i}", creator=user, cluster_name="local",
+                   exp_type="profiling" if i % 2 else "benchmark",
+                   role_to_task_spec={"main": {"command": "true"}},
+                   status=statuses[i % len(statuses)]) for i in range(15000)], batch_size=1000)
+    Artifact.objects.bulk_create([
+        Artifact(experiment_id=pk, path=f"file:///tmp/plans/{pk}", artifact_type=exp_type,
+                 status=ArtifactStatus.SUCCEEDED,
+                 offline_settled=fingerprint if pk % 10 else "")
+        for pk, exp_type in Experiment.objects.values_list("pk", "exp_type")], batch_size=1000)
+    AnalysisRecord.objects.bulk_create([
+        AnalysisRecord(name=f"{name} of {exp_id}", experiment_id=exp_id, artifact_id=pk,
+                       creator=user, analysis_type=AnalysisType.OFFLINE, plugin_name=name,
+                       status=AnalysisStatus.SUCCEEDED, dedupe_key=f"{pk}/{name}")
+        for pk, exp_id, artifact_type in Artifact.objects.filter(
+            offline_settled=fingerprint).values_list("pk", "experiment_id", "artifact_type")
+        for name, types in PLUGINS if artifact_type in types], batch_size=1000)
+
+
+def test_a_poll_reads_the_rows_it_examines_by_key(seeded_marks, monkeypatch):
+    """Every query of a poll, EXPLAINed: the candidates walk the mark's index, every other
+    read of experiments and artifacts looks its ids up by primary key. A condition on an
+    indexed column next to `id IN (...)` (the experiments' status) made SQLite, which has no
+    statistics, walk that index through every Succeeded experiment: O(N) per poll."""
+    from django.test.utils import CaptureQueriesContext
+
+    # Fewer candidates than rows, as in a large database (2,000 of 1,000,000): with a large
+    # share of the table in `id IN (...)`, MariaDB rightly prefers reading all of it. Still
+    # over 1,000 ids, where MariaDB turns the list into a derived table it joins
+    # (in_predicate_conversion_threshold), as it does with 2,000.
+    monkeypatch.setattr(selectors, "OFFLINE_SCAN", 1200)
+    with CaptureQueriesContext(connection) as queries:
+        assert services.analysis_offline_discovery(limit=100, plugins=PLUGINS)
+    assert len(queries.captured_queries) >= 5
+    for query in queries.captured_queries:
+        sql = query["sql"]
+        with connection.cursor() as cursor:
+            if connection.vendor == "sqlite":
+                cursor.execute("EXPLAIN QUERY PLAN " + sql)
+                steps = [row[3] for row in cursor.fetchall()]
+                for step in steps:
+                    assert not step.startswith("SCAN"), (step, sql[:200])
+                    if step.startswith(("SEARCH experiments", "SEARCH artifacts")):
+                        assert ("PRIMARY KEY" in step or "rowid=?" in step
+                                or "offline_settled" in step), (step, sql[:200])
+            else:
+                cursor.execute("EXPLAIN FORMAT=JSON " + sql)
+                for table in json_tables(json.loads(cursor.fetchone()[0])):
+                    if table["table_name"].startswith("<"):  # the ids' derived table
+                        continue
+                    assert table["access_type"] not in ("ALL", "index"), (table, sql[:200])
+                    if table["table_name"] in ("experiments", "artifacts"):
+                        # InnoDB's secondary keys end with the primary key: a range on
+                        # (status, id) looks the ids up as PRIMARY does.
+                        assert (table.get("key") == "PRIMARY"
+                                or "id" in table.get("used_key_parts", [])
+                                or "offline_settled" in table.get("key", "")), (table, sql[:200])
+
+
+def json_tables(node):
+    """Every "table" object of a MariaDB EXPLAIN FORMAT=JSON plan, subqueries included."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "table" and isinstance(value, dict) and "table_name" in value:
+                yield value
+            yield from json_tables(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from json_tables(item)
