@@ -56,7 +56,7 @@ class ClusterJobStatus(StrEnum):
     MISSING = "Missing"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a manager keeps one per job between ticks
 class ClusterJobState:
     """The observed state of one Falcon job's cluster job.
 
