@@ -21,7 +21,13 @@ in-memory `FalconAPI`, so the figures are the cluster side of a tick: wall time,
 this process, Kubernetes API requests, API-server writes and write calls (UpdateJobStatuses,
 1,000 items each). With `--grpc` it is the real gRPC API server, in this process, on a fresh
 SQLite database (or `DATABASE_URL`) holding the same jobs: the tick then includes the API
-server's reads and guarded writes (its CPU is counted with this process's).
+server's reads and guarded writes (its CPU is counted with this process's); with
+`--server-process` the server runs in a process of its own and is measured apart, so this
+process's figures are the resource manager's alone. With `--grpc` the fake's process also
+seeds the database, so the process measured never holds the benchmark's `JobView`s (a
+resource manager never holds more than a page of them). The collector's thresholds are the
+controllers' (`controllers.runner.GC_THRESHOLDS`, as `runcontroller` sets them) unless
+`--default-gc`; `--list-page-size` sets the cluster's `list_page_size`.
 This is a measurement, not a test: timings depend on the machine, so no test asserts them.
 """
 from __future__ import annotations
@@ -39,9 +45,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "falcon_site.settings")
-if "--grpc" in sys.argv[1:]:
-    # Before Django is set up: the API server gets a database of its own, never the dev one.
+if "--grpc" in sys.argv[1:] and "FALCON_BENCH_DIR" not in os.environ:
+    # Before Django is set up: the API server gets a database of its own, never the dev one;
+    # the processes this one starts (the fake's, which seeds it) inherit the same.
     _TMP = Path(tempfile.mkdtemp(prefix="falcon-bench-"))
+    os.environ["FALCON_BENCH_DIR"] = str(_TMP)
     os.environ.setdefault("DATABASE_URL", f"sqlite:///{_TMP / 'bench.sqlite3'}")
     os.environ["FALCON_VAR_DIR"] = str(_TMP)
     os.environ["FALCON_LOG_LEVEL"] = "ERROR"
@@ -58,6 +66,7 @@ from controllers.cluster_backends.kubernetes import (  # noqa: E402
 )
 from controllers.kubeclient import KubeConnection  # noqa: E402
 from controllers.resource_manager import ResourceManager  # noqa: E402
+from controllers.runner import tune_gc  # noqa: E402
 from controllers.tests.fake_k8s import FakeKube  # noqa: E402
 from core.domain.statuses import ExpStatus, JobStatus  # noqa: E402
 from core.domain.taskspec import TaskSpec  # noqa: E402
@@ -97,27 +106,32 @@ class MemoryAPI:
 
 
 class GrpcAPI:
-    """The real gRPC API server (in this process) over a database holding `views`' jobs.
+    """The real gRPC API server (in this process) over a database holding `views`' jobs
+    (None: a database the fake's process seeded).
 
     Attributes:
         writes: job write items sent; write_calls: UpdateJobStatus(es) calls;
         calls: every RPC by method name.
     """
 
-    def __init__(self, views: list[JobView], *, server_process: bool = False):
+    def __init__(self, views: list[JobView] | None, *, server_process: bool = False):
         import collections
 
         import grpc
         from django.conf import settings
-        from django.core.management import call_command
 
         from controllers.grpc_client import GrpcFalconAPI
         from falcon_site.grpc.server import CHANNEL_OPTIONS, build_server
         from falcon_site.grpc.testing import channel_to
 
-        call_command("migrate", verbosity=0)
         self.server_process = None
-        if server_process:
+        if views is None:
+            # The fake's process seeded the database (`FakeProcess(seed=True)`) and made the
+            # local state's files: read the internal token from them.
+            from falcon_site.startup import prepare_local_state
+
+            prepare_local_state()
+        elif server_process:
             # Seeding builds every row in memory: in a child, so this process holds none of it.
             ctx = multiprocessing.get_context("spawn")
             seeder = ctx.Process(target=_seed, args=(views,))
@@ -172,14 +186,19 @@ class GrpcAPI:
 
 
 def _seed(views: list[JobView]) -> None:
-    """Replace every experiment by one Running experiment per job of `views`."""
+    """Migrate the database and replace every experiment by one Running experiment per job of
+    `views` (in a process of its own: this one's connections are closed after)."""
     import django
 
     django.setup()
+    from django.core.management import call_command
+    from django.db import connections
+
     from accounts.models import User
     from experiments.models import Experiment
     from jobs.models import Job
 
+    call_command("migrate", verbosity=0)
     Experiment.objects.all().delete()
     user, _ = User.objects.get_or_create(user_id="bench", defaults={"email": "b@example.com"})
     spec = views[0].task_spec.to_json()
@@ -195,6 +214,7 @@ def _seed(views: list[JobView]) -> None:
                 role=v.role, task_spec=spec, artifact_path=v.artifact_path,
                 status=v.status, reason=v.reason,
                 message=v.message, cluster_job_name=v.cluster_job_name) for v in chunk)
+    connections.close_all()
 
 
 # An experiment's config as users write them (a model, data and optimizer section): about
@@ -240,20 +260,29 @@ class FakeProcess:
         n: the number of Falcon jobs (and Kubernetes Jobs).
         pending: every Job pending with a waiting Pod (else all running and ready).
         in_process: run the fake in this process instead (the former way of measuring).
+        seed: the fake's process also seeds the API server's database with the jobs
+            (`_seed`) and sends no views back: the process measured never holds the
+            benchmark's 100,000 `JobView`s (which its heap kept after they were freed), as a
+            resource manager never does (its API server holds the jobs).
 
     Attributes:
-        url: the fake's base URL; views: the `JobView` of each job as the API returns it.
+        url: the fake's base URL; views: the `JobView` of each job as the API returns it
+            (None with `seed`).
     """
 
-    def __init__(self, n: int, *, pending: bool, in_process: bool = False):
+    def __init__(self, n: int, *, pending: bool, in_process: bool = False, seed: bool = False):
         self.fake = None
         if in_process:
             self.fake = FakeKube().serve()
             self.url, self.views = self.fake.url, _fill(self.fake, n, pending)
+            if seed:
+                _seed(self.views)
+                self.views = None
             return
         ctx = multiprocessing.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_serve_fake, args=(child, n, pending), daemon=True)
+        self.process = ctx.Process(target=_serve_fake, args=(child, n, pending, seed),
+                                   daemon=True)
         self.process.start()
         self.url, self.views = self.conn.recv()
 
@@ -284,10 +313,15 @@ def _fill(fake: FakeKube, n: int, pending: bool) -> list[JobView]:
         return populate(fake, backend, n, pending=pending)
 
 
-def _serve_fake(conn, n: int, pending: bool) -> None:
-    """The child process: serve a filled fake and answer `FakeProcess.ask` until closed."""
+def _serve_fake(conn, n: int, pending: bool, seed: bool) -> None:
+    """The child process: serve a filled fake (and seed the database with its jobs when
+    `seed`), answer `FakeProcess.ask` until closed."""
     fake = FakeKube().serve()
-    conn.send((fake.url, _fill(fake, n, pending)))
+    views = _fill(fake, n, pending)
+    if seed:
+        _seed(views)
+        views = None
+    conn.send((fake.url, views))
     while True:
         name, *args = conn.recv()
         answer = getattr(fake, name)(*args)
@@ -309,24 +343,25 @@ def _kubeconfig(url: str, path: Path) -> Path:
 
 
 def measure(n: int, *, pending: bool, watch: bool, fake_in_process: bool = False,
-            grpc_api: bool = False, server_process: bool = False) -> dict:
+            grpc_api: bool = False, server_process: bool = False,
+            list_page_size: int | None = None) -> dict:
     """Tick twice over `n` jobs; return the figures of both ticks.
 
     The first tick fills the caches (with `watch`: one paged LIST of Jobs and one of Pods,
     then a WATCH each) and, for pending jobs, records each job's reason; the second is the
     tick every interval runs from then on.
     """
-    fake = FakeProcess(n, pending=pending, in_process=fake_in_process)
+    fake = FakeProcess(n, pending=pending, in_process=fake_in_process, seed=grpc_api)
     backend = api = None
     try:
         with tempfile.TemporaryDirectory() as tmp:
             conn = KubeConnection(kubeconfig=str(_kubeconfig(fake.url, Path(tmp) / "kc")),
                                   request_timeout=120, call_deadline=120)
+            pages = {} if list_page_size is None else {"list_page_size": list_page_size}
             backend = KubernetesBackend(CLUSTER, KubernetesClusterConfig(
-                namespace=NS, connection=conn, watch=watch))
+                namespace=NS, connection=conn, watch=watch, **pages))
             if grpc_api:
-                api = GrpcAPI(fake.views, server_process=server_process)
-                fake.views = None  # the database holds them: this process keeps none
+                api = GrpcAPI(None, server_process=server_process)  # seeded by the fake's
             else:
                 api = MemoryAPI(fake.views)
             gc.collect()
@@ -389,9 +424,16 @@ def main() -> None:
                         "their own, so that this process's figures are the resource manager's")
     parser.add_argument("--situations", nargs="+", choices=("steady", "pending"),
                         default=["steady", "pending"])
+    parser.add_argument("--list-page-size", type=int, default=None,
+                        help="the cluster's `list_page_size` (default: KubernetesClusterConfig's)")
+    parser.add_argument("--default-gc", action="store_true",
+                        help="keep CPython's collector thresholds (default: the controllers' "
+                        "own, as runcontroller sets them: controllers.runner.GC_THRESHOLDS)")
     args = parser.parse_args()
     if args.server_process and not args.grpc:
         parser.error("--server-process goes with --grpc")
+    if not args.default_gc:
+        tune_gc()
     print("first = the tick that fills the caches (and records pending reasons); next = every "
           "tick after it (twice).\nk8s calls = requests this client sent in the tick (WATCH "
           "requests opened included); cpu = CPU seconds of this process in the tick; rss = its "
@@ -409,7 +451,8 @@ def main() -> None:
             for mode in args.modes:
                 r = measure(n, pending=situation == "pending", watch=mode == "watch",
                             fake_in_process=args.fake_in_process, grpc_api=args.grpc,
-                            server_process=args.server_process)
+                            server_process=args.server_process,
+                            list_page_size=args.list_page_size)
                 for label in ("first", "next", "next2"):
                     t = r[label]
                     srv = ""

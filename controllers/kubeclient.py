@@ -420,7 +420,8 @@ class Informer:
         watch_timeout: `timeoutSeconds` of each WATCH request, seconds.
         what: a name for log lines ("Jobs").
         transform: applied to every object before it is cached (client-go's SetTransform):
-            returns what the readers need of it, so the cache does not hold the rest.
+            returns what the readers need of it, so the cache does not hold the rest; it
+            keeps `metadata.name` (the cache's key) and `metadata.resourceVersion`.
 
     The thread starts with `start()` and is a daemon; `stop()` ends it.
     """
@@ -527,10 +528,13 @@ class Informer:
     def _apply(self, event: dict[str, Any]) -> None:
         obj = event.get("raw_object") or event.get("object") or {}
         meta = obj.get("metadata") or {}
+        kind = event.get("type")
+        if kind in ("ADDED", "MODIFIED"):
+            obj = self.transform(obj)
+            meta = obj["metadata"]  # the kept object's: its name is the key (one string)
         with self._cond:
-            kind = event.get("type")
             if kind in ("ADDED", "MODIFIED"):
-                self._items[meta["name"]] = self.transform(obj)
+                self._items[meta["name"]] = obj
             elif kind == "DELETED":
                 self._items.pop(meta.get("name"), None)
             self._set_rv(meta.get("resourceVersion"))

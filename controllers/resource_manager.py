@@ -118,6 +118,8 @@ REPORTED_START = (JobStatus.RUNNING, JobStatus.SUCCEEDED, JobStatus.FAILED)
 # Items per update_job_statuses call: the server's limit (docs/limits.md). The manager sends
 # each batch as its own call, so the Lease fences every 1,000 writes (controllers.leader.Fenced).
 WRITE_BATCH = 1000
+# A job's clocks when none runs: what `_clocks` means by a job it has no entry for.
+NO_CLOCKS = JobClocks()
 # Values per list filter the API server accepts (`core.http.filters.MAX_FILTER_VALUES`).
 ID_FILTER_MAX = 1000
 
@@ -560,7 +562,7 @@ class ResourceManager:
             BackendError: a cluster call failed; retried next tick.
         """
         decision = decide(state, job, self._clock(), name=backend.cluster_job_name(job),
-                          clocks=self._clocks.get(job.id, JobClocks()), limits=self._limits)
+                          clocks=self._clocks.get(job.id, NO_CLOCKS), limits=self._limits)
         self._apply(backend, job, decision, stats)
 
     def _apply(self, backend: ClusterBackend, job: JobView, decision: Decision,
@@ -570,7 +572,12 @@ class ResourceManager:
         The clocks are kept first: a failing action (retried next tick) keeps what the
         decision learnt, as the clocks it read were kept before.
         """
-        self._clocks[job.id] = decision.clocks
+        if decision.clocks == NO_CLOCKS:
+            # Most jobs (every one running all its replicas) have no clock running: none is
+            # kept for them (`.get(id, NO_CLOCKS)` reads the same), not 100,000 empty ones.
+            self._clocks.pop(job.id, None)
+        else:
+            self._clocks[job.id] = decision.clocks
         for action in decision.actions:
             if isinstance(action, Write):
                 then = None
@@ -603,7 +610,7 @@ class ResourceManager:
             self._last_refusal[job.id] = str(exc)
             outcome = Refused(str(exc))
             decision = decide_submit(outcome, job, self._clock(),
-                                     clocks=self._clocks.get(job.id, JobClocks()),
+                                     clocks=self._clocks.get(job.id, NO_CLOCKS),
                                      limits=self._limits)
             if any(isinstance(a, Retry) for a in decision.actions):
                 self._clocks[job.id] = decision.clocks
@@ -616,7 +623,7 @@ class ResourceManager:
             stats.submitted += 1
             outcome = Submitted(result)
         self._apply(backend, job, decide_submit(
-            outcome, job, self._clock(), clocks=self._clocks.get(job.id, JobClocks()),
+            outcome, job, self._clock(), clocks=self._clocks.get(job.id, NO_CLOCKS),
             limits=self._limits), stats)
 
     def _delete_timed_out(self, backend: ClusterBackend, job: JobView, name: str,

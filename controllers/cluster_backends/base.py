@@ -34,6 +34,8 @@ NAME_PREFIX = "falcon"
 HASH_LEN = 8
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 _DASHES = re.compile(r"-{2,}")
+# What `dns_part` leaves as it is: lower-case letters and digits, single '-' inside.
+_DNS_PART = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 
 # How much of a failed replica's stderr goes into the message: enough to read the traceback,
 # small enough for a status column and a gRPC message.
@@ -56,7 +58,7 @@ class ClusterJobStatus(StrEnum):
     MISSING = "Missing"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a manager keeps one per job between ticks
 class ClusterJobState:
     """The observed state of one Falcon job's cluster job.
 
@@ -146,6 +148,8 @@ class PermanentBackendError(BackendError):
 
 def dns_part(text: str) -> str:
     """Lower-case `text` and squeeze every run of non-DNS characters into one '-'."""
+    if _DNS_PART.fullmatch(text):
+        return text  # already one (a role, most names): what the rest would return
     return _DASHES.sub("-", _NOT_DNS.sub("-", text.lower())).strip("-")
 
 

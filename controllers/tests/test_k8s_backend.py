@@ -367,27 +367,68 @@ def test_observe_with_watch_reads_its_cache_and_one_resource_version_probe(kubec
         backend.close()
 
 
+def paths(obj, prefix: str = "") -> set[str]:
+    """Every key path of decoded JSON (`metadata.labels.<key>`; a list's items as `[]`)."""
+    if isinstance(obj, dict):
+        return {p for k, v in obj.items() for p in paths(v, f"{prefix}.{k}" if prefix else k)}
+    if isinstance(obj, list):
+        return {p for v in obj for p in paths(v, f"{prefix}[]")} or {prefix}
+    return {prefix}
+
+
 def test_the_caches_keep_only_what_a_state_is_read_from(kubeconfig, fake_kube):
-    """The Jobs cache drops the Pod template, the Pods cache the Pod's spec (containers, their
-    environment with the config): what they keep still maps a Pending, Unschedulable Pod."""
+    """The caches keep exactly the fields of `JOB_FIELDS` and `POD_FIELDS`, as the API server
+    sent them: not the Pod template nor the Pod's spec (containers, their environment with the
+    config), not the labels, conditions and container statuses no state is read from; what
+    they keep still maps a Pending, Unschedulable Pod (test_k8s_lean_cache.py maps every
+    case both ways)."""
     backend = make_backend(kubeconfig)
     view = job_view()
     try:
         backend.submit(view)
         name = backend.cluster_job_name(view)
-        fake_kube.set_job_status(NS, name, {"active": 1, "ready": 0})
+        fake_kube.set_job_status(NS, name, {"active": 1, "ready": 0,
+                                            "startTime": "2026-11-01T10:00:00Z"})
         fake_kube.spawn_pods(NS, name, status={
-            "phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
-                                                "reason": "Unschedulable"}]})
+            "phase": "Pending", "qosClass": "Burstable", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                 "message": "0/3 nodes are available",
+                 "lastTransitionTime": "2026-11-01T10:00:00Z"},
+                {"type": "Initialized", "status": "True"}],
+            "containerStatuses": [{"name": "main", "image": "busybox", "imageID": "",
+                                   "ready": False, "restartCount": 0,
+                                   "state": {"waiting": {"reason": "ContainerCreating"}}}]})
         state = backend.observe([view])[view.id]
         assert state.status == ClusterJobStatus.PENDING and "Unschedulable" in state.message
         (pod,) = backend._pod_cache.items().values()
-        assert "spec" not in pod and "managedFields" not in pod["metadata"]
-        assert pod["status"]["phase"] == "Pending"
-        assert "CUSTOM_CONFIG_KEY" not in json.dumps(pod)
+        whole_pod = fake_kube.get("pods", NS, pod["metadata"]["name"])
+        assert whole_pod["spec"]["containers"] and "CUSTOM_CONFIG_KEY" not in json.dumps(pod)
+        assert paths(pod) == {
+            "metadata.name", "metadata.resourceVersion", "metadata.creationTimestamp",
+            "metadata.labels.batch.kubernetes.io/job-name", "metadata.labels.falcon.io/job-id",
+            "metadata.labels.falcon.io/exp-id",
+            "metadata.labels.batch.kubernetes.io/job-completion-index",
+            "status.phase", "status.conditions[].type", "status.conditions[].status",
+            "status.conditions[].reason", "status.conditions[].message",
+            "status.containerStatuses[].name",
+            "status.containerStatuses[].state.waiting.reason"}
+        for path in ("name", "resourceVersion", "creationTimestamp", "labels"):
+            assert pod["metadata"][path] == (whole_pod["metadata"][path] if path != "labels"
+                                             else {k: whole_pod["metadata"]["labels"][k]
+                                                   for k in pod["metadata"]["labels"]})
+        assert pod["status"]["conditions"] == [
+            {k: v for k, v in whole_pod["status"]["conditions"][0].items()
+             if k != "lastTransitionTime"}]
         (job,) = backend._job_cache.items().values()
-        assert "template" not in job["spec"] and job["spec"]["completions"] == 1
-        assert fake_kube.get("pods", NS, pod["metadata"]["name"])["spec"]["containers"]
+        whole_job = fake_kube.get("jobs", NS, name)
+        assert whole_job["spec"]["template"]
+        assert paths(job) == {
+            "metadata.name", "metadata.resourceVersion", "metadata.creationTimestamp",
+            "metadata.finalizers[]", "metadata.labels.falcon.io/job-id",
+            "metadata.labels.falcon.io/exp-id", "spec.completions", "spec.suspend",
+            "status.ready", "status.startTime"}
+        assert job["metadata"]["finalizers"] == whole_job["metadata"]["finalizers"]
+        assert job["status"] == {"ready": 0, "startTime": "2026-11-01T10:00:00Z"}
     finally:
         backend.close()
 

@@ -42,8 +42,7 @@ import logging.config
 import os
 import sys
 import threading
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import Any
 
 from core.observability.context import current_request_id
@@ -68,17 +67,25 @@ _context: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
     "falcon_log_context", default={})
 
 
-@contextmanager
-def log_context(**ids: Any) -> Iterator[None]:
+class log_context:  # noqa: N801 (used as a function: `with log_context(exp_id=5):`)
     """Make every log line in the block carry `ids` (e.g. `exp_id=5, job_id=7`).
 
-    Nested blocks add to the outer ones; None values are left out.
+    Nested blocks add to the outer ones; None values are left out. A class rather than a
+    generator (`contextmanager`), at half the cost: the resource manager enters one per job
+    each tick, 100,000 at a time.
     """
-    token = _context.set({**_context.get(), **{k: v for k, v in ids.items() if v is not None}})
-    try:
-        yield
-    finally:
-        _context.reset(token)
+
+    __slots__ = ("_ids", "_token")
+
+    def __init__(self, **ids: Any):
+        self._ids = ids
+
+    def __enter__(self) -> None:
+        self._token = _context.set({**_context.get(),
+                                    **{k: v for k, v in self._ids.items() if v is not None}})
+
+    def __exit__(self, *exc_info: object) -> None:
+        _context.reset(self._token)
 
 
 def add_log_ids(**ids: Any) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 import weakref
 from collections import defaultdict
@@ -513,9 +514,11 @@ class KubernetesBackend(OutcomesMixin, ClusterBackend):
         states: dict[int, ClusterJobState] = {}
         memo, needs = read.memo, read.needs
         for job in jobs:
-            name = self.name_of(job)
+            # Interned, as the caches' names (`lean_job`): the states kept between ticks and
+            # their keys share the cache's string, not one read from each tick's listing.
+            name = sys.intern(self.name_of(job))
             raw = by_name.get(name)
-            image = job.task_spec.image
+            image = sys.intern(job.task_spec.image)
             key = None
             if raw is not None and raw["metadata"].get("resourceVersion"):
                 # A Job whose object did not change since the last tick, and that needed no

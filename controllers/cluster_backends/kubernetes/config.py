@@ -24,7 +24,9 @@ class KubernetesClusterConfig:
         service_account: `serviceAccountName` of task Pods ("" = the namespace default).
         image_pull_secrets: names of Secrets for private registries.
         node_selector: extra node labels every task Pod selects.
-        list_page_size: `limit` of each LIST page.
+        list_page_size: `limit` of each LIST page. A page is decoded whole before the caches
+            keep what they read of it, and the heap keeps the largest page's worth: 1,000
+            Pods are about 14 MB of decoded JSON, 5,000 are 70 MB.
         devices: the device table (built-in types plus the file's `devices:` entries).
         watch: keep a list-then-watch cache of the Falcon-labelled Jobs and Pods
             (`kubeclient.Informer`) and read it each tick; False LISTs them every tick.
@@ -47,7 +49,7 @@ class KubernetesClusterConfig:
     service_account: str = ""
     image_pull_secrets: tuple[str, ...] = ()
     node_selector: Mapping[str, str] = field(default_factory=dict)
-    list_page_size: int = 5000
+    list_page_size: int = 1000
     devices: DeviceTable = field(default_factory=DeviceTable)
     watch: bool = True
     watch_timeout: float = 60.0

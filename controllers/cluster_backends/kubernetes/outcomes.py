@@ -207,10 +207,16 @@ class OutcomesMixin:
         jobs = self.cluster_jobs()
         ns = self.config.namespace
         options = client.V1DeleteOptions(propagation_policy=self.config.propagation_policy)
-        for name, obj in sorted(jobs.items()):
+        # The Jobs of no open job, in name order: only they are sorted, not every Job of the
+        # cluster each tick.
+        swept = sorted(name for name, obj in jobs.items()
+                       if int_label((obj.get("metadata") or {}).get("labels"), LABEL_JOB_ID)
+                       not in open_job_ids)
+        for name in swept:
+            obj = jobs[name]
             meta = obj.get("metadata") or {}
             job_id = int_label(meta.get("labels"), LABEL_JOB_ID)
-            if job_id in open_job_ids or _age(meta, now) < grace:
+            if _age(meta, now) < grace:
                 continue
             if FINALIZER in (meta.get("finalizers") or []):
                 self._drop_finalizer(name, obj)

@@ -7,6 +7,8 @@ one-line change to how a Pod's end is reported is made here.
 """
 from __future__ import annotations
 
+import functools
+import sys
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -22,12 +24,14 @@ from controllers.cluster_backends.kubernetes.vocabulary import (
     CONDITION_FAILURE_TARGET,
     CONDITION_FALSE,
     CONDITION_POD_SCHEDULED,
+    CONDITION_READY,
     CONDITION_SUCCESS_CRITERIA_MET,
     CONDITION_SUSPENDED,
     CONDITION_TRUE,
     IMAGE_PULL_REASONS,
     LABEL_EXP_ID,
     LABEL_JOB_ID,
+    POD_COMPLETION_INDEX,
     POD_FINISHED_PHASES,
     POD_SUCCEEDED,
     STUCK_REASONS,
@@ -62,8 +66,7 @@ def condition(job: client.V1Job, kind: str):
 def _pod_index(pod: client.V1Pod) -> str:
     annotations = pod.metadata.annotations or {}
     labels = pod.metadata.labels or {}
-    return (labels.get("batch.kubernetes.io/job-completion-index")
-            or annotations.get("batch.kubernetes.io/job-completion-index") or "?")
+    return labels.get(POD_COMPLETION_INDEX) or annotations.get(POD_COMPLETION_INDEX) or "?"
 
 
 def _container_statuses(pod: client.V1Pod) -> list:
@@ -199,7 +202,7 @@ def running_pods(pods: list[client.V1Pod]) -> int:
     for pod in pods:
         if pod.metadata.deletion_timestamp or not pod.status or pod.status.phase != "Running":
             continue
-        if any(c.type == "Ready" and c.status == CONDITION_TRUE
+        if any(c.type == CONDITION_READY and c.status == CONDITION_TRUE
                for c in pod.status.conditions or []):
             count += 1
     return count
@@ -281,11 +284,20 @@ def start_time(job: client.V1Job) -> datetime | None:
     """
     value = job.status.start_time if job.status is not None else None
     if isinstance(value, str):
-        try:
-            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            return None
+        return _utc_of_text(value)
     if not isinstance(value, datetime):
+        return None
+    return value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+@functools.lru_cache(maxsize=4096)
+def _utc_of_text(text: str) -> datetime | None:
+    """An RFC 3339 time as an aware UTC datetime, None when unreadable. Cached: the Jobs a
+    cluster started in the same second share one (datetimes are immutable), and a state
+    kept for each of 100,000 Jobs does not hold a datetime of its own."""
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
         return None
     return value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
@@ -375,8 +387,9 @@ def _running_state(name: str, job: client.V1Job, pods_total: int,
         return None
     ready, succeeded = _ready_counts(job)
     done_note = f", {succeeded} completed" if succeeded else ""
+    # Interned: the states of every running Job are kept between ticks, and most say the same.
     return ClusterJobState(name=name, status=ClusterJobStatus.RUNNING, reason="AllReplicasReady",
-                           message=f"{ready}/{pods_total} pods ready{done_note}")
+                           message=sys.intern(f"{ready}/{pods_total} pods ready{done_note}"))
 
 
 def _pending_message(reasons: list[tuple[str, str]], image: str) -> str:

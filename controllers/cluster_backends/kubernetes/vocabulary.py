@@ -20,6 +20,9 @@ ANNOTATION_EXP_NAME = "falcon.io/exp-name"
 FINALIZER = "falcon.io/outcome"
 # Set by the Job controller on every Pod it creates (Kubernetes >= 1.27; `job-name` before).
 POD_JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+# An Indexed Job's Pod's completion index: a label since Kubernetes 1.28, an annotation before
+# (the Job controller sets both now).
+POD_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 CONTAINER = "main"
 # An Indexed Job's Pod hostname is `<job name>-<index>` and must be a DNS label (<= 63); room
 # for '-' and a 10-digit index.
@@ -53,7 +56,12 @@ CONDITION_SUCCESS_CRITERIA_MET = "SuccessCriteriaMet"
 CONDITION_FAILED = "Failed"
 CONDITION_FAILURE_TARGET = "FailureTarget"
 CONDITION_SUSPENDED = "Suspended"
-# Pod condition types: not scheduled yet, or ended by someone else than the task.
+# The Job condition types a state is read from (`state.condition`, always with status True).
+JOB_CONDITIONS_READ = frozenset({CONDITION_COMPLETE, CONDITION_SUCCESS_CRITERIA_MET,
+                                 CONDITION_FAILED, CONDITION_FAILURE_TARGET,
+                                 CONDITION_SUSPENDED})
+# Pod condition types: ready, not scheduled yet, or ended by someone else than the task.
+CONDITION_READY = "Ready"
 CONDITION_POD_SCHEDULED = "PodScheduled"
 CONDITION_DISRUPTION_TARGET = "DisruptionTarget"
 # A condition's `status` field.

@@ -184,7 +184,7 @@ class Command(LoggedOutputMixin, BaseCommand):
 
     def handle(self, *args, **options):
         from controllers.leader import run_elected
-        from controllers.runner import install_stop_handlers, run_loop
+        from controllers.runner import install_stop_handlers, run_loop, tune_gc
 
         name = options["name"]
         if name in RUNS_USER_CODE:
@@ -239,6 +239,7 @@ class Command(LoggedOutputMixin, BaseCommand):
             self.status(f"controller analyzer: AnalyzerService on port {server.port}")
         stop = threading.Event()
         install_stop_handlers(stop)
+        tune_gc()
         max_ticks = 1 if options["once"] else None
 
         def work(halt: threading.Event) -> int:
