@@ -27,6 +27,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = "\n".join(f"param_{i}: {i * 37 % 1000}" for i in range(80))  # bench/api.py's
@@ -60,6 +61,9 @@ def main() -> None:
     parser.add_argument("--profile", choices=["list", "create", "healthz"], default=None)
     parser.add_argument("--query", default="",
                         help="the list's query string, e.g. status=Failed (default: none)")
+    parser.add_argument("--page", type=int, default=1,
+                        help="profile this page of the list (its cursor read by following the "
+                             "`next` links from page 1; default 1)")
     parser.add_argument("--top", type=int, default=35)
     parser.add_argument("--save", default=None, help="write the profile to this file too")
     args = parser.parse_args()
@@ -79,14 +83,26 @@ def main() -> None:
     first_new = (Experiment.objects.order_by("-id").values_list("id", flat=True).first() or 0) + 1
     counter = iter(range(10**9))
 
-    def call(method: str, path: str, query: str = "", body: bytes = b"") -> int:
+    def call(method: str, path: str, query: str = "", body: bytes = b"",
+             replies: list | None = None) -> int:
         status: list[str] = []
         result = application(environ(method, path, query, headers, body),
                              lambda s, h, exc_info=None: status.append(s))
-        b"".join(result)
+        content = b"".join(result)
         if hasattr(result, "close"):
             result.close()
+        if replies is not None:
+            replies.append(content)
         return int(status[0][:3])
+
+    query = args.query
+    for page in range(1, args.page):
+        replies: list[bytes] = []
+        call("GET", "/api/v1/exps", query, replies=replies)
+        link = json.loads(replies[0])["next"]
+        if link is None:
+            raise SystemExit(f"the list has {page} pages, fewer than --page {args.page}")
+        query = urlsplit(link).query
 
     def create_body() -> bytes:
         return json.dumps({"name": f"profile-{os.getpid()}-{next(counter)}",
@@ -95,7 +111,7 @@ def main() -> None:
                           ).encode()
 
     ops = {
-        "list": lambda: call("GET", "/api/v1/exps", args.query),
+        "list": lambda: call("GET", "/api/v1/exps", query),
         "create": lambda: call("POST", "/api/v1/exps", body=create_body()),
         "healthz": lambda: call("GET", "/healthz"),
     }

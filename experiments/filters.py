@@ -20,7 +20,7 @@ from drf_spectacular.utils import extend_schema_field
 
 from accounts.emails import MAX_EMAIL_CHARS
 from accounts.models import User
-from core.database.prepared import IdsQuery
+from core.database.prepared import IdsQuery, values_rows
 from core.http.keyset import order_alias
 from core.http.filters import (
     ChoiceListFilter, FalconFilterSet, IdListFilter, MultiValueField, MultiValueFilter,
@@ -113,17 +113,18 @@ class LabelSelectorFilter(MultiValueFilter):
                 wanted[selector.key] = selector.value
         if not wanted:
             return qs
-        bound = self.FEW_LABELLED if self.FEW_LABELLED is not None else few_matches(Experiment)
         valued = [(key, val) for key, val in wanted.items() if val is not None]
         if valued:
-            key, val = valued[0] if len(valued) == 1 else self._rarest(valued, bound)
+            key, val = valued[0] if len(valued) == 1 else self._rarest(valued, self._bound())
             qs = qs.filter(label_rows__key=key, label_rows__value=val).annotate(**{
                 order_alias("created_at"): F("label_rows__created_at"),
                 order_alias("id"): F("label_rows__experiment_id")})
             others = {k: v for k, v in wanted.items() if k != key}
             return qs.filter(self._all_held(others)) if others else qs
         each = [Q(key=key) for key in wanted]
-        few = any(not ExpLabel.objects.filter(condition).values("id")[bound:bound + 1].exists()
+        bound = self._bound()
+        few = any(not values_rows(ExpLabel.objects.filter(condition).values("id")
+                                  [bound:bound + 1])
                   for condition in each)
         if few:
             ids = ExpLabel.objects.filter(reduce(or_, each)).order_by().values("experiment_id")
@@ -131,6 +132,10 @@ class LabelSelectorFilter(MultiValueFilter):
                 ids = ids.annotate(hits=Count("id")).filter(hits=len(wanted))
             return qs.filter(pk__in=ids.values("experiment_id"))
         return qs.filter(self._all_held(wanted))
+
+    def _bound(self) -> int:
+        """The most holders of a selector whose experiments are read and sorted."""
+        return self.FEW_LABELLED if self.FEW_LABELLED is not None else few_matches(Experiment)
 
     @staticmethod
     def _rarest(valued: list[tuple[str, str]], bound: int) -> tuple[str, str]:

@@ -48,13 +48,20 @@ LIST_FIELDS = ("id", "name", "creator", "creator_id", "cluster_name", "exp_type"
 def exp_list_queryset() -> QuerySet:
     """The experiments of the HTTP ListExps: `.values()` rows of their ids, no join.
 
-    The paginator adds the columns of the list order (`ExpCursorPagination.keys_only`: the
-    cursor is made of them) and nothing else; the rows' contents are read afterwards by id
-    (`exp_list_rows`). Without a join the database starts from the experiments table and
+    With the default order's key (`created_at`); the paginator sets the columns of another
+    order (`ExpCursorPagination.keys_only`: the cursor is made of them) and nothing else; the
+    rows' contents are read afterwards by id (`exp_list_rows`). Without a join the database starts from the experiments table and
     walks the index of the filter in list order (`Experiment.Meta.indexes`), and a sort,
     where one is needed (a name search), sorts narrow rows.
     """
-    return Experiment.objects.values("id")
+    return _list_base().all()
+
+
+@functools.cache
+def _list_base() -> QuerySet:
+    """The list's base queryset with the default order's keys, built once (never evaluated:
+    `exp_list_queryset` hands out copies, which the paginator then need not narrow again)."""
+    return Experiment.objects.values("id", "created_at")
 
 
 def exp_list_rows(ids: Sequence[int], *, job_fields: Sequence[str],

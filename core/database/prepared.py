@@ -18,6 +18,7 @@ from django.core.exceptions import EmptyResultSet, FullResultSet
 from django.db import connections, router
 from django.db.models import QuerySet
 from django.db.models.signals import post_save, pre_save
+from django.db.models.sql.datastructures import BaseTable, Join
 from django.db.models.sql.where import WhereNode
 
 # Id lists are padded up to one of these sizes (repeating the last id, which changes no `IN`
@@ -104,25 +105,35 @@ class QueryShapes:
 
     Compiling a queryset (`SQLCompiler.as_sql`: its select list, ORDER BY, joins, each filter)
     cost about as much CPU as running a list page's query of ids on its index. Queries of one
-    shape (the same table, columns, ordering, slice and WHERE with other values: page 2 of
-    `status=Failed` after page 1, another status, another cursor) compile to the same SQL
-    with other parameters. Here only the WHERE's conditions are compiled per call (each a
-    `Lookup`, a few microseconds: its SQL text and its parameters, e.g. `"status" IN (%s, %s)`
-    and `["Failed", "Aborted"]`); the statement is looked up by the rest of the query's
-    parts and those SQL texts, so a condition's text, and so the SQL, differs whenever its
-    number of values or its subquery does.
+    shape (the same table and joins, columns, ordering, slice and WHERE with other values:
+    page 2 of `status=Failed` after page 1, another status, another label) compile to the same
+    SQL with other parameters. Here only the WHERE's conditions and the annotations are
+    compiled per call (each a `Lookup` or a column, a few microseconds: its SQL text and its
+    parameters, e.g. `"status" IN (%s, %s)` and `["Failed", "Aborted"]`); the statement is
+    looked up by the rest of the query's parts and those SQL texts, so a condition's text, and
+    so the SQL, differs whenever its number of values or its subquery does.
 
     A shape is compiled in full the first time, and kept only when the full compile's
-    parameters are the conditions' parameters in order (what Django's `WhereNode` gives); a
-    query this cannot describe (joins, annotations, extra SQL, grouping, aggregates, a
-    condition that matches nothing or everything, such as `qs.none()`) is not kept, and its
-    caller compiles it as usual. Kept per thread (a thread has its own connections) and
-    database alias, at most `max_shapes` per thread (all are forgotten when that is reached).
+    parameters are the annotations' and the conditions' parameters in order (what Django's
+    compiler gives); a query this cannot describe (extra SQL, grouping, aggregates, a filtered
+    relation, a condition that matches nothing or everything, such as `qs.none()`) is not
+    kept, and its caller compiles it as usual. Kept per thread (a thread has its own
+    connections) and database alias, at most `max_shapes` per thread (all are forgotten when
+    that is reached).
+
+    `statement_with` does the same for a shape plus one more condition whose values change on
+    every call (a cursor's position), without building that condition on the query at all.
     """
 
     def __init__(self, max_shapes: int = 512):
         self.max_shapes = max_shapes
         self._local = threading.local()
+
+    def _cache(self) -> dict:
+        cache = self._local.__dict__.setdefault("shapes", {})
+        if len(cache) >= self.max_shapes:
+            cache.clear()
+        return cache
 
     def statement(self, query, using: str):
         """Return `(sql, params, compiler)` for `query` on `using`, or None.
@@ -143,33 +154,128 @@ class QueryShapes:
                 sql, full_params = compiler.as_sql()
             except (EmptyResultSet, FullResultSet):
                 return None
-            if len(cache) >= self.max_shapes:
-                cache.clear()
-            kept = cache[key] = (sql, compiler) if list(full_params) == params else ()
+            kept = self._cache()[key] = (sql, compiler) if list(full_params) == params else ()
         if not kept:
             return None
         return kept[0], params, kept[1]
 
+    def statement_with(self, query, using: str, *, variant: Any,
+                       build: Callable[[Sequence[Any]], Any], values: Sequence[Any],
+                       sentinels: Sequence[Any], prepare: Callable[[int, Any], Any]):
+        """Return `(sql, params, compiler)` for `query` narrowed by one more condition, or None.
+
+        `build(vals)` is `query` with the condition for the values `vals` added (the caller's
+        own, e.g. a cursor's `WHERE (created_at, id) < (...)`); it is called only the first
+        time a shape is seen, with `sentinels`: values of the right types, distinct, which
+        the full compile's parameters must show, after `query`'s own, each as
+        `prepare(i, sentinels[i])` (the value made a parameter as the condition's lookups
+        make it). The statement is kept by `query`'s shape and `variant` (what else decides
+        the condition's SQL: its columns and direction), and later calls bind `query`'s
+        parameters and `prepare(i, values[i])` where the sentinels were, without building or
+        compiling the condition. None: not a shape kept here; build it and compile it as usual.
+        """
+        compiler = query.get_compiler(using=using)
+        shape = _shape(query, compiler)
+        if shape is None:
+            return None
+        key, params = shape
+        key = (key, "with", variant)
+        cache = self._local.__dict__.setdefault("shapes", {})
+        kept = cache.get(key)
+        if kept is None:
+            kept = self._cache()[key] = _compile_with(build(sentinels), using, params,
+                                                       [prepare(i, v)
+                                                        for i, v in enumerate(sentinels)])
+        if not kept:
+            return None
+        sql, slots, full_compiler = kept
+        return sql, params + [prepare(i, values[i]) for i in slots], full_compiler
+
+
+# The small queries a list page's plan is chosen with (a table's largest id, whether a filter
+# has more than some number of matches), compiled once per shape.
+_PROBES = QueryShapes()
+
+
+def values_rows(queryset) -> list[tuple]:
+    """Return the rows of a `.values()` queryset as tuples, its SQL compiled once per shape.
+
+    What `list(queryset.values_list(...))` of the same columns gives (each value converted by
+    Django's converters), for the small probes a request runs before its page (`QueryShapes`:
+    the values change only the parameters). A queryset of a shape not kept is compiled and
+    run as usual.
+    """
+    query = queryset.query
+    prepared = _PROBES.statement(query, queryset.db)
+    if prepared is None:
+        compiler = query.get_compiler(using=queryset.db)
+        return [tuple(row) for row in compiler.results_iter()]
+    sql, params, compiler = prepared
+    with connections[queryset.db].cursor() as cursor:
+        cursor.execute(sql, params)
+        raw = cursor.fetchall()
+    return [tuple(row) for row in compiler.results_iter(results=[raw])] if raw else []
+
+
+def _compile_with(query, using: str, params: list[Any], prepared: list[Any]):
+    """`(sql, slots, compiler)` of `query`, whose parameters are `params` and then values among
+    `prepared` (the i-th slot holds `prepared[slots[i]]`); () when they are not."""
+    compiler = query.get_compiler(using=using)
+    try:
+        sql, full_params = compiler.as_sql()
+    except (EmptyResultSet, FullResultSet):
+        return ()
+    full_params = list(full_params)
+    if full_params[:len(params)] != params:
+        return ()
+    slots = []
+    for value in full_params[len(params):]:
+        matches = [i for i, candidate in enumerate(prepared)
+                   if type(candidate) is type(value) and candidate == value]
+        if len(matches) != 1:
+            return ()
+        slots.append(matches[0])
+    return sql, slots, compiler
+
 
 def _shape(query, compiler) -> tuple[tuple, list[Any]] | None:
     """Return `(key, params)` of a query `QueryShapes` can keep, else None (see there)."""
-    if (len(query.alias_map) > 1 or query.annotation_select or query.extra_select
-            or query.extra or query.extra_order_by or query.combinator or query.group_by
-            or query.select_for_update or query.select_related or query.distinct_fields
-            or query.subquery or not query.values_select
+    if (query.extra_select or query.extra or query.extra_order_by or query.combinator
+            or query.group_by or query.select_for_update or query.select_related
+            or query.distinct_fields or query.subquery or not query.values_select
             or any(not isinstance(term, str) for term in query.order_by)):
         return None
     where = query.where
     if where.contains_aggregate or where.contains_over_clause:
         return None
+    tables = []
+    for alias, table in query.alias_map.items():
+        if isinstance(table, Join):
+            if table.filtered_relation is not None:
+                return None
+            tables.append((alias, table.identity, table.join_type, table.nullable,
+                           table.table_alias, query.alias_refcount.get(alias, 0) > 0))
+        elif isinstance(table, BaseTable):
+            tables.append((alias, table.identity, query.alias_refcount.get(alias, 0) > 0))
+        else:
+            return None
     params: list[Any] = []
+    annotations = []
     try:
+        for name, expression in query.annotation_select.items():
+            if expression.contains_aggregate or expression.contains_over_clause:
+                return None
+            sql, expression_params = compiler.compile(expression)
+            annotations.append((name, sql))
+            params.extend(expression_params)
         where_key = _where_shape(where, compiler, params)
     except (EmptyResultSet, FullResultSet):
         return None
-    key = (compiler.using, query.model, tuple(query.alias_map), tuple(query.values_select),
-           tuple(query.order_by), query.default_ordering, query.standard_ordering,
-           query.low_mark, query.high_mark, query.distinct, where_key)
+    selected = getattr(query, "selected", None)
+    key = (compiler.using, query.model, tuple(tables), tuple(query.values_select),
+           tuple(annotations), tuple(selected) if selected else (), tuple(query.order_by),
+           query.default_ordering, query.standard_ordering, query.low_mark, query.high_mark,
+           query.distinct, where_key)
     return key, params
 
 

@@ -96,16 +96,14 @@ class FilterSetBackend(DjangoFilterBackend):
         filterset_class = self.get_filterset_class(view, queryset)
         if filterset_class is None:
             return queryset
-        accepted = accepted_query_params(view, filterset_class.filter_names())
-        unknown = sorted(set(request.query_params) - set(accepted))
+        accepted, multi = self._names(view, filterset_class)
+        unknown = sorted(set(request.query_params) - accepted)
         if unknown:
             raise ValidationFailed({name: [
                 f"is not a query parameter of this list; use {', '.join(sorted(accepted))}."]
                 for name in unknown})
         # A parameter that takes one value, given twice, would be read as its last value and
         # the other dropped without a word: refuse it instead.
-        multi = {name for name, f in filterset_class.base_filters.items()
-                 if isinstance(f, MultiValueFilter)}
         twice = sorted(name for name in request.query_params
                        if name not in multi and len(request.query_params.getlist(name)) > 1)
         if twice:
@@ -113,6 +111,23 @@ class FilterSetBackend(DjangoFilterBackend):
                                            f"list filters, {', '.join(sorted(multi))}, take "
                                            "several values)."] for name in twice})
         return filterset_class.apply(queryset, filterset_class.validate(request.query_params))
+
+    _known: dict[tuple, tuple[frozenset[str], frozenset[str]]] = {}
+
+    @classmethod
+    def _names(cls, view, filterset_class) -> tuple[frozenset[str], frozenset[str]]:
+        """The query parameters the view reads, and its filters that take several values:
+        worked out once per view class, paginator class and FilterSet (they are declared on
+        the classes)."""
+        key = (type(view), type(getattr(view, "paginator", None)), tuple(view.filter_backends),
+               filterset_class)
+        known = cls._known.get(key)
+        if known is None:
+            known = cls._known[key] = (
+                frozenset(accepted_query_params(view, filterset_class.filter_names())),
+                frozenset(name for name, f in filterset_class.base_filters.items()
+                          if isinstance(f, MultiValueFilter)))
+        return known
 
 
 def accepted_query_params(view, filter_names) -> list[str]:
@@ -249,16 +264,21 @@ class StrictCursorPagination(CursorPagination):
         if self.keys_only:
             # The page reads its ids and the keys of this ordering only (the cursor is made of
             # them); the view reads the rows' contents by id.
-            queryset = queryset.values(*dict.fromkeys(["id", *(key.name for key in self.keys)]))
+            wanted = list(dict.fromkeys(["id", *(key.name for key in self.keys)]))
+            selected = getattr(queryset.query, "selected", None) or ()
+            if (list(selected) != wanted or queryset.query.annotations
+                    or queryset.query.extra_select):
+                queryset = queryset.values(*wanted)
         # The columns the page is ordered on: the keys', or their copies a filter's join
         # provides in an index that has them in this order (`keyset.ordered_on`).
         columns = keyset.ordered_on(queryset, self.keys)
         qs = queryset.order_by(*keyset.order_by(columns, reverse=reverse))
-        if position is not None:
-            qs = qs.filter(keyset.after(columns, position.values, reverse=reverse))
         if self.keys_only:
-            rows = keyset.page_rows(qs, self.page_size, self.keys)
+            rows = keyset.page_rows(qs, self.page_size, self.keys, columns=columns,
+                                    position=position)
         else:
+            if position is not None:
+                qs = qs.filter(keyset.after(columns, position.values, reverse=reverse))
             rows = list(qs[: self.page_size + 1])
         more = len(rows) > self.page_size
         self.page = rows[: self.page_size]

@@ -29,12 +29,13 @@ from typing import Any
 
 import django_filters
 from django import forms
-from django.db.models import F, Max, Q, QuerySet, Value
+from django.db.models import F, Q, QuerySet, Value
 from django.db.models.functions import Concat
 from django.db.models.lookups import IStartsWith
 from django.utils.text import smart_split, unescape_string_literal
 from django_filters.constants import EMPTY_VALUES
 
+from core.database.prepared import values_rows
 from core.errors import ValidationFailed
 from core.limits.text import strip_blank
 
@@ -332,7 +333,8 @@ def few_matches(model) -> int:
     for 100,000 let a filter just above it walk N/40). N is the table's largest id, read from
     the end of the primary key (one index probe; an upper bound of the rows).
     """
-    top = model.objects.aggregate(top=Max("pk"))["top"] or 0
+    rows = values_rows(model.objects.order_by("-pk").values("pk")[:1])
+    top = rows[0][0] if rows else 0
     return max(FEW_FLOOR, isqrt(PLAN_PAGE * top))
 
 
@@ -361,7 +363,7 @@ class PrefixSearchFilter(SearchFilter):
         matching = reduce(or_, (Q(**{f"{field}__istartswith": prefix})
                                 for field in self.search_fields))
         few = self.few if self.few is not None else few_matches(qs.model)
-        if not qs.model.objects.filter(matching).values("pk")[few:few + 1].exists():
+        if not values_rows(qs.model.objects.filter(matching).values("pk")[few:few + 1]):
             return qs.filter(matching)
         # Many matches: the same test on the field's value made an expression (`name || ''`),
         # which no index serves, so the database walks the list order's index and stops at

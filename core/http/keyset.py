@@ -234,23 +234,30 @@ def _from_json(field: models.Field, value: Any) -> tuple[str | None, Any]:
 _PAGE_QUERIES = QueryShapes()
 
 
-def page_rows(queryset, page_size: int, keys: list[Key]) -> list[dict[str, Any]]:
+def page_rows(queryset, page_size: int, keys: list[Key], *, columns: list[Key] | None = None,
+              position: Position | None = None) -> list[dict[str, Any]]:
     """Return the first `page_size + 1` rows of a `.values()` queryset as `{"id": ...}` dicts.
 
-    What `list(queryset[:page_size + 1])` gives (the row after the page tells whether another
-    page follows), less the work of the rows nobody reads: the compiler's raw rows are read
-    (`SQLCompiler.execute_sql`) and only the page's first and last rows get every key
-    converted by Django's converters (`results_iter`; a date-time parsed, on SQLite) and
-    kept, as the cursors of the `previous` and `next` links are made of them (walking
-    backwards, the page is these rows reversed: the same two); the others keep only their id
-    (an integer as the driver reads it). On a page of 50 that is about half the page query's
-    CPU. The SQL is compiled once per shape of the query (`core.database.prepared.QueryShapes`:
-    the filters' and the cursor's values change only its parameters).
+    What `list(queryset.filter(after(columns, position.values, ...))[:page_size + 1])` gives
+    (the row after the page tells whether another page follows), less the work of the rows
+    nobody reads: the compiler's raw rows are read (`SQLCompiler.execute_sql`) and only the
+    page's first and last rows get every key converted by Django's converters
+    (`results_iter`; a date-time parsed, on SQLite) and kept, as the cursors of the
+    `previous` and `next` links are made of them (walking backwards, the page is these rows
+    reversed: the same two); the others keep only their id (an integer as the driver reads
+    it). On a page of 50 that is about half the page query's CPU. The SQL is compiled once per
+    shape of the query (`core.database.prepared.QueryShapes`: the filters' values change only
+    its parameters), and the cursor's condition is compiled once per shape and direction and
+    never built again: its values are bound where the first compile put them
+    (`QueryShapes.statement_with`).
 
     Args:
-        queryset: `.values()` of `id` and each key's field, ordered and filtered.
+        queryset: `.values()` of `id` and each key's field, ordered (on `columns`, for the
+            walk's direction) and filtered; not yet narrowed to the cursor.
         page_size: the rows of a page.
         keys: the ordering's keys (`keys_for`), `id` last.
+        columns: the columns the page is ordered on (`ordered_on`; default `keys`).
+        position: the cursor's position (the page starts after it), or None for the first.
 
     Raises:
         ValueError: the queryset does not read every key (a caller's bug).
@@ -261,14 +268,32 @@ def page_rows(queryset, page_size: int, keys: list[Key]) -> list[dict[str, Any]]
     if any(key.name not in names for key in keys):
         raise ValueError(f"the page query reads {names}, not every key of "
                          f"{[key.term for key in keys]}")
-    query = queryset[:page_size + 1].query
-    prepared = _PAGE_QUERIES.statement(query, queryset.db)
-    if prepared is None:  # a shape not kept (`qs.none()`, a join): compiled as usual
-        compiler = query.get_compiler(using=queryset.db)
+    columns = keys if columns is None else columns
+    db = queryset.db
+    limit = page_size + 1
+    if position is None:
+        query = queryset[:limit].query
+        prepared = _PAGE_QUERIES.statement(query, db)
+    else:
+        reverse = position.reverse
+        fields = [queryset.model._meta.get_field(key.name) for key in keys]
+        connection = connections[db]
+        prepared = _PAGE_QUERIES.statement_with(
+            queryset[:limit].query, db, variant=(tuple(columns), reverse),
+            build=lambda values: queryset.filter(
+                after(columns, tuple(values), reverse=reverse))[:limit].query,
+            values=position.values, sentinels=[_sentinel(field, i) for i, field in
+                                               enumerate(fields)],
+            prepare=lambda i, value: fields[i].get_db_prep_value(value, connection))
+    if prepared is None:  # a shape not kept (`qs.none()`, ...): compiled as usual
+        if position is not None:
+            query = queryset.filter(after(columns, position.values,
+                                          reverse=position.reverse))[:limit].query
+        compiler = query.get_compiler(using=db)
         raw = list(chain.from_iterable(compiler.execute_sql(MULTI)))  # [] for `qs.none()`
     else:
         sql, params, compiler = prepared
-        with connections[queryset.db].cursor() as cursor:
+        with connections[db].cursor() as cursor:
             cursor.execute(sql, params)
             raw = cursor.fetchall()
     id_at = names.index("id")
@@ -278,3 +303,13 @@ def page_rows(queryset, page_size: int, keys: list[Key]) -> list[dict[str, Any]]
     for index, values in zip(edges, converted):
         rows[index] = dict(zip(names, values))
     return rows
+
+
+def _sentinel(field: models.Field, index: int) -> Any:
+    """A value of `field`'s type, distinct for each `index`, that no cursor compares with: the
+    placeholder `page_rows` compiles a cursor's condition with (never sent to a database)."""
+    if isinstance(field, models.DateTimeField):
+        return datetime(1971, 1, 1, 0, 0, 0, index + 1, tzinfo=timezone.utc)
+    if isinstance(field, (models.IntegerField, models.AutoField)):
+        return -(index + 1)
+    return f"\x00sentinel-{index}"

@@ -110,14 +110,120 @@ def test_a_page_query_is_compiled_once_per_shape_and_answers_as_the_orm(exps, mo
     assert len(shapes._local.shapes) == 6  # none, status x1, status x2, cursor, ids x2, size 2
 
 
-def test_a_page_query_that_matches_nothing_or_joins_is_left_to_the_orm(exps):
+def test_a_page_query_that_matches_nothing_is_left_to_the_orm(exps):
     from core.database.prepared import QueryShapes
 
     shapes = QueryShapes()
     assert shapes.statement(_page().none().query, "default") is None
-    joined = Experiment.objects.filter(creator__email="x@example.com").values("id")
-    assert shapes.statement(joined.query, "default") is None
     assert shapes.statement(_page(ids=[]).query, "default") is None  # `IN ()`: nothing
+
+
+def _labelled(key, value, size=3):
+    """A label page's query as `LabelSelectorFilter` makes it: a join, ordered on its copy of
+    the list keys (annotations)."""
+    from django.db.models import F
+
+    return (Experiment.objects.filter(label_rows__key=key, label_rows__value=value)
+            .annotate(order_created_at=F("label_rows__created_at"),
+                      order_id=F("label_rows__experiment_id"))
+            .values("id", "created_at").order_by("-order_created_at", "-order_id")[:size])
+
+
+def test_a_joined_and_annotated_page_query_is_compiled_once_per_shape(exps, monkeypatch):
+    from django.db import connection
+
+    from core.database.prepared import QueryShapes
+    from experiments.services import exp_update_labels
+
+    for i, exp in enumerate(exps):
+        exp_update_labels(exp_id=exp.pk, actor=exp.creator,
+                          set_labels={"team": "a" if i % 2 else "b", "tier": str(i % 3)})
+    shapes = QueryShapes()
+    compiles = []
+    compiler_class = type(Experiment.objects.all().query.get_compiler(using="default"))
+    original = compiler_class.as_sql
+    monkeypatch.setattr(compiler_class, "as_sql",
+                        lambda self, *a, **k: compiles.append(1) or original(self, *a, **k))
+    joined = Experiment.objects.filter(creator__email=exps[0].creator.email).values("id")
+    counts = []
+    for qs in (_labelled("team", "a"), _labelled("team", "b"), _labelled("tier", "1"),
+               _labelled("team", "a", size=5), joined):
+        expected = [row["id"] for row in qs]
+        assert expected  # every case matches some experiments
+        compiles.clear()
+        sql, params, _compiler = shapes.statement(qs.query, "default")
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            assert [row[0] for row in cursor.fetchall()] == expected
+        counts.append(len(compiles))
+    assert counts == [1, 0, 0, 1, 1]  # another label's page is the first page's shape
+    assert len(shapes._local.shapes) == 3
+
+
+def _cursor_page(position, keys, columns, size=2, shapes=None, status=None):
+    from core.http import keyset
+
+    qs = Experiment.objects.values("id", "created_at")
+    if status:
+        qs = qs.filter(status__in=status)
+    reverse = bool(position and position.reverse)
+    qs = qs.order_by(*keyset.order_by(columns, reverse=reverse))
+    if shapes is not None:
+        keyset._PAGE_QUERIES = shapes
+    return [row["id"] for row in keyset.page_rows(qs, size, keys, columns=columns,
+                                                  position=position)]
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_a_cursor_condition_is_compiled_once_and_answers_as_the_orm(exps, monkeypatch, reverse):
+    """`QueryShapes.statement_with`: every page after a cursor equals the ORM's filter, and
+    the cursor's condition is compiled once per shape and direction, whatever the position."""
+    from core.database.prepared import QueryShapes
+    from core.http import keyset
+
+    monkeypatch.setattr(keyset, "_PAGE_QUERIES", QueryShapes())
+    compiles = []
+    compiler_class = type(Experiment.objects.all().query.get_compiler(using="default"))
+    original = compiler_class.as_sql
+    monkeypatch.setattr(compiler_class, "as_sql",
+                        lambda self, *a, **k: compiles.append(1) or original(self, *a, **k))
+    keys = keyset.keys_for(Experiment, ["-created_at"])
+    ordered = list(Experiment.objects.order_by("-created_at", "-id").values("id", "created_at"))
+    for status in (None, ["Created"]):
+        total = 0
+        for row in ordered:
+            position = keyset.Position(keyset.values_of(row, keys), reverse)
+            qs = Experiment.objects.values("id", "created_at")
+            if status:
+                qs = qs.filter(status__in=status)
+            expected = [r["id"] for r in qs.order_by(*keyset.order_by(keys, reverse=reverse))
+                        .filter(keyset.after(keys, position.values, reverse=reverse))[:3]]
+            compiles.clear()
+            assert _cursor_page(position, keys, keys, status=status) == expected
+            total += len(compiles)
+        assert total == 1  # the first position's; every other one bound its values
+    shapes = keyset._PAGE_QUERIES._local.shapes
+    assert len(shapes) == 2 and all(shapes.values())  # one per filter shape, both kept
+
+
+def test_a_cursor_whose_values_the_compile_does_not_show_is_left_to_the_orm(exps):
+    """A `prepare` that does not give the parameters the lookups make: nothing is kept, and
+    the page is still the ORM's."""
+    from core.database.prepared import QueryShapes
+    from core.http import keyset
+
+    shapes = QueryShapes()
+    keys = keyset.keys_for(Experiment, ["-created_at"])
+    qs = Experiment.objects.values("id", "created_at").order_by("-created_at", "-id")
+    sentinels = [keyset._sentinel(Experiment._meta.get_field(k.name), i)
+                 for i, k in enumerate(keys)]
+    row = qs[2]
+    assert shapes.statement_with(
+        qs[:3].query, "default", variant="x",
+        build=lambda values: qs.filter(keyset.after(keys, tuple(values)))[:3].query,
+        values=keyset.values_of(row, keys), sentinels=sentinels,
+        prepare=lambda i, value: repr(value)) is None
+    assert list(shapes._local.shapes.values()) == [()]
 
 
 def test_insert_one_stores_what_save_stores(user):
