@@ -215,6 +215,18 @@ class StrictOrderingFilter(OrderingFilter):
                     " (prefix '-' for descending)."]})
         return super().get_ordering(request, queryset, view)
 
+    def filter_queryset(self, request, queryset, view):
+        """Order `queryset` by `?ordering=` (or the view's default), refusing unknown fields.
+
+        Under `StrictCursorPagination` the ordering is only checked here: the paginator
+        orders the page itself, by the same keys and the id (an ORDER BY here would be
+        replaced there).
+        """
+        ordering = self.get_ordering(request, queryset, view)
+        if isinstance(getattr(view, "paginator", None), StrictCursorPagination):
+            return queryset
+        return queryset.order_by(*ordering) if ordering else queryset
+
 
 class StrictCursorPagination(CursorPagination):
     """Keyset cursor pagination on `(ordering keys..., id)` for every allowed ordering.
@@ -272,7 +284,12 @@ class StrictCursorPagination(CursorPagination):
         # The columns the page is ordered on: the keys', or their copies a filter's join
         # provides in an index that has them in this order (`keyset.ordered_on`).
         columns = keyset.ordered_on(queryset, self.keys)
-        qs = queryset.order_by(*keyset.order_by(columns, reverse=reverse))
+        terms = keyset.order_by(columns, reverse=reverse)
+        query = queryset.query
+        if list(query.order_by) == terms and not query.extra_order_by and query.standard_ordering:
+            qs = queryset  # ordered so already (a view's base queryset, built once)
+        else:
+            qs = queryset.order_by(*terms)
         if self.keys_only:
             rows = keyset.page_rows(qs, self.page_size, self.keys, columns=columns,
                                     position=position)

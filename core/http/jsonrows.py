@@ -108,13 +108,16 @@ class JsonObject(_SQLiteAndMySQLOnly, Func):
 
 
 def json_row(model: type[models.Model],
-             fields: Sequence[str | tuple[str, models.Expression]]) -> JsonObject:
+             fields: Sequence[str | tuple[str, models.Expression]], *,
+             through: str = "") -> JsonObject:
     """The JSON object of a row of `model`, its keys in the order of `fields`.
 
     Args:
         fields: field names of `model` (a foreign key by its attname, `creator_id`), or
             `(key, expression)` pairs for computed values (a subquery, say). Date-times
             become `IsoUTC`, JSON fields `JsonValue`, other fields their column.
+        through: the relation from the query's model to `model` (`"artifact"`: the columns
+            are the joined row's, `artifact__path`); empty for the query's own model.
 
     Raises:
         django.core.exceptions.FieldDoesNotExist: a name that is not a field of `model`.
@@ -127,7 +130,7 @@ def json_row(model: type[models.Model],
             expressions[key] = expression
             continue
         field = model._meta.get_field(item)  # also finds a foreign key by its attname
-        column = F(field.attname)
+        column = F(f"{through}__{field.attname}" if through else field.attname)
         if isinstance(field, models.DateTimeField):
             expressions[item] = IsoUTC(column)
         elif isinstance(field, models.JSONField):
@@ -191,8 +194,11 @@ class RelatedJsonArray(_SQLiteAndMySQLOnly, Func):
         super().__init__(Subquery(ordered), Subquery(grouped))
 
     def as_sqlite(self, compiler, connection, **extra):
+        # The rows' texts joined in their order and read as JSON once (`json_group_array`
+        # would parse each row's text again: a JSON subtype does not cross a subquery).
         sql, params = compiler.compile(self.source_expressions[0])
-        return f'(SELECT json_group_array(json("r")) FROM {sql})', params
+        return (f"""(SELECT json(COALESCE('[' || group_concat("r", ',') || ']', '[]')) """
+                f"FROM {sql})", params)
 
     def as_mysql(self, compiler, connection, **extra):
         sql, params = compiler.compile(self.source_expressions[1])

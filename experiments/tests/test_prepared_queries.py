@@ -3,6 +3,8 @@ per size bucket, for any number of ids."""
 from __future__ import annotations
 
 import pytest
+from django.db import models
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from core.database.prepared import BUCKETS, IdsQuery, bucket
 from experiments.api.serializers import ARTIFACT_SUMMARY_FIELDS, JOB_SUMMARY_FIELDS
@@ -224,6 +226,26 @@ def test_a_cursor_whose_values_the_compile_does_not_show_is_left_to_the_orm(exps
         values=keyset.values_of(row, keys), sentinels=sentinels,
         prepare=lambda i, value: repr(value)) is None
     assert list(shapes._local.shapes.values()) == [()]
+
+
+@given(text=st.text(), number=st.integers(min_value=-2**63, max_value=2**63 - 1),
+       flag=st.booleans())
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_values_insert_uses_unchanged_are_what_django_prepares(text, number, flag):
+    """`insert_one` skips `get_db_prep_save` for the field classes and value types of
+    `_UNCHANGED`: Django's own preparation gives back those values unchanged, on this
+    database."""
+    from django.db import connection
+
+    from core.database.prepared import _UNCHANGED
+
+    samples = {str: [text, ""], int: [number, 0], bool: [flag], type(None): [None]}
+    for field_class, types in _UNCHANGED.items():
+        field = field_class(max_length=255) if field_class is models.CharField else field_class()
+        for kind in types:
+            for value in samples[kind]:
+                prepared = field.get_db_prep_save(value, connection)
+                assert type(prepared) is type(value) and prepared == value
 
 
 def test_insert_one_stores_what_save_stores(user):
