@@ -366,6 +366,8 @@ _UNCHANGED: dict[type, tuple[type, ...]] = {
                      models.PositiveIntegerField, models.PositiveBigIntegerField,
                      models.PositiveSmallIntegerField), (int, type(None))),
     models.BooleanField: (bool, type(None)),
+    # A date-time not set yet (when it finished, started...): NULL as it is.
+    models.DateTimeField: (type(None),),
 }
 
 
