@@ -91,7 +91,7 @@ def _falcon_test_database_names():
     if db["ENGINE"] == "django.db.backends.mysql":
         test.update({"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci",
                      "NAME": os.environ.get("FALCON_TEST_DB_NAME", f"test_falcon_{os.getpid()}")})
-    elif db["ENGINE"] == "django.db.backends.sqlite3":
+    elif db["ENGINE"].endswith(".sqlite3"):  # Django's backend, or core.database.sqlite3
         test["NAME"] = str(settings.VAR_DIR / f"test-{os.getpid()}.sqlite3")
 
 

@@ -70,7 +70,7 @@ def _database_folders() -> list[Path]:
     folders = []
     for db in settings.DATABASES.values():
         name = str(db.get("NAME") or "")
-        if db.get("ENGINE") == "django.db.backends.sqlite3" and name not in ("", ":memory:") \
+        if str(db.get("ENGINE", "")).endswith(".sqlite3") and name not in ("", ":memory:") \
                 and not name.startswith("file:"):
             folders.append(Path(name).parent)
     return folders

@@ -177,6 +177,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
                          f"group_concat_max_len={GROUP_CONCAT_MAX_BYTES}"}
     )
 elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Django's SQLite backend, with each statement's placeholders converted once
+    # (core.database.sqlite3; its vendor is "sqlite" as before).
+    DATABASES["default"]["ENGINE"] = "core.database.sqlite3"
     # Several processes (HTTP, gRPC) share one SQLite file in the local mode: wait for the
     # write lock instead of failing at once with "database is locked". Write-ahead logging lets
     # readers go on while a transaction commits, and with synchronous=NORMAL a commit appends
