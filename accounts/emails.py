@@ -24,6 +24,8 @@ A user's email comes from a token (Cloudflare Access's `email` claim, or the loc
 """
 from __future__ import annotations
 
+import functools
+
 import unicodedata
 
 from django.core.exceptions import ValidationError
@@ -49,6 +51,13 @@ def normalize_email(raw: object) -> str:
     """
     if not isinstance(raw, str):
         raise InvalidEmail("the email must be a string")
+    return _normalized(raw)
+
+
+@functools.lru_cache(maxsize=4096)
+def _normalized(raw: str) -> str:
+    """`normalize_email` of a str, kept for the process: every write's token names its user's
+    address, which Django's validator would check again each time (a refusal is not kept)."""
     email = raw.strip()
     if not email:
         raise InvalidEmail("the email is empty")
