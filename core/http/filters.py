@@ -333,9 +333,15 @@ def few_matches(model) -> int:
     for 100,000 let a filter just above it walk N/40). N is the table's largest id, read from
     the end of the primary key (one index probe; an upper bound of the rows).
     """
-    rows = values_rows(model.objects.order_by("-pk").values("pk")[:1])
+    rows = values_rows(_largest_id(model))
     top = rows[0][0] if rows else 0
     return max(FEW_FLOOR, isqrt(PLAN_PAGE * top))
+
+
+@functools.cache
+def _largest_id(model) -> QuerySet:
+    """The query of `model`'s largest id, built once (`values_rows` only reads its query)."""
+    return model.objects.order_by("-pk").values("pk")[:1]
 
 
 class PrefixSearchFilter(SearchFilter):
