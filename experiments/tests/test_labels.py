@@ -336,10 +336,17 @@ def test_a_label_list_pages_in_any_ordering(auth_api, ordering):
     key = ordering.lstrip("-")
     expected = sorted(held, key=lambda e: (getattr(Experiment.objects.get(pk=e.pk), key), e.pk),
                       reverse=ordering.startswith("-"))
-    url, got = f"/api/v1/exps?label=team=infra&ordering={ordering}&page_size=2", []
+    url, got, pages = f"/api/v1/exps?label=team=infra&ordering={ordering}&page_size=2", [], []
     while url:
         res = auth_api.get(url)
         assert res.status_code == 200, res.content
+        pages.append(res.json())
         got += [row["id"] for row in res.json()["results"]]
         url = res.json()["next"]
     assert got == [e.pk for e in expected]
+    # And back through every `previous` link (the cursor's condition walking the other way).
+    back = pages[-1]
+    for page in reversed(pages[:-1]):
+        back = auth_api.get(back["previous"]).json()
+        assert [row["id"] for row in back["results"]] == [row["id"] for row in page["results"]]
+    assert back["previous"] is None
