@@ -57,6 +57,12 @@ finalizer, and those still running are deleted with their Pods (an orphan: a cre
 after its experiment was aborted, a timed-out job whose delete was slow); see
 `KubernetesBackend.sweep`.
 
+A job whose decision last tick did nothing (no write, no cluster action) and neither read
+nor started a clock, read again with equal inputs (its row's status, reason, message, cluster
+job name and what its derived name is made of, and an equal observed state) and still no
+clock, is not decided again: `decide` is pure, so it would do nothing again. Any change, and
+any running pending timeout or progress deadline, decides it (docs/decisions.md#dec-rm-settled).
+
 Data never stops the loop: a job the manager cannot handle (anything raised while observing,
 deciding or acting on it, beyond the backend and API errors above) is logged with its id and the
 reason and skipped for this tick, and the other jobs go on; so are the jobs the list call could
