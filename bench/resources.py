@@ -344,12 +344,13 @@ def _kubeconfig(url: str, path: Path) -> Path:
 
 def measure(n: int, *, pending: bool, watch: bool, fake_in_process: bool = False,
             grpc_api: bool = False, server_process: bool = False,
-            list_page_size: int | None = None) -> dict:
+            list_page_size: int | None = None, profile: str | None = None) -> dict:
     """Tick twice over `n` jobs; return the figures of both ticks.
 
     The first tick fills the caches (with `watch`: one paged LIST of Jobs and one of Pods,
     then a WATCH each) and, for pending jobs, records each job's reason; the second is the
-    tick every interval runs from then on.
+    tick every interval runs from then on. With `profile`, the last tick runs under cProfile
+    and its statistics are written to that file (its CPU figure then includes the profiler's).
     """
     fake = FakeProcess(n, pending=pending, in_process=fake_in_process, seed=grpc_api)
     backend = api = None
@@ -378,9 +379,18 @@ def measure(n: int, *, pending: bool, watch: bool, fake_in_process: bool = False
                 if server is not None:
                     server.reset_peak()
                     srv_before = server.figures()
+                profiler = None
+                if profile and label == "next2":
+                    import cProfile
+
+                    profiler = cProfile.Profile(time.process_time)  # CPU, not wall
+                    profiler.enable()
                 started, cpu = time.perf_counter(), time.process_time()
                 stats = manager.tick()
                 wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+                if profiler is not None:
+                    profiler.disable()
+                    profiler.dump_stats(profile)
                 after = figures_of()
                 assert not stats.errors, stats.errors[:3]
                 assert stats.deleted == 0
@@ -429,6 +439,9 @@ def main() -> None:
     parser.add_argument("--default-gc", action="store_true",
                         help="keep CPython's collector thresholds (default: the controllers' "
                         "own, as runcontroller sets them: controllers.runner.GC_THRESHOLDS)")
+    parser.add_argument("--profile", metavar="FILE", default=None,
+                        help="run the last tick of each measure under cProfile and write its "
+                        "statistics to FILE (read with `python -m pstats FILE`)")
     args = parser.parse_args()
     if args.server_process and not args.grpc:
         parser.error("--server-process goes with --grpc")
@@ -452,7 +465,7 @@ def main() -> None:
                 r = measure(n, pending=situation == "pending", watch=mode == "watch",
                             fake_in_process=args.fake_in_process, grpc_api=args.grpc,
                             server_process=args.server_process,
-                            list_page_size=args.list_page_size)
+                            list_page_size=args.list_page_size, profile=args.profile)
                 for label in ("first", "next", "next2"):
                     t = r[label]
                     srv = ""

@@ -47,6 +47,7 @@ from .contract import (
     ListFilter,
     Listing,
     SkippedRow,
+    job_view_of,
 )
 
 V = TypeVar("V")
@@ -89,10 +90,20 @@ def _view(cls: type[V], **values: Any) -> V:
     return cls(**{key: value for key, value in values.items() if key in names})
 
 
+# The statuses by their names: a dict lookup, not the enum's call, for the 100,000 jobs of a
+# resource manager's tick (a name it lacks goes through the enum, which raises ValueError).
+_JOB_STATUSES = {s.value: s for s in JobStatus}
+_EXP_STATUSES = {s.value: s for s in ExpStatus}
+
+
+def _job_status(text: str) -> JobStatus:
+    return _JOB_STATUSES.get(text) or JobStatus(text)
+
+
 def _exp_status(text: str) -> ExpStatus | None:
     """Return the experiment status a job reply carries, or None when it carries none (the
     write RPCs leave `exp_status` empty)."""
-    return ExpStatus(text) if text else None
+    return (_EXP_STATUSES.get(text) or ExpStatus(text)) if text else None
 
 
 def exp_view(item: experiment_pb2.ExpItem) -> ExpView:
@@ -127,22 +138,26 @@ def job_view(item: job_pb2.JobItem) -> JobView:
 
 
 def job_state_view(item: job_pb2.JobState) -> JobView:
-    """Return the `JobView` of a `falcon.v1.JobState`: no timestamps or priority, and `config`
-    empty for a job whose cluster job name is recorded (see ListJobStates).
+    """Return the `JobView` of a `falcon.v1.JobState`: no timestamps or priority; `config`
+    empty and `task_spec` `EMPTY` for a job whose cluster job name is recorded (see
+    ListJobStates, `submit_specs_only`), `image` the spec's image for every job.
 
     Raises:
         ValueError: `task_spec_json` is not strict JSON (`orjson.JSONDecodeError`) or not a
             TaskSpec (the list skips the job).
     """
-    return JobView(id=item.id, exp_id=item.exp_id, exp_name=item.exp_name,
-                   exp_status=_exp_status(item.exp_status), role=item.role,
-                 cluster_name=item.cluster_name,
-                   exp_type=item.exp_type,
-                   task_spec=(TaskSpec.from_json(orjson.loads(item.task_spec_json))
-                              if item.task_spec_json else EMPTY),
-                   artifact_path=item.artifact_path, config=item.exp_config,
-                   status=JobStatus(item.status), reason=item.reason, message=item.message,
-                   cluster_job_name=item.cluster_job_name, creator=item.exp_creator_email)
+    spec = item.task_spec_json
+    # Every field, by name (`job_view_of`: a dict literal is the cheapest way to 100,000 views).
+    return job_view_of({
+        "id": item.id, "exp_id": item.exp_id, "exp_name": item.exp_name,
+        "exp_status": _exp_status(item.exp_status), "role": item.role,
+        "cluster_name": item.cluster_name, "exp_type": item.exp_type,
+        "task_spec": TaskSpec.from_json(orjson.loads(spec)) if spec else EMPTY,
+        "artifact_path": item.artifact_path, "config": item.exp_config,
+        "status": _job_status(item.status), "reason": item.reason, "message": item.message,
+        "cluster_job_name": item.cluster_job_name, "priority": -1, "created_at": None,
+        "updated_at": None, "started_at": None, "aborting_at": None,
+        "creator": item.exp_creator_email, "image": item.image})
 
 
 def artifact_view(item: artifact_pb2.ArtifactItem) -> ArtifactView:
@@ -331,8 +346,8 @@ class GrpcFalconAPI(GrpcClient):
     def list_job_states(self, flt: ListFilter) -> list[JobView]:
         """ListJobStates, every page (`STATES_PAGE_SIZE` jobs each): the jobs in
         `flt.statuses` of `flt.cluster_names`, as the resource manager reads them (no
-        timestamps; the experiment's config only for jobs whose cluster job name is not
-        recorded yet), as a `Listing`.
+        timestamps; the experiment's config and the task spec only for jobs whose cluster job
+        name is not recorded yet, the spec's image for every job), as a `Listing`.
 
         Raises:
             ValueError: `flt` filters on anything but statuses and cluster names.
@@ -342,7 +357,7 @@ class GrpcFalconAPI(GrpcClient):
             raise ValueError("ListJobStates filters only on statuses and cluster_names")
         request = job_pb2.ListJobStatesReq(statuses=flt.statuses,
                                            cluster_names=flt.cluster_names,
-                                           page_size=STATES_PAGE_SIZE)
+                                           page_size=STATES_PAGE_SIZE, submit_specs_only=True)
         return self._list_all(self.jobs.ListJobStates, None, "jobs", job_state_view,
                               lambda item: item.exp_id, request=request)
 
@@ -362,7 +377,7 @@ class GrpcFalconAPI(GrpcClient):
             raise ValueError("ListJobStates filters only on statuses and cluster_names")
         request = job_pb2.ListJobStatesReq(statuses=flt.statuses,
                                            cluster_names=flt.cluster_names,
-                                           page_size=STATES_PAGE_SIZE)
+                                           page_size=STATES_PAGE_SIZE, submit_specs_only=True)
         while True:
             response = self.call(self.jobs.ListJobStates, request)
             views: list[JobView] = []

@@ -57,6 +57,12 @@ finalizer, and those still running are deleted with their Pods (an orphan: a cre
 after its experiment was aborted, a timed-out job whose delete was slow); see
 `KubernetesBackend.sweep`.
 
+A job whose decision last tick did nothing (no write, no cluster action) and neither read
+nor started a clock, read again with equal inputs (its row's status, reason, message, cluster
+job name and what its derived name is made of, and an equal observed state) and still no
+clock, is not decided again: `decide` is pure, so it would do nothing again. Any change, and
+any running pending timeout or progress deadline, decides it (docs/decisions.md#dec-rm-settled).
+
 Data never stops the loop: a job the manager cannot handle (anything raised while observing,
 deciding or acting on it, beyond the backend and API errors above) is logged with its id and the
 reason and skipped for this tick, and the other jobs go on; so are the jobs the list call could
@@ -67,6 +73,7 @@ the failing job is found, so the others are still observed. Only an unreachable 
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -122,6 +129,31 @@ WRITE_BATCH = 1000
 NO_CLOCKS = JobClocks()
 # Values per list filter the API server accepts (`core.http.filters.MAX_FILTER_VALUES`).
 ID_FILTER_MAX = 1000
+
+
+def _settled_inputs(job: JobView, state: ClusterJobState | None) -> tuple:
+    """What a decision of `job` reads besides its clocks (`_sync`): the observed state, the
+    job's status, reason, message and cluster job name (decided on, compared by `_update`),
+    and what its derived cluster job name is made of (its experiment's id and name, its role,
+    its cluster). Equal inputs, no clock, the same decision: `decide` is pure and reads the
+    time only against a clock."""
+    return (state, job.status, job.reason, job.message, job.cluster_job_name, job.exp_id,
+            job.exp_name, job.role, job.cluster_name)
+
+
+def _kept_inputs(job: JobView, state: ClusterJobState | None) -> tuple:
+    """`_settled_inputs`, equal, holding the state's strings where the job's are equal to
+    them (a settled job's reason, message and name are its state's): 100,000 kept for a tick
+    share them instead of holding one of each per job."""
+    def shared(value: str, candidate: str | None) -> str:
+        return candidate if candidate is not None and value == candidate else value
+
+    reason, message, name = job.reason, job.message, job.cluster_job_name
+    if state is not None:
+        reason, message = shared(reason, state.reason), shared(message, state.message)
+        name = shared(name, state.name)
+    return (state, job.status, reason, message, name, job.exp_id, job.exp_name,
+            sys.intern(job.role), sys.intern(job.cluster_name))
 
 
 @dataclass
@@ -191,6 +223,13 @@ class ResourceManager:
         self._clocks: dict[int, JobClocks] = {}
         # Falcon job id -> the last refusal of a create, for the log.
         self._last_refusal: dict[int, str] = {}
+        # Falcon job id -> the inputs (`_settled_inputs`) of its last decision, when that
+        # decision did nothing (no write, no cluster action) and neither read nor left a
+        # clock: a job read again with the same inputs and still no clock would be decided
+        # the same, so it is not decided again (`_reconcile_cluster`). Those of the last tick;
+        # `_settled_next` gathers this tick's.
+        self._settled: dict[int, tuple] = {}
+        self._settled_next: dict[int, tuple] = {}
         # Falcon job ids this tick made terminal (their cluster jobs are swept this tick).
         self._ended: set[int] = set()
         # Cluster objects the sweep saw terminating, by cluster: logged once gone.
@@ -202,6 +241,7 @@ class ResourceManager:
         """Forget the clocks of a past leadership term (a new term starts them again)."""
         self._clocks.clear()
         self._last_refusal.clear()
+        self._settled.clear()
 
     def tick(self) -> ResourceTickStats:
         """Reconcile every Pending, Running and Aborting job of the served clusters.
@@ -218,6 +258,7 @@ class ResourceManager:
         stats = ResourceTickStats()
         self._ended = set()
         self._writes = []
+        self._settled_next = {}
         flt = ListFilter(statuses=JOB_NON_TERMINAL, cluster_names=tuple(self.backends))
         # ListJobStates when the client has it: only the fields a tick reads, and each
         # experiment's config only for the jobs still to submit; page by page when it can.
@@ -256,7 +297,8 @@ class ResourceManager:
                         pending.add(job.id)
                     elif job.status == JobStatus.RUNNING:
                         running.add(job.id)
-                        self._pending_clock_stopped(job.id)
+                        if job.id in self._clocks:  # (most running jobs have none)
+                            self._pending_clock_stopped(job.id)
                     by_cluster[job.cluster_name].append(job)
                 del page
                 for cluster, jobs in by_cluster.items():
@@ -276,6 +318,9 @@ class ResourceManager:
         self._clocks = {k: (v if k in pending else replace(v, pending_since=None))
                         for k, v in self._clocks.items() if k in pending or k in running}
         self._last_refusal = {k: v for k, v in self._last_refusal.items() if k in pending}
+        # Only this tick's jobs are kept: a job not read (closed, its cluster failed) is
+        # decided when it is read again.
+        self._settled, self._settled_next = self._settled_next, {}
         for cluster, backend in self.backends.items():
             if cluster in failed:
                 continue
@@ -404,9 +449,19 @@ class ResourceManager:
         if not active:
             return
         states = self._observe(backend, active, stats)
+        settled, settled_next, clocks = self._settled, self._settled_next, self._clocks
         for job in active:
-            if job.id in states:  # not the jobs `_observe` skipped: no state is not "Missing"
-                self._guard(job, stats, self._sync, backend, job, states[job.id], stats)
+            if job.id not in states:  # `_observe` skipped it: no state is not "Missing"
+                continue
+            state = states[job.id]
+            kept = settled.get(job.id)
+            if kept is not None and job.id not in clocks \
+                    and kept == _settled_inputs(job, state):
+                # Decided with these inputs and no clock last tick, and that did nothing:
+                # deciding again would do nothing again (a steady tick's 100,000 jobs).
+                settled_next[job.id] = kept
+                continue
+            self._guard(job, stats, self._sync, backend, job, state, stats)
 
     def _observe(self, backend: ClusterBackend, jobs: list[JobView],
                  stats: ResourceTickStats) -> dict[int, ClusterJobState | None]:
@@ -561,9 +616,16 @@ class ResourceManager:
             FalconError: an update was refused (a lost race); retried next tick.
             BackendError: a cluster call failed; retried next tick.
         """
+        clocks = self._clocks.get(job.id, NO_CLOCKS)
         decision = decide(state, job, self._clock(), name=backend.cluster_job_name(job),
-                          clocks=self._clocks.get(job.id, NO_CLOCKS), limits=self._limits)
+                          clocks=clocks, limits=self._limits)
+        queued = len(self._writes)
         self._apply(backend, job, decision, stats)
+        if (clocks == NO_CLOCKS and decision.clocks == NO_CLOCKS
+                and len(self._writes) == queued
+                and all(type(action) is Write for action in decision.actions)):
+            # Nothing done and no clock read or started: the same inputs decide the same.
+            self._settled_next[job.id] = _kept_inputs(job, state)
 
     def _apply(self, backend: ClusterBackend, job: JobView, decision: Decision,
                stats: ResourceTickStats) -> None:

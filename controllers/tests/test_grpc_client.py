@@ -190,3 +190,28 @@ def test_list_request_keeps_every_filter():
             list(req.exp_types), list(req.ids), list(req.exp_ids), req.page_size) == (
         ["Pending"], ["Created"], ["c"], ["t"], [1, 2], [3], 7)
     assert req.updated_since.ToDatetime(tzinfo=timezone.utc) == since
+
+
+def test_a_job_state_view_is_the_view_its_fields_make():
+    """`job_state_view` builds its views without `JobView.__init__` (`job_view_of`): each
+    holds every field and nothing else, equal to the one `__init__` makes, and frozen."""
+    import dataclasses
+
+    from controllers.grpc_client import job_state_view
+    from falcon_proto.falcon.v1 import job_pb2
+
+    for spec in ("", '{"command": "true", "image": "img:2", "envs": {"A": "1"}}'):
+        item = job_pb2.JobState(
+            id=7, exp_id=3, exp_name="e", exp_status="Running", exp_type="t", role="main",
+            cluster_name="c", status="Running", reason="R", message="m",
+            cluster_job_name="" if spec else "falcon-3-e-main", artifact_path="a",
+            task_spec_json=spec, exp_config="k: 1\n" if spec else "",
+            exp_creator_email="u@example.com", image="img:2")
+        view = job_state_view(item)
+        names = [f.name for f in dataclasses.fields(JobView)]
+        assert sorted(vars(view)) == sorted(names)
+        assert view == JobView(**{name: getattr(view, name) for name in names})
+        assert view.task_image == "img:2" and view.status == JobStatus.RUNNING
+        assert dataclasses.replace(view, reason="S").reason == "S"
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            view.reason = "S"  # type: ignore[misc]

@@ -243,3 +243,38 @@ def test_a_backend_that_observes_the_whole_cluster_gets_every_page_at_once(
     assert backend.observed == [ids]
     assert counted_api.counter.order == ["ListJobStates"] * 3 + ["UpdateJobStatuses"]
     assert stats.jobs == 5 and stats.updated == 5 and stats.failed == 0, stats.errors
+
+
+def test_a_submitted_job_gets_no_task_spec_but_its_pull_message_names_its_image(
+        falcon_api, backends, fake_kube, monkeypatch):
+    """A submit reads the job's task spec and config; once its cluster job name is recorded,
+    ListJobStates sends neither, and what a tick reads of the spec, the image a waiting Pod's
+    message names, comes with every job."""
+    from core.domain.taskspec import EMPTY
+
+    exp = make_exp(name="img", cluster_name="k8s-a", image=IMAGE, config="k: v\n")
+    backend = backends["k8s-a"]
+    seen = []
+    real_submit, real_observe = backend.submit, backend.observe
+    monkeypatch.setattr(backend, "submit", lambda job: seen.append(("submit", job))
+                        or real_submit(job))
+    monkeypatch.setattr(backend, "observe", lambda jobs: seen.extend(
+        ("observe", j) for j in jobs) or real_observe(jobs))
+    manager = ResourceManager(falcon_api, backends, orphan_grace=0)
+    manager.tick()
+    (submitted,) = [job for what, job in seen if what == "submit"]
+    assert submitted.task_spec.image == IMAGE and submitted.config == "k: v\n"
+    job = Job.objects.get(experiment=exp)
+    fake_kube.put_pod(NS, job.cluster_job_name, 0, real_pod_status({
+        "phase": "Pending", "containerStatuses": [{
+            "name": "main", "image": IMAGE, "imageID": "", "ready": False, "restartCount": 0,
+            "state": {"waiting": {"reason": "ImagePullBackOff",
+                                  "message": "Back-off pulling"}}}]}))
+    fake_kube.set_job_status(NS, job.cluster_job_name, {"active": 1, "ready": 0})
+    seen.clear()
+    manager.tick()
+    (observed,) = [job for what, job in seen if what == "observe"]
+    assert observed.task_spec is EMPTY and observed.config == ""
+    assert observed.image == IMAGE
+    message = fresh(job).message
+    assert "ImagePullBackOff: Back-off pulling" in message and f"(image {IMAGE})" in message

@@ -102,7 +102,8 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
 
     def ListJobStates(self, request, context):
         """ListJobStates -> `selectors.job_states`: a page of jobs with only the fields the
-        resource manager reads (the experiment's config only for jobs not yet submitted).
+        resource manager reads (the experiment's config only for jobs not yet submitted, and
+        their task spec too when the request says `submit_specs_only`).
 
         A row that cannot be encoded is skipped and reported in `skipped` (`fill_page`).
 
@@ -117,7 +118,9 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
                                               request.cluster_names, "cluster_names"),
                                           after=decode_page_token(request.page_token),
                                           size=size)
-        page = fill_page(rows, size, to_message=job_state_to_item,
+        only = request.submit_specs_only
+        page = fill_page(rows, size,
+                         to_message=lambda row: job_state_to_item(row, submit_specs_only=only),
                          token_of=lambda row: encode_page_token(row["id"]), rpc="ListJobStates",
                          id_of=lambda row: row["id"], kind_of=lambda row: "Job", more=more)
         return job_pb2.ListJobStatesResp(

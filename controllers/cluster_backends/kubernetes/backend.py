@@ -518,7 +518,7 @@ class KubernetesBackend(OutcomesMixin, ClusterBackend):
             # their keys share the cache's string, not one read from each tick's listing.
             name = sys.intern(self.name_of(job))
             raw = by_name.get(name)
-            image = sys.intern(job.task_spec.image)
+            image = sys.intern(job.task_image)
             key = None
             if raw is not None and raw["metadata"].get("resourceVersion"):
                 # A Job whose object did not change since the last tick, and that needed no
@@ -576,7 +576,7 @@ class KubernetesBackend(OutcomesMixin, ClusterBackend):
                 key = None if any(not rv for _n, rv in versions) else (*key, versions)
             known = self._states.get(key) if key is not None else None
             state = known or job_state(name, k8s_job, pods, pods_total=total,
-                                       image=job.task_spec.image)
+                                       image=job.task_image)
             states[job.id] = state
             if key is not None:
                 memo[key] = state

@@ -26,7 +26,7 @@ from . import common_pb2 as falcon_dot_v1_dot_common__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13\x66\x61lcon/v1/job.proto\x12\tfalcon.v1\x1a\x16\x66\x61lcon/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"b\n\x10ListJobStatesReq\x12\x10\n\x08statuses\x18\x01 \x03(\t\x12\x15\n\rcluster_names\x18\x02 \x03(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"\xab\x02\n\x08JobState\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0e\n\x06\x65xp_id\x18\x02 \x01(\x03\x12\x10\n\x08\x65xp_name\x18\x03 \x01(\t\x12\x12\n\nexp_status\x18\x04 \x01(\t\x12\x10\n\x08\x65xp_type\x18\x05 \x01(\t\x12\x0c\n\x04role\x18\x06 \x01(\t\x12\x14\n\x0c\x63luster_name\x18\x07 \x01(\t\x12\x0e\n\x06status\x18\x08 \x01(\t\x12\x0e\n\x06reason\x18\t \x01(\t\x12\x0f\n\x07message\x18\n \x01(\t\x12\x18\n\x10\x63luster_job_name\x18\x0b \x01(\t\x12\x15\n\rartifact_path\x18\x0c \x01(\t\x12\x16\n\x0etask_spec_json\x18\r \x01(\t\x12\x12\n\nexp_config\x18\x0e \x01(\t\x12\x19\n\x11\x65xp_creator_email\x18\x0f \x01(\t\"w\n\x11ListJobStatesResp\x12!\n\x04jobs\x18\x01 \x03(\x0b\x32\x13.falcon.v1.JobState\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12&\n\x07skipped\x18\x03 \x03(\x0b\x32\x15.falcon.v1.SkippedRow\"D\n\x0c\x43reateJobReq\x12\x0e\n\x06\x65xp_id\x18\x01 \x01(\x03\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x16\n\x0etask_spec_json\x18\x03 \x01(\t\"\xfa\x01\n\x12UpdateJobStatusReq\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x13\n\x06reason\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\x14\n\x07message\x18\x04 \x01(\tH\x01\x88\x01\x01\x12\x15\n\x08\x65xpected\x18\x05 \x01(\tH\x02\x88\x01\x01\x12\x1d\n\x10\x63luster_job_name\x18\x06 \x01(\tH\x03\x88\x01\x01\x12.\n\nstarted_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\t\n\x07_reasonB\n\n\x08_messageB\x0b\n\t_expectedB\x13\n\x11_cluster_job_name\"D\n\x14UpdateJobStatusesReq\x12,\n\x05items\x18\x01 \x03(\x0b\x32\x1d.falcon.v1.UpdateJobStatusReq\"o\n\x15UpdateJobStatusResult\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0f\n\x07\x63hanged\x18\x02 \x01(\x08\x12\x12\n\nerror_code\x18\x03 \x01(\t\x12\x15\n\rerror_message\x18\x04 \x01(\t\x12\x0e\n\x06status\x18\x05 \x01(\t\"J\n\x15UpdateJobStatusesResp\x12\x31\n\x07results\x18\x01 \x03(\x0b\x32 .falcon.v1.UpdateJobStatusResult\"\x17\n\tGetJobReq\x12\n\n\x02id\x18\x01 \x01(\x03\"\x1a\n\x0c\x44\x65leteJobReq\x12\n\n\x02id\x18\x01 \x01(\x03\"\xc3\x04\n\x07JobItem\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0e\n\x06\x65xp_id\x18\x02 \x01(\x03\x12\x10\n\x08\x65xp_name\x18\x03 \x01(\t\x12\x12\n\nexp_status\x18\x04 \x01(\t\x12\x12\n\nexp_config\x18\x05 \x01(\t\x12\x0c\n\x04role\x18\x06 \x01(\t\x12\x14\n\x0c\x63luster_name\x18\x07 \x01(\t\x12\x10\n\x08\x65xp_type\x18\x08 \x01(\t\x12\x16\n\x0etask_spec_json\x18\t \x01(\t\x12\x15\n\rartifact_path\x18\n \x01(\t\x12\x10\n\x08priority\x18\x0b \x01(\x05\x12\x0e\n\x06status\x18\x0c \x01(\t\x12\x0e\n\x06reason\x18\r \x01(\t\x12\x0f\n\x07message\x18\x0e \x01(\t\x12\x18\n\x10\x63luster_job_name\x18\x0f \x01(\t\x12.\n\ncreated_at\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x11 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstarted_at\x18\x12 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x13 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x61\x62orting_at\x18\x14 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\naborted_at\x18\x15 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"M\n\rJobCommonResp\x12\x1f\n\x03job\x18\x01 \x01(\x0b\x32\x12.falcon.v1.JobItem\x12\x0f\n\x07\x63hanged\x18\x02 \x01(\x08\x12\n\n\x02id\x18\x03 \x01(\x03\"q\n\x0cListJobsResp\x12 \n\x04jobs\x18\x01 \x03(\x0b\x32\x12.falcon.v1.JobItem\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12&\n\x07skipped\x18\x03 \x03(\x0b\x32\x15.falcon.v1.SkippedRow2\xef\x03\n\nJobService\x12>\n\tCreateJob\x12\x17.falcon.v1.CreateJobReq\x1a\x18.falcon.v1.JobCommonResp\x12J\n\x0fUpdateJobStatus\x12\x1d.falcon.v1.UpdateJobStatusReq\x1a\x18.falcon.v1.JobCommonResp\x12V\n\x11UpdateJobStatuses\x12\x1f.falcon.v1.UpdateJobStatusesReq\x1a .falcon.v1.UpdateJobStatusesResp\x12\x32\n\x06GetJob\x12\x14.falcon.v1.GetJobReq\x1a\x12.falcon.v1.JobItem\x12=\n\x08ListJobs\x12\x18.falcon.v1.CommonListReq\x1a\x17.falcon.v1.ListJobsResp\x12>\n\tDeleteJob\x12\x17.falcon.v1.DeleteJobReq\x1a\x18.falcon.v1.JobCommonResp\x12J\n\rListJobStates\x12\x1b.falcon.v1.ListJobStatesReq\x1a\x1c.falcon.v1.ListJobStatesRespb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13\x66\x61lcon/v1/job.proto\x12\tfalcon.v1\x1a\x16\x66\x61lcon/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"}\n\x10ListJobStatesReq\x12\x10\n\x08statuses\x18\x01 \x03(\t\x12\x15\n\rcluster_names\x18\x02 \x03(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\x12\x19\n\x11submit_specs_only\x18\x05 \x01(\x08\"\xba\x02\n\x08JobState\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0e\n\x06\x65xp_id\x18\x02 \x01(\x03\x12\x10\n\x08\x65xp_name\x18\x03 \x01(\t\x12\x12\n\nexp_status\x18\x04 \x01(\t\x12\x10\n\x08\x65xp_type\x18\x05 \x01(\t\x12\x0c\n\x04role\x18\x06 \x01(\t\x12\x14\n\x0c\x63luster_name\x18\x07 \x01(\t\x12\x0e\n\x06status\x18\x08 \x01(\t\x12\x0e\n\x06reason\x18\t \x01(\t\x12\x0f\n\x07message\x18\n \x01(\t\x12\x18\n\x10\x63luster_job_name\x18\x0b \x01(\t\x12\x15\n\rartifact_path\x18\x0c \x01(\t\x12\x16\n\x0etask_spec_json\x18\r \x01(\t\x12\x12\n\nexp_config\x18\x0e \x01(\t\x12\x19\n\x11\x65xp_creator_email\x18\x0f \x01(\t\x12\r\n\x05image\x18\x10 \x01(\t\"w\n\x11ListJobStatesResp\x12!\n\x04jobs\x18\x01 \x03(\x0b\x32\x13.falcon.v1.JobState\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12&\n\x07skipped\x18\x03 \x03(\x0b\x32\x15.falcon.v1.SkippedRow\"D\n\x0c\x43reateJobReq\x12\x0e\n\x06\x65xp_id\x18\x01 \x01(\x03\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x16\n\x0etask_spec_json\x18\x03 \x01(\t\"\xfa\x01\n\x12UpdateJobStatusReq\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x13\n\x06reason\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\x14\n\x07message\x18\x04 \x01(\tH\x01\x88\x01\x01\x12\x15\n\x08\x65xpected\x18\x05 \x01(\tH\x02\x88\x01\x01\x12\x1d\n\x10\x63luster_job_name\x18\x06 \x01(\tH\x03\x88\x01\x01\x12.\n\nstarted_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\t\n\x07_reasonB\n\n\x08_messageB\x0b\n\t_expectedB\x13\n\x11_cluster_job_name\"D\n\x14UpdateJobStatusesReq\x12,\n\x05items\x18\x01 \x03(\x0b\x32\x1d.falcon.v1.UpdateJobStatusReq\"o\n\x15UpdateJobStatusResult\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0f\n\x07\x63hanged\x18\x02 \x01(\x08\x12\x12\n\nerror_code\x18\x03 \x01(\t\x12\x15\n\rerror_message\x18\x04 \x01(\t\x12\x0e\n\x06status\x18\x05 \x01(\t\"J\n\x15UpdateJobStatusesResp\x12\x31\n\x07results\x18\x01 \x03(\x0b\x32 .falcon.v1.UpdateJobStatusResult\"\x17\n\tGetJobReq\x12\n\n\x02id\x18\x01 \x01(\x03\"\x1a\n\x0c\x44\x65leteJobReq\x12\n\n\x02id\x18\x01 \x01(\x03\"\xc3\x04\n\x07JobItem\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0e\n\x06\x65xp_id\x18\x02 \x01(\x03\x12\x10\n\x08\x65xp_name\x18\x03 \x01(\t\x12\x12\n\nexp_status\x18\x04 \x01(\t\x12\x12\n\nexp_config\x18\x05 \x01(\t\x12\x0c\n\x04role\x18\x06 \x01(\t\x12\x14\n\x0c\x63luster_name\x18\x07 \x01(\t\x12\x10\n\x08\x65xp_type\x18\x08 \x01(\t\x12\x16\n\x0etask_spec_json\x18\t \x01(\t\x12\x15\n\rartifact_path\x18\n \x01(\t\x12\x10\n\x08priority\x18\x0b \x01(\x05\x12\x0e\n\x06status\x18\x0c \x01(\t\x12\x0e\n\x06reason\x18\r \x01(\t\x12\x0f\n\x07message\x18\x0e \x01(\t\x12\x18\n\x10\x63luster_job_name\x18\x0f \x01(\t\x12.\n\ncreated_at\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x11 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstarted_at\x18\x12 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x13 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x61\x62orting_at\x18\x14 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\naborted_at\x18\x15 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"M\n\rJobCommonResp\x12\x1f\n\x03job\x18\x01 \x01(\x0b\x32\x12.falcon.v1.JobItem\x12\x0f\n\x07\x63hanged\x18\x02 \x01(\x08\x12\n\n\x02id\x18\x03 \x01(\x03\"q\n\x0cListJobsResp\x12 \n\x04jobs\x18\x01 \x03(\x0b\x32\x12.falcon.v1.JobItem\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12&\n\x07skipped\x18\x03 \x03(\x0b\x32\x15.falcon.v1.SkippedRow2\xef\x03\n\nJobService\x12>\n\tCreateJob\x12\x17.falcon.v1.CreateJobReq\x1a\x18.falcon.v1.JobCommonResp\x12J\n\x0fUpdateJobStatus\x12\x1d.falcon.v1.UpdateJobStatusReq\x1a\x18.falcon.v1.JobCommonResp\x12V\n\x11UpdateJobStatuses\x12\x1f.falcon.v1.UpdateJobStatusesReq\x1a .falcon.v1.UpdateJobStatusesResp\x12\x32\n\x06GetJob\x12\x14.falcon.v1.GetJobReq\x1a\x12.falcon.v1.JobItem\x12=\n\x08ListJobs\x12\x18.falcon.v1.CommonListReq\x1a\x17.falcon.v1.ListJobsResp\x12>\n\tDeleteJob\x12\x17.falcon.v1.DeleteJobReq\x1a\x18.falcon.v1.JobCommonResp\x12J\n\rListJobStates\x12\x1b.falcon.v1.ListJobStatesReq\x1a\x1c.falcon.v1.ListJobStatesRespb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,31 +34,31 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'falcon.v1.job_pb2', _global
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_LISTJOBSTATESREQ']._serialized_start=91
-  _globals['_LISTJOBSTATESREQ']._serialized_end=189
-  _globals['_JOBSTATE']._serialized_start=192
-  _globals['_JOBSTATE']._serialized_end=491
-  _globals['_LISTJOBSTATESRESP']._serialized_start=493
-  _globals['_LISTJOBSTATESRESP']._serialized_end=612
-  _globals['_CREATEJOBREQ']._serialized_start=614
-  _globals['_CREATEJOBREQ']._serialized_end=682
-  _globals['_UPDATEJOBSTATUSREQ']._serialized_start=685
-  _globals['_UPDATEJOBSTATUSREQ']._serialized_end=935
-  _globals['_UPDATEJOBSTATUSESREQ']._serialized_start=937
-  _globals['_UPDATEJOBSTATUSESREQ']._serialized_end=1005
-  _globals['_UPDATEJOBSTATUSRESULT']._serialized_start=1007
-  _globals['_UPDATEJOBSTATUSRESULT']._serialized_end=1118
-  _globals['_UPDATEJOBSTATUSESRESP']._serialized_start=1120
-  _globals['_UPDATEJOBSTATUSESRESP']._serialized_end=1194
-  _globals['_GETJOBREQ']._serialized_start=1196
-  _globals['_GETJOBREQ']._serialized_end=1219
-  _globals['_DELETEJOBREQ']._serialized_start=1221
-  _globals['_DELETEJOBREQ']._serialized_end=1247
-  _globals['_JOBITEM']._serialized_start=1250
-  _globals['_JOBITEM']._serialized_end=1829
-  _globals['_JOBCOMMONRESP']._serialized_start=1831
-  _globals['_JOBCOMMONRESP']._serialized_end=1908
-  _globals['_LISTJOBSRESP']._serialized_start=1910
-  _globals['_LISTJOBSRESP']._serialized_end=2023
-  _globals['_JOBSERVICE']._serialized_start=2026
-  _globals['_JOBSERVICE']._serialized_end=2521
+  _globals['_LISTJOBSTATESREQ']._serialized_end=216
+  _globals['_JOBSTATE']._serialized_start=219
+  _globals['_JOBSTATE']._serialized_end=533
+  _globals['_LISTJOBSTATESRESP']._serialized_start=535
+  _globals['_LISTJOBSTATESRESP']._serialized_end=654
+  _globals['_CREATEJOBREQ']._serialized_start=656
+  _globals['_CREATEJOBREQ']._serialized_end=724
+  _globals['_UPDATEJOBSTATUSREQ']._serialized_start=727
+  _globals['_UPDATEJOBSTATUSREQ']._serialized_end=977
+  _globals['_UPDATEJOBSTATUSESREQ']._serialized_start=979
+  _globals['_UPDATEJOBSTATUSESREQ']._serialized_end=1047
+  _globals['_UPDATEJOBSTATUSRESULT']._serialized_start=1049
+  _globals['_UPDATEJOBSTATUSRESULT']._serialized_end=1160
+  _globals['_UPDATEJOBSTATUSESRESP']._serialized_start=1162
+  _globals['_UPDATEJOBSTATUSESRESP']._serialized_end=1236
+  _globals['_GETJOBREQ']._serialized_start=1238
+  _globals['_GETJOBREQ']._serialized_end=1261
+  _globals['_DELETEJOBREQ']._serialized_start=1263
+  _globals['_DELETEJOBREQ']._serialized_end=1289
+  _globals['_JOBITEM']._serialized_start=1292
+  _globals['_JOBITEM']._serialized_end=1871
+  _globals['_JOBCOMMONRESP']._serialized_start=1873
+  _globals['_JOBCOMMONRESP']._serialized_end=1950
+  _globals['_LISTJOBSRESP']._serialized_start=1952
+  _globals['_LISTJOBSRESP']._serialized_end=2065
+  _globals['_JOBSERVICE']._serialized_start=2068
+  _globals['_JOBSERVICE']._serialized_end=2563
 # @@protoc_insertion_point(module_scope)

@@ -11,19 +11,21 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ListJobStatesReq(_message.Message):
-    __slots__ = ("statuses", "cluster_names", "page_size", "page_token")
+    __slots__ = ("statuses", "cluster_names", "page_size", "page_token", "submit_specs_only")
     STATUSES_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_NAMES_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SUBMIT_SPECS_ONLY_FIELD_NUMBER: _ClassVar[int]
     statuses: _containers.RepeatedScalarFieldContainer[str]
     cluster_names: _containers.RepeatedScalarFieldContainer[str]
     page_size: int
     page_token: str
-    def __init__(self, statuses: _Optional[_Iterable[str]] = ..., cluster_names: _Optional[_Iterable[str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    submit_specs_only: bool
+    def __init__(self, statuses: _Optional[_Iterable[str]] = ..., cluster_names: _Optional[_Iterable[str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., submit_specs_only: _Optional[bool] = ...) -> None: ...
 
 class JobState(_message.Message):
-    __slots__ = ("id", "exp_id", "exp_name", "exp_status", "exp_type", "role", "cluster_name", "status", "reason", "message", "cluster_job_name", "artifact_path", "task_spec_json", "exp_config", "exp_creator_email")
+    __slots__ = ("id", "exp_id", "exp_name", "exp_status", "exp_type", "role", "cluster_name", "status", "reason", "message", "cluster_job_name", "artifact_path", "task_spec_json", "exp_config", "exp_creator_email", "image")
     ID_FIELD_NUMBER: _ClassVar[int]
     EXP_ID_FIELD_NUMBER: _ClassVar[int]
     EXP_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -39,6 +41,7 @@ class JobState(_message.Message):
     TASK_SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
     EXP_CONFIG_FIELD_NUMBER: _ClassVar[int]
     EXP_CREATOR_EMAIL_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
     id: int
     exp_id: int
     exp_name: str
@@ -54,7 +57,8 @@ class JobState(_message.Message):
     task_spec_json: str
     exp_config: str
     exp_creator_email: str
-    def __init__(self, id: _Optional[int] = ..., exp_id: _Optional[int] = ..., exp_name: _Optional[str] = ..., exp_status: _Optional[str] = ..., exp_type: _Optional[str] = ..., role: _Optional[str] = ..., cluster_name: _Optional[str] = ..., status: _Optional[str] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., cluster_job_name: _Optional[str] = ..., artifact_path: _Optional[str] = ..., task_spec_json: _Optional[str] = ..., exp_config: _Optional[str] = ..., exp_creator_email: _Optional[str] = ...) -> None: ...
+    image: str
+    def __init__(self, id: _Optional[int] = ..., exp_id: _Optional[int] = ..., exp_name: _Optional[str] = ..., exp_status: _Optional[str] = ..., exp_type: _Optional[str] = ..., role: _Optional[str] = ..., cluster_name: _Optional[str] = ..., status: _Optional[str] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., cluster_job_name: _Optional[str] = ..., artifact_path: _Optional[str] = ..., task_spec_json: _Optional[str] = ..., exp_config: _Optional[str] = ..., exp_creator_email: _Optional[str] = ..., image: _Optional[str] = ...) -> None: ...
 
 class ListJobStatesResp(_message.Message):
     __slots__ = ("jobs", "next_page_token", "skipped")
