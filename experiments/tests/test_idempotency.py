@@ -94,3 +94,13 @@ def test_http_idempotency_key_header(auth_api, user):
     assert other.json()["code"] == "idempotency_key_reused"
     assert "Idempotency-Key" in other.json()["detail"]
     assert Experiment.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_a_key_in_another_case_is_another_key(user):
+    """Idempotency keys compare exactly on every database (MariaDB's default collation made
+    `K-1` replay or refuse the experiment of `k-1`)."""
+    first = create(user, "k-1", name="first")
+    second = create(user, "K-1", name="second")
+    assert first.pk != second.pk and not second.replayed
+    assert create(user, "K-1", name="second").pk == second.pk

@@ -157,6 +157,37 @@ def test_http_create_get_and_patch_labels(auth_api, user):
     assert bad.status_code == 400 and "labels" in bad.json()
 
 
+def test_labels_are_case_sensitive_on_every_database(auth_api, user):
+    """Kubernetes label keys and values are case-sensitive: `Team` and `team` are two labels
+    of one experiment, and a selector matches its own case only (MariaDB's default collation
+    ignored case: the create answered 500 on the unique key, and `team=LLAMA` found `llama`)."""
+    body = {"name": "e", "cluster_name": "local", "exp_type": "profiling",
+            "role_to_task_spec": {"main": {"command": "x"}},
+            "labels": {"team": "llama", "Team": "LLAMA"}}
+    res = auth_api.post("/api/v1/exps", body, format="json")
+    assert res.status_code == 201, res.content
+    exp_id = res.json()["id"]
+    assert res.json()["labels"] == {"Team": "LLAMA", "team": "llama"}
+    assert sorted(ExpLabel.objects.filter(experiment_id=exp_id).values_list("key", "value")) == [
+        ("Team", "LLAMA"), ("team", "llama")]
+    other = auth_api.post("/api/v1/exps", {**body, "labels": {"team": "LLAMA"}},
+                          format="json").json()["id"]
+
+    def listed(selector):
+        res = auth_api.get(f"/api/v1/exps?label={selector}")
+        assert res.status_code == 200, res.content
+        return sorted(row["id"] for row in res.json()["results"])
+
+    assert listed("team=llama") == [exp_id]
+    assert listed("team=LLAMA") == [other]
+    assert listed("Team=LLAMA") == [exp_id]
+    assert listed("Team=llama") == []
+    assert listed("TEAM") == []
+    res = auth_api.patch(f"/api/v1/exps/{other}/labels", {"labels": {"TEAM": "x"}},
+                         format="json")
+    assert res.status_code == 200 and res.json() == {"labels": {"TEAM": "x", "team": "LLAMA"}}
+
+
 def test_http_patch_labels_takes_the_merge_patch_media_type(auth_api):
     # RFC 7396's media type is application/merge-patch+json, what `kubectl patch --type merge`
     # and Kubernetes clients send; a 415 for it broke them (kubernetes/kubernetes#61103).
