@@ -369,7 +369,9 @@ class PrefixSearchFilter(SearchFilter):
         matching = reduce(or_, (Q(**{f"{field}__istartswith": prefix})
                                 for field in self.search_fields))
         few = self.few if self.few is not None else few_matches(qs.model)
-        if not values_rows(qs.model.objects.filter(matching).values("pk")[few:few + 1]):
+        # Unordered: any (few + 1)th match will do, and an ORDER BY would sort every match.
+        if not values_rows(qs.model.objects.filter(matching).order_by().values("pk")
+                           [few:few + 1]):
             return qs.filter(matching)
         # Many matches: the same test on the field's value made an expression (`name || ''`),
         # which no index serves, so the database walks the list order's index and stops at
