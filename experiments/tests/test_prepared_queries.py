@@ -65,6 +65,16 @@ def test_a_query_with_other_parameters_is_run_by_the_orm(exps):
     assert query._local.compiled == {("default", 8): ()}
 
 
+def count_compiles(monkeypatch) -> list:
+    """A list that gets an item each time Django compiles a query (`SQLCompiler.as_sql`)."""
+    compiles: list = []
+    compiler_class = type(Experiment.objects.all().query.get_compiler(using="default"))
+    original = compiler_class.as_sql
+    monkeypatch.setattr(compiler_class, "as_sql",
+                        lambda self, *a, **k: compiles.append(1) or original(self, *a, **k))
+    return compiles
+
+
 def _page(status=None, after=None, ids=None, size=3):
     qs = Experiment.objects.values("id", "created_at").order_by("-created_at", "-id")
     if status is not None:
@@ -84,11 +94,7 @@ def test_a_page_query_is_compiled_once_per_shape_and_answers_as_the_orm(exps, mo
     from core.database.prepared import QueryShapes
 
     shapes = QueryShapes()
-    compiles = []
-    compiler_class = type(Experiment.objects.all().query.get_compiler(using="default"))
-    original = compiler_class.as_sql
-    monkeypatch.setattr(compiler_class, "as_sql",
-                        lambda self, *a, **k: compiles.append(1) or original(self, *a, **k))
+    compiles = count_compiles(monkeypatch)
 
     def run(qs):
         sql, params, _compiler = shapes.statement(qs.query, "default")
@@ -141,11 +147,7 @@ def test_a_joined_and_annotated_page_query_is_compiled_once_per_shape(exps, monk
         exp_update_labels(exp_id=exp.pk, actor=exp.creator,
                           set_labels={"team": "a" if i % 2 else "b", "tier": str(i % 3)})
     shapes = QueryShapes()
-    compiles = []
-    compiler_class = type(Experiment.objects.all().query.get_compiler(using="default"))
-    original = compiler_class.as_sql
-    monkeypatch.setattr(compiler_class, "as_sql",
-                        lambda self, *a, **k: compiles.append(1) or original(self, *a, **k))
+    compiles = count_compiles(monkeypatch)
     joined = Experiment.objects.filter(creator__email=exps[0].creator.email).values("id")
     counts = []
     for qs in (_labelled("team", "a"), _labelled("team", "b"), _labelled("tier", "1"),
@@ -184,11 +186,7 @@ def test_a_cursor_condition_is_compiled_once_and_answers_as_the_orm(exps, monkey
     from core.http import keyset
 
     monkeypatch.setattr(keyset, "_PAGE_QUERIES", QueryShapes())
-    compiles = []
-    compiler_class = type(Experiment.objects.all().query.get_compiler(using="default"))
-    original = compiler_class.as_sql
-    monkeypatch.setattr(compiler_class, "as_sql",
-                        lambda self, *a, **k: compiles.append(1) or original(self, *a, **k))
+    compiles = count_compiles(monkeypatch)
     keys = keyset.keys_for(Experiment, ["-created_at"])
     ordered = list(Experiment.objects.order_by("-created_at", "-id").values("id", "created_at"))
     for status in (None, ["Created"]):
