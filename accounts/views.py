@@ -193,7 +193,7 @@ def cli_login_redeem(request):
                                      "auth login` without a browser", "code": "not_found"})
     try:
         body = json.loads(request.body or b"{}")
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than Python recurses
         body = None
     if not isinstance(body, dict):
         return _json(400, {"detail": "the body must be a JSON object {grant, state, verifier}",

@@ -199,7 +199,7 @@ def test_cli_login_is_off_in_local_mode(client, token_for):
     assert res.status_code == 404
 
 
-@pytest.mark.parametrize("body", [b"", b"[]", b"not json", b'{"grant": 1}',
+@pytest.mark.parametrize("body", [b"", b"[]", b"not json", b'{"grant": 1}', b"[" * 100_000,
                                   b'{"grant": "g", "state": "s", "verifier": "v"}'])
 def test_cli_login_redeem_refuses_bad_bodies_naming_the_field(client, cloudflare, body):
     res = client.post("/auth/cli-login/redeem", body, content_type="application/json")

@@ -174,7 +174,8 @@ def decode(cursor: str, model: type[models.Model], keys: list[Key], *,
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         payload = json.loads(raw.decode("utf-8"))
-    except (binascii.Error, UnicodeDecodeError, ValueError):
+    except (binascii.Error, UnicodeDecodeError, ValueError, RecursionError):
+        # RecursionError: JSON nested deeper than Python recurses (`[[[[...`), never a 500.
         raise refuse("not encoded as one") from None
     if not isinstance(payload, dict) or payload.get("v") != VERSION:
         raise refuse("unknown version")

@@ -130,7 +130,7 @@ def _cursor(payload: dict) -> str:
              "r": 7}),
     _cursor({"v": 1, "o": ["name", "id"], "k": ["a", 1], "r": 0}),  # another ordering
     _cursor({"v": 2, "o": ["-created_at", "-id"], "k": ["2025-01-01T00:00:00+00:00", 1]}),
-    _cursor([1, 2, 3]), "A" * 5000,
+    _cursor([1, 2, 3]), "A" * 5000, _b64("[" * 1500),  # nested past Python's recursion
     # in UTC, years 10000 and 0: no database or Python datetime holds them
     _cursor({"v": 1, "o": ["-created_at", "-id"], "k": ["9999-12-31T23:59:59-23:00", 1],
              "r": 0}),
