@@ -77,6 +77,9 @@ class ExpLabel(models.Model):
 
     experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE,
                                    related_name="label_rows", db_index=False)
+    # Case-sensitive, as Kubernetes labels: on MariaDB both columns are utf8mb4_bin, set by
+    # migration 0007 in SQL (a collation is per database engine); an AlterField of either
+    # must set it again there.
     key = models.CharField(max_length=317)
     value = models.CharField(max_length=63, blank=True, default="")
     # The experiment's `created_at`, copied when the label is written (it never changes).
@@ -103,7 +106,7 @@ class IdempotencyKey(models.Model):
 
     creator = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
                                 related_name="+", db_index=False)
-    key = models.CharField(max_length=255)
+    key = models.CharField(max_length=255)  # utf8mb4_bin on MariaDB (migration 0007)
     request_hash = models.CharField(max_length=64)
     experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
