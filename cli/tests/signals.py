@@ -1,7 +1,11 @@
 """Commands a test interrupts with SIGINT, as Ctrl-C does."""
 from __future__ import annotations
 
+import contextlib
+import signal
+import subprocess
 import sys
+import threading
 
 # A command a non-interactive shell starts in the background (`make test` runs its two passes
 # side by side with `&`) inherits SIGINT ignored, and Python then leaves it ignored, so a
@@ -14,3 +18,22 @@ _LAUNCH = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.default_
 def interruptible(command: list[str]) -> list[str]:
     """`command` (its first item an absolute path) started so that SIGINT interrupts it."""
     return [sys.executable, "-c", _LAUNCH, *command]
+
+
+@contextlib.contextmanager
+def watching(command: list[str], **popen):
+    """Run `command` (interruptible) with its stdout read line by line in a thread; yield
+    `(process, lines)`, `lines` growing as the command prints. On leaving, the command gets
+    SIGINT (as Ctrl-C) and is waited for, and the reader has read everything it printed."""
+    process = subprocess.Popen(interruptible(command), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, encoding="utf-8", **popen)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(process.stdout.readline, "")),
+                              daemon=True)
+    reader.start()
+    try:
+        yield process, lines
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=60)
+        reader.join(timeout=60)

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,7 @@ import yaml
 
 from accounts.tests.factories import UserFactory
 from cli.exit_codes import ExitCode
-from cli.tests.signals import interruptible
+from cli.tests.signals import watching
 from core.testing import wait_until
 from experiments.services import exp_update_status
 from experiments.tests.factories import make_exp
@@ -259,25 +257,14 @@ def test_the_admin_task_spec_view_writes_multi_line_commands_as_blocks():
 # --- 4. watch ------------------------------------------------------------------------------------
 
 def test_watch_into_a_pipe_prints_the_table_then_each_change_once(cli, four_roles):
-    process = subprocess.Popen(interruptible(cli.command("exp", "list", "--watch", "--interval",
-                                                         "0.1")),
-                               cwd=ROOT, env=cli.environ, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, encoding="utf-8")
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(process.stdout.readline, "")),
-                              daemon=True)
-    reader.start()
-    try:
+    with watching(cli.command("exp", "list", "--watch", "--interval", "0.1"), cwd=ROOT,
+                  env=cli.environ) as (process, lines):
         wait_until(lambda: len(lines) >= 2, what="the first table")
         exp_update_status(exp_id=four_roles.pk, status="Running")
         wait_until(lambda: any(" Running " in line for line in lines), what="the Running row")
         exp_update_status(exp_id=four_roles.pk, status="Succeeded")
         wait_until(lambda: any(" Succeeded " in line for line in lines),
                    what="the Succeeded row")
-    finally:
-        process.send_signal(signal.SIGINT)
-        process.wait(timeout=60)
-    reader.join(timeout=60)
     assert process.returncode == 0, process.stderr.read()
     assert [line.split()[2] for line in lines] == ["STATUS", "Created", "Running", "Succeeded"]
 
@@ -293,26 +280,15 @@ def test_watch_prints_a_deleted_row_when_an_experiment_is_deleted_through_the_ap
         email="alice@example.com"))
     other = make_exp(name="stays", roles=("main",))
     exp_update_status(exp_id=gone.pk, status="Failed")
-    process = subprocess.Popen(
-        interruptible(cli.command("exp", "list", "--watch", "--interval", "0.1", "--status",
-                                  "Created", "--status", "Failed")),
-        cwd=ROOT, env=cli.environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        encoding="utf-8")
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(process.stdout.readline, "")),
-                              daemon=True)
-    reader.start()
-    try:
+    with watching(cli.command("exp", "list", "--watch", "--interval", "0.1", "--status",
+                              "Created", "--status", "Failed"), cwd=ROOT,
+                  env=cli.environ) as (process, lines):
         wait_until(lambda: len(lines) >= 3, what="the first table")
         result = logged_in("exp", "delete", str(gone.pk), "--yes")
         assert result.exit_code == 0, result.output
         wait_until(lambda: any(" Deleted " in line for line in lines), what="the Deleted row")
         exp_update_status(exp_id=other.pk, status="Running")  # leaves the --status filter
         wait_until(lambda: any(" Running " in line for line in lines), what="the Running row")
-    finally:
-        process.send_signal(signal.SIGINT)
-        process.wait(timeout=60)
-    reader.join(timeout=60)
     assert process.returncode == 0, process.stderr.read()
     rows = [line.split()[:3] for line in lines]
     assert rows[3:] == [[str(gone.pk), LONG_NAME, "Deleted"],

@@ -113,29 +113,15 @@ def test_into_a_pipe_a_table_has_fixed_columns_and_every_cell_whole(cli, columns
 
 def test_watch_into_a_pipe_never_cuts_a_later_row_to_the_first_tables_widths(cli):
     """The first table's JOBS is one job wide; a later row with four is printed whole."""
-    import signal
-    import threading
-
-    from cli.tests.signals import interruptible
+    from cli.tests.signals import watching
     from core.testing import wait_until
 
     make_exp(name="one-job", roles=("main",))
-    process = subprocess.Popen(interruptible(cli.command("exp", "list", "-w", "--interval",
-                                                         "0.1")),
-                               cwd=ROOT, env={**cli.environ, "COLUMNS": "80"},
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(process.stdout.readline, "")),
-                              daemon=True)
-    reader.start()
-    try:
+    with watching(cli.command("exp", "list", "-w", "--interval", "0.1"), cwd=ROOT,
+                  env={**cli.environ, "COLUMNS": "80"}) as (process, lines):
         wait_until(lambda: len(lines) >= 2, what="the first table")
         later = make_exp(name=LONG_NAME, roles=ROLES)
         wait_until(lambda: len(lines) >= 3, what="the new row")
-    finally:
-        process.send_signal(signal.SIGINT)
-        process.wait(timeout=60)
-    reader.join(timeout=60)
     assert process.returncode == 0, process.stderr.read()
     assert lines[2].split()[:2] == [str(later.pk), LONG_NAME]
     assert lines[2].rstrip("\n").endswith(
